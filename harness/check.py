@@ -1,0 +1,106 @@
+"""Correctness: a strategy's output against the float64 oracle (SPEC 1, 2).
+
+``reference`` makes a case's inputs (rounded to the dtype) and the oracle's
+answer; ``check_strategy`` runs one strategy on them and returns a Verdict;
+``check_plan`` lists what ``scatterbench check`` runs for a config.
+"""
+
+from __future__ import annotations
+
+import traceback
+from dataclasses import dataclass
+from functools import lru_cache
+
+from impls.common import Verdict, round_to_dtype, to_numpy
+from impls.registry import NotApplicable, Strategy, get_operator
+
+MODES = ("random", "adversarial")
+
+
+@dataclass(frozen=True)
+class Reference:
+    inputs: dict  # float64 numpy, holding exactly the values the dtype can store
+    expected: object  # the oracle's output
+
+
+def reference(op_name: str, params: dict, dtype: str, mode: str, seed: int) -> Reference:
+    op = get_operator(op_name)
+    raw = op.generate(params, mode, seed)
+    inputs = {key: round_to_dtype(value, dtype) if getattr(value, "dtype", None) is not None
+              and value.dtype.kind == "f" else value for key, value in raw.items()}
+    return Reference(inputs, op.oracle(inputs, params))
+
+
+@lru_cache(maxsize=64)
+def _cached_reference(op_name, params_items, dtype, mode, seed):
+    return reference(op_name, dict(params_items), dtype, mode, seed)
+
+
+def cached_reference(op_name: str, params: dict, dtype: str, mode: str, seed: int) -> Reference:
+    return _cached_reference(op_name, tuple(sorted(params.items())), dtype, mode, seed)
+
+
+def describe_error(error: BaseException) -> str:
+    """One line: the exception and the innermost frame of ours that raised it."""
+    frames = traceback.extract_tb(error.__traceback__)
+    where = ""
+    for frame in reversed(frames):
+        if "/impls/" in frame.filename or "/harness/" in frame.filename:
+            where = f" (at {frame.filename.rsplit('/', 2)[-2]}/{frame.filename.rsplit('/', 1)[-1]}:{frame.lineno})"
+            break
+    text = str(error).strip().splitlines()[0] if str(error).strip() else ""
+    return f"{type(error).__name__}: {text}{where}"
+
+
+def check_strategy(strat: Strategy, params: dict, dtype: str, device: str, ref: Reference,
+                   layout: str = "contiguous") -> Verdict:
+    """Runs ``strat`` once on the reference inputs and judges its output."""
+    op = get_operator(strat.op)
+    try:
+        backend_inputs = op.to_backend(ref.inputs, strat.backend, device, dtype, layout)
+        run = strat.prepare(backend_inputs, params)
+        out = to_numpy(run())
+    except NotApplicable as reason:
+        return Verdict("skipped", str(reason))
+    except Exception as error:  # a strategy's failure is a finding, not a crash
+        return Verdict("error", describe_error(error))
+    return op.compare(out, ref.expected, ref.inputs, dtype, strat)
+
+
+@dataclass(frozen=True)
+class CheckItem:
+    strategy: Strategy
+    params: tuple
+    dtype: str
+    device: str
+    mode: str
+    layout: str
+    origin: str  # "adversarial set" or "config"
+
+    @property
+    def label(self) -> str:
+        shape = ",".join(f"{k}={v}" for k, v in self.params)
+        return f"{self.mode}/{self.layout} {shape}"
+
+
+def check_plan(config, cases) -> list[CheckItem]:
+    """The operator's own small adversarial cases in both modes and every layout
+    its backend has, plus each config point small enough (``check.max_elements``)."""
+    items: list[CheckItem] = []
+    seen: set = set()
+    for case in cases:
+        op = get_operator(case.op)
+        strat = op.strategies[case.strategy]
+        key = (case.op, case.strategy, case.device, case.dtype)
+        if key not in seen:
+            seen.add(key)
+            for params in op.check_cases():
+                for mode in MODES:
+                    for layout in op.layouts(strat.backend):
+                        items.append(CheckItem(strat, tuple(sorted(params.items())), case.dtype,
+                                               case.device, mode, layout, "adversarial set"))
+        if op.bytes_moved(case.params_dict, 1) <= config.check.max_elements:
+            for mode in MODES:
+                items.append(CheckItem(strat, case.params, case.dtype, case.device, mode,
+                                       "contiguous", "config"))
+    return items

@@ -1,0 +1,233 @@
+"""Sweep configs: YAML read with a safe loader, validated by pydantic, then
+checked against the registry; every problem is one line naming the key."""
+
+from __future__ import annotations
+
+import itertools
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal, Union
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from impls.registry import DEVICES, DTYPES, get_operator, OPERATORS
+
+
+class ConfigError(Exception):
+    """A bad config: the message is one line naming file, key and problem."""
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=False)
+
+
+class Timing(Strict):
+    min_samples: int = Field(5, ge=1)
+    max_samples: int = Field(2000, ge=1)
+    budget_s: float = Field(0.5, gt=0)
+    warmup_s: float = Field(0.05, ge=0)
+    timeout_s: float = Field(120.0, gt=0)
+
+
+class Threads(Strict):
+    torch: int | None = Field(None, ge=1)
+    blas: int | None = Field(None, ge=1)  # numpy's BLAS/OpenMP pools (threadpoolctl)
+    numba: int | None = Field(None, ge=1)
+
+
+class CheckSettings(Strict):
+    max_elements: int = Field(1 << 20, ge=1)  # config sizes checked by `check` up to this
+
+
+ParamValue = Union[int, str]
+
+
+class Benchmark(Strict):
+    op: str
+    strategies: list[str] | Literal["all"] = "all"
+    exclude: list[str] = []
+    devices: list[str] | None = None
+    dtypes: list[str] | None = None
+    params: dict[str, ParamValue | list[ParamValue]]
+
+    @field_validator("params")
+    @classmethod
+    def _grid_not_empty(cls, params):
+        for key, value in params.items():
+            if isinstance(value, list) and not value:
+                raise ValueError(f"parameter {key!r} has an empty list: the grid would be empty")
+        return params
+
+
+class Config(Strict):
+    name: str | None = None
+    seed: int = 0
+    devices: list[Literal["cpu", "cuda"]] = ["cpu"]
+    dtypes: list[str] = ["float32"]
+    timing: Timing = Timing()
+    threads: Threads = Threads()
+    check: CheckSettings = CheckSettings()
+    benchmarks: list[Benchmark] = Field(min_length=1)
+
+
+@dataclass(frozen=True)
+class Case:
+    """One timed measurement: an (operator, strategy, backend, device, dtype, params) row."""
+
+    op: str
+    strategy: str
+    device: str
+    dtype: str
+    params: tuple  # sorted (name, value) pairs, hashable
+
+    @property
+    def params_dict(self) -> dict:
+        return dict(self.params)
+
+    @property
+    def params_json(self) -> str:
+        return json.dumps(self.params_dict, sort_keys=True)
+
+    @property
+    def case_id(self) -> str:
+        return f"{self.op}|{self.strategy}|{self.device}|{self.dtype}|{self.params_json}"
+
+    @property
+    def group(self) -> tuple:
+        """Cases sharing inputs and oracle: same operator, parameters, dtype and device."""
+        return (self.op, self.params, self.dtype, self.device)
+
+
+def _location(loc) -> str:
+    text = ""
+    for part in loc:
+        text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))
+    return text or "(top level)"
+
+
+def parse_config(data: Any, source: str = "<config>") -> Config:
+    if not isinstance(data, dict):
+        raise ConfigError(f"{source}: expected a mapping at the top level, got {type(data).__name__}")
+    try:
+        config = Config.model_validate(data)
+    except ValidationError as error:
+        first = error.errors()[0]
+        message = first["msg"]
+        if first["type"] == "extra_forbidden":
+            message = "unknown key"
+        raise ConfigError(f"{source}: {_location(first['loc'])}: {message}") from None
+    for index, bench in enumerate(config.benchmarks):
+        _check_benchmark(config, bench, f"{source}: benchmarks[{index}]")
+    return config
+
+
+def _check_benchmark(config: Config, bench: Benchmark, where: str) -> None:
+    if bench.op not in OPERATORS:
+        raise ConfigError(f"{where}.op: unknown operator {bench.op!r} (known: {', '.join(sorted(OPERATORS))})")
+    op = get_operator(bench.op)
+    known = op.strategies
+    names = list(known) if bench.strategies == "all" else bench.strategies
+    for key, listed in (("strategies", names), ("exclude", bench.exclude)):
+        for name in listed:
+            if name not in known:
+                raise ConfigError(f"{where}.{key}: unknown strategy {name!r} for {bench.op} "
+                                  f"(see `scatterbench list --op {bench.op}`)")
+    if not [n for n in names if n not in bench.exclude]:
+        raise ConfigError(f"{where}.strategies: no strategy left after exclude")
+    for device in bench.devices or []:
+        if device not in DEVICES:
+            raise ConfigError(f"{where}.devices: unknown device {device!r} (known: {', '.join(DEVICES)})")
+    for key, dtypes in (("dtypes", config.dtypes), ("dtypes", bench.dtypes or [])):
+        for dtype in dtypes:
+            if dtype not in DTYPES:
+                raise ConfigError(f"{where}.{key}: unknown dtype {dtype!r} (known: {', '.join(DTYPES)})")
+    specs = {spec.name: spec for spec in op.params}
+    for key in bench.params:
+        if key not in specs:
+            raise ConfigError(f"{where}.params.{key}: unknown parameter for {bench.op} "
+                              f"(expected {', '.join(specs)})")
+    for key, spec in specs.items():
+        if key not in bench.params and spec.choices is None:
+            raise ConfigError(f"{where}.params.{key}: missing")
+        values = bench.params.get(key, [spec.choices[0]] if spec.choices else [])
+        for value in values if isinstance(values, list) else [values]:
+            _check_value(spec, value, f"{where}.params.{key}")
+    for point in _grid(op, bench.params):
+        try:
+            op.validate(point)
+        except ValueError as error:
+            raise ConfigError(f"{where}.params: {error}") from None
+
+
+def _check_value(spec, value, where: str) -> None:
+    if spec.choices is not None:
+        if value not in spec.choices:
+            raise ConfigError(f"{where}: {value!r} is not one of {', '.join(map(str, spec.choices))}")
+        return
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ConfigError(f"{where}: expected an integer, got {value!r}")
+    if spec.minimum is not None and value < spec.minimum:
+        raise ConfigError(f"{where}: {value} is below the minimum {spec.minimum}")
+
+
+def _grid(op, params: dict) -> list[dict]:
+    names, values = [], []
+    for spec in op.params:
+        raw = params.get(spec.name, [spec.choices[0]] if spec.choices else None)
+        names.append(spec.name)
+        values.append(raw if isinstance(raw, list) else [raw])
+    return [dict(zip(names, combo)) for combo in itertools.product(*values)]
+
+
+def load_config(path: str | Path) -> Config:
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as error:
+        raise ConfigError(f"{path}: cannot read ({error.strerror})") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as error:
+        mark = getattr(error, "problem_mark", None)
+        where = f" line {mark.line + 1}" if mark else ""
+        problem = getattr(error, "problem", None) or str(error).splitlines()[0]
+        raise ConfigError(f"{path}:{where}: malformed YAML: {problem}") from None
+    config = parse_config(data, str(path))
+    if config.name is None:
+        config.name = path.stem
+    return config
+
+
+def expand(config: Config) -> list[Case]:
+    """Every case of the sweep, in a stable order, grouped so that cases sharing
+    inputs are adjacent. A strategy is paired only with the devices and dtypes
+    it supports; the others are not cases at all."""
+    cases: list[Case] = []
+    seen: set[str] = set()
+    for bench in config.benchmarks:
+        op = get_operator(bench.op)
+        names = list(op.strategies) if bench.strategies == "all" else bench.strategies
+        names = [n for n in names if n not in bench.exclude]
+        for point in _grid(op, bench.params):
+            for device in bench.devices or config.devices:
+                for dtype in bench.dtypes or config.dtypes:
+                    for name in names:
+                        strat = op.strategies[name]
+                        if not strat.runs_on(device) or dtype not in strat.dtypes:
+                            continue
+                        case = Case(bench.op, name, device, dtype, tuple(sorted(point.items())))
+                        if case.case_id not in seen:
+                            seen.add(case.case_id)
+                            cases.append(case)
+    return cases
+
+
+def shard(cases: list[Case], index: int, count: int) -> list[Case]:
+    """The index-th of count slices (0-based), cut between groups of shared inputs."""
+    groups: dict[tuple, list[Case]] = {}
+    for case in cases:
+        groups.setdefault(case.group, []).append(case)
+    ordered = list(groups.values())
+    return [case for i, group in enumerate(ordered) if i % count == index for case in group]

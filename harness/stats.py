@@ -1,0 +1,48 @@
+"""Pure statistics on timing samples (seconds). No I/O, no state."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from scipy import stats as scipy_stats
+
+
+@dataclass(frozen=True)
+class Summary:
+    median_s: float
+    iqr_s: float
+    min_s: float
+    mean_s: float
+    n_samples: int
+
+
+def summarize(samples_s) -> Summary:
+    samples = np.asarray(samples_s, dtype=np.float64)
+    if samples.size == 0:
+        raise ValueError("no samples to summarize")
+    return Summary(median_s=float(np.median(samples)), iqr_s=float(scipy_stats.iqr(samples)),
+                   min_s=float(samples.min()), mean_s=float(samples.mean()), n_samples=int(samples.size))
+
+
+def gbps(bytes_moved: float, seconds: float) -> float:
+    return bytes_moved / seconds / 1e9 if seconds > 0 else float("nan")
+
+
+def floor_s(bytes_moved: float, ceiling_gbps: float) -> float:
+    """The time the case would take at the device's measured copy bandwidth."""
+    return bytes_moved / (ceiling_gbps * 1e9) if ceiling_gbps > 0 else float("nan")
+
+
+def pct_of_ceiling(bytes_moved: float, median_s: float, ceiling_gbps: float) -> float:
+    return 100.0 * floor_s(bytes_moved, ceiling_gbps) / median_s if median_s > 0 else float("nan")
+
+
+def mann_whitney_p(base_s, new_s) -> float:
+    """Two-sided Mann–Whitney U p-value: do the two sample sets differ in location?"""
+    base, new = np.asarray(base_s, float), np.asarray(new_s, float)
+    if base.size == 0 or new.size == 0:
+        return float("nan")
+    if np.all(base == base[0]) and np.all(new == new[0]) and base[0] == new[0]:
+        return 1.0
+    return float(scipy_stats.mannwhitneyu(base, new, alternative="two-sided").pvalue)

@@ -1,0 +1,171 @@
+"""Pieces every operator module shares: dtype rounding, backend conversion,
+and the two comparison rules of SPEC 1 (bitwise, and relative error)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+import numpy as np
+
+# SPEC 1.3: relative-error bounds per dtype.
+REL_TOL = {"float64": 1e-12, "float32": 1e-5, "float16": 1e-2, "bfloat16": 1e-2}
+# Above this relative error a result is wrong, not rounded: no supported dtype
+# rounds a sum of positive terms by 5 %, while a wrong shift or a lost term does.
+WRONG_REL_ERR = 5e-2
+LAYOUTS = ("contiguous", "noncontiguous", "channels_last")
+
+
+@dataclass(frozen=True)
+class Verdict:
+    status: str  # ok | inexact | mismatch
+    message: str = ""
+    max_abs_err: float = 0.0
+    rel_err: float = 0.0
+
+
+def torch_dtype(dtype: str):
+    import torch
+
+    return getattr(torch, dtype)
+
+
+def round_to_dtype(array: np.ndarray, dtype: str) -> np.ndarray:
+    """The float64 values an input takes once stored in ``dtype``.
+
+    The oracle runs on these, so rounding of the inputs is never blamed on a
+    strategy. bfloat16 goes through torch, numpy has no such type.
+    """
+    if dtype == "bfloat16":
+        import torch
+
+        return torch.from_numpy(np.ascontiguousarray(array)).to(torch.bfloat16).to(torch.float64).numpy()
+    return array.astype(dtype).astype(np.float64)
+
+
+def _with_layout_numpy(array: np.ndarray, layout: str) -> np.ndarray:
+    if layout == "noncontiguous":
+        # Same values, every other element of a buffer twice as wide.
+        wide = np.zeros(array.shape[:-1] + (2 * array.shape[-1],), array.dtype)
+        wide[..., ::2] = array
+        return wide[..., ::2]
+    return np.ascontiguousarray(array)
+
+
+def convert(inputs: Mapping[str, Any], backend: str, device: str, dtype: str,
+            layout: str = "contiguous", layout_keys: tuple[str, ...] = ()) -> dict:
+    """Float arrays to ``dtype`` on the backend's device; integer arrays stay int64.
+
+    ``layout`` applies to the arrays named in ``layout_keys`` (the big ones);
+    ``channels_last`` only to 4-D torch tensors.
+    """
+    converted: dict[str, Any] = {}
+    for key, value in inputs.items():
+        if not isinstance(value, np.ndarray):
+            converted[key] = value
+            continue
+        is_float = value.dtype.kind == "f"
+        this_layout = layout if key in layout_keys else "contiguous"
+        if backend in ("torch", "triton"):
+            import torch
+
+            tensor = torch.from_numpy(np.ascontiguousarray(value))
+            tensor = tensor.to(torch_dtype(dtype)) if is_float else tensor.to(torch.int64)
+            if this_layout == "channels_last" and tensor.dim() == 4:
+                tensor = tensor.contiguous(memory_format=torch.channels_last)
+            elif this_layout == "noncontiguous":
+                wide = torch.zeros(tensor.shape[:-1] + (2 * tensor.shape[-1],), dtype=tensor.dtype)
+                wide[..., ::2] = tensor
+                tensor = wide[..., ::2]
+            converted[key] = tensor.to(device)
+        else:
+            if backend == "numpy" and dtype == "bfloat16":
+                raise TypeError("numpy has no bfloat16")
+            array = value.astype(dtype) if is_float else value.astype(np.int64)
+            converted[key] = _with_layout_numpy(array, this_layout)
+    return converted
+
+
+def to_numpy(output: Any) -> Any:
+    """A strategy's output (array, tensor, or tuple of them) as numpy arrays."""
+    if isinstance(output, (tuple, list)):
+        return tuple(to_numpy(item) for item in output)
+    if hasattr(output, "detach"):  # torch.Tensor, without importing torch
+        import torch
+
+        tensor = output.detach().cpu()
+        if tensor.dtype == torch.bfloat16:
+            # float32 holds every bfloat16 exactly.
+            tensor = tensor.to(torch.float32)
+        return tensor.numpy()
+    return np.asarray(output)
+
+
+def storage_dtype_name(array: np.ndarray, expected: str) -> str:
+    # bfloat16 comes back as float32 (see to_numpy); name it as the strategy made it.
+    if expected == "bfloat16" and array.dtype == np.float32:
+        return "bfloat16"
+    return str(array.dtype)
+
+
+def first_difference(out: np.ndarray, ref: np.ndarray, differs: np.ndarray) -> str:
+    where = tuple(int(i) for i in np.argwhere(differs)[0])
+    return f"first difference at {where}: got {out[where]!r}, expected {ref[where]!r}"
+
+
+def check_shape_dtype(name: str, out: np.ndarray, ref: np.ndarray, dtype: str) -> Verdict | None:
+    if not isinstance(out, np.ndarray):
+        return Verdict("mismatch", f"{name}: expected an array, got {type(out).__name__}")
+    if out.shape != ref.shape:
+        return Verdict("mismatch", f"{name}: shape {out.shape}, expected {ref.shape}")
+    got = storage_dtype_name(out, dtype)
+    if got != dtype:
+        return Verdict("mismatch", f"{name}: dtype {got}, expected {dtype}")
+    return None
+
+
+def compare_bitwise(name: str, out: np.ndarray, ref64: np.ndarray, dtype: str) -> Verdict:
+    """Exact comparison for operators that only move values (SPEC 1.1, 1.2).
+
+    The float64 oracle is cast to ``dtype`` (exact: its values are inputs) and
+    compared bit for bit; any NaN matches any NaN, since which NaN payload a
+    library propagates is not part of any contract.
+    """
+    bad = check_shape_dtype(name, out, ref64, dtype)
+    if bad:
+        return bad
+    ref = ref64.astype(np.float32 if dtype == "bfloat16" else dtype)
+    out = out.astype(ref.dtype, copy=False)
+    both_nan = np.isnan(out) & np.isnan(ref)
+    uint = {2: np.uint16, 4: np.uint32, 8: np.uint64}[ref.dtype.itemsize]
+    differs = (out.view(uint) != ref.view(uint)) & ~both_nan
+    if differs.any():
+        finite = ~np.isnan(out) & ~np.isnan(ref) & np.isfinite(out) & np.isfinite(ref)
+        err = float(np.abs(out[finite] - ref[finite]).max()) if finite.any() else float("inf")
+        return Verdict("mismatch", f"{name}: {int(differs.sum())} elements differ; "
+                       + first_difference(out, ref, differs), max_abs_err=err, rel_err=float("nan"))
+    return Verdict("ok")
+
+
+def compare_relative(name: str, out: np.ndarray, ref: np.ndarray, dtype: str) -> Verdict:
+    """SPEC 1.3: ‖out − ref‖ / ‖ref‖ against the dtype's bound."""
+    bad = check_shape_dtype(name, out, ref, dtype)
+    if bad:
+        return bad
+    out64 = out.astype(np.float64)
+    if not np.isfinite(out64).all():
+        differs = ~np.isfinite(out64)
+        return Verdict("mismatch", f"{name}: {int(differs.sum())} non-finite elements; "
+                       + first_difference(out64, ref, differs), max_abs_err=float("inf"),
+                       rel_err=float("inf"))
+    diff = out64 - ref
+    ref_norm = float(np.linalg.norm(ref))
+    rel_err = float(np.linalg.norm(diff) / ref_norm) if ref_norm > 0 else float(np.linalg.norm(diff))
+    max_abs_err = float(np.abs(diff).max()) if diff.size else 0.0
+    tol = REL_TOL[dtype]
+    if rel_err <= tol:
+        return Verdict("ok", max_abs_err=max_abs_err, rel_err=rel_err)
+    worst = np.abs(diff) == max_abs_err
+    detail = f"relative error {rel_err:.3g} over the {dtype} bound {tol:g}; " + first_difference(out64, ref, worst)
+    status = "inexact" if rel_err <= WRONG_REL_ERR else "mismatch"
+    return Verdict(status, f"{name}: {detail}", max_abs_err=max_abs_err, rel_err=rel_err)

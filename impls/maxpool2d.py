@@ -1,0 +1,292 @@
+"""maxpool2d — max-pooling with argmax indices (SPEC 1.1, seed 000).
+
+in:  x (N, C, H, W) float, window = stride = k, no padding.
+out: values (N, C, H//k, W//k), same dtype; indices, same shape, int64: the
+     flat position ``h*W + w`` in the input's full H×W plane (PyTorch's
+     convention). Rows/cols past (H//k)*k are cropped.
+ties: the first maximum in row-major window order; a strategy declaring
+     ``ties="any"`` may point at any element equal to the maximum.
+NaN: the value is NaN and the index points at a NaN of the window.
+bytes: x + values + indices.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from impls import common
+from impls.common import Verdict
+from impls.registry import Operator, ParamSpec, register_operator, strategy
+
+SEED = "seed 000_ed8c570cde2fae5b.txt"
+
+
+# ---------------------------------------------------------------- contract
+def validate(params) -> None:
+    if params["k"] > params["H"] or params["k"] > params["W"]:
+        raise ValueError(f"k={params['k']} is larger than the plane {params['H']}x{params['W']}")
+
+
+def oracle(inputs, params):
+    """float64 reference: every window laid out as a row, then numpy argmax.
+
+    ``np.argmax`` returns the first maximum, and the first NaN when there is
+    one, which is exactly SPEC 1.1's rule.
+    """
+    x, k = inputs["x"], params["k"]
+    N, C, H, W = x.shape
+    h, w = H // k, W // k
+    windows = (x[:, :, :h * k, :w * k].reshape(N, C, h, k, w, k)
+               .transpose(0, 1, 2, 4, 3, 5).reshape(N, C, h, w, k * k))
+    in_window = windows.argmax(axis=-1)
+    values = np.take_along_axis(windows, in_window[..., None], axis=-1)[..., 0]
+    rows = np.arange(h)[:, None] * k + in_window // k
+    cols = np.arange(w)[None, :] * k + in_window % k
+    return values, (rows * W + cols).astype(np.int64)
+
+
+def generate(params, mode: str = "random", seed: int = 0):
+    """x as float64; ``adversarial``: integers in [-3, 3] (ties everywhere) with
+    NaN and ±inf sprinkled in, a few windows all NaN or all -inf."""
+    rng = np.random.default_rng(seed)
+    shape = (params["N"], params["C"], params["H"], params["W"])
+    if mode == "random":
+        return {"x": rng.standard_normal(shape)}
+    x = rng.integers(-3, 4, size=shape).astype(np.float64)
+    special = rng.random(shape)
+    x[special < 0.03] = np.nan
+    x[(special >= 0.03) & (special < 0.06)] = np.inf
+    x[(special >= 0.06) & (special < 0.09)] = -np.inf
+    k = params["k"]
+    if shape[2] >= k and shape[3] >= k:
+        x[0, 0, :k, :k] = -np.inf
+        x[-1, -1, -k:, -k:] = np.nan
+    return {"x": x}
+
+
+def bytes_moved(params, itemsize: int, returns: str = "values+indices") -> int:
+    N, C, H, W, k = (params[key] for key in ("N", "C", "H", "W", "k"))
+    pooled = N * C * (H // k) * (W // k)
+    index_bytes = 8 * pooled if returns == "values+indices" else 0
+    return N * C * H * W * itemsize + pooled * itemsize + index_bytes
+
+
+def compare(out, ref, inputs, dtype: str, strat) -> Verdict:
+    ref_values, ref_indices = ref
+    if strat.returns == "values":
+        out_values, out_indices = (out[0] if isinstance(out, tuple) else out), None
+    else:
+        if not (isinstance(out, tuple) and len(out) == 2):
+            return Verdict("mismatch", "expected (values, indices)")
+        out_values, out_indices = out
+    verdict = common.compare_bitwise("values", out_values, ref_values, dtype)
+    if verdict.status != "ok" or out_indices is None:
+        return verdict
+    return _compare_indices(out_indices, ref_indices, ref_values, inputs["x"], strat.ties)
+
+
+def _compare_indices(got, expected, ref_values, x, ties: str) -> Verdict:
+    if got.shape != expected.shape:
+        return Verdict("mismatch", f"indices: shape {got.shape}, expected {expected.shape}")
+    if got.dtype != np.int64:
+        return Verdict("mismatch", f"indices: dtype {got.dtype}, expected int64")
+    N, C, H, W = x.shape
+    if ((got < 0) | (got >= H * W)).any():
+        bad = (got < 0) | (got >= H * W)
+        return Verdict("mismatch", "indices: outside the plane; " + common.first_difference(got, expected, bad))
+    planes = x.reshape(N, C, H * W)
+    pointed = np.take_along_axis(planes, got.reshape(N, C, -1), axis=-1).reshape(got.shape)
+    nan_window = np.isnan(ref_values)
+    # Where the window holds a NaN, any NaN of it will do (libraries differ).
+    nan_ok = nan_window & np.isnan(pointed)
+    if ties == "any":
+        # Must point at an element equal to the maximum, inside its own window.
+        k_rows, k_cols = _window_of(got, W, H // got.shape[2] if got.shape[2] else 1)
+        own = (k_rows == np.arange(got.shape[2])[:, None]) & (k_cols == np.arange(got.shape[3])[None, :])
+        fine = ((pointed == ref_values) & own) | nan_ok
+    else:
+        fine = (got == expected) | nan_ok
+    if not fine.all():
+        return Verdict("mismatch", f"indices ({ties} ties): {int((~fine).sum())} wrong; "
+                       + common.first_difference(got, expected, ~fine))
+    return Verdict("ok")
+
+
+def _window_of(flat, W, k):
+    return (flat // W) // k, (flat % W) // k
+
+
+def check_cases():
+    # Divisible and not, k=1, k equal to the plane, odd k, tall and wide planes.
+    return [dict(N=2, C=3, H=8, W=8, k=2), dict(N=2, C=3, H=7, W=9, k=2),
+            dict(N=1, C=2, H=10, W=11, k=3), dict(N=2, C=2, H=5, W=5, k=1),
+            dict(N=1, C=1, H=4, W=4, k=4), dict(N=3, C=2, H=6, W=13, k=5),
+            dict(N=1, C=1, H=31, W=7, k=3)]
+
+
+def to_backend(inputs, backend, device, dtype, layout="contiguous"):
+    return common.convert(inputs, backend, device, dtype, layout, layout_keys=("x",))
+
+
+def layouts(backend):
+    return common.LAYOUTS if backend in ("torch", "triton") else common.LAYOUTS[:2]
+
+
+OP = register_operator(Operator(
+    name="maxpool2d", doc=__doc__,
+    params=(ParamSpec("N"), ParamSpec("C"), ParamSpec("H"), ParamSpec("W"),
+            ParamSpec("k", doc="window and stride")),
+    generate=generate, oracle=oracle, bytes_moved=bytes_moved, compare=compare,
+    validate=validate, to_backend=to_backend, baseline="seed_loops",
+    check_cases=check_cases, layouts=layouts))
+
+
+def _cropped(x, k):
+    h, w = x.shape[-2] // k, x.shape[-1] // k
+    return x[..., :h * k, :w * k], h, w
+
+
+# ------------------------------------------------------------- strategies
+@strategy("maxpool2d", backend="numpy", source=f"{SEED} MaxPool2d.updateOutput",
+          returns="values+indices", ties="first")
+def seed_loops(inputs, params):
+    """The question's 4-deep python loop: ``M.max()`` and
+    ``unravel_index(M.argmax())`` per window. One interpreted iteration per
+    window (≈ N·C·H·W/k² numpy calls); the (row, col) pairs the seed stores
+    become flat ``row*W + col`` as SPEC 1.1 asks."""
+    x, kernel = inputs["x"], params["k"]
+
+    def run():
+        N, C, H, W = x.shape
+        output = np.zeros((N, C, H // kernel, W // kernel), dtype=x.dtype)
+        index = np.zeros((N, C, H // kernel, W // kernel), dtype=np.int64)
+        for i in range(N):
+            for j in range(C):
+                for k in range(0, H - kernel + 1, kernel):
+                    for m in range(0, W - kernel + 1, kernel):
+                        M = x[i, j, k:k + kernel, m:m + kernel]
+                        output[i, j, k // kernel, m // kernel] = M.max()
+                        row, col = np.array(np.unravel_index(M.argmax(), M.shape)) + np.array((k, m))
+                        index[i, j, k // kernel, m // kernel] = row * W + col
+        return output, index
+
+    return run
+
+
+@strategy("maxpool2d", backend="numpy", source=f"{SEED} update_output_2",
+          returns="values")
+def seed_reshape_max(inputs, params):
+    """The answer's vectorised values-only version: crop, max over runs of k
+    along W, then max over k rows. Two reductions, one copy of the crop when
+    it is not contiguous; no indices."""
+    x, kernel = inputs["x"], params["k"]
+
+    def run():
+        output, pool_h, pool_w = _cropped(x, kernel)
+        N, C = x.shape[:2]
+        output = output.reshape((-1, kernel)).max(axis=1)
+        output = output.reshape((N, C, pool_h, kernel, pool_w)).max(axis=3)
+        return output
+
+    return run
+
+
+@strategy("maxpool2d", backend="numpy", source=f"{SEED} update_output_3",
+          returns="values+indices", ties="first")
+def seed_reshape_argmax(inputs, params):
+    """The answer's two-stage argmax, batched over N·C: argmax over runs of k
+    along W, ``unravel_index`` and a gather, then argmax over the k rows and a
+    second gather through an index selector. Several full-size int64 index
+    arrays: ~10× the bytes of the input."""
+    x, kernel = inputs["x"], params["k"]
+
+    def run():
+        N, C, H, W = x.shape
+        output, pool_h, pool_w = _cropped(x, kernel)
+        # calculate max along second axis
+        output_tmp = output.reshape((-1, kernel))
+        output_indices = output_tmp.argmax(axis=1)
+        output_indices += np.arange(output_indices.shape[0]) * kernel
+        output_indices = np.unravel_index(output_indices, output.shape)
+        output_tmp = output[output_indices]
+        # calculate max along first axis, one (pool_h, k, pool_w) block per plane row
+        planes_rows = N * C * pool_h
+        output_tmp = output_tmp.reshape((planes_rows, kernel, pool_w))
+        selector = (kernel * pool_w * np.arange(planes_rows).reshape(planes_rows, 1))
+        selector = selector.repeat(pool_w, axis=1)
+        selector += pool_w * output_tmp.argmax(axis=1)
+        selector += np.arange(pool_w)
+        selector = selector.flatten()
+        output_indices = tuple(axis[selector] for axis in output_indices)
+        values = output[output_indices].reshape(N, C, pool_h, pool_w)
+        flat = (output_indices[2] * W + output_indices[3]).reshape(N, C, pool_h, pool_w)
+        return values, flat
+
+    return run
+
+
+@strategy("maxpool2d", backend="numpy", returns="values+indices", ties="first")
+def numpy_sliding_window(inputs, params):
+    """Added: ``sliding_window_view`` strided by k gives a zero-copy
+    (N, C, h, w, k, k) view; one reshape copies the windows into rows, one
+    argmax, one gather. Reads x once, writes a k²-wide copy once."""
+    x, k = inputs["x"], params["k"]
+    W = x.shape[-1]
+
+    def run():
+        N, C = x.shape[:2]
+        views = np.lib.stride_tricks.sliding_window_view(x, (k, k), axis=(2, 3))
+        h, w = x.shape[2] // k, W // k
+        windows = views[:, :, :h * k:k, :w * k:k].reshape(N, C, h, w, k * k)
+        in_window = windows.argmax(axis=-1)
+        values = np.take_along_axis(windows, in_window[..., None], axis=-1)[..., 0]
+        rows = np.arange(h)[:, None] * k + in_window // k
+        cols = np.arange(w)[None, :] * k + in_window % k
+        return values, rows * W + cols
+
+    return run
+
+
+@strategy("maxpool2d", backend="torch", returns="values")
+def torch_max_pool2d(inputs, params):
+    """Added: ``F.max_pool2d(x, k)`` without indices — the built-in's lower
+    bound: reads x once, writes the values."""
+    import torch.nn.functional as F
+
+    x, k = inputs["x"], params["k"]
+    return lambda: F.max_pool2d(x, k)
+
+
+@strategy("maxpool2d", backend="torch", returns="values+indices", ties="first")
+def torch_max_pool2d_indices(inputs, params):
+    """Added: ``F.max_pool2d(x, k, return_indices=True)`` — what PyTorch users
+    call; one kernel, reads x once, writes values and int64 indices."""
+    import torch.nn.functional as F
+
+    x, k = inputs["x"], params["k"]
+    return lambda: F.max_pool2d(x, k, return_indices=True)
+
+
+def torch_reshape_argmax_fn(x, k: int):
+    """Windows as rows by reshape/permute (one copy), one argmax, one gather."""
+    import torch
+
+    N, C, H, W = x.shape
+    h, w = H // k, W // k
+    windows = (x[:, :, :h * k, :w * k].reshape(N, C, h, k, w, k)
+               .permute(0, 1, 2, 4, 3, 5).reshape(N, C, h, w, k * k))
+    in_window = windows.argmax(dim=-1, keepdim=True)
+    values = windows.gather(-1, in_window).squeeze(-1)
+    in_window = in_window.squeeze(-1)
+    rows = torch.arange(h, device=x.device).view(h, 1) * k + torch.div(in_window, k, rounding_mode="floor")
+    cols = torch.arange(w, device=x.device).view(1, w) * k + in_window % k
+    return values, rows * W + cols
+
+
+@strategy("maxpool2d", backend="torch", returns="values+indices", ties="first")
+def torch_reshape_argmax(inputs, params):
+    """Added: a torch port of the reshape-argmax idea in one stage — the
+    windows copied into rows, ``argmax``, ``gather`` and index arithmetic;
+    ~6 kernels, the k²-wide copy and int64 temporaries dominate."""
+    x, k = inputs["x"], params["k"]
+    return lambda: torch_reshape_argmax_fn(x, k)
