@@ -149,7 +149,7 @@ def _check_benchmark(config: Config, bench: Benchmark, where: str) -> None:
             raise ConfigError(f"{where}.params.{key}: unknown parameter for {bench.op} "
                               f"(expected {', '.join(specs)})")
     for key, spec in specs.items():
-        if key not in bench.params and spec.choices is None:
+        if key not in bench.params and spec.choices is None and spec.required:
             raise ConfigError(f"{where}.params.{key}: missing")
         values = bench.params.get(key, [spec.choices[0]] if spec.choices else [])
         for value in values if isinstance(values, list) else [values]:
@@ -176,6 +176,8 @@ def _grid(op, params: dict) -> list[dict]:
     names, values = [], []
     for spec in op.params:
         raw = params.get(spec.name, [spec.choices[0]] if spec.choices else None)
+        if raw is None:  # an optional parameter this benchmark does not use
+            continue
         names.append(spec.name)
         values.append(raw if isinstance(raw, list) else [raw])
     return [dict(zip(names, combo)) for combo in itertools.product(*values)]

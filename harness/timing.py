@@ -22,8 +22,9 @@ CPU_CEILING_BYTES = 256 << 20
 CUDA_CEILING_BYTES = 1 << 30
 
 
-class CaseTimeout(Exception):
-    pass
+class CaseTimeout(BaseException):
+    """A BaseException, like KeyboardInterrupt: libraries that catch Exception
+    broadly (PyTensor's compiler does) must not swallow the time limit."""
 
 
 @contextlib.contextmanager

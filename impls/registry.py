@@ -93,6 +93,7 @@ class ParamSpec:
     minimum: int | None = 1
     choices: tuple | None = None
     doc: str = ""
+    required: bool = True  # False: needed by some forms only; the operator's validate says which
 
 
 @dataclass

@@ -1,0 +1,312 @@
+"""dispersion — shift each channel by i*S along W, then sum (SPEC 1.3, seed 001 ``A``).
+
+in:  x (B, C, H, W) float, mask (H, W) float, step S >= 0.
+out: y (B, 1, H, W + (C-1)*S),
+     y[b,0,h,w'] = Σ_i x[b,i,h,w'-i*S] * mask[h,w'-i*S] over 0 <= w'-i*S < W.
+     The forward model of coded-aperture snapshot spectral imaging (CASSI).
+compare: ‖out − ref‖ / ‖ref‖ against the float64 oracle (1e-5 float32,
+     1e-2 half types, 1e-12 float64); over the bound is ``inexact``.
+bytes: x + mask + y.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import numpy as np
+
+from impls import common
+from impls.common import Verdict
+from impls.registry import Operator, ParamSpec, register_operator, strategy
+
+SEED = "seed 001_56b0debf6cf20842.txt"
+
+
+# ---------------------------------------------------------------- contract
+def out_width(params) -> int:
+    return params["W"] + (params["C"] - 1) * params["S"]
+
+
+def validate(params) -> None:
+    if params["S"] < 0:
+        raise ValueError(f"S={params['S']}: the step must be >= 0")
+
+
+def oracle(inputs, params):
+    """Literally the definition: every channel's masked plane added at offset i*S."""
+    x, mask, S = inputs["x"], inputs["mask"], params["S"]
+    B, C, H, W = x.shape
+    y = np.zeros((B, 1, H, out_width(params)))
+    for i in range(C):
+        y[:, 0, :, i * S:i * S + W] += x[:, i] * mask
+    return y
+
+
+def generate_mask(rng, shape, mode: str):
+    if mode == "random":
+        return rng.uniform(1e-3, 1.0, size=shape)
+    # Binary fractions: every product and sum of the adversarial case is exact.
+    return rng.choice([0.125, 0.25, 0.5, 0.75], size=shape)
+
+
+def generate(params, mode: str = "random", seed: int = 0):
+    """x uniform in [0, 1) as the seed draws it; ``adversarial``: small signed
+    integers. Non-finite values are left out on purpose: the seed's own conv2d
+    formulation multiplies by zero kernel taps, so NaN propagation is not part
+    of this operator's contract."""
+    rng = np.random.default_rng(seed)
+    B, C, H, W = (params[key] for key in ("B", "C", "H", "W"))
+    if mode == "random":
+        x = rng.random((B, C, H, W))
+    else:
+        x = rng.integers(-4, 5, size=(B, C, H, W)).astype(np.float64)
+    return {"x": x, "mask": generate_mask(rng, (H, W), mode)}
+
+
+def bytes_moved(params, itemsize: int, returns: str = "output") -> int:
+    B, C, H, W = (params[key] for key in ("B", "C", "H", "W"))
+    return (B * C * H * W + H * W + B * H * out_width(params)) * itemsize
+
+
+def compare(out, ref, inputs, dtype: str, strat) -> Verdict:
+    return common.compare_relative("y", out, ref, dtype)
+
+
+def check_cases():
+    # S=0 (plain channel sum), C=1, W=1, S wider than W (uncovered columns), the seed's C.
+    return [dict(B=2, C=3, H=4, W=5, S=1), dict(B=2, C=4, H=3, W=6, S=0),
+            dict(B=1, C=1, H=5, W=7, S=2), dict(B=2, C=5, H=3, W=1, S=1),
+            dict(B=1, C=4, H=2, W=3, S=7), dict(B=1, C=28, H=8, W=16, S=2)]
+
+
+def to_backend(inputs, backend, device, dtype, layout="contiguous"):
+    return common.convert(inputs, backend, device, dtype, layout, layout_keys=("x",))
+
+
+def layouts(backend):
+    return common.LAYOUTS if backend in ("torch", "triton") else common.LAYOUTS[:2]
+
+
+OP = register_operator(Operator(
+    name="dispersion", doc=__doc__,
+    params=(ParamSpec("B"), ParamSpec("C"), ParamSpec("H"), ParamSpec("W"),
+            ParamSpec("S", minimum=0, doc="shift per channel")),
+    generate=generate, oracle=oracle, bytes_moved=bytes_moved, compare=compare,
+    validate=validate, to_backend=to_backend, baseline="seed_loop",
+    check_cases=check_cases, layouts=layouts, ))
+
+
+# --------------------------------------------------------- shared constants
+def alpha(C: int, W: int, S: int, like=None):
+    """How many channels cover each output column (the seed's ``alpha``)."""
+    counts = np.zeros(W + (C - 1) * S)
+    for i in range(C):
+        counts[i * S:i * S + W] += 1
+    if like is None:
+        return counts
+    import torch
+
+    return torch.as_tensor(counts, dtype=like.dtype, device=like.device)
+
+
+def one_hot_kernel(C: int, S: int, like):
+    """The seed's conv2d weight (1, C, 1, (C-1)S+1): channel C-i-1 has a 1 at tap i*S."""
+    import torch
+
+    kernel = torch.zeros(1, C, 1, (C - 1) * S + 1, dtype=like.dtype, device=like.device)
+    for i in range(C):
+        kernel[:, C - i - 1, :, i * S] = 1
+    return kernel
+
+
+@contextlib.contextmanager
+def tf32_disabled(device_type: str):
+    """cuDNN and cuBLAS in true float32 (TF32 off) for the duration."""
+    import torch
+
+    if device_type != "cuda":
+        yield
+        return
+    with torch.backends.cudnn.flags(enabled=True, allow_tf32=False):
+        yield
+
+
+def check_public(x, mask, S: int) -> None:
+    if x.ndim != 4:
+        raise ValueError(f"x shape {tuple(x.shape)}: expected (B, C, H, W)")
+    if S < 0:
+        raise ValueError(f"S={S}: the step must be >= 0")
+    if tuple(mask.shape) != tuple(x.shape[2:]):
+        raise ValueError(f"mask shape {tuple(mask.shape)} does not match x's plane {tuple(x.shape[2:])}")
+
+
+def dispersion(x, mask, S: int):
+    """Public entry point: validated shift-and-sum, numpy or torch."""
+    check_public(x, mask, S)
+    params = dict(B=x.shape[0], C=x.shape[1], H=x.shape[2], W=x.shape[3], S=S)
+    if hasattr(x, "detach"):
+        return seed_loop({"x": x, "mask": mask}, params)()
+    return numpy_loop({"x": x, "mask": mask}, params)()
+
+
+# ------------------------------------------------------------- strategies
+@strategy("dispersion", backend="numpy", source=f"{SEED} A (numpy port)")
+def numpy_loop(inputs, params):
+    """The seed's loop of slice-adds in numpy: one mask multiply, C
+    read-modify-writes of a W-wide slice of y."""
+    x, mask, S = inputs["x"], inputs["mask"], params["S"]
+    B, C, H, W = x.shape
+
+    def run():
+        z = x * mask
+        y = np.zeros((B, 1, H, W + (C - 1) * S), dtype=x.dtype)
+        for i in range(C):
+            y[..., i * S:i * S + W] += z[:, i:i + 1]
+        return y
+
+    return run
+
+
+@strategy("dispersion", backend="torch", source=f"{SEED} A")
+def seed_loop(inputs, params):
+    """The question's ``A``: ``z = x*mask`` then C slice-adds into zeroed y
+    (C+2 kernels; y is read and written C times)."""
+    import torch
+
+    x, mask, S = inputs["x"], inputs["mask"], params["S"]
+    B, C, H, W = x.shape
+
+    def run():
+        z = x * mask
+        y = torch.zeros(B, 1, H, W + (C - 1) * S, dtype=x.dtype, device=x.device)
+        for i in range(C):
+            y[..., (i * S):(i * S + W)] += z[:, (i):(i + 1)]
+        return y
+
+    return run
+
+
+def _conv2d(inputs, params, tf32: bool):
+    import torch.nn.functional as F
+
+    x, mask, S = inputs["x"], inputs["mask"], params["S"]
+    C = x.shape[1]
+    kernel = one_hot_kernel(C, S, x)
+    if tf32:
+        return lambda: F.conv2d(x * mask, kernel, padding=(0, (C - 1) * S))
+
+    def run():
+        with tf32_disabled(x.device.type):
+            return F.conv2d(x * mask, kernel, padding=(0, (C - 1) * S))
+
+    return run
+
+
+@strategy("dispersion", backend="torch", source=f"{SEED} A_fast")
+def seed_conv2d(inputs, params):
+    """The question's ``A_fast``: conv2d with the one-hot (1, C, 1, (C-1)S+1)
+    kernel — (C-1)S+1 taps per output of which C are non-zero, so ~S× the
+    arithmetic; under cuDNN's default TF32 on recent GPUs it rounds inputs to
+    10 mantissa bits."""
+    return _conv2d(inputs, params, tf32=True)
+
+
+@strategy("dispersion", backend="torch", source=f"{SEED} A_fast, TF32 off")
+def seed_conv2d_no_tf32(inputs, params):
+    """``A_fast`` with cuDNN's TF32 switched off: the accurate float32
+    convolution, beside the default one for comparison (same on CPU)."""
+    return _conv2d(inputs, params, tf32=False)
+
+
+def scatter_indices(B: int, C: int, H: int, W: int, S: int, device):
+    """The answer's index table: (C, H, W) -> flat position in y's (H, W') plane."""
+    import torch
+
+    out_W = W + (C - 1) * S
+    i_list = torch.arange(C, dtype=torch.long, device=device)
+    y_list = torch.arange(H, dtype=torch.long, device=device)
+    x_list = torch.arange(W, dtype=torch.long, device=device)
+    return x_list + i_list.view(C, 1, 1) * S + y_list.view(1, H, 1) * out_W
+
+
+@strategy("dispersion", backend="torch", source=f"{SEED} A_faster (answer)")
+def seed_scatter_add(inputs, params):
+    """The answer's ``A_faster``: ``scatter_add_`` of the masked x through a
+    precomputed (B, C·H·W) int64 index table — atomics on CUDA, and the table
+    is read every call (8 bytes per element)."""
+    import torch
+
+    x, mask, S = inputs["x"], inputs["mask"], params["S"]
+    B, C, H, W = x.shape
+    out_W = W + (C - 1) * S
+    indices = scatter_indices(B, C, H, W, S, x.device).view(1, C * H * W).expand(B, C * H * W)
+
+    def run():
+        y = torch.zeros(B, H * out_W, dtype=x.dtype, device=x.device)
+        y.scatter_add_(1, indices, (x * mask).reshape(B, C * H * W))
+        return y.view(B, 1, H, out_W)
+
+    return run
+
+
+@strategy("dispersion", backend="torch")
+def torch_index_add(inputs, params):
+    """Added: ``index_add_`` along the flattened plane with a (C·H·W) index
+    vector shared by the batch (the table is B× smaller than scatter_add_'s)."""
+    import torch
+
+    x, mask, S = inputs["x"], inputs["mask"], params["S"]
+    B, C, H, W = x.shape
+    out_W = W + (C - 1) * S
+    index = scatter_indices(B, C, H, W, S, x.device).reshape(-1)
+
+    def run():
+        y = torch.zeros(B, H * out_W, dtype=x.dtype, device=x.device)
+        y.index_add_(1, index, (x * mask).reshape(B, C * H * W))
+        return y.view(B, 1, H, out_W)
+
+    return run
+
+
+@strategy("dispersion", backend="torch", source="added (public CASSI code: shift, then sum)")
+def torch_shift_then_sum(inputs, params):
+    """Added, the formulation common in public CASSI reconstruction code: shift
+    every masked channel into a zeroed (B, C, H, W') buffer, then ``sum(1)``
+    — C+3 kernels and a C×-sized temporary."""
+    import torch
+
+    x, mask, S = inputs["x"], inputs["mask"], params["S"]
+    B, C, H, W = x.shape
+
+    def run():
+        z = x * mask
+        shifted = torch.zeros(B, C, H, W + (C - 1) * S, dtype=x.dtype, device=x.device)
+        for i in range(C):
+            shifted[:, i, :, S * i:S * i + W] = z[:, i]
+        return shifted.sum(1, keepdim=True)
+
+    return run
+
+
+@strategy("dispersion", backend="torch")
+def torch_fold(inputs, params):
+    """Added: the forward as the adjoint of the pseudo-inverse's unfold view —
+    ``F.fold`` with a (1, W) block at stride (1, S) sums the C shifted copies;
+    one permute copy of x feeds it."""
+    import torch.nn.functional as F
+
+    x, mask, S = inputs["x"], inputs["mask"], params["S"]
+    B, C, H, W = x.shape
+    out_W = W + (C - 1) * S
+    stride = max(S, 1)
+    if S == 0:
+        # fold needs a positive stride; with S=0 every block lands on the same columns.
+        def run_sum():
+            return (x * mask).sum(1, keepdim=True)
+        return run_sum
+
+    def run():
+        blocks = (x * mask).permute(0, 3, 2, 1).reshape(B, W, H * C)
+        return F.fold(blocks, output_size=(H, out_W), kernel_size=(1, W), stride=(1, stride)).view(B, 1, H, out_W)
+
+    return run

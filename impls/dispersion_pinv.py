@@ -1,0 +1,198 @@
+"""dispersion_pinv — shift back (SPEC 1.4, seed 001 ``A_pinv``).
+
+in:  y (B, 1, H, W'), mask (H, W), S, C with W' = W + (C-1)*S.
+out: x (B, C, H, W), x[b,i,h,w] = y[b,0,h,w+i*S] / alpha[w+i*S] / mask[h,w],
+     alpha[w'] = how many channels cover column w'.
+identity: dispersion(dispersion_pinv(y)) == y for y in dispersion's range.
+The generator draws mask in [1e-3, 1); the public entry point rejects zeros.
+compare: relative error as dispersion. bytes: y + mask + x.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from impls import common, dispersion
+from impls.common import Verdict
+from impls.registry import NotApplicable, Operator, register_operator, strategy
+
+SEED = dispersion.SEED
+
+
+def validate(params) -> None:
+    dispersion.validate(params)
+
+
+def oracle(inputs, params):
+    """Each channel reads its W-wide slice of y, divided by coverage and mask."""
+    y, mask, S, C = inputs["y"], inputs["mask"], params["S"], params["C"]
+    H, W = mask.shape
+    coverage = dispersion.alpha(C, W, S)
+    x = np.empty((y.shape[0], C, H, W))
+    for i in range(C):
+        x[:, i] = y[:, 0, :, i * S:i * S + W] / coverage[i * S:i * S + W] / mask
+    return x
+
+
+def generate(params, mode: str = "random", seed: int = 0):
+    """y uniform in [0, C) (a dispersed image's range); ``adversarial``: small
+    integers, and binary-fraction masks so each quotient is exact."""
+    rng = np.random.default_rng(seed)
+    B, C, H, W = (params[key] for key in ("B", "C", "H", "W"))
+    shape = (B, 1, H, dispersion.out_width(params))
+    y = rng.random(shape) * C if mode == "random" else rng.integers(-4, 5, size=shape).astype(np.float64)
+    return {"y": y, "mask": dispersion.generate_mask(rng, (H, W), mode)}
+
+
+def bytes_moved(params, itemsize: int, returns: str = "output") -> int:
+    return dispersion.bytes_moved(params, itemsize)
+
+
+def compare(out, ref, inputs, dtype: str, strat) -> Verdict:
+    return common.compare_relative("x", out, ref, dtype)
+
+
+def to_backend(inputs, backend, device, dtype, layout="contiguous"):
+    return common.convert(inputs, backend, device, dtype, layout, layout_keys=("y",))
+
+
+def layouts(backend):
+    return common.LAYOUTS if backend in ("torch", "triton") else common.LAYOUTS[:2]
+
+
+OP = register_operator(Operator(
+    name="dispersion_pinv", doc=__doc__, params=dispersion.OP.params,
+    generate=generate, oracle=oracle, bytes_moved=bytes_moved, compare=compare,
+    validate=validate, to_backend=to_backend, baseline="seed_loop_cat",
+    check_cases=dispersion.check_cases, layouts=layouts))
+
+
+def dispersion_pinv(y, mask, S: int, C: int):
+    """Public entry point: validated shift-back, numpy or torch."""
+    if C < 1:
+        raise ValueError(f"C={C}: need at least one channel")
+    if S < 0:
+        raise ValueError(f"S={S}: the step must be >= 0")
+    H, W = mask.shape
+    expected = (H, W + (C - 1) * S)
+    if y.ndim != 4 or y.shape[1] != 1 or tuple(y.shape[2:]) != expected:
+        raise ValueError(f"y shape {tuple(y.shape)}: expected (B, 1, {expected[0]}, {expected[1]}) for C={C}, S={S}")
+    if bool((mask == 0).any()):
+        raise ValueError("mask has zeros: the pseudo-inverse divides by it")
+    params = dict(B=y.shape[0], C=C, H=H, W=W, S=S)
+    if hasattr(y, "detach"):
+        return torch_unfold_view({"y": y, "mask": mask}, params)()
+    return numpy_window_view({"y": y, "mask": mask}, params)()
+
+
+# ------------------------------------------------------------- strategies
+@strategy("dispersion_pinv", backend="numpy", source=f"{SEED} A_pinv (numpy port)")
+def numpy_loop_cat(inputs, params):
+    """The seed's loop + concatenate in numpy: divide y by alpha, C slices
+    concatenated (a copy), then a division by mask (another pass)."""
+    y, mask, S, C = inputs["y"], inputs["mask"], params["S"], params["C"]
+    W = mask.shape[1]
+    coverage = dispersion.alpha(C, W, S).astype(y.dtype)
+
+    def run():
+        with np.errstate(divide="ignore", invalid="ignore"):  # 0/0 in uncovered columns, never read
+            z = y / coverage
+        return np.concatenate([z[..., (i * S):(i * S + W)] for i in range(C)], axis=1) / mask
+
+    return run
+
+
+@strategy("dispersion_pinv", backend="torch", source=f"{SEED} A_pinv")
+def seed_loop_cat(inputs, params):
+    """The question's ``A_pinv``: ``z = y / alpha``, ``cat`` of C slices, ``/ mask``
+    — three passes, a C-sized concatenated temporary."""
+    import torch
+
+    y, mask, S, C = inputs["y"], inputs["mask"], params["S"], params["C"]
+    W = mask.shape[1]
+    coverage = dispersion.alpha(C, W, S, like=y)
+
+    def run():
+        z = y / coverage
+        return torch.cat([z[..., (i * S):(i * S + W)] for i in range(C)], dim=1) / mask
+
+    return run
+
+
+def _conv_transpose2d(inputs, params, tf32: bool):
+    import torch.nn.functional as F
+
+    y, mask, S, C = inputs["y"], inputs["mask"], params["S"], params["C"]
+    W = mask.shape[1]
+    if S > W and C > 1:
+        # Found by the check: columns no channel covers have alpha = 0, so y/alpha
+        # is 0/0 there, and the kernel's zero taps spread that NaN to every output.
+        raise NotApplicable(f"S={S} > W={W}: y/alpha is 0/0 in uncovered columns and "
+                            "conv_transpose2d's zero taps spread the NaN (seed's A_pinv_fast)")
+    coverage = dispersion.alpha(C, W, S, like=y)
+    kernel = dispersion.one_hot_kernel(C, S, y)
+
+    def compute():
+        return F.conv_transpose2d(y / coverage, kernel, padding=(0, (C - 1) * S)) / mask
+
+    if tf32:
+        return compute
+
+    def run():
+        with dispersion.tf32_disabled(y.device.type):
+            return compute()
+
+    return run
+
+
+@strategy("dispersion_pinv", backend="torch", source=f"{SEED} A_pinv_fast")
+def seed_conv_transpose2d(inputs, params):
+    """The question's ``A_pinv_fast``: conv_transpose2d with the one-hot kernel
+    (S× the needed arithmetic; TF32 by default on recent GPUs)."""
+    return _conv_transpose2d(inputs, params, tf32=True)
+
+
+@strategy("dispersion_pinv", backend="torch", source=f"{SEED} A_pinv_fast, TF32 off")
+def seed_conv_transpose2d_no_tf32(inputs, params):
+    """``A_pinv_fast`` with cuDNN's TF32 off, for comparison with the default."""
+    return _conv_transpose2d(inputs, params, tf32=False)
+
+
+@strategy("dispersion_pinv", backend="torch")
+def torch_unfold_view(inputs, params):
+    """Added: one gather through a zero-copy view — ``y.unfold(-1, W, S)`` is
+    (B, 1, H, C, W) without copying; a single broadcast division by
+    ``alpha·mask`` writes x (no loop, no copy before the division)."""
+    y, mask, S, C = inputs["y"], inputs["mask"], params["S"], params["C"]
+    W = mask.shape[1]
+    step = max(S, 1)
+    coverage = dispersion.alpha(C, W, S, like=y)
+    # Per (channel, column) coverage: the same unfold applied to alpha.
+    coverage_per_channel = (coverage.unfold(-1, W, step) if S else coverage.expand(C, W))[:, None, :]
+    denominator = coverage_per_channel * mask  # (C, H, W), a constant of the case
+
+    def run():
+        windows = y.unfold(-1, W, step) if S else y.unsqueeze(-2).expand(-1, -1, -1, C, -1)
+        view = windows[:, 0].permute(0, 2, 1, 3)  # (B, C, H, W), still a view of y
+        return view / denominator
+
+    return run
+
+
+@strategy("dispersion_pinv", backend="numpy")
+def numpy_window_view(inputs, params):
+    """Added: numpy's ``sliding_window_view`` strided by S — the same zero-copy
+    gather as the torch unfold, one division pass."""
+    y, mask, S, C = inputs["y"], inputs["mask"], params["S"], params["C"]
+    W = mask.shape[1]
+    coverage = dispersion.alpha(C, W, S).astype(y.dtype)
+    windows_of = np.lib.stride_tricks.sliding_window_view
+    coverage_per_channel = windows_of(coverage, W)[::S][:C] if S else np.broadcast_to(coverage, (C, W))
+    denominator = coverage_per_channel[:, None, :] * mask
+
+    def run():
+        windows = windows_of(y[:, 0], W, axis=-1)  # (B, H, W'-W+1, W), a view
+        view = windows[:, :, ::S][:, :, :C] if S else np.broadcast_to(windows, (y.shape[0], y.shape[2], C, W))
+        return view.transpose(0, 2, 1, 3) / denominator
+
+    return run

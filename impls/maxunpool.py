@@ -1,0 +1,406 @@
+"""maxunpool — put pooled values back at stored positions (SPEC 1.2, seed 002).
+
+in:  values (..., L) float, positions (..., L) int64, size P: each position is
+     a flat index into the last axis of an output of shape (..., P).
+     form "1d" (the seed's): values (B, F, L), positions inside bins of width
+     f, P = L*f, output (B, F, P).
+     form "2d": the inverse of maxpool2d — values and flat indices of shape
+     (N, C, H//k, W//k) scattered into (N, C, H, W), P = H*W.
+out: zeros with ``values`` written at ``positions``. Positions in one row are
+     distinct; one outside [0, P) is an error raised by ``maxunpool`` (the
+     public entry point), never a silent write.
+bytes: values + positions + output.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from impls import common, maxpool2d
+from impls.common import Verdict
+from impls.registry import NotApplicable, Operator, ParamSpec, register_operator, strategy
+
+SEED = "seed 002_d8b5391e7a3d2e33.txt"
+FORM_PARAMS = {"1d": ("B", "F", "L", "f"), "2d": ("N", "C", "H", "W", "k")}
+
+
+# ---------------------------------------------------------------- contract
+def validate(params) -> None:
+    form = params["form"]
+    needed = FORM_PARAMS[form]
+    missing = [key for key in needed if key not in params]
+    if missing:
+        raise ValueError(f"form {form} needs {', '.join(needed)}; missing {', '.join(missing)}")
+    extra = [key for key in params if key != "form" and key not in needed]
+    if extra:
+        raise ValueError(f"form {form} takes {', '.join(needed)}; {', '.join(extra)} belongs to the other form")
+    if form == "2d":
+        maxpool2d.validate(params)
+
+
+def shapes(params) -> tuple[tuple, tuple]:
+    """(pooled shape, output shape) of a parameter set."""
+    if params["form"] == "1d":
+        B, F, L, f = (params[key] for key in FORM_PARAMS["1d"])
+        return (B, F, L), (B, F, L * f)
+    N, C, H, W, k = (params[key] for key in FORM_PARAMS["2d"])
+    return (N, C, H // k, W // k), (N, C, H, W)
+
+
+def oracle(inputs, params):
+    """Row by row: a zeroed output row, the values written at their positions."""
+    values, positions = inputs["values"], inputs["positions"]
+    _, out_shape = shapes(params)
+    rows = math.prod(out_shape[:2])
+    flat_out = np.zeros((rows, math.prod(out_shape[2:])), dtype=np.float64)
+    flat_values = values.reshape(rows, -1)
+    flat_positions = positions.reshape(rows, -1)
+    for row in range(rows):
+        flat_out[row, flat_positions[row]] = flat_values[row]
+    return flat_out.reshape(out_shape)
+
+
+def generate(params, mode: str = "random", seed: int = 0):
+    """1d: one position per bin of width f (adversarial: at the bins' edges);
+    2d: values and indices from maxpool2d's oracle on a random or adversarial x."""
+    rng = np.random.default_rng(seed)
+    if params["form"] == "2d":
+        pooled = maxpool2d.generate(params, mode, seed)
+        values, positions = maxpool2d.oracle(pooled, params)
+        return {"values": values, "positions": positions}
+    (B, F, L), _ = shapes(params)
+    f = params["f"]
+    if mode == "random":
+        values = rng.standard_normal((B, F, L))
+        offsets = rng.integers(0, f, size=(B, F, L))
+    else:
+        values = rng.integers(-3, 4, size=(B, F, L)).astype(np.float64)
+        special = rng.random((B, F, L))
+        values[special < 0.05] = np.nan
+        values[(special >= 0.05) & (special < 0.1)] = np.inf
+        values[(special >= 0.1) & (special < 0.15)] = -np.inf
+        offsets = np.where(rng.random((B, F, L)) < 0.5, 0, f - 1)
+    positions = np.arange(L) * f + offsets
+    return {"values": values, "positions": positions.astype(np.int64)}
+
+
+def bytes_moved(params, itemsize: int, returns: str = "output") -> int:
+    pooled, out_shape = shapes(params)
+    return math.prod(pooled) * (itemsize + 8) + math.prod(out_shape) * itemsize
+
+
+def compare(out, ref, inputs, dtype: str, strat) -> Verdict:
+    return common.compare_bitwise("output", out, ref, dtype)
+
+
+def check_cases():
+    return [dict(form="1d", B=2, F=3, L=4, f=5), dict(form="1d", B=3, F=2, L=7, f=1),
+            dict(form="1d", B=1, F=1, L=9, f=3), dict(form="2d", N=2, C=3, H=8, W=8, k=2),
+            dict(form="2d", N=2, C=2, H=7, W=9, k=2), dict(form="2d", N=1, C=2, H=10, W=11, k=3)]
+
+
+def to_backend(inputs, backend, device, dtype, layout="contiguous"):
+    return common.convert(inputs, backend, device, dtype, layout, layout_keys=("values", "positions"))
+
+
+def layouts(backend):
+    # channels_last would only apply to the 2-D form's small inputs; strided rows are the case that matters.
+    return common.LAYOUTS[:2]
+
+
+OP = register_operator(Operator(
+    name="maxunpool", doc=__doc__,
+    params=(ParamSpec("form", kind=str, minimum=None, choices=("1d", "2d")),
+            *(ParamSpec(key, required=False) for key in ("B", "F", "L", "f", "N", "C", "H", "W", "k"))),
+    generate=generate, oracle=oracle, bytes_moved=bytes_moved, compare=compare,
+    validate=validate, to_backend=to_backend, baseline="numpy_seed_row_loop",
+    check_cases=check_cases, layouts=layouts))
+
+
+# --------------------------------------------------------- public entry point
+def maxunpool(values, positions, size: int):
+    """Scatter ``values`` (..., L) to ``positions`` in zeros of shape (..., size).
+
+    Works on numpy arrays and torch tensors; rejects a bad shape, dtype or
+    position with a one-line ValueError before writing anything.
+    """
+    if tuple(values.shape) != tuple(positions.shape):
+        raise ValueError(f"values shape {tuple(values.shape)} differs from positions shape {tuple(positions.shape)}")
+    if str(positions.dtype).replace("torch.", "") not in ("int64", "int32"):
+        raise ValueError(f"positions dtype {positions.dtype}: expected int64")
+    if size < 1:
+        raise ValueError(f"size {size}: must be >= 1")
+    if positions.numel() if hasattr(positions, "numel") else positions.size:
+        low, high = int(positions.min()), int(positions.max())
+        if low < 0 or high >= size:
+            bad = low if low < 0 else high
+            where = tuple(int(i) for i in np.argwhere(common.to_numpy(positions) == bad)[0])
+            raise ValueError(f"positions: index {bad} at {where} is outside [0, {size})")
+    if hasattr(values, "detach"):
+        import torch
+
+        out = torch.zeros(tuple(values.shape[:-1]) + (size,), dtype=values.dtype, device=values.device)
+        return out.scatter_(-1, positions.to(torch.int64), values)
+    out = np.zeros(values.shape[:-1] + (size,), dtype=values.dtype)
+    np.put_along_axis(out, positions.astype(np.int64), values, axis=-1)
+    return out
+
+
+def _rows(inputs, params):
+    """values and positions as (A, B, L) (a view when contiguous), P and the output shape."""
+    _, out_shape = shapes(params)
+    lead = out_shape[:2]
+    values = inputs["values"].reshape(*lead, -1)
+    positions = inputs["positions"].reshape(*lead, -1)
+    return values, positions, math.prod(out_shape[2:]), out_shape
+
+
+# ------------------------------------------------------------- strategies
+@strategy("maxunpool", backend="numpy", source=f"{SEED} upsamplecode (per-row set_subtensor loop)")
+def numpy_seed_row_loop(inputs, params):
+    """The question's loop over (item, filter): one fancy-index assignment per
+    row. A·B interpreted iterations, each a small scatter of L values."""
+    values, positions, P, out_shape = _rows(inputs, params)
+
+    def run():
+        upsampled = np.zeros(values.shape[:2] + (P,), dtype=values.dtype)
+        for whichitem in range(values.shape[0]):
+            for whichfilt in range(values.shape[1]):
+                upsampled[whichitem, whichfilt, positions[whichitem, whichfilt, :]] = values[whichitem, whichfilt, :]
+        return upsampled.reshape(out_shape)
+
+    return run
+
+
+@strategy("maxunpool", backend="numpy", source=f"{SEED} upsamplecode2 (flattened indices + row offsets)")
+def numpy_seed_flat_set(inputs, params):
+    """The question's update: one set on the flattened output, positions plus a
+    precomputed per-row offset table (the seed's shared variable, built once).
+    The add makes a full int64 temporary per call."""
+    values, positions, P, out_shape = _rows(inputs, params)
+    A, B, L = values.shape
+    add_to_flattened_indices = ((np.arange(A)[:, None, None] * B + np.arange(B)[None, :, None]) * P
+                                + np.zeros((1, 1, L), dtype=np.int64)).ravel()
+
+    def run():
+        upsampled = np.zeros(A * B * P, dtype=values.dtype)
+        upsampled[positions.ravel() + add_to_flattened_indices] = values.ravel()
+        return upsampled.reshape(out_shape)
+
+    return run
+
+
+@strategy("maxunpool", backend="numpy", source=f"{SEED} answer (advanced-index broadcast, numpy)")
+def numpy_seed_broadcast(inputs, params):
+    """The answer: ``out[arange(A)[:,None,None], arange(B)[None,:,None], pos] = v``.
+    One scatter; numpy broadcasts three index arrays to compute each offset."""
+    values, positions, P, out_shape = _rows(inputs, params)
+    shp = values.shape
+
+    def run():
+        upsampled_np = np.zeros((shp[0], shp[1], P), dtype=values.dtype)
+        upsampled_np[np.arange(shp[0]).reshape(-1, 1, 1), np.arange(shp[1]).reshape(1, -1, 1), positions] = values
+        return upsampled_np.reshape(out_shape)
+
+    return run
+
+
+@strategy("maxunpool", backend="numpy")
+def numpy_put_along_axis(inputs, params):
+    """Added: ``np.put_along_axis(out, positions, values, axis=-1)`` — the
+    library's own call for this; builds the same fancy index internally."""
+    values, positions, P, out_shape = _rows(inputs, params)
+
+    def run():
+        out = np.zeros(values.shape[:2] + (P,), dtype=values.dtype)
+        np.put_along_axis(out, positions, values, axis=-1)
+        return out.reshape(out_shape)
+
+    return run
+
+
+@strategy("maxunpool", backend="torch", source=f"{SEED} upsamplecode (per-row loop, torch)")
+def torch_seed_row_loop(inputs, params):
+    """The question's per-(item, filter) loop in torch: A·B indexed
+    assignments, each a kernel launch on CUDA."""
+    import torch
+
+    values, positions, P, out_shape = _rows(inputs, params)
+
+    def run():
+        upsampled = torch.zeros(values.shape[:2] + (P,), dtype=values.dtype, device=values.device)
+        for whichitem in range(values.shape[0]):
+            for whichfilt in range(values.shape[1]):
+                upsampled[whichitem, whichfilt, positions[whichitem, whichfilt, :]] = values[whichitem, whichfilt, :]
+        return upsampled.reshape(out_shape)
+
+    return run
+
+
+@strategy("maxunpool", backend="torch", source=f"{SEED} upsamplecode2 (flattened indices, torch)")
+def torch_seed_flat_set(inputs, params):
+    """The question's flattened single set in torch, offsets precomputed once."""
+    import torch
+
+    values, positions, P, out_shape = _rows(inputs, params)
+    A, B, L = values.shape
+    offsets = ((torch.arange(A, device=values.device).view(A, 1, 1) * B
+                + torch.arange(B, device=values.device).view(1, B, 1)) * P).expand(A, B, L).reshape(-1)
+
+    def run():
+        upsampled = torch.zeros(A * B * P, dtype=values.dtype, device=values.device)
+        upsampled[positions.reshape(-1) + offsets] = values.reshape(-1)
+        return upsampled.reshape(out_shape)
+
+    return run
+
+
+@strategy("maxunpool", backend="torch", source=f"{SEED} answer (advanced-index broadcast, torch)")
+def torch_seed_broadcast(inputs, params):
+    """The answer's broadcast index in torch: ``index_put_`` with three
+    broadcast index tensors (aranges built once)."""
+    import torch
+
+    values, positions, P, out_shape = _rows(inputs, params)
+    A, B, _ = values.shape
+    items = torch.arange(A, device=values.device).view(-1, 1, 1)
+    filters = torch.arange(B, device=values.device).view(1, -1, 1)
+
+    def run():
+        upsampled = torch.zeros((A, B, P), dtype=values.dtype, device=values.device)
+        upsampled[items, filters, positions] = values
+        return upsampled.reshape(out_shape)
+
+    return run
+
+
+@strategy("maxunpool", backend="torch")
+def torch_scatter(inputs, params):
+    """Added: ``zeros(...).scatter_(-1, positions, values)`` — one zero fill, one
+    scatter kernel, no index arithmetic."""
+    import torch
+
+    values, positions, P, out_shape = _rows(inputs, params)
+
+    def run():
+        out = torch.zeros(values.shape[:2] + (P,), dtype=values.dtype, device=values.device)
+        return out.scatter_(-1, positions, values).reshape(out_shape)
+
+    return run
+
+
+@strategy("maxunpool", backend="torch")
+def torch_index_put(inputs, params):
+    """Added: ``index_put_`` on the flat output with flat indices built in-call
+    (``positions + row*P``) — the accumulate-free flat write."""
+    import torch
+
+    values, positions, P, out_shape = _rows(inputs, params)
+    A, B, L = values.shape
+    row_base = (torch.arange(A * B, device=values.device) * P).view(A, B, 1)
+
+    def run():
+        out = torch.zeros(A * B * P, dtype=values.dtype, device=values.device)
+        out.index_put_(((positions + row_base).reshape(-1),), values.reshape(-1))
+        return out.view(out_shape)
+
+    return run
+
+
+@strategy("maxunpool", backend="torch")
+def torch_max_unpool1d(inputs, params):
+    """Added: ``F.max_unpool1d(values, positions, f, output_size=P)`` — the
+    built-in for the seed's 1-D form (the 2-D form's cropped size is outside
+    what its window arithmetic allows)."""
+    import torch.nn.functional as F
+
+    if params["form"] != "1d":
+        raise NotApplicable("max_unpool1d takes the 1-D form; the 2-D form is max_unpool2d's")
+    values, positions, f = inputs["values"], inputs["positions"], params["f"]
+    P = values.shape[-1] * f
+    return lambda: F.max_unpool1d(values, positions, f, output_size=(P,))
+
+
+@strategy("maxunpool", backend="torch")
+def torch_max_unpool2d(inputs, params):
+    """Added: ``F.max_unpool2d`` — the built-in inverse of ``max_pool2d``; the
+    1-D form runs as a (B, F, 1, L) plane with a (1, f) window."""
+    import torch.nn.functional as F
+
+    values, positions = inputs["values"], inputs["positions"]
+    if params["form"] == "2d":
+        k, size = params["k"], (params["H"], params["W"])
+        return lambda: F.max_unpool2d(values, positions, k, output_size=size)
+    f = params["f"]
+    size = (1, values.shape[-1] * f)
+    values4, positions4 = values.unsqueeze(2), positions.unsqueeze(2)
+    return lambda: F.max_unpool2d(values4, positions4, (1, f), output_size=size).squeeze(2)
+
+
+# ---------------------------------------------------- PyTensor (Theano's successor)
+def _pytensor_function(params, values, build):
+    """Compiles ``build(v, p)`` once (outside the timed region), like ``theano.function``."""
+    import pytensor
+    import pytensor.tensor as pt
+
+    v = pt.tensor3("values", dtype=str(values.dtype))
+    p = pt.tensor3("positions", dtype="int64")
+    return pytensor.function([v, p], build(v, p, pt))
+
+
+@strategy("maxunpool", backend="pytensor", source=f"{SEED} upsamplecode (set_subtensor loop, PyTensor)")
+def pytensor_seed_row_loop(inputs, params):
+    """The question's graph verbatim: A·B chained ``set_subtensor`` nodes,
+    unrolled at graph-build time, compiled once."""
+    values, positions, P, out_shape = _rows(inputs, params)
+    A, B, _ = values.shape
+
+    def build(v, p, pt):
+        upsampled = pt.zeros((A, B, P), dtype=v.dtype)
+        for whichitem in range(A):
+            for whichfilt in range(B):
+                upsampled = pt.set_subtensor(upsampled[whichitem, whichfilt, p[whichitem, whichfilt, :]],
+                                             v[whichitem, whichfilt, :])
+        return upsampled
+
+    fn = _pytensor_function(params, values, build)
+    return lambda: fn(values, positions).reshape(out_shape)
+
+
+@strategy("maxunpool", backend="pytensor", source=f"{SEED} upsamplecode2 (flattened set_subtensor, PyTensor)")
+def pytensor_seed_flat_set(inputs, params):
+    """The question's one ``set_subtensor`` on the flattened output with a
+    shared offset table (int64 here: the seed's float offsets cast to int32
+    would overflow past 2^31 elements)."""
+    values, positions, P, out_shape = _rows(inputs, params)
+    A, B, L = values.shape
+    offsets = ((np.arange(A)[:, None, None] * B + np.arange(B)[None, :, None]) * P
+               + np.zeros((1, 1, L), dtype=np.int64)).ravel()
+
+    def build(v, p, pt):
+        import pytensor
+
+        add_to_flattened_indices = pytensor.shared(offsets, name="add_to_flattened_indices")
+        upsampled = pt.zeros((A, B, P), dtype=v.dtype)
+        return pt.set_subtensor(upsampled.flatten()[p.flatten() + add_to_flattened_indices],
+                                v.flatten()).reshape(upsampled.shape)
+
+    fn = _pytensor_function(params, values, build)
+    return lambda: fn(values, positions).reshape(out_shape)
+
+
+@strategy("maxunpool", backend="pytensor", source=f"{SEED} answer (advanced-index broadcast, PyTensor)")
+def pytensor_seed_broadcast(inputs, params):
+    """The answer's broadcast ``set_subtensor`` in PyTensor, compiled once."""
+    values, positions, P, out_shape = _rows(inputs, params)
+
+    def build(v, p, pt):
+        shp = v.shape
+        upsampled = pt.zeros((shp[0], shp[1], P), dtype=v.dtype)
+        return pt.set_subtensor(upsampled[pt.arange(shp[0]).reshape((-1, 1, 1)),
+                                          pt.arange(shp[1]).reshape((1, -1, 1)), p], v)
+
+    fn = _pytensor_function(params, values, build)
+    return lambda: fn(values, positions).reshape(out_shape)

@@ -1,0 +1,404 @@
+"""The comparison report: ``python report.py RESULT_DIR [RESULT_DIR ...] [-o OUT]``.
+
+Reads result directories (a CPU run and a GPU run, say) and writes
+``OUT/<name>.md``, ``OUT/<name>.html`` (one self-contained file, figures
+embedded) and the figures as PNG and SVG under ``OUT/figures``. Every number
+comes from the result files; every text from them is escaped.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import html
+import json
+import math
+import re
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import pandas as pd  # noqa: E402
+
+from harness import store  # noqa: E402
+from harness.tables import CORRECT, fmt_num, fmt_time, params_label, with_speedups  # noqa: E402
+
+BACKEND_COLOURS = {"numpy": "#4c72b0", "torch": "#dd8452", "triton": "#55a868", "numba": "#8172b3",
+                   "pytensor": "#937860"}
+FIGURE_WIDTH_IN, DPI = 8.0, 100  # every PNG is 800 px wide
+FAILED = ("mismatch", "error", "timeout")
+
+
+# ------------------------------------------------------------------ loading
+def load(dirs) -> tuple[pd.DataFrame, list[dict]]:
+    """All rows of the given runs, each labelled with its machine, plus their metadata."""
+    frames, metas = [], []
+    for directory in dirs:
+        meta, rows, _samples = store.read_run(directory)
+        meta = dict(meta, directory=str(directory))
+        metas.append(meta)
+        if rows.empty:
+            continue
+        rows = rows.copy()
+        rows["machine"] = rows["device"].map(lambda d: device_label(meta, d))
+        rows["run_dir"] = str(directory)
+        frames.append(rows)
+    if not frames:
+        raise store.ResultError(f"{', '.join(map(str, dirs))}: no result rows to report")
+    return with_speedups(pd.concat(frames, ignore_index=True)), metas
+
+
+def device_label(meta: dict, device: str) -> str:
+    if device == "cuda":
+        return f"cuda: {meta.get('gpu_name') or 'GPU'}"
+    return f"cpu: {meta.get('cpu_model', '?')} ×{meta.get('cpu_count', '?')}"
+
+
+def case_title(row) -> str:
+    return f"{row['op']} {params_label(row['params'])} · {row['machine']} · {row['dtype']}"
+
+
+def slug(text: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")[:80]
+
+
+# ------------------------------------------------------------------ document
+@dataclass
+class Doc:
+    blocks: list = field(default_factory=list)
+
+    def heading(self, level: int, text: str):
+        self.blocks.append(("h", level, text))
+
+    def para(self, text: str):
+        self.blocks.append(("p", text))
+
+    def table(self, header: list[str], rows: list[list[str]], bold_row: int | None = None):
+        self.blocks.append(("table", header, rows, bold_row))
+
+    def figure(self, stem: str, caption: str):
+        self.blocks.append(("fig", stem, caption))
+
+    def code(self, text: str):
+        self.blocks.append(("code", text))
+
+
+def md_escape(text: str) -> str:
+    text = str(text).replace("\\", "\\\\")
+    # "_" inside words is not emphasis in GitHub Markdown; names keep their underscores.
+    for char in "|*`<>[]#":
+        text = text.replace(char, "\\" + char)
+    return text.replace("\n", " ")
+
+
+def render_markdown(doc: Doc, figure_dir: str) -> str:
+    lines: list[str] = []
+    for block in doc.blocks:
+        kind = block[0]
+        if kind == "h":
+            lines += ["#" * block[1] + " " + md_escape(block[2]), ""]
+        elif kind == "p":
+            lines += [md_escape(block[1]), ""]
+        elif kind == "code":
+            lines += ["```", block[1].replace("```", "'''"), "```", ""]
+        elif kind == "table":
+            _, header, rows, bold = block
+            lines.append("| " + " | ".join(md_escape(h) for h in header) + " |")
+            lines.append("|" + "---|" * len(header))
+            for index, row in enumerate(rows):
+                cells = [md_escape(c) for c in row]
+                if index == bold:
+                    cells = [f"**{c}**" if c else c for c in cells]
+                lines.append("| " + " | ".join(cells) + " |")
+            lines.append("")
+        elif kind == "fig":
+            _, stem, caption = block
+            lines += [f"![{md_escape(caption)}]({figure_dir}/{stem}.png)", ""]
+    return "\n".join(lines)
+
+
+def render_html(doc: Doc, figures: Path, title: str) -> str:
+    esc = html.escape
+    parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>{esc(title)}</title>",
+             "<style>body{font-family:system-ui,sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;"
+             "color:#222}table{border-collapse:collapse;margin:1em 0;font-size:13px}"
+             "td,th{border:1px solid #ccc;padding:3px 8px;text-align:right}td:first-child,th:first-child"
+             "{text-align:left}tr.best td{font-weight:bold;background:#eef7ee}img{max-width:100%}"
+             "pre{background:#f4f4f4;padding:8px;overflow-x:auto}</style></head><body>"]
+    for block in doc.blocks:
+        kind = block[0]
+        if kind == "h":
+            parts.append(f"<h{block[1]} id='{slug(block[2])}'>{esc(block[2])}</h{block[1]}>")
+        elif kind == "p":
+            parts.append(f"<p>{esc(block[1])}</p>")
+        elif kind == "code":
+            parts.append(f"<pre>{esc(block[1])}</pre>")
+        elif kind == "table":
+            _, header, rows, bold = block
+            parts.append("<table><tr>" + "".join(f"<th>{esc(h)}</th>" for h in header) + "</tr>")
+            for index, row in enumerate(rows):
+                css = " class='best'" if index == bold else ""
+                parts.append(f"<tr{css}>" + "".join(f"<td>{esc(str(c))}</td>" for c in row) + "</tr>")
+            parts.append("</table>")
+        elif kind == "fig":
+            _, stem, caption = block
+            data = base64.b64encode((figures / f"{stem}.png").read_bytes()).decode()
+            parts.append(f"<figure><img alt='{esc(caption)}' src='data:image/png;base64,{data}'>"
+                         f"<figcaption>{esc(caption)}</figcaption></figure>")
+    parts.append("</body></html>")
+    return "\n".join(parts)
+
+
+# ------------------------------------------------------------------ figures
+def save(fig, figures: Path, stem: str) -> str:
+    figures.mkdir(parents=True, exist_ok=True)
+    fig.savefig(figures / f"{stem}.png", dpi=DPI)
+    fig.savefig(figures / f"{stem}.svg")
+    plt.close(fig)
+    return stem
+
+
+def _legend_backends(ax, backends):
+    handles = [plt.Rectangle((0, 0), 1, 1, color=BACKEND_COLOURS.get(b, "grey")) for b in backends]
+    ax.legend(handles, backends, loc="lower right", fontsize=8, title="backend", title_fontsize=8)
+
+
+def figure_times(group: pd.DataFrame, figures: Path, stem: str) -> str:
+    """Median time per strategy on a log axis, sorted, % of ceiling beside each
+    bar; failed strategies listed at the bottom with their status, not dropped."""
+    timed = group[group["median_s"].notna()].sort_values("median_s", ascending=False)
+    failed = group[group["median_s"].isna()]
+    n = len(timed) + len(failed)
+    fig, ax = plt.subplots(figsize=(FIGURE_WIDTH_IN, 1.2 + 0.32 * max(n, 1)), layout="constrained")
+    labels, positions = [], []
+    for position, (_, row) in enumerate(failed.iterrows()):
+        labels.append(f"{row['strategy']}  [{row['status']}]")
+        positions.append(position)
+    offset = len(failed)
+    top = timed["median_s"].max() if len(timed) else 1.0
+    for position, (_, row) in enumerate(timed.iterrows(), start=offset):
+        colour = BACKEND_COLOURS.get(row["backend"], "grey")
+        inexact = row["status"] == "inexact"
+        ax.barh(position, row["median_s"], color=colour, hatch="//" if inexact else None,
+                edgecolor="black" if inexact else colour)
+        pct = row["pct_of_ceiling"]
+        note = f" {pct:.3g} % of ceiling" if math.isfinite(pct) else ""
+        if inexact:
+            note += f"  inexact (rel err {row['rel_err']:.2g})"
+        ax.text(row["median_s"], position, note, va="center", fontsize=8)
+        labels.append(row["strategy"])
+        positions.append(position)
+    floor = group["floor_s"].dropna()
+    if len(floor):
+        ax.axvline(floor.iloc[0], color="black", linestyle="--", linewidth=1)
+        ax.text(floor.iloc[0], n - 0.4, " bandwidth floor", fontsize=8, va="bottom")
+    ax.set_xscale("log")
+    if len(timed):
+        ax.set_xlim(min(timed["median_s"].min(), floor.min() if len(floor) else math.inf) / 2, top * 30)
+    ax.set_yticks(positions, labels, fontsize=8)
+    for tick, position in zip(ax.get_yticklabels(), positions):
+        if position < offset:
+            tick.set_color("red")
+    ax.set_xlabel("median time per call (s, log scale)")
+    ax.set_title(case_title(group.iloc[0]), fontsize=9)
+    _legend_backends(ax, sorted(group["backend"].unique()))
+    return save(fig, figures, stem)
+
+
+def figure_gbps(group: pd.DataFrame, figures: Path, stem: str) -> str:
+    timed = group[group["gbps"].notna()].sort_values("gbps")
+    fig, ax = plt.subplots(figsize=(FIGURE_WIDTH_IN, 1.2 + 0.32 * max(len(timed), 1)), layout="constrained")
+    ax.barh(range(len(timed)), timed["gbps"], color=[BACKEND_COLOURS.get(b, "grey") for b in timed["backend"]])
+    ax.set_yticks(range(len(timed)), timed["strategy"], fontsize=8)
+    ceiling = group["ceiling_gbps"].dropna()
+    if len(ceiling):
+        ax.axvline(ceiling.iloc[0], color="black", linestyle="--", linewidth=1)
+        ax.text(ceiling.iloc[0], len(timed) - 0.5, f" copy ceiling {ceiling.iloc[0]:.1f} GB/s", fontsize=8)
+        ax.set_xlim(0, ceiling.iloc[0] * 1.35)
+    ax.set_xlabel("achieved bandwidth (GB/s, operator bytes / median time)")
+    ax.set_title(case_title(group.iloc[0]), fontsize=9)
+    return save(fig, figures, stem)
+
+
+def figure_speedup(group: pd.DataFrame, figures: Path, stem: str, baseline: str) -> str | None:
+    timed = group[group["speedup"].notna() & group["status"].isin(CORRECT)].sort_values("speedup")
+    if len(timed) < 2:
+        return None
+    fig, ax = plt.subplots(figsize=(FIGURE_WIDTH_IN, 1.2 + 0.32 * len(timed)), layout="constrained")
+    ax.barh(range(len(timed)), timed["speedup"],
+            color=[BACKEND_COLOURS.get(b, "grey") for b in timed["backend"]])
+    for position, value in enumerate(timed["speedup"]):
+        ax.text(value, position, f" {value:.3g}×", va="center", fontsize=8)
+    ax.set_yticks(range(len(timed)), timed["strategy"], fontsize=8)
+    ax.set_xscale("log")
+    ax.set_xlim(min(timed["speedup"].min(), 1) / 2, timed["speedup"].max() * 20)
+    ax.axvline(1, color="black", linewidth=1)
+    ax.set_xlabel(f"speedup over the seed's original ({baseline}), log scale")
+    ax.set_title(case_title(group.iloc[0]), fontsize=9)
+    return save(fig, figures, stem)
+
+
+def figure_scaling(rows: pd.DataFrame, figures: Path, stem: str, title: str) -> str | None:
+    """Time against problem size per strategy, log-log, with the bandwidth floor."""
+    ok = rows[rows["status"].isin(CORRECT) & rows["median_s"].notna()].copy()
+    if ok.empty:
+        return None
+    params = ok["params"].map(json.loads)
+    varying = [key for key in params.iloc[0] if params.map(lambda p: p.get(key)).nunique() > 1]
+    if not varying:
+        return None
+    # Against C when only C varies (dispersion), else against the bytes moved.
+    use_c = varying == ["C"]
+    ok["x"] = params.map(lambda p: p["C"]) if use_c else ok["bytes"]
+    fig, ax = plt.subplots(figsize=(FIGURE_WIDTH_IN, 5), layout="constrained")
+    for name, line in ok.groupby("strategy"):
+        line = line.sort_values("x")
+        if len(line) < 2:
+            continue
+        ax.plot(line["x"], line["median_s"], marker="o", markersize=3, label=name,
+                color=BACKEND_COLOURS.get(line["backend"].iloc[0]),
+                linestyle="-" if "seed" in line["source"].iloc[0] else "--")
+    floor = ok.groupby("x")["floor_s"].min().sort_index()
+    ax.plot(floor.index, floor.values, color="black", linewidth=2, label="bandwidth floor")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("channels C" if use_c else "bytes moved by the operator")
+    ax.set_ylabel("median time per call (s)")
+    ax.set_title(title, fontsize=9)
+    ax.legend(fontsize=7, ncol=2)
+    ax.grid(True, which="both", alpha=0.3)
+    return save(fig, figures, stem)
+
+
+# ------------------------------------------------------------------ sections
+def case_table(group: pd.DataFrame) -> tuple[list[str], list[list[str]], int | None]:
+    ordered = group.assign(_k=group["median_s"].fillna(math.inf)).sort_values("_k")
+    header = ["strategy", "backend", "status", "median", "IQR", "GB/s", "% of ceiling",
+              "× seed", "rel err", "max abs err", "source", "message"]
+    rows, best = [], None
+    for index, (_, r) in enumerate(ordered.iterrows()):
+        if best is None and r["status"] == "ok":
+            best = index
+        rows.append([r["strategy"], r["backend"], r["status"], fmt_time(r["median_s"]), fmt_time(r["iqr_s"]),
+                     fmt_num(r["gbps"]), fmt_num(r["pct_of_ceiling"], 3, " %"), fmt_num(r["speedup"], 3, "×"),
+                     fmt_num(r["rel_err"], 2), fmt_num(r["max_abs_err"], 2), r["source"],
+                     str(r["message"])[:120]])
+    return header, rows, best
+
+
+def conclusion(op: str, rows: pd.DataFrame) -> list[str]:
+    """Sentences derived from the numbers: the winner per machine at its largest size."""
+    from impls.registry import OPERATORS
+
+    sentences = []
+    for machine, on_machine in rows.groupby("machine"):
+        largest = on_machine.loc[on_machine["bytes"].idxmax(), "params"]
+        case = on_machine[(on_machine["params"] == largest) & (on_machine["status"] == "ok")]
+        case = case[case["dtype"] == case["dtype"].iloc[0]] if len(case) else case
+        if case.empty:
+            sentences.append(f"{machine}: no strategy passed the check at {params_label(largest)}.")
+            continue
+        best = case.loc[case["median_s"].idxmin()]
+        text = (f"{machine}, {params_label(largest)} {best['dtype']}: use {best['strategy']} "
+                f"({best['backend']}), {fmt_time(best['median_s'])}, {fmt_num(best['pct_of_ceiling'], 3)} % of "
+                f"the copy ceiling")
+        if math.isfinite(best["speedup"]):
+            text += f", {best['speedup']:.3g}× the seed's original"
+        builtins = case[case["strategy"].str.startswith(("torch_max", "torch_scatter"))]
+        if len(builtins) and best["strategy"] not in builtins["strategy"].values:
+            builtin = builtins.loc[builtins["median_s"].idxmin()]
+            text += f", {builtin['median_s'] / best['median_s']:.3g}× faster than {builtin['strategy']}"
+        strat = OPERATORS.get(op).strategies.get(best["strategy"]) if op in OPERATORS else None
+        if strat and strat.doc:
+            text += ". Why: " + " ".join(strat.doc.split())
+        sentences.append(text + ("" if text.endswith(".") else "."))
+        failing = on_machine[on_machine["status"].isin(FAILED + ("inexact",))]
+        for _, row in failing.drop_duplicates("strategy").iterrows():
+            sentences.append(f"{machine}: {row['strategy']} is {row['status']} at {params_label(row['params'])} "
+                             f"{row['dtype']}: {row['message']}")
+    return sentences
+
+
+def environment_table(metas: list[dict]) -> tuple[list[str], list[list[str]]]:
+    header = ["run", "machine", "start", "commit", "python", "numpy", "torch", "triton", "numba",
+              "threads", "ceilings (GB/s)"]
+    rows = []
+    for meta in metas:
+        versions = meta.get("versions", {})
+        rows.append([meta.get("run_id", "?"), meta.get("machine", "?"), meta.get("start_time", "?"),
+                     str(meta.get("git_commit") or "?")[:12], meta.get("python", "?"),
+                     versions.get("numpy") or "–", versions.get("torch") or "–", versions.get("triton") or "–",
+                     versions.get("numba") or "–", json.dumps(meta.get("threads", {})),
+                     ", ".join(f"{d} {g:.1f}" for d, g in meta.get("ceilings_gbps", {}).items())])
+    return header, rows
+
+
+def build(dirs, out, name: str = "report") -> Path:
+    out = Path(out)
+    figures = out / "figures"
+    rows, metas = load(dirs)
+    doc = Doc()
+    doc.heading(1, "scatterbench report")
+    doc.para("Every number below was measured by scatterbench on the machine named beside it: the median "
+             "of per-call timings (SPEC 3), % of ceiling = bytes the operator must move / that device's "
+             "measured copy bandwidth / median time. Strategies that failed the float64-oracle check are "
+             "listed with their status, never dropped; inexact ones are hatched in the figures.")
+    doc.heading(2, "Runs")
+    header, table_rows = environment_table(metas)
+    doc.table(header, table_rows)
+    doc.para("Reproduce each run with:")
+    doc.code("\n".join(f"make venv && .venv/bin/python -m harness run {m.get('config_file', '?')}"
+                       for m in metas))
+    from impls.registry import OPERATORS
+
+    for op, op_rows in rows.groupby("op", sort=False):
+        doc.heading(2, op)
+        doc.heading(3, "Conclusion")
+        for sentence in conclusion(op, op_rows):
+            doc.para(sentence)
+        baseline = OPERATORS[op].baseline if op in OPERATORS else "seed"
+        for (params, machine, dtype), group in op_rows.groupby(["params", "machine", "dtype"], sort=False):
+            title = case_title(group.iloc[0])
+            doc.heading(3, title)
+            header, table_rows, best = case_table(group)
+            doc.table(header, table_rows, best)
+            stem = slug(f"{op}-{params_label(params)}-{machine}-{dtype}")
+            doc.figure(figure_times(group, figures, stem + "-time"), f"median time, {title}")
+            doc.figure(figure_gbps(group, figures, stem + "-gbps"), f"achieved GB/s against the ceiling, {title}")
+            speed = figure_speedup(group, figures, stem + "-speedup", baseline)
+            if speed:
+                doc.figure(speed, f"speedup over {baseline}, {title}")
+        for (machine, dtype), on_machine in op_rows.groupby(["machine", "dtype"], sort=False):
+            if on_machine["params"].nunique() > 1:
+                title = f"{op} scaling · {machine} · {dtype}"
+                stem = figure_scaling(on_machine, figures, slug(f"{op}-scaling-{machine}-{dtype}"), title)
+                if stem:
+                    doc.heading(3, title)
+                    doc.figure(stem, title)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"{name}.md").write_text(render_markdown(doc, "figures"))
+    (out / f"{name}.html").write_text(render_html(doc, figures, "scatterbench report"))
+    return out / f"{name}.md"
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="report.py", description=__doc__.splitlines()[0])
+    parser.add_argument("dirs", nargs="+", help="result directories")
+    parser.add_argument("-o", "--output", default="report", help="output directory (default ./report)")
+    parser.add_argument("--name", default="report", help="file stem of the .md and .html (default report)")
+    args = parser.parse_args(argv)
+    try:
+        written = build([Path(d) for d in args.dirs], Path(args.output), args.name)
+    except store.ResultError as error:
+        print(f"report.py: error: {error}", file=sys.stderr)
+        return 2
+    print(f"wrote {written} and {written.with_suffix('.html')}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,139 @@
+"""Strategies built to fool the harness: each one must be caught."""
+
+import numpy as np
+import pytest
+
+from harness.check import cached_reference, check_strategy, reference
+from impls import maxpool2d
+
+PARAMS = dict(N=2, C=3, H=7, W=9, k=2)
+
+
+def verdict_of(strat, mode="adversarial", dtype="float32", layout="contiguous", params=PARAMS):
+    ref = reference(strat.op, params, dtype, mode, 0)
+    return check_strategy(strat, params, dtype, "cpu", ref, layout)
+
+
+def oracle_based(transform):
+    """A strategy that computes the right answer in float64, then spoils it."""
+    def prepare(inputs, params):
+        x = inputs["x"]
+        return lambda: transform(*maxpool2d.oracle({"x": x.astype(np.float64)}, params), x)
+    return prepare
+
+
+def test_the_honest_oracle_strategy_passes(planted):
+    strat = planted("maxpool2d", "honest", oracle_based(lambda v, i, x: (v.astype(x.dtype), i)),
+                    returns="values+indices", ties="first")
+    for mode in ("random", "adversarial"):
+        assert verdict_of(strat, mode).status == "ok"
+
+
+def test_last_maximum_on_ties_is_caught(planted):
+    def last_max(inputs, params):
+        x, k = inputs["x"], params["k"]
+        N, C, H, W = x.shape
+        h, w = H // k, W // k
+        win = x[:, :, :h * k, :w * k].reshape(N, C, h, k, w, k).transpose(0, 1, 2, 4, 3, 5).reshape(N, C, h, w, k * k)
+        rev = win[..., ::-1].argmax(-1)
+        arg = k * k - 1 - rev
+        values = np.take_along_axis(win, arg[..., None], -1)[..., 0]
+        idx = (np.arange(h)[:, None] * k + arg // k) * W + np.arange(w)[None] * k + arg % k
+        return lambda: (values, idx)
+
+    strat = planted("maxpool2d", "last_max", last_max, returns="values+indices", ties="first")
+    verdict = verdict_of(strat)
+    assert verdict.status == "mismatch" and "indices (first ties)" in verdict.message
+    # Declared honestly as ties="any", the same strategy is fine.
+    strat_any = planted("maxpool2d", "last_max_any", last_max, returns="values+indices", ties="any")
+    assert verdict_of(strat_any).status == "ok"
+
+
+def test_index_pointing_outside_its_window_is_caught_even_with_any_ties(planted):
+    def shifted(values, indices, x):
+        # an equal value elsewhere in the plane is not good enough
+        wrong = indices.copy()
+        wrong[0, 0, 0, 0] = indices[0, 0, 0, 1]
+        return values.astype(x.dtype), wrong
+    x_params = dict(N=1, C=1, H=2, W=4, k=2)
+    strat = planted("maxpool2d", "wrong_window", oracle_based(shifted), returns="values+indices", ties="any")
+    planted_x = {"x": np.array([[[[5, 0, 5, 0], [0, 0, 0, 0]]]], dtype=np.float64)}
+    from harness.check import Reference
+    ref = Reference(planted_x, maxpool2d.oracle(planted_x, x_params))
+    assert check_strategy(strat, x_params, "float32", "cpu", ref).status == "mismatch"
+
+
+def test_cropped_width_in_indices_is_caught(planted):
+    def cropped_width(values, indices, x):
+        W = x.shape[-1]
+        w_crop = (W // 2) * 2
+        return values.astype(x.dtype), (indices // W) * w_crop + indices % W
+    strat = planted("maxpool2d", "cropped_w", oracle_based(cropped_width), returns="values+indices", ties="first")
+    assert verdict_of(strat, "random").status == "mismatch"
+
+
+@pytest.mark.parametrize("spoil,expected", [
+    (lambda v, i, x: (v.astype(x.dtype), i.astype(np.int32)), "dtype int32, expected int64"),
+    (lambda v, i, x: (v, i), "dtype float64, expected float32"),
+    (lambda v, i, x: (v.astype(x.dtype)[..., :-1], i[..., :-1]), "shape"),
+    (lambda v, i, x: (np.nextafter(v.astype(x.dtype), np.float32(np.inf)), i), "values"),
+    (lambda v, i, x: (np.zeros_like(v, dtype=x.dtype), i), "values"),
+    (lambda v, i, x: v.astype(x.dtype), "expected (values, indices)"),
+])
+def test_spoiled_outputs_are_caught(planted, spoil, expected):
+    strat = planted("maxpool2d", "spoiled", oracle_based(spoil), returns="values+indices", ties="first")
+    verdict = verdict_of(strat, "random")
+    assert verdict.status == "mismatch"
+    assert expected in verdict.message
+
+
+def test_nan_must_be_reported_as_nan(planted):
+    def nan_as_max_finite(values, indices, x):
+        return np.nan_to_num(values.astype(x.dtype), nan=3.0), indices
+    strat = planted("maxpool2d", "nan_dropper", oracle_based(nan_as_max_finite), returns="values+indices", ties="first")
+    assert verdict_of(strat, "adversarial").status == "mismatch"
+
+
+def test_a_strategy_that_memoises_its_first_answer_is_caught(planted):
+    cache = {}
+
+    def memo(inputs, params):
+        x = inputs["x"]
+        if "out" not in cache:
+            cache["out"] = tuple(np.copy(a) for a in maxpool2d.oracle({"x": x.astype(np.float64)}, params))
+        return lambda: (cache["out"][0].astype(x.dtype), cache["out"][1])
+
+    strat = planted("maxpool2d", "memo", memo, returns="values+indices", ties="first")
+    assert verdict_of(strat, "random").status == "ok"
+    assert verdict_of(strat, "adversarial").status == "mismatch"
+
+
+def test_a_strategy_that_raises_is_an_error_with_its_message(planted):
+    def broken(inputs, params):
+        def run():
+            raise RuntimeError("kernel exploded")
+        return run
+    strat = planted("maxpool2d", "broken", broken)
+    verdict = verdict_of(strat)
+    assert verdict.status == "error" and "RuntimeError: kernel exploded" in verdict.message
+
+
+def test_non_contiguous_inputs_are_really_non_contiguous():
+    from impls.common import convert
+
+    x = np.arange(24, dtype=np.float64).reshape(1, 2, 3, 4)
+    numpy_x = convert({"x": x}, "numpy", "cpu", "float32", "noncontiguous", ("x",))["x"]
+    torch_x = convert({"x": x}, "torch", "cpu", "float32", "noncontiguous", ("x",))["x"]
+    last = convert({"x": x}, "torch", "cpu", "float32", "channels_last", ("x",))["x"]
+    import torch
+
+    assert not numpy_x.flags.c_contiguous and not torch_x.is_contiguous()
+    assert last.is_contiguous(memory_format=torch.channels_last) and not last.is_contiguous()
+    np.testing.assert_array_equal(numpy_x, x.astype(np.float32))
+    np.testing.assert_array_equal(torch_x.numpy(), x.astype(np.float32))
+
+
+def test_cached_reference_is_deterministic():
+    a = cached_reference("maxpool2d", PARAMS, "float32", "random", 0)
+    b = reference("maxpool2d", PARAMS, "float32", "random", 0)
+    np.testing.assert_array_equal(a.inputs["x"], b.inputs["x"])

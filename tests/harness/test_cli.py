@@ -1,0 +1,125 @@
+"""The CLI end to end on tiny configs, in subprocesses as a user runs it."""
+
+import json
+import subprocess
+import sys
+
+from harness.store import read_meta, read_rows, read_samples
+from harness.store import COLUMNS
+
+TINY = """
+name: tiny
+timing: {min_samples: 5, budget_s: 0.01, warmup_s: 0}
+threads: {torch: 1, blas: 1}
+benchmarks:
+  - op: maxpool2d
+    strategies: [seed_reshape_argmax, torch_max_pool2d_indices, seed_loops]
+    params: {N: 1, C: 2, H: 6, W: 6, k: 2}
+  - op: dispersion
+    strategies: [seed_loop, torch_fold]
+    params: {B: 1, C: 3, H: 4, W: 5, S: 1}
+"""
+
+
+def scatterbench(*args, **kwargs):
+    return subprocess.run([sys.executable, "-m", "harness", *map(str, args)], capture_output=True, text=True,
+                          **kwargs)
+
+
+def test_list_filters_by_op_and_device():
+    result = scatterbench("list", "--op", "maxunpool", "--device", "cpu")
+    assert result.returncode == 0
+    assert "numpy_seed_row_loop" in result.stdout and "seed_loops" not in result.stdout
+    bad = scatterbench("list", "--op", "nope")
+    assert bad.returncode == 2 and "unknown operator 'nope'" in bad.stderr
+
+
+def test_check_passes_and_prints_a_table(tiny_config):
+    result = scatterbench("check", tiny_config(TINY), "--no-progress")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "seed_reshape_argmax" in result.stdout and "0 failed" in result.stdout
+
+
+def test_run_writes_every_spec_column_and_a_summary(tiny_config, tmp_path):
+    out = tmp_path / "run"
+    result = scatterbench("run", tiny_config(TINY), "-o", out, "--no-progress", "--report")
+    assert result.returncode == 0, result.stderr
+    assert "× seed_loops" in result.stdout and "GB/s" in result.stdout
+    rows = read_rows(out)
+    assert len(rows) == 5 and set(rows["status"]) == {"ok"}
+    for column in ("median_s", "iqr_s", "min_s", "n_samples", "bytes", "gbps", "ceiling_gbps",
+                   "pct_of_ceiling", "max_abs_err", "rel_err", "peak_mem_bytes"):
+        assert rows[column].notna().all(), column
+    assert (rows["n_samples"] >= 5).all()
+    meta = read_meta(out)
+    for key in ("run_id", "start_time", "git_commit", "host", "cpu_model", "cpu_count", "python",
+                "versions", "threads", "config_file", "ceilings_gbps"):
+        assert key in meta, key
+    assert meta["threads"]["torch"] == 1 and meta["status"] == "complete"
+    samples = read_samples(out)
+    assert set(samples) == set(rows["case_id"])
+    assert (out / "report" / "report.html").exists()
+
+
+def test_run_refuses_to_overwrite_and_resumes(tiny_config, tmp_path):
+    out = tmp_path / "run"
+    config = tiny_config(TINY)
+    assert scatterbench("run", config, "-o", out, "--no-progress", "--strategy", "seed_loop").returncode == 0
+    again = scatterbench("run", config, "-o", out, "--no-progress")
+    assert again.returncode == 2 and "already holds a run" in again.stderr
+    resumed = scatterbench("run", config, "--resume", out, "--no-progress")
+    assert resumed.returncode == 0, resumed.stderr
+    assert "1 cases done, 4 to run" in resumed.stderr
+    rows = read_rows(out)
+    assert len(rows) == 5 and rows["case_id"].is_unique
+
+
+def test_failing_strategies_are_recorded_and_the_sweep_goes_on(tmp_path):
+    """A strategy that raises, one that mismatches and one that overruns its limit."""
+    plugin = tmp_path / "plugin.py"
+    plugin.write_text('''
+import time
+import numpy as np
+from impls.registry import strategy
+
+@strategy("maxpool2d", backend="numpy", returns="values+indices", ties="first")
+def raises(inputs, params):
+    """Deliberately broken: raises inside the timed call, every time, for the test suite."""
+    def run():
+        raise RuntimeError("deliberate failure")
+    return run
+
+@strategy("maxpool2d", backend="numpy", returns="values+indices", ties="first")
+def wrong(inputs, params):
+    """Deliberately wrong: zeros of the right shape and dtype, for the test suite."""
+    x, k = inputs["x"], params["k"]
+    shape = x.shape[:2] + (x.shape[2] // k, x.shape[3] // k)
+    return lambda: (np.zeros(shape, x.dtype), np.zeros(shape, np.int64))
+
+@strategy("maxpool2d", backend="numpy", returns="values+indices", ties="first")
+def sleeper(inputs, params):
+    """Deliberately slow: sleeps past any sane case limit, for the test suite."""
+    def run():
+        while True:
+            time.sleep(0.01)
+    return run
+''')
+    config = tmp_path / "c.yaml"
+    config.write_text("""
+timing: {min_samples: 5, budget_s: 0.01, warmup_s: 0, timeout_s: 1.5}
+benchmarks:
+  - op: maxpool2d
+    strategies: [raises, wrong, sleeper, torch_max_pool2d_indices]
+    params: {N: 1, C: 1, H: 4, W: 4, k: 2}
+""")
+    code = (f"import sys; sys.path.insert(0, {str(tmp_path)!r}); import impls, plugin; "
+            f"from harness.cli import main; sys.exit(main(sys.argv[1:]))")
+    out = tmp_path / "run"
+    result = subprocess.run([sys.executable, "-c", code, "run", str(config), "-o", str(out), "--no-progress"],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    status = dict(zip(read_rows(out)["strategy"], zip(read_rows(out)["status"], read_rows(out)["message"])))
+    assert status["raises"][0] == "error" and "deliberate failure" in status["raises"][1]
+    assert status["wrong"][0] == "mismatch" and "values" in status["wrong"][1]
+    assert status["sleeper"][0] == "timeout" and "1.5 s" in status["sleeper"][1]
+    assert status["torch_max_pool2d_indices"][0] == "ok"

@@ -1,0 +1,71 @@
+import time
+
+import numpy as np
+import pytest
+
+from harness import stats, timing
+from harness.config import Timing
+
+
+def test_cpu_timer_measures_a_known_sleep():
+    samples = timing.time_cpu(lambda: time.sleep(0.01), Timing(min_samples=5, budget_s=0.05, warmup_s=0))
+    assert len(samples) >= 5
+    assert 0.0095 <= np.median(samples) < 0.02
+
+
+def test_stopping_rule_needs_both_min_count_and_budget():
+    fast = timing.time_cpu(lambda: None, Timing(min_samples=5, budget_s=0.05, warmup_s=0, max_samples=10**7))
+    assert len(fast) > 100  # the budget, not the count, stopped it
+    slow = timing.time_cpu(lambda: time.sleep(0.02), Timing(min_samples=7, budget_s=0.001, warmup_s=0))
+    assert len(slow) == 7  # the count, not the budget, stopped it
+    capped = timing.time_cpu(lambda: None, Timing(min_samples=1, budget_s=10, warmup_s=0, max_samples=50))
+    assert len(capped) == 50
+
+
+def test_a_deliberately_slowed_strategy_is_measured_slower():
+    x = np.random.default_rng(0).standard_normal((256, 256))
+    settings = Timing(min_samples=5, budget_s=0.05, warmup_s=0.01)
+    plain = np.median(timing.time_cpu(lambda: x.max(), settings))
+    slowed = np.median(timing.time_cpu(lambda: (x.max(), time.sleep(0.002)), settings))
+    assert slowed > plain + 0.0015
+
+
+def test_deadline_interrupts_python_code():
+    with pytest.raises(timing.CaseTimeout, match="0.2 s"):
+        with timing.deadline(0.2):
+            while True:
+                pass
+
+
+def test_copy_ceiling_is_a_plausible_bandwidth():
+    gbps = timing.copy_ceiling_gbps("cpu", nbytes=32 << 20, repeats=3)
+    assert 0.5 < gbps < 2000
+
+
+def test_summary_statistics_on_known_samples():
+    summary = stats.summarize([1.0, 2.0, 3.0, 4.0, 100.0])
+    assert summary.median_s == 3.0 and summary.min_s == 1.0 and summary.n_samples == 5
+    assert summary.iqr_s == pytest.approx(2.0)
+    assert stats.gbps(2e9, 1.0) == 2.0
+    assert stats.floor_s(1e9, 10.0) == pytest.approx(0.1)
+    assert stats.pct_of_ceiling(1e9, 0.2, 10.0) == pytest.approx(50.0)
+
+
+def test_mann_whitney_on_known_samples():
+    same = stats.mann_whitney_p([1, 2, 3, 4, 5, 6], [1, 2, 3, 4, 5, 6])
+    apart = stats.mann_whitney_p(list(range(10)), list(range(100, 110)))
+    assert same > 0.5
+    assert apart < 0.001
+
+
+@pytest.mark.cuda
+def test_cuda_timer_agrees_with_triton_do_bench():
+    import torch
+    import torch.nn.functional as F
+    import triton.testing
+
+    x = torch.randn(64, 32, 128, 128, device="cuda")
+    fn = lambda: F.max_pool2d(x, 2, return_indices=True)  # noqa: E731
+    ours = np.median(timing.time_cuda(fn, Timing(min_samples=50, budget_s=0.5, warmup_s=0.1), timing.CudaFlush()))
+    theirs = triton.testing.do_bench(fn, warmup=100, rep=500, return_mode="median") / 1e3
+    assert abs(ours - theirs) / theirs < 0.05

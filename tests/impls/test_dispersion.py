@@ -1,0 +1,121 @@
+import numpy as np
+import pytest
+import torch
+
+import impls
+from harness.check import reference
+from impls import dispersion, dispersion_pinv
+from impls.common import compare_relative, round_to_dtype, to_numpy
+from impls.registry import get_operator
+
+TOY_X = np.array([[1, 1, 1], [2, 2, 2], [3, 3, 3]], dtype=np.float64).reshape(1, 3, 1, 3)
+TOY_MASK = np.ones((1, 3))
+TOY = dict(B=1, C=3, H=1, W=3, S=1)
+
+
+def test_oracle_reproduces_the_seed_toy_example():
+    y = dispersion.oracle({"x": TOY_X, "mask": TOY_MASK}, TOY)
+    np.testing.assert_array_equal(y.ravel(), [1, 3, 6, 5, 3])
+
+
+@pytest.mark.parametrize("strat", impls.all_strategies("dispersion", "cpu"), ids=lambda s: s.name)
+def test_every_strategy_reproduces_the_seed_toy_example(strat):
+    if strat.available():
+        pytest.skip(strat.available())
+    inputs = get_operator("dispersion").to_backend({"x": TOY_X, "mask": TOY_MASK}, strat.backend, "cpu", "float32")
+    out = to_numpy(strat.prepare(inputs, TOY)())
+    np.testing.assert_array_equal(out.ravel(), [1, 3, 6, 5, 3])
+
+
+def test_alpha_counts_covering_channels():
+    np.testing.assert_array_equal(dispersion.alpha(3, 3, 1), [1, 2, 3, 2, 1])
+    np.testing.assert_array_equal(dispersion.alpha(2, 2, 3), [1, 1, 0, 1, 1])
+
+
+FORWARD = impls.all_strategies("dispersion", "cpu")
+INVERSE = impls.all_strategies("dispersion_pinv", "cpu")
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_identity_for_every_pairing(dtype):
+    """dispersion(dispersion_pinv(y)) == y for y in the range of dispersion (the seed's MAE test)."""
+    params = dict(B=2, C=6, H=5, W=9, S=2)
+    forward_op, inverse_op = get_operator("dispersion"), get_operator("dispersion_pinv")
+    ref = reference("dispersion", params, dtype, "random", 11)
+    y = dispersion.oracle(ref.inputs, params)  # in the range of the forward operator
+    mask = ref.inputs["mask"]
+    tol = {"float32": 1e-5, "float64": 1e-12}[dtype]
+    for inverse in INVERSE:
+        if inverse.available() or dtype not in inverse.dtypes:
+            continue
+        x = to_numpy(inverse.prepare(inverse_op.to_backend({"y": y, "mask": mask}, inverse.backend, "cpu", dtype),
+                                     params)())
+        for forward in FORWARD:
+            if forward.available() or dtype not in forward.dtypes:
+                continue
+            inputs = forward_op.to_backend({"x": x.astype(np.float64), "mask": mask}, forward.backend, "cpu", dtype)
+            y_again = to_numpy(forward.prepare(inputs, params)()).astype(np.float64)
+            rel = np.linalg.norm(y_again - y) / np.linalg.norm(y)
+            assert rel <= 4 * tol, f"{inverse.name} then {forward.name}: relative error {rel:.3g}"
+
+
+def test_public_entry_points_validate():
+    x = np.ones((1, 3, 4, 5))
+    with pytest.raises(ValueError, match="S=-1"):
+        dispersion.dispersion(x, np.ones((4, 5)), -1)
+    with pytest.raises(ValueError, match=r"mask shape \(4, 6\) does not match x's plane \(4, 5\)"):
+        dispersion.dispersion(x, np.ones((4, 6)), 1)
+    y = dispersion.dispersion(x, np.ones((4, 5)), 1)
+    assert y.shape == (1, 1, 4, 7)
+    with pytest.raises(ValueError, match="mask has zeros"):
+        dispersion_pinv.dispersion_pinv(y, np.zeros((4, 5)), 1, 3)
+    with pytest.raises(ValueError, match=r"y shape \(1, 1, 4, 7\): expected \(B, 1, 4, 9\)"):
+        dispersion_pinv.dispersion_pinv(y, np.ones((4, 5)), 2, 3)
+    with pytest.raises(ValueError, match="C=0"):
+        dispersion_pinv.dispersion_pinv(y, np.ones((4, 5)), 1, 0)
+    x_back = dispersion_pinv.dispersion_pinv(torch.from_numpy(y), torch.ones(4, 5, dtype=torch.float64), 1, 3)
+    np.testing.assert_allclose(dispersion.dispersion(x_back.numpy(), np.ones((4, 5)), 1), y)
+
+
+def test_negative_step_is_a_config_error():
+    with pytest.raises(ValueError, match="S=-2"):
+        get_operator("dispersion").validate(dict(B=1, C=2, H=2, W=2, S=-2))
+
+
+def test_a_lossy_strategy_is_reported_inexact(planted):
+    """Rounds its inputs to bfloat16 first: over the float32 bound, under the wrong-answer bound."""
+    def bf16_loop(inputs, params):
+        x, mask = inputs["x"], inputs["mask"]
+        inner = dispersion.seed_loop({"x": x.to(torch.bfloat16).float(), "mask": mask}, params)
+        return inner
+
+    strat = planted("dispersion", "lossy_bf16", bf16_loop, backend="torch")
+    from harness.check import check_strategy
+
+    params = dict(B=2, C=8, H=8, W=8, S=1)
+    verdict = check_strategy(strat, params, "float32", "cpu", reference("dispersion", params, "float32", "random", 0))
+    assert verdict.status == "inexact"
+    assert 1e-5 < verdict.rel_err < 5e-2
+    assert "over the float32 bound" in verdict.message
+
+
+def test_a_wrong_shift_is_a_mismatch_not_inexact(planted):
+    def wrong(inputs, params):
+        inner = dispersion.seed_loop(inputs, params)
+        return lambda: torch.roll(inner(), 1, dims=-1)
+
+    strat = planted("dispersion", "rolled", wrong, backend="torch")
+    from harness.check import check_strategy
+
+    params = dict(B=2, C=4, H=6, W=8, S=2)
+    verdict = check_strategy(strat, params, "float32", "cpu", reference("dispersion", params, "float32", "random", 0))
+    assert verdict.status == "mismatch"
+
+
+def test_relative_error_rule_by_dtype():
+    ref = np.ones(100)
+    assert compare_relative("y", (ref * (1 + 1e-6)).astype(np.float32), ref, "float32").status == "ok"
+    assert compare_relative("y", (ref * (1 + 1e-3)).astype(np.float32), ref, "float32").status == "inexact"
+    assert compare_relative("y", (ref * 1.5).astype(np.float32), ref, "float32").status == "mismatch"
+    assert compare_relative("y", ref.astype(np.float16), ref, "float16").status == "ok"
+    assert compare_relative("y", ref[:50].astype(np.float32), ref, "float32").status == "mismatch"

@@ -1,0 +1,78 @@
+import json
+import math
+
+import pytest
+from PIL import Image
+
+import report
+from harness.store import COLUMNS, RunWriter
+
+
+def fixture_run(directory, machine_cpu="Fixture CPU"):
+    writer = RunWriter(directory, {"run_id": directory.name, "cpu_model": machine_cpu, "cpu_count": 2,
+                                   "ceilings_gbps": {"cpu": 20.0}, "config_file": "configs/x.yaml",
+                                   "start_time": "2026-11-22T00:00:00+00:00", "threads": {"torch": 2},
+                                   "versions": {"torch": "2.13.0"}})
+    params = json.dumps({"N": 1, "C": 1, "H": 4, "W": 4, "k": 2})
+    entries = [("seed_loops", "numpy", "ok", 1e-2), ("torch_max_pool2d_indices", "torch", "ok", 1e-4),
+               ("numpy_sliding_window", "numpy", "inexact", 1e-3), ("broken<script>", "torch", "error", math.nan),
+               ("wrong|pipe", "numpy", "mismatch", math.nan)]
+    for size in (4, 8):
+        p = json.dumps({"N": 1, "C": 1, "H": size, "W": size, "k": 2})
+        for name, backend, status, median in entries:
+            row = {c: "" for c in COLUMNS}
+            scale = size / 4
+            row.update(run_id=directory.name, case_id=f"{name}{size}", op="maxpool2d", strategy=name,
+                       backend=backend, device="cpu", dtype="float32", params=p, status=status,
+                       message="<b>boom</b>" if status == "error" else "", median_s=median * scale,
+                       iqr_s=median / 10, min_s=median, n_samples=5, bytes=1000 * scale,
+                       gbps=1000 * scale / median / 1e9 if median == median else math.nan,
+                       ceiling_gbps=20.0, floor_s=1000 * scale / 20e9,
+                       pct_of_ceiling=100 * (1000 * scale / 20e9) / median if median == median else math.nan,
+                       rel_err=0.0, max_abs_err=0.0, peak_mem_bytes=0, source="seed x" if "seed" in name else "added")
+            writer.append(row, [median] * 5)
+    writer.close()
+    return directory
+
+
+def test_report_writes_every_file_with_real_figures(tmp_path):
+    run = fixture_run(tmp_path / "run1")
+    written = report.build([run], tmp_path / "out")
+    md = written.read_text()
+    html_text = (tmp_path / "out" / "report.html").read_text()
+    assert "torch_max_pool2d_indices" in md and "data:image/png;base64," in html_text
+    pngs = sorted((tmp_path / "out" / "figures").glob("*.png"))
+    svgs = sorted((tmp_path / "out" / "figures").glob("*.svg"))
+    assert pngs and len(pngs) == len(svgs)
+    assert any("scaling" in p.name for p in pngs)
+    for png in pngs:
+        with Image.open(png) as image:
+            assert image.width == 800 and image.height >= 150
+            assert len(set(image.convert("L").getdata())) > 10  # not a blank image
+    # failed strategies are reported, marked, not dropped
+    assert "mismatch" in md and "error" in md
+
+
+def test_hostile_text_is_escaped(tmp_path):
+    run = fixture_run(tmp_path / "run1")
+    report.build([run], tmp_path / "out")
+    html_text = (tmp_path / "out" / "report.html").read_text()
+    md = (tmp_path / "out" / "report.md").read_text()
+    assert "<script>" not in html_text and "&lt;script&gt;" in html_text
+    assert "<b>boom</b>" not in html_text
+    assert "wrong|pipe" not in md and "wrong\\|pipe" in md
+
+
+def test_two_runs_on_two_machines(tmp_path):
+    report.build([fixture_run(tmp_path / "a"), fixture_run(tmp_path / "b", "Other CPU")], tmp_path / "out")
+    md = (tmp_path / "out" / "report.md").read_text()
+    assert "Fixture CPU" in md and "Other CPU" in md
+
+
+def test_missing_or_malformed_result_directory(tmp_path, capsys):
+    assert report.main([str(tmp_path / "absent"), "-o", str(tmp_path / "out")]) == 2
+    assert "no such directory" in capsys.readouterr().err
+    (tmp_path / "bad").mkdir()
+    (tmp_path / "bad" / "meta.json").write_text("{")
+    assert report.main([str(tmp_path / "bad")]) == 2
+    assert "malformed JSON" in capsys.readouterr().err
