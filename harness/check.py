@@ -83,6 +83,16 @@ class CheckItem:
         return f"{self.mode}/{self.layout} {shape}"
 
 
+def adversarial_set(op, strat) -> tuple[list[dict], tuple[str, ...]]:
+    """The check cases and layouts a strategy is checked on. A strategy that
+    compiles per shape (``quick_check``) gets the first two cases, contiguous and
+    strided: each further shape would cost a compile, not add coverage."""
+    cases, layouts = op.check_cases(), op.layouts(strat.backend)
+    if strat.quick_check:
+        return cases[:2], layouts[:2]
+    return cases, layouts
+
+
 def check_plan(config, cases) -> list[CheckItem]:
     """The operator's own small adversarial cases in both modes and every layout
     its backend has, plus each config point small enough (``check.max_elements``)."""
@@ -94,9 +104,10 @@ def check_plan(config, cases) -> list[CheckItem]:
         key = (case.op, case.strategy, case.device, case.dtype)
         if key not in seen:
             seen.add(key)
-            for params in op.check_cases():
+            check_cases, layouts = adversarial_set(op, strat)
+            for params in check_cases:
                 for mode in MODES:
-                    for layout in op.layouts(strat.backend):
+                    for layout in layouts:
                         items.append(CheckItem(strat, tuple(sorted(params.items())), case.dtype,
                                                case.device, mode, layout, "adversarial set"))
         if op.bytes_moved(case.params_dict, 1) <= config.check.max_elements:

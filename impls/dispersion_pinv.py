@@ -14,7 +14,7 @@ import numpy as np
 
 from impls import common, dispersion
 from impls.common import Verdict
-from impls.registry import NotApplicable, Operator, register_operator, strategy
+from impls.registry import NotApplicable, Operator, compiled, register_operator, strategy
 
 SEED = dispersion.SEED
 
@@ -102,21 +102,21 @@ def numpy_loop_cat(inputs, params):
     return run
 
 
+def loop_cat_fn(y, mask, coverage, S: int, C: int):
+    import torch
+
+    W = mask.shape[1]
+    z = y / coverage
+    return torch.cat([z[..., (i * S):(i * S + W)] for i in range(C)], dim=1) / mask
+
+
 @strategy("dispersion_pinv", backend="torch", source=f"{SEED} A_pinv")
 def seed_loop_cat(inputs, params):
     """The question's ``A_pinv``: ``z = y / alpha``, ``cat`` of C slices, ``/ mask``
     — three passes, a C-sized concatenated temporary."""
-    import torch
-
     y, mask, S, C = inputs["y"], inputs["mask"], params["S"], params["C"]
-    W = mask.shape[1]
-    coverage = dispersion.alpha(C, W, S, like=y)
-
-    def run():
-        z = y / coverage
-        return torch.cat([z[..., (i * S):(i * S + W)] for i in range(C)], dim=1) / mask
-
-    return run
+    coverage = dispersion.alpha(C, mask.shape[1], S, like=y)
+    return lambda: loop_cat_fn(y, mask, coverage, S, C)
 
 
 def _conv_transpose2d(inputs, params, tf32: bool):
@@ -158,25 +158,29 @@ def seed_conv_transpose2d_no_tf32(inputs, params):
     return _conv_transpose2d(inputs, params, tf32=False)
 
 
+def unfold_view_fn(y, denominator, S: int, C: int):
+    W = denominator.shape[-1]
+    windows = y.unfold(-1, W, max(S, 1)) if S else y.unsqueeze(-2).expand(-1, -1, -1, C, -1)
+    view = windows[:, 0].permute(0, 2, 1, 3)  # (B, C, H, W), still a view of y
+    return view / denominator
+
+
+def unfold_denominator(y, mask, S: int, C: int):
+    """alpha·mask per (channel, row, column): the same unfold applied to alpha."""
+    W = mask.shape[1]
+    coverage = dispersion.alpha(C, W, S, like=y)
+    coverage_per_channel = (coverage.unfold(-1, W, max(S, 1)) if S else coverage.expand(C, W))[:, None, :]
+    return coverage_per_channel * mask
+
+
 @strategy("dispersion_pinv", backend="torch")
 def torch_unfold_view(inputs, params):
     """Added: one gather through a zero-copy view — ``y.unfold(-1, W, S)`` is
-    (B, 1, H, C, W) without copying; a single broadcast division by
-    ``alpha·mask`` writes x (no loop, no copy before the division)."""
+    (B, 1, H, C, W) without copying; a single broadcast division by the
+    case's constant ``alpha·mask`` writes x (no loop, no copy before it)."""
     y, mask, S, C = inputs["y"], inputs["mask"], params["S"], params["C"]
-    W = mask.shape[1]
-    step = max(S, 1)
-    coverage = dispersion.alpha(C, W, S, like=y)
-    # Per (channel, column) coverage: the same unfold applied to alpha.
-    coverage_per_channel = (coverage.unfold(-1, W, step) if S else coverage.expand(C, W))[:, None, :]
-    denominator = coverage_per_channel * mask  # (C, H, W), a constant of the case
-
-    def run():
-        windows = y.unfold(-1, W, step) if S else y.unsqueeze(-2).expand(-1, -1, -1, C, -1)
-        view = windows[:, 0].permute(0, 2, 1, 3)  # (B, C, H, W), still a view of y
-        return view / denominator
-
-    return run
+    denominator = unfold_denominator(y, mask, S, C)
+    return lambda: unfold_view_fn(y, denominator, S, C)
 
 
 @strategy("dispersion_pinv", backend="numpy")
@@ -196,3 +200,51 @@ def numpy_window_view(inputs, params):
         return view.transpose(0, 2, 1, 3) / denominator
 
     return run
+
+
+@strategy("dispersion_pinv", backend="torch", source=f"{SEED} A_pinv, torch.compile", quick_check=True)
+def torch_compile_loop_cat(inputs, params):
+    """``torch.compile`` of the seed's loop + cat: Inductor can fuse the two
+    divisions into the concatenation; compile time is setup."""
+    y, mask, S, C = inputs["y"], inputs["mask"], params["S"], params["C"]
+    coverage = dispersion.alpha(C, mask.shape[1], S, like=y)
+    return compiled(loop_cat_fn, y, mask, coverage, S, C)
+
+
+@strategy("dispersion_pinv", backend="torch", source="added: torch.compile of the unfold view", quick_check=True)
+def torch_compile_unfold_view(inputs, params):
+    """``torch.compile`` of the unfold-view gather: one generated kernel that
+    reads y through the view and divides; compile time is setup."""
+    y, mask, S, C = inputs["y"], inputs["mask"], params["S"], params["C"]
+    return compiled(unfold_view_fn, y, unfold_denominator(y, mask, S, C), S, C)
+
+
+@strategy("dispersion_pinv", backend="numba")
+def numba_fused(inputs, params):
+    """Added: a parallel numba kernel per (b, h) row, coverage computed once per
+    call; each channel's slice of y (in L1) divided by coverage and mask:
+    x written once, y read once from memory."""
+    from impls import kernels_numba
+
+    y, mask, S, C = inputs["y"], inputs["mask"], params["S"], params["C"]
+    B, _, H, _ = y.shape
+    W = mask.shape[1]
+
+    def run():
+        x = np.empty((B, C, H, W), dtype=y.dtype)
+        kernels_numba.dispersion_pinv(y, mask, S, x)
+        return x
+
+    run()  # JIT compile outside the timed region
+    return run
+
+
+@strategy("dispersion_pinv", backend="triton")
+def triton_fused(inputs, params):
+    """Added: one Triton kernel, one x element per lane: its y element read
+    through strides, the column's coverage computed in registers (no alpha
+    table), two divisions: y read once, x written once."""
+    from impls import kernels_triton
+
+    y, mask, S, C = inputs["y"], inputs["mask"], params["S"], params["C"]
+    return lambda: kernels_triton.dispersion_pinv(y, mask, S, C)

@@ -20,7 +20,7 @@ import numpy as np
 
 from impls import common, maxpool2d
 from impls.common import Verdict
-from impls.registry import NotApplicable, Operator, ParamSpec, register_operator, strategy
+from impls.registry import NotApplicable, Operator, ParamSpec, compiled, register_operator, strategy
 
 SEED = "seed 002_d8b5391e7a3d2e33.txt"
 FORM_PARAMS = {"1d": ("B", "F", "L", "f"), "2d": ("N", "C", "H", "W", "k")}
@@ -404,3 +404,70 @@ def pytensor_seed_broadcast(inputs, params):
 
     fn = _pytensor_function(params, values, build)
     return lambda: fn(values, positions).reshape(out_shape)
+
+
+# ------------------------------------------------------------ fused kernels
+def scatter_fn(values, positions, P: int, out_shape):
+    import torch
+
+    out = torch.zeros(values.shape[:2] + (P,), dtype=values.dtype, device=values.device)
+    return out.scatter_(-1, positions, values).reshape(out_shape)
+
+
+@strategy("maxunpool", backend="torch", source="added: torch.compile of the scatter", quick_check=True)
+def torch_compile_scatter(inputs, params):
+    """``torch.compile`` of zeros + ``scatter_``: Inductor emits a fill and a
+    scatter kernel; compile time is setup, outside the timed region."""
+    values, positions, P, out_shape = _rows(inputs, params)
+    return compiled(scatter_fn, values, positions, P, out_shape)
+
+
+@strategy("maxunpool", backend="numba")
+def numba_fused(inputs, params):
+    """Added: a parallel numba kernel per output row — zero the row while it
+    sits in cache, scatter the row's values into it: the output is written
+    to memory once. Positions outside [0, P) are counted, never written."""
+    from impls import kernels_numba
+
+    values, positions, P, out_shape = _rows(inputs, params)
+    rows = values.shape[0] * values.shape[1]
+    flat_values, flat_positions = values.reshape(rows, -1), positions.reshape(rows, -1)
+
+    def run():
+        out = np.empty((rows, P), dtype=values.dtype)
+        bad = kernels_numba.maxunpool(flat_values, flat_positions, out)
+        if bad:
+            raise ValueError(f"positions: {bad} outside [0, {P})")
+        return out.reshape(out_shape)
+
+    run()  # JIT compile outside the timed region
+    return run
+
+
+def _window(params):
+    return (params["k"], params["k"]) if params["form"] == "2d" else (1, params["f"])
+
+
+@strategy("maxunpool", backend="triton")
+def triton_gather(inputs, params):
+    """Added: unpooling as a gather over the output — each element reads the
+    pooled value of its own window and keeps it if the stored position is its
+    own: no zero fill, no atomics, output written once. Needs every position
+    inside its window (true of max-pooling's indices)."""
+    from impls import kernels_triton
+
+    values, positions = inputs["values"], inputs["positions"]
+    _, out_shape = shapes(params)
+    window = _window(params)
+    return lambda: kernels_triton.unpool_gather(values, positions, out_shape, window)
+
+
+@strategy("maxunpool", backend="triton")
+def triton_scatter(inputs, params):
+    """Added: the general form — zero fill, then one scatter kernel of
+    value/position pairs (masked outside [0, P)): two passes over the output."""
+    from impls import kernels_triton
+
+    values, positions = inputs["values"], inputs["positions"]
+    _, out_shape = shapes(params)
+    return lambda: kernels_triton.unpool_scatter(values, positions, out_shape)

@@ -66,6 +66,8 @@ class Strategy:
     doc: str = ""
     # Extra bytes of temporaries per byte of operator traffic, for the memory guard.
     temp_factor: float = 1.0
+    # Each new shape costs a compile (torch.compile): checks use a reduced case set.
+    quick_check: bool = False
 
     @property
     def key(self) -> str:
@@ -125,7 +127,7 @@ def register_operator(op: Operator) -> Operator:
 
 def strategy(op: str, *, backend: str, source: str = "added", devices=None,
              dtypes=None, returns: str = "output", ties: str = "n/a",
-             name: str | None = None, temp_factor: float = 1.0):
+             name: str | None = None, temp_factor: float = 1.0, quick_check: bool = False):
     """Decorator registering ``prepare`` as a strategy of operator ``op``."""
 
     def decorate(prepare):
@@ -141,7 +143,7 @@ def strategy(op: str, *, backend: str, source: str = "added", devices=None,
             source=source, devices=tuple(devices or BACKEND_DEVICES[backend]),
             dtypes=tuple(dtypes or BACKEND_DTYPES[backend]), returns=returns,
             ties=ties, seed=source.startswith("seed"), doc=doc,
-            temp_factor=temp_factor)
+            temp_factor=temp_factor, quick_check=quick_check)
         return prepare
 
     return decorate
@@ -160,3 +162,14 @@ def all_strategies(op: str | None = None, device: str | None = None) -> list[Str
     if device:
         found = [s for s in found if s.runs_on(device)]
     return found
+
+
+def compiled(fn, *args):
+    """``torch.compile`` of ``fn(*args)``, compiled now (setup, outside the timed
+    region) so that a call of the result runs the compiled code only."""
+    import torch
+
+    torch._dynamo.reset()  # one case at a time: no stale graphs, no recompile limit
+    compiled_fn = torch.compile(fn, dynamic=False)
+    compiled_fn(*args)
+    return lambda: compiled_fn(*args)
