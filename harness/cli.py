@@ -214,6 +214,12 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("_case", help=argparse.SUPPRESS)
     p.set_defaults(func=cmd_case)
 
+    from harness import compare, dashboard, merge
+
+    compare.add_parser(sub)
+    merge.add_parser(sub)
+    dashboard.add_parser(sub)
+
     return parser
 
 

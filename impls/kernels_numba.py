@@ -19,36 +19,60 @@ _JIT = dict(parallel=True, cache=True, nogil=True, fastmath=False)
 
 @functools.lru_cache(maxsize=None)
 def maxpool2d_kernel(K: int):
-    """The maxpool kernel for one window size K, a compile-time constant so the
-    window loops unroll (a runtime K made the kernel compute-bound at ~2 ns per
-    element; this one runs near the copy bandwidth).
+    """The maxpool kernel for one window size K (a compile-time constant).
 
-    Flat C-order x of planes (H, W); one window at a time in registers, first
-    maximum in row-major order, a NaN beats any number and the first NaN stays.
-    Bitwise ``|``/``&`` and selects keep the window free of branches.
+    Per band of K input rows: a vertical pass keeps, for every column, the
+    maximum over the K rows and the row it came from (contiguous rows, so it
+    vectorises); a horizontal pass then picks each window's best column,
+    breaking ties by row-major order (row*K + column), so the first maximum
+    wins; a NaN beats any number. The column state lives in a per-thread
+    scratch row (``scratch_values``/``scratch_rows``, one row per numba thread,
+    W wide) that stays in L1. Flat C-order x; reads it once.
+
+    A window-at-a-time version with runtime K ran at ~2 ns per element
+    (compute-bound); this one runs at the copy bandwidth.
     """
 
     @numba.njit(parallel=True, nogil=True, fastmath=False)
-    def kernel(x, H, W, values, indices):
+    def kernel(x, H, W, values, indices, scratch_values, scratch_rows):
         h, w = H // K, W // K
+        span = w * K
         planes = x.size // (H * W)
         for plane_row in prange(planes * h):
+            thread = numba.get_thread_id()
             plane, i = plane_row // h, plane_row % h
             top = i * K
-            row_start = plane * H * W + top * W
-            out = plane_row * w
+            start = plane * H * W + top * W
+            # Slices throughout, so loops index from 0: an index like start + c keeps
+            # numba's negative-index wraparound in the loop and blocks SIMD.
+            column_best = scratch_values[thread]
+            column_row = scratch_rows[thread]
+            first = x[start:start + W]
+            for c in range(span):
+                column_best[c] = first[c]
+                column_row[c] = 0
+            for kr in range(1, K):
+                row = x[start + kr * W:start + (kr + 1) * W]
+                for c in range(span):
+                    v = row[c]
+                    best = column_best[c]
+                    take = (v > best) | ((v != v) & (best == best))
+                    column_best[c] = v if take else best
+                    column_row[c] = kr if take else column_row[c]
+            best_row = values[plane_row * w:(plane_row + 1) * w]
+            arg_row = indices[plane_row * w:(plane_row + 1) * w]
             for j in range(w):
                 left = j * K
-                best = x[row_start + left]
-                arg = left
-                for kr in range(K):
-                    for kc in range(K):
-                        v = x[row_start + kr * W + left + kc]
-                        take = (v > best) | ((v != v) & (best == best))
-                        best = v if take else best
-                        arg = (kr * W + left + kc) if take else arg
-                values[out + j] = best
-                indices[out + j] = top * W + arg
+                best = column_best[left]
+                order = column_row[left] * K
+                for kc in range(1, K):
+                    v = column_best[left + kc]
+                    candidate = column_row[left + kc] * K + kc
+                    take = (v > best) | ((v == best) & (candidate < order)) | ((v != v) & (best == best))
+                    best = v if take else best
+                    order = candidate if take else order
+                best_row[j] = best
+                arg_row[j] = (top + order // K) * W + left + order % K
 
     return kernel
 
@@ -88,32 +112,34 @@ def dispersion(x, mask, S, y):
             y_row[col] = 0
         for i in range(C):
             x_row = x[b, i, h]
-            offset = i * S
+            # A slice, so the loop indexes with plain w: an index like offset + w
+            # keeps numba's negative-index wraparound in the loop and blocks SIMD.
+            y_slice = y_row[i * S:i * S + W]
             for w in range(W):
-                y_row[offset + w] += x_row[w] * mask_row[w]
+                y_slice[w] += x_row[w] * mask_row[w]
 
 
 @numba.njit(**_JIT)
 def dispersion_pinv(y, mask, S, x):
-    """Per (h, channel): the denominator coverage·mask of that row built once
-    (W values, in L1) and shared by the batch; then each x row is one
-    vectorised division of y's slice. y read once from memory, x written once."""
+    """Coverage computed once per call (W' values); then per (b, h) row each
+    channel's slice of y divided by coverage·mask along contiguous rows (one
+    multiply and one division per element, vectorised, nothing allocated in
+    the parallel loop): y read once from memory, x written once."""
     B, C, H, W = x.shape
     out_W = y.shape[3]
     coverage = np.zeros(out_W, dtype=x.dtype)
     for i in range(C):
         for w in range(W):
             coverage[i * S + w] += 1
-    for row in prange(H * C):
-        h = row // C
-        i = row % C
-        offset = i * S
+    for plane_row in prange(B * H):
+        b = plane_row // H
+        h = plane_row % H
+        y_row = y[b, 0, h]
         mask_row = mask[h]
-        denominator = np.empty(W, dtype=x.dtype)
-        for w in range(W):
-            denominator[w] = coverage[offset + w] * mask_row[w]
-        for b in range(B):
+        for i in range(C):
             x_row = x[b, i, h]
-            y_row = y[b, 0, h]
+            # Slices, so the loop indexes with plain w (see dispersion): 6x faster.
+            y_slice = y_row[i * S:i * S + W]
+            coverage_slice = coverage[i * S:i * S + W]
             for w in range(W):
-                x_row[w] = y_row[offset + w] / denominator[w]
+                x_row[w] = y_slice[w] / (coverage_slice[w] * mask_row[w])

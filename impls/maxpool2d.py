@@ -303,20 +303,26 @@ def torch_compile_reshape_argmax(inputs, params):
 
 @strategy("maxpool2d", backend="numba", returns="values+indices", ties="first")
 def numba_fused(inputs, params):
-    """Added: one parallel numba kernel compiled for this k (rows of windows
-    over threads, each window in registers, branch-free selects): reads x
-    once, writes values and indices once. A strided x is first copied to
-    C order, inside the timed call."""
+    """Added: one parallel numba kernel compiled for this k — per band of k
+    rows a vectorised vertical max (with its row) in an L1 scratch row, then a
+    horizontal pick per window with row-major tie-breaking: reads x once,
+    writes values and indices once. A strided x is first copied to C order,
+    inside the timed call."""
+    import numba
+
     from impls import kernels_numba
 
     x, k = inputs["x"], params["k"]
     N, C, H, W = x.shape
     kernel = kernels_numba.maxpool2d_kernel(k)
+    scratch_values = np.empty((numba.config.NUMBA_NUM_THREADS, W), dtype=x.dtype)
+    scratch_rows = np.empty((numba.config.NUMBA_NUM_THREADS, W), dtype=np.int64)
 
     def run():
         values = np.empty((N, C, H // k, W // k), dtype=x.dtype)
         indices = np.empty((N, C, H // k, W // k), dtype=np.int64)
-        kernel(np.ascontiguousarray(x).reshape(-1), H, W, values.reshape(-1), indices.reshape(-1))
+        kernel(np.ascontiguousarray(x).reshape(-1), H, W, values.reshape(-1), indices.reshape(-1),
+               scratch_values, scratch_rows)
         return values, indices
 
     run()  # JIT compile for this signature outside the timed region

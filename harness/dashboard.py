@@ -1,0 +1,203 @@
+"""``scatterbench dashboard RESULTS_ROOT -o SITE``: a static regression dashboard.
+
+Result directories are the history: every run under RESULTS_ROOT, ordered by
+start time, grouped by machine and device. The site is plain HTML and PNG
+with relative links, so it works opened from disk; every text that comes from
+a result file is escaped.
+"""
+
+from __future__ import annotations
+
+import html
+import math
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import pandas as pd  # noqa: E402
+
+from harness import stats, store  # noqa: E402
+from harness.tables import CORRECT, fmt_time, params_label  # noqa: E402
+
+STYLE = ("body{font-family:system-ui,sans-serif;max-width:1200px;margin:2em auto;padding:0 1em;color:#222}"
+         "table{border-collapse:collapse;font-size:13px}td,th{border:1px solid #ccc;padding:3px 8px}"
+         "td.num{text-align:right}.regressed{color:#b00;font-weight:bold}.improved{color:#070}"
+         "img{max-width:100%}nav a{margin-right:1em}")
+
+
+def load_history(root) -> tuple[pd.DataFrame, dict, list[dict]]:
+    """Rows of every run under ``root`` with their run's order, commit and machine."""
+    frames, samples, metas = [], {}, []
+    for order, directory in enumerate(store.find_runs(root)):
+        meta, rows, run_samples = store.read_run(directory)
+        meta = dict(meta, directory=str(directory), order=order)
+        metas.append(meta)
+        if rows.empty:
+            continue
+        rows = rows.copy()
+        rows["run_order"] = order
+        rows["run_dir"] = str(directory)
+        rows["commit"] = (meta.get("git_commit") or "unknown")[:10]
+        rows["start_time"] = meta.get("start_time", "")
+        rows["machine"] = meta.get("machine") or meta.get("host", "?")
+        frames.append(rows)
+        for case_id, values in run_samples.items():
+            samples[(str(directory), case_id)] = values
+    if not frames:
+        raise store.ResultError(f"{root}: no result rows found under it")
+    return pd.concat(frames, ignore_index=True), samples, metas
+
+
+def mark_regressions(history: pd.DataFrame, samples: dict, factor: float, alpha: float) -> pd.DataFrame:
+    """Verdict of each row against the same case's previous run on the same machine."""
+    history = history.sort_values("run_order").copy()
+    history["verdict"] = ""
+    history["change"] = math.nan
+    for _, series in history.groupby(["machine", "case_id"], sort=False):
+        previous = None
+        for index, row in series.iterrows():
+            if previous is not None and row["status"] in CORRECT and previous["status"] in CORRECT:
+                before = samples.get((previous["run_dir"], row["case_id"]))
+                after = samples.get((row["run_dir"], row["case_id"]))
+                if before and after:
+                    ratio = row["median_s"] / previous["median_s"]
+                    p_value = stats.mann_whitney_p(before, after)
+                    history.loc[index, "change"] = ratio
+                    if ratio > factor and p_value < alpha:
+                        history.loc[index, "verdict"] = "regressed"
+                    elif ratio < 1 / factor and p_value < alpha:
+                        history.loc[index, "verdict"] = "improved"
+            elif previous is not None and previous["status"] in CORRECT and row["status"] not in CORRECT:
+                history.loc[index, "verdict"] = "regressed"
+            previous = row
+    return history
+
+
+def _page(title: str, body: list[str]) -> str:
+    return ("<!doctype html><html><head><meta charset='utf-8'>"
+            f"<title>{html.escape(title)}</title><style>{STYLE}</style></head><body>"
+            + "\n".join(body) + "</body></html>")
+
+
+def _slug(text: str) -> str:
+    return "".join(ch if ch.isalnum() else "-" for ch in text.lower()).strip("-")[:90]
+
+
+def _history_plot(series: pd.DataFrame, path: Path, title: str) -> None:
+    fig, ax = plt.subplots(figsize=(8, 4), layout="constrained")
+    orders = sorted(series["run_order"].unique())
+    position = {order: i for i, order in enumerate(orders)}
+    for name, line in series.groupby("strategy"):
+        line = line.sort_values("run_order")
+        xs = [position[o] for o in line["run_order"]]
+        ax.plot(xs, line["median_s"], marker="o", markersize=3, label=name)
+        bad = line[line["verdict"] == "regressed"]
+        ax.scatter([position[o] for o in bad["run_order"]], bad["median_s"].fillna(line["median_s"].max()),
+                   s=80, facecolors="none", edgecolors="red", linewidths=2, zorder=5)
+    labels = series.drop_duplicates("run_order").sort_values("run_order")["commit"].tolist()
+    ax.set_xticks(range(len(orders)), labels, rotation=45, ha="right", fontsize=7)
+    ax.set_yscale("log")
+    ax.set_ylabel("median time per call (s)")
+    ax.set_xlabel("run (commit), oldest first; red rings: regressions")
+    ax.set_title(title, fontsize=9)
+    ax.legend(fontsize=7, ncol=2)
+    ax.grid(True, alpha=0.3)
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def build_dashboard(root, site, factor: float = 1.10, alpha: float = 0.002, with_reports: bool = True) -> Path:
+    site = Path(site)
+    history, samples, metas = load_history(root)
+    history = mark_regressions(history, samples, factor, alpha)
+    site.mkdir(parents=True, exist_ok=True)
+    (site / "plots").mkdir(exist_ok=True)
+    esc = html.escape
+    ops = list(dict.fromkeys(history["op"]))
+
+    # one report per run, linked from every page
+    run_links = {}
+    for meta in metas:
+        run_id = str(meta.get("run_id", Path(meta["directory"]).name))
+        target = site / "runs" / _slug(run_id)
+        if with_reports and not (target / "report.html").exists():
+            import report
+
+            try:
+                report.build([Path(meta["directory"])], target)
+            except store.ResultError:
+                continue
+        if (target / "report.html").exists():
+            run_links[meta["directory"]] = f"runs/{_slug(run_id)}/report.html"
+
+    nav = "<nav><a href='index.html'>overview</a>" + "".join(
+        f"<a href='{esc(_slug(op))}.html'>{esc(op)}</a>" for op in ops) + "</nav>"
+    latest = history.sort_values("run_order").groupby(["machine", "case_id"], sort=False).tail(1)
+    body = [nav, "<h1>scatterbench dashboard</h1>",
+            f"<p>{len(metas)} runs, {history['machine'].nunique()} machines. A change is flagged when the median "
+            f"moved by more than {factor:g}× and a Mann–Whitney U test on the raw samples gives p &lt; {alpha:g}, "
+            f"or when a correct case started failing its check.</p>",
+            "<table id='overview'><tr><th>op</th><th>strategy</th><th>params</th><th>device</th><th>dtype</th>"
+            "<th>machine</th><th>latest</th><th>status</th><th>vs previous</th><th>trend</th><th>runs</th></tr>"]
+    for _, row in latest.sort_values(["op", "params", "strategy"]).iterrows():
+        series = history[(history["machine"] == row["machine"]) & (history["case_id"] == row["case_id"])]
+        medians = series.sort_values("run_order")["median_s"].tolist()
+        trend = "".join("▁▂▃▄▅▆▇█"[min(7, int(8 * (m - min(medians)) / (max(medians) - min(medians) + 1e-30)))]
+                        if isinstance(m, float) and math.isfinite(m) else "·" for m in medians)
+        change = f"{row['change']:.3g}×" if math.isfinite(row["change"]) else "–"
+        css = f" class='{row['verdict']}'" if row["verdict"] else ""
+        body.append(f"<tr{css}><td><a href='{esc(_slug(row['op']))}.html'>{esc(row['op'])}</a></td>"
+                    f"<td>{esc(row['strategy'])}</td><td>{esc(params_label(row['params']))}</td>"
+                    f"<td>{esc(row['device'])}</td><td>{esc(row['dtype'])}</td><td>{esc(row['machine'])}</td>"
+                    f"<td class='num'>{esc(fmt_time(row['median_s']))}</td><td>{esc(row['status'])}</td>"
+                    f"<td class='num'>{esc(change)} {esc(row['verdict'])}</td><td>{esc(trend)}</td>"
+                    f"<td class='num'>{len(series)}</td></tr>")
+    body.append("</table><h2>Runs</h2><table><tr><th>#</th><th>run</th><th>start</th><th>commit</th>"
+                "<th>machine</th><th>report</th></tr>")
+    for meta in metas:
+        link = run_links.get(meta["directory"])
+        body.append(f"<tr><td>{meta['order']}</td><td>{esc(str(meta.get('run_id')))}</td>"
+                    f"<td>{esc(str(meta.get('start_time')))}</td><td>{esc(str(meta.get('git_commit'))[:12])}</td>"
+                    f"<td>{esc(str(meta.get('machine')))}</td>"
+                    + (f"<td><a href='{esc(link)}'>report</a></td></tr>" if link else "<td>–</td></tr>"))
+    body.append("</table>")
+    (site / "index.html").write_text(_page("scatterbench dashboard", body))
+
+    for op in ops:
+        on_op = history[history["op"] == op]
+        page = [nav, f"<h1>{esc(op)}</h1>"]
+        regressions = on_op[on_op["verdict"] == "regressed"]
+        if len(regressions):
+            page.append("<h2 class='regressed'>Regressions between consecutive runs</h2><ul>")
+            for _, row in regressions.iterrows():
+                what = f"{row['change']:.3g}×" if math.isfinite(row["change"]) else "broke"
+                page.append(f"<li class='regressed'>{esc(row['strategy'])} {esc(params_label(row['params']))} "
+                            f"{esc(row['device'])} {esc(row['dtype'])} on {esc(row['machine'])} at commit "
+                            f"{esc(row['commit'])}: {esc(row['status'])}, "
+                            f"{esc(what)}</li>")
+            page.append("</ul>")
+        for (params, device, dtype, machine), series in on_op.groupby(["params", "device", "dtype", "machine"]):
+            title = f"{op} {params_label(params)} · {device} {dtype} · {machine}"
+            stem = _slug(title) + ".png"
+            _history_plot(series, site / "plots" / stem, title)
+            page.append(f"<h2>{esc(title)}</h2><img src='plots/{esc(stem)}' alt='{esc(title)}'>")
+        (site / f"{_slug(op)}.html").write_text(_page(f"scatterbench · {op}", page))
+    return site / "index.html"
+
+
+def cmd_dashboard(args) -> int:
+    index = build_dashboard(args.root, args.output, args.factor, args.alpha, not args.no_reports)
+    print(f"dashboard: {index}")
+    return 0
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("dashboard", help="write a static regression dashboard of every run under a directory")
+    p.add_argument("root")
+    p.add_argument("-o", "--output", default="site")
+    p.add_argument("--factor", type=float, default=1.10)
+    p.add_argument("--alpha", type=float, default=0.002)
+    p.add_argument("--no-reports", action="store_true", help="do not write each run's report")
+    p.set_defaults(func=cmd_dashboard)

@@ -1,0 +1,54 @@
+"""``scatterbench merge DIR ... -o OUT``: several runs (the shards of one sweep,
+or runs on several machines) combined into one result directory.
+
+Rows keep their own run id; the merged metadata lists every source run. A
+case present in more than one input is kept once, from the latest run.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from harness import store
+
+
+def merge_runs(dirs, out) -> Path:
+    out = Path(out)
+    if (out / store.META).exists():
+        raise store.ResultError(f"{out}: already holds a run; merge into a new directory")
+    runs = sorted((store.read_run(Path(d)) + (Path(d),) for d in dirs), key=lambda run: run[0].get("start_time", ""))
+    if not runs:
+        raise store.ResultError("merge: no result directories given")
+    first = runs[0][0]
+    meta = {key: first.get(key) for key in ("host", "cpu_model", "cpu_count", "gpu_name", "machine", "git_commit",
+                                            "python", "versions", "threads", "config_file", "start_time")}
+    meta.update(run_id="merged-" + "+".join(m.get("run_id", "?") for m, *_ in runs)[:120],
+                merged_from=[{"run_id": m.get("run_id"), "directory": str(d), "machine": m.get("machine"),
+                              "git_commit": m.get("git_commit"), "shard": m.get("shard")} for m, _, _, d in runs],
+                ceilings_gbps={k: v for m, *_ in runs for k, v in m.get("ceilings_gbps", {}).items()},
+                status="complete")
+    kept: dict[str, tuple] = {}
+    for _meta, rows, samples, _directory in runs:
+        for record in rows.to_dict("records"):
+            if record["case_id"] in kept:
+                print(f"merge: {record['case_id']} appears twice; keeping the later run's", file=sys.stderr)
+            kept[record["case_id"]] = (record, samples.get(record["case_id"]))
+    writer = store.RunWriter(out, meta)
+    for record, samples in kept.values():
+        writer.append({k: v for k, v in record.items() if k in store.COLUMNS}, samples)
+    writer.close()
+    return out
+
+
+def cmd_merge(args) -> int:
+    out = merge_runs(args.dirs, args.output)
+    print(f"merged {len(args.dirs)} runs into {out}")
+    return 0
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("merge", help="combine result directories (shards, machines) into one")
+    p.add_argument("dirs", nargs="+")
+    p.add_argument("-o", "--output", required=True)
+    p.set_defaults(func=cmd_merge)
