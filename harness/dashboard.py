@@ -96,7 +96,8 @@ def _history_plot(series: pd.DataFrame, path: Path, title: str) -> None:
         bad = line[line["verdict"] == "regressed"]
         ax.scatter([position[o] for o in bad["run_order"]], bad["median_s"].fillna(line["median_s"].max()),
                    s=80, facecolors="none", edgecolors="red", linewidths=2, zorder=5)
-    labels = series.drop_duplicates("run_order").sort_values("run_order")["commit"].tolist()
+    runs = series.drop_duplicates("run_order").sort_values("run_order")
+    labels = [f"#{order} {commit}" for order, commit in zip(runs["run_order"], runs["commit"])]
     ax.set_xticks(range(len(orders)), labels, rotation=45, ha="right", fontsize=7)
     ax.set_yscale("log")
     ax.set_ylabel("median time per call (s)")

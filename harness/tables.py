@@ -33,9 +33,14 @@ def fmt_num(value: float, digits: int = 3, suffix: str = "") -> str:
     return f"{value:.{digits}g}{suffix}"
 
 
+# Parameters in the order the operators declare them (case ids store them sorted).
+PARAM_ORDER = ("form", "N", "B", "C", "F", "H", "W", "L", "k", "f", "S")
+
+
 def params_label(params_json: str) -> str:
     params = json.loads(params_json)
-    return " ".join(f"{key}={value}" for key, value in params.items())
+    ordered = sorted(params, key=lambda key: (PARAM_ORDER.index(key) if key in PARAM_ORDER else 99, key))
+    return " ".join(f"{key}={params[key]}" for key in ordered)
 
 
 def strategies_table(strategies) -> Table:

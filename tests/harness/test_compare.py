@@ -1,0 +1,152 @@
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from harness.compare import as_json, as_markdown, compare_frames, compare_runs, regressed
+from harness.merge import merge_runs
+from harness.store import read_rows
+
+HERE = Path(__file__).parent
+SPIN_CONFIG = """
+timing: {min_samples: 30, budget_s: 0.15, warmup_s: 0.01}
+threads: {torch: 1, blas: 1}
+benchmarks:
+  - op: maxpool2d
+    strategies: [spin_steady, spin_planted]
+    params: {N: 1, C: 2, H: 8, W: 8, k: 2}
+"""
+
+
+def run_with_plugin(config: Path, out: Path, slowdown: float = 1.0, *extra) -> subprocess.CompletedProcess:
+    code = (f"import sys; sys.path.insert(0, {str(HERE)!r}); import impls, spin_plugin; "
+            "from harness.cli import main; sys.exit(main(sys.argv[1:]))")
+    env = dict(os.environ, SCATTERBENCH_TEST_SLOWDOWN=str(slowdown))
+    return subprocess.run([sys.executable, "-c", code, *extra, str(config), "-o", str(out), "--no-progress"],
+                          capture_output=True, text=True, env=env, timeout=300)
+
+
+def frame(rows):
+    columns = ["case_id", "op", "strategy", "device", "dtype", "params", "status", "median_s"]
+    return pd.DataFrame([dict(zip(columns, r)) for r in rows])
+
+
+def synthetic(scale_new: float, seed: int, noise: float = 0.02):
+    rng = np.random.default_rng(seed)
+    params = json.dumps({"k": 2})
+    names = ["a", "b", "ref"]
+    base = {n: list(1e-3 * (1 + noise * rng.standard_normal(200))) for n in names}
+    new = {n: list(1e-3 * (scale_new if n == "a" else 1) * (1 + noise * rng.standard_normal(200))) for n in names}
+    def rows(samples):
+        return frame([(n, "maxpool2d", n, "cpu", "float32", params, "ok", float(np.median(samples[n]))) for n in names])
+    return rows(base), base, rows(new), new
+
+
+def test_a_planted_slowdown_is_flagged_and_nothing_else():
+    base_rows, base, new_rows, new = synthetic(1.3, 0)
+    table = compare_frames(base_rows, base, new_rows, new)
+    verdicts = dict(zip(table["strategy"], table["verdict"]))
+    assert verdicts == {"a": "regressed", "b": "same", "ref": "same"}
+    assert table.loc[table["strategy"] == "a", "ratio"].iloc[0] == pytest.approx(1.3, rel=0.02)
+
+
+@pytest.mark.parametrize("trial", range(5))
+def test_a_a_comparisons_flag_nothing(trial):
+    base_rows, base, new_rows, new = synthetic(1.0, 100 + trial)
+    assert len(regressed(compare_frames(base_rows, base, new_rows, new))) == 0
+
+
+def test_small_real_shift_below_the_factor_is_not_flagged():
+    base_rows, base, new_rows, new = synthetic(1.05, 7, noise=0.001)
+    table = compare_frames(base_rows, base, new_rows, new)
+    row = table[table["strategy"] == "a"].iloc[0]
+    assert row["p_value"] < 1e-10 and row["verdict"] == "same"
+
+
+def test_normalised_mode_cancels_a_uniformly_slower_machine():
+    base_rows, base, new_rows, new = synthetic(1.0, 3)
+    slower_new = {n: [s * 1.8 for s in v] for n, v in new.items()}
+    slower_rows = new_rows.assign(median_s=new_rows["median_s"] * 1.8)
+    plain = compare_frames(base_rows, base, slower_rows, slower_new)
+    assert set(regressed(plain)["strategy"]) == {"a", "b", "ref"}
+    normalised = compare_frames(base_rows, base, slower_rows, slower_new, relative_to=["ref"])
+    assert len(regressed(normalised)) == 0
+
+
+def test_status_changes_and_one_sided_cases():
+    params = json.dumps({"k": 2})
+    base_rows = frame([("x", "maxpool2d", "x", "cpu", "float32", params, "ok", 1e-3),
+                       ("gone", "maxpool2d", "gone", "cpu", "float32", params, "ok", 1e-3)])
+    new_rows = frame([("x", "maxpool2d", "x", "cpu", "float32", params, "mismatch", np.nan),
+                      ("new", "maxpool2d", "new", "cpu", "float32", params, "ok", 1e-3)])
+    table = compare_frames(base_rows, {"x": [1e-3] * 5, "gone": [1e-3] * 5}, new_rows, {"new": [1e-3] * 5})
+    verdicts = dict(zip(table["strategy"], table["verdict"]))
+    assert verdicts == {"x": "broken", "gone": "only in base", "new": "only in new"}
+    assert list(regressed(table)["strategy"]) == ["x"]
+    assert json.loads(as_json(table))["regressed"] == 1
+
+
+def test_markdown_escapes_hostile_names():
+    params = json.dumps({"k": 2})
+    rows = frame([("x", "maxpool2d", "<img src=x onerror=alert(1)>|", "cpu", "float32", params, "ok", 1e-3)])
+    text = as_markdown(compare_frames(rows, {"x": [1e-3] * 5}, rows, {"x": [1e-3] * 5}))
+    assert not re.search(r"(?<!\\)<", text) and "\\<img" in text
+
+
+def test_real_runs_planted_slowdown_then_a_a(tmp_path):
+    config = tmp_path / "spin.yaml"
+    config.write_text(SPIN_CONFIG)
+    base, slow, again = tmp_path / "base", tmp_path / "slow", tmp_path / "again"
+    for out, slowdown in ((base, 1.0), (slow, 1.3), (again, 1.0)):
+        result = run_with_plugin(config, out, slowdown, "run")
+        assert result.returncode == 0, result.stderr
+    flagged = regressed(compare_runs(base, slow))
+    assert list(flagged["strategy"]) == ["spin_planted"]
+    assert len(regressed(compare_runs(base, again))) == 0
+    cli = subprocess.run([sys.executable, "-c",
+                          f"import sys; sys.path.insert(0, {str(HERE)!r}); import impls, spin_plugin; "
+                          "from harness.cli import main; sys.exit(main(sys.argv[1:]))",
+                          "compare", str(base), str(slow), "--format", "md"], capture_output=True, text=True)
+    assert cli.returncode == 1 and "**regressed**" in cli.stdout
+    same = subprocess.run([sys.executable, "-m", "harness", "compare", str(base), str(base)],
+                          capture_output=True, text=True)
+    assert same.returncode == 0, same.stderr
+    bad = subprocess.run([sys.executable, "-m", "harness", "compare", str(base), str(tmp_path / "nope")],
+                         capture_output=True, text=True)
+    assert bad.returncode == 2 and "no such directory" in bad.stderr
+
+
+def test_shards_merge_back_into_the_whole_sweep(tmp_path, tiny_config):
+    config = tiny_config("""
+timing: {min_samples: 5, budget_s: 0.01, warmup_s: 0}
+benchmarks:
+  - op: maxpool2d
+    strategies: [torch_max_pool2d_indices, numpy_sliding_window]
+    params: {N: 1, C: 2, H: [4, 6, 8], W: 4, k: 2}
+  - op: dispersion
+    strategies: [seed_loop]
+    params: {B: 1, C: 3, H: 4, W: 5, S: [0, 1]}
+""")
+    shards = []
+    for index in range(3):
+        out = tmp_path / f"shard{index}"
+        result = subprocess.run([sys.executable, "-m", "harness", "run", str(config), "--shard", f"{index}/3",
+                                 "-o", str(out), "--no-progress"], capture_output=True, text=True)
+        assert result.returncode == 0, result.stderr
+        shards.append(out)
+    whole = tmp_path / "whole"
+    assert subprocess.run([sys.executable, "-m", "harness", "run", str(config), "-o", str(whole),
+                           "--no-progress"], capture_output=True).returncode == 0
+    merged = merge_runs(shards, tmp_path / "merged")
+    merged_ids = sorted(read_rows(merged)["case_id"])
+    assert merged_ids == sorted(read_rows(whole)["case_id"])
+    assert len(merged_ids) == len(set(merged_ids)) == 8
+    bad = subprocess.run([sys.executable, "-m", "harness", "run", str(config), "--shard", "3/3"],
+                         capture_output=True, text=True)
+    assert bad.returncode == 2 and "--shard" in bad.stderr
