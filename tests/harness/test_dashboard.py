@@ -19,8 +19,10 @@ FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-
 
 @pytest.fixture(scope="module")
 def history(tmp_path_factory):
-    """Two real runs of a tiny sweep, then a third copied with one strategy made
-    1.5× slower and a hostile strategy name planted."""
+    """One real run of a tiny sweep; a second, its exact copy (A/A: nothing may be
+    flagged); a third with one strategy made 1.5× slower and a hostile strategy
+    name planted. Copies, not reruns: this machine's run-to-run noise is not
+    what this test is about."""
     root = tmp_path_factory.mktemp("results")
     config = root.parent / "tiny.yaml"
     config.write_text("""
@@ -30,11 +32,14 @@ benchmarks:
     strategies: [torch_max_pool2d_indices, numpy_sliding_window]
     params: {N: 1, C: 2, H: 8, W: 8, k: 2}
 """)
-    for name in ("run1", "run2"):
-        result = subprocess.run([sys.executable, "-m", "harness", "run", str(config), "-o", str(root / name),
-                                 "--no-progress"], capture_output=True, text=True)
-        assert result.returncode == 0, result.stderr
-    meta, rows, samples = read_run(root / "run2")
+    result = subprocess.run([sys.executable, "-m", "harness", "run", str(config), "-o", str(root / "run1"),
+                             "--no-progress"], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    meta, rows, samples = read_run(root / "run1")
+    copy = RunWriter(root / "run2", dict(meta, run_id="run2", start_time="9998-01-01T00:00:00+00:00"))
+    for record in rows.to_dict("records"):
+        copy.append(record, samples[record["case_id"]])
+    copy.close()
     meta = dict(meta, run_id="run3", start_time="9999-01-01T00:00:00+00:00")
     writer = RunWriter(root / "run3", meta)
     for record in rows.to_dict("records"):
