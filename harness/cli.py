@@ -223,6 +223,21 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def load_plugins() -> None:
+    """Imports the modules named in SCATTERBENCH_PLUGINS (comma-separated), which
+    register extra strategies; isolated cases inherit the variable."""
+    import importlib
+    import os
+
+    import impls  # noqa: F401  (the built-in strategies first)
+
+    for name in filter(None, (part.strip() for part in os.environ.get("SCATTERBENCH_PLUGINS", "").split(","))):
+        try:
+            importlib.import_module(name)
+        except ImportError as error:
+            raise UsageError(f"SCATTERBENCH_PLUGINS: cannot import {name!r}: {error}") from None
+
+
 def main(argv: list[str] | None = None) -> int:
     from harness.config import ConfigError
     from harness.store import ResultError
@@ -230,6 +245,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
+        load_plugins()
         return args.func(args)
     except (ConfigError, ResultError, UsageError) as error:
         if args.debug:

@@ -143,6 +143,13 @@ def _check_benchmark(config: Config, bench: Benchmark, where: str) -> None:
         for dtype in dtypes:
             if dtype not in DTYPES:
                 raise ConfigError(f"{where}.{key}: unknown dtype {dtype!r} (known: {', '.join(DTYPES)})")
+    if bench.strategies != "all":
+        for dtype in bench.dtypes or config.dtypes:
+            for name in names:
+                strat = known[name]
+                if dtype not in strat.dtypes:
+                    raise ConfigError(f"{where}.dtypes: {dtype} is not supported by {name} ({strat.backend} "
+                                      f"takes {', '.join(strat.dtypes)})")
     specs = {spec.name: spec for spec in op.params}
     for key in bench.params:
         if key not in specs:

@@ -1,0 +1,217 @@
+"""Faults, interruptions and bad configs: the sweep goes on, nothing measured is lost."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from harness import cli
+from harness.config import ConfigError, parse_config
+from harness.store import read_meta, read_rows
+
+HERE = Path(__file__).parent
+
+
+def plugin_env(*modules):
+    return dict(os.environ, PYTHONPATH=os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")]),
+                SCATTERBENCH_PLUGINS=",".join(modules))
+
+
+def scatterbench(*args, env=None, timeout=300):
+    return subprocess.run([sys.executable, "-m", "harness", *map(str, args)], capture_output=True, text=True,
+                          env=env, timeout=timeout)
+
+
+def statuses(out):
+    rows = read_rows(out)
+    return {r["strategy"]: (r["status"], r["message"]) for _, r in rows.iterrows()}
+
+
+def test_raise_hang_and_out_of_memory_are_recorded_and_the_sweep_finishes(tmp_path):
+    config = tmp_path / "faults.yaml"
+    config.write_text("""
+timing: {min_samples: 5, budget_s: 0.01, warmup_s: 0, timeout_s: 2}
+benchmarks:
+  - op: maxpool2d
+    strategies: [fault_raises, fault_sleeps, fault_allocates, torch_max_pool2d_indices]
+    params: {N: 1, C: 1, H: 4, W: 4, k: 2}
+""")
+    result = scatterbench("run", config, "-o", tmp_path / "out", "--no-progress", env=plugin_env("fault_plugin"))
+    assert result.returncode == 0, result.stderr
+    found = statuses(tmp_path / "out")
+    assert found["fault_raises"][0] == "error" and "deliberate failure" in found["fault_raises"][1]
+    assert found["fault_sleeps"][0] == "timeout" and "2 s" in found["fault_sleeps"][1]
+    assert found["fault_allocates"][0] == "error" and "out of memory" in found["fault_allocates"][1]
+    assert found["torch_max_pool2d_indices"][0] == "ok"
+
+
+def test_isolate_survives_a_segfault(tmp_path):
+    config = tmp_path / "crash.yaml"
+    config.write_text("""
+timing: {min_samples: 5, budget_s: 0.01, warmup_s: 0, timeout_s: 30}
+benchmarks:
+  - op: maxpool2d
+    strategies: [fault_segfaults, torch_max_pool2d_indices]
+    params: {N: 1, C: 1, H: 4, W: 4, k: 2}
+""")
+    result = scatterbench("run", config, "-o", tmp_path / "out", "--isolate", "--no-progress",
+                          env=plugin_env("fault_plugin"))
+    assert result.returncode == 0, result.stderr
+    found = statuses(tmp_path / "out")
+    assert found["fault_segfaults"][0] == "error"
+    assert f"killed by signal {int(signal.SIGSEGV)}" in found["fault_segfaults"][1]
+    assert found["torch_max_pool2d_indices"][0] == "ok"
+
+
+def test_memory_guard_skips_a_case_that_cannot_fit(tmp_path):
+    config = tmp_path / "huge.yaml"
+    config.write_text("""
+benchmarks:
+  - op: maxpool2d
+    strategies: [torch_max_pool2d_indices]
+    params: {N: 4096, C: 4096, H: 4096, W: 4096, k: 2}
+""")
+    started = time.perf_counter()
+    result = scatterbench("run", config, "-o", tmp_path / "out", "--no-progress")
+    assert result.returncode == 0, result.stderr
+    status, message = statuses(tmp_path / "out")["torch_max_pool2d_indices"]
+    assert status == "skipped" and "GiB free" in message and "skipped before allocating" in message
+    assert time.perf_counter() - started < 60
+
+
+SLOW_SWEEP = """
+timing: {min_samples: 5, budget_s: 0.3, warmup_s: 0}
+benchmarks:
+  - op: maxpool2d
+    strategies: [spin_steady]
+    params: {N: 1, C: 1, H: [4, 6, 8, 10, 12, 14, 16, 18], W: 4, k: 2}
+"""
+
+
+def start_slow_sweep(tmp_path, out):
+    config = tmp_path / "slow.yaml"
+    config.write_text(SLOW_SWEEP)
+    process = subprocess.Popen([sys.executable, "-m", "harness", "run", str(config), "-o", str(out),
+                                "--no-progress"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               env=plugin_env("spin_plugin"))
+    deadline = time.time() + 120
+    rows = out / "rows.csv"
+    while time.time() < deadline:
+        if rows.exists() and rows.read_text().count("\n") >= 3:  # header + 2 finished cases
+            return config, process
+        time.sleep(0.05)
+    process.kill()
+    pytest.fail("the sweep never got going")
+
+
+def test_ctrl_c_stops_cleanly_and_says_where_results_are(tmp_path):
+    out = tmp_path / "out"
+    config, process = start_slow_sweep(tmp_path, out)
+    process.send_signal(signal.SIGINT)
+    _, stderr = process.communicate(timeout=60)
+    assert process.returncode == 130
+    assert f"every finished case is in {out}" in stderr and "--resume" in stderr
+    assert "Traceback" not in stderr
+    assert read_meta(out)["status"] == "interrupted"
+    assert 2 <= len(read_rows(out)) < 8
+
+
+def test_kill_9_mid_run_then_resume_has_every_case_exactly_once(tmp_path):
+    out = tmp_path / "out"
+    config, process = start_slow_sweep(tmp_path, out)
+    process.send_signal(signal.SIGKILL)
+    process.wait(timeout=30)
+    done_before = len(read_rows(out))
+    assert 2 <= done_before < 8
+    resumed = scatterbench("run", config, "--resume", out, "--no-progress", env=plugin_env("spin_plugin"))
+    assert resumed.returncode == 0, resumed.stderr
+    rows = read_rows(out)
+    assert len(rows) == 8 and rows["case_id"].is_unique
+    assert set(rows["status"]) == {"ok"}
+    assert read_meta(out)["resumed"]
+
+
+def test_bad_plugin_is_a_usage_error(tmp_path):
+    result = scatterbench("list", env=plugin_env("no_such_plugin_module"))
+    assert result.returncode == 2 and "SCATTERBENCH_PLUGINS: cannot import 'no_such_plugin_module'" in result.stderr
+
+
+def test_unsupported_dtype_for_a_named_strategy(tiny_config):
+    path = tiny_config("""
+dtypes: [bfloat16]
+benchmarks:
+  - op: maxpool2d
+    strategies: [numpy_sliding_window]
+    params: {N: 1, C: 1, H: 4, W: 4, k: 2}
+""")
+    with pytest.raises(ConfigError, match=r"benchmarks\[0\].dtypes: bfloat16 is not supported by numpy_sliding_window"):
+        from harness.config import load_config
+        load_config(path)
+
+
+# ------------------------------------------------------------------ fuzzing
+VALID = {
+    "timing": {"min_samples": 5, "budget_s": 0.01},
+    "benchmarks": [{"op": "maxpool2d", "strategies": ["torch_max_pool2d_indices"],
+                    "params": {"N": 1, "C": 1, "H": 4, "W": 4, "k": 2}}],
+}
+GARBAGE = st.one_of(st.text(max_size=8), st.integers(-5, 0), st.floats(allow_nan=True), st.none(),
+                    st.lists(st.integers(), max_size=0), st.booleans(), st.dictionaries(st.text(max_size=3), st.integers(), max_size=2))
+PATHS = [("benchmarks", 0, "op"), ("benchmarks", 0, "params", "k"), ("benchmarks", 0, "params", "N"),
+         ("benchmarks", 0, "strategies"), ("timing", "min_samples"), ("timing", "budget_s"), ("devices",),
+         ("dtypes",), ("benchmarks",), ("benchmarks", 0, "params")]
+
+
+def _mutate(config, path, value):
+    target = config
+    for key in path[:-1]:
+        target = target[key]
+    target[path[-1]] = value
+    return config
+
+
+def _is_valid(data) -> bool:
+    try:
+        parse_config(data)
+        return True
+    except ConfigError:
+        return False
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(path=st.sampled_from(PATHS), value=GARBAGE, extra_key=st.text(min_size=1, max_size=6))
+def test_fuzzed_bad_configs_end_in_a_clean_exit_2(tmp_path, capsys, path, value, extra_key):
+    import copy
+
+    data = _mutate(copy.deepcopy(VALID), path, value)
+    if extra_key not in data:
+        data = dict(data, **{extra_key: 1}) if len(extra_key) % 2 else data
+    if _is_valid(data):
+        return  # the mutation happened to produce a valid config; nothing to test
+    path_file = tmp_path / "fuzz.yaml"
+    path_file.write_text(yaml.safe_dump(data))
+    code = cli.main(["run", str(path_file), "-o", str(tmp_path / "never"), "--no-progress"])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert err.startswith("scatterbench: error: ") and err.count("\n") == 1 and "Traceback" not in err
+    assert not (tmp_path / "never").exists()
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(text=st.text(max_size=60))
+def test_fuzzed_yaml_text_never_crashes_the_loader(tmp_path, text):
+    from harness.config import load_config
+
+    path = tmp_path / "raw.yaml"
+    path.write_text(text)
+    try:
+        load_config(path)
+    except ConfigError as error:
+        assert "\n" not in str(error)
