@@ -79,8 +79,11 @@ class CheckItem:
 
     @property
     def label(self) -> str:
-        shape = ",".join(f"{k}={v}" for k, v in self.params)
-        return f"{self.mode}/{self.layout} {shape}"
+        import json
+
+        from harness.tables import params_label
+
+        return f"{self.mode}/{self.layout} {params_label(json.dumps(dict(self.params)))}"
 
 
 def adversarial_set(op, strat) -> tuple[list[dict], tuple[str, ...]]:
