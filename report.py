@@ -49,7 +49,11 @@ def load(dirs) -> tuple[pd.DataFrame, list[dict]]:
         frames.append(rows)
     if not frames:
         raise store.ResultError(f"{', '.join(map(str, dirs))}: no result rows to report")
-    return with_speedups(pd.concat(frames, ignore_index=True)), metas
+    rows = pd.concat(frames, ignore_index=True)
+    # A case measured by several runs on one machine: the latest run's measurement.
+    rows["_start"] = rows["run_dir"].map({m["directory"]: m.get("start_time", "") for m in metas})
+    rows = rows.sort_values("_start", kind="stable").drop_duplicates(["case_id", "machine"], keep="last")
+    return with_speedups(rows.drop(columns="_start").sort_index()), metas
 
 
 def device_label(meta: dict, device: str) -> str:
@@ -195,7 +199,7 @@ def figure_times(group: pd.DataFrame, figures: Path, stem: str) -> str:
     floor = group["floor_s"].dropna()
     if len(floor):
         ax.axvline(floor.iloc[0], color="black", linestyle="--", linewidth=1)
-        ax.text(floor.iloc[0], n - 0.4, " bandwidth floor", fontsize=8, va="bottom")
+        ax.text(floor.iloc[0], -0.45, " bandwidth floor", fontsize=8, va="top")
     ax.set_xscale("log")
     if len(timed):
         ax.set_xlim(min(timed["median_s"].min(), floor.min() if len(floor) else math.inf) / 2, top * 30)
@@ -255,20 +259,22 @@ def figure_scaling(rows: pd.DataFrame, figures: Path, stem: str, title: str) -> 
     use_c = varying == ["C"]
     ok["x"] = params.map(lambda p: p["C"]) if use_c else ok["bytes"]
     fig, ax = plt.subplots(figsize=(FIGURE_WIDTH_IN, 5), layout="constrained")
-    for name, line in ok.groupby("strategy"):
+    # One colour per strategy here (many share a backend); solid: the seeds' own, dashed: added.
+    palette = plt.get_cmap("tab20").colors
+    for index, (name, line) in enumerate(ok.groupby("strategy")):
         line = line.sort_values("x")
         if len(line) < 2:
             continue
-        ax.plot(line["x"], line["median_s"], marker="o", markersize=3, label=name,
-                color=BACKEND_COLOURS.get(line["backend"].iloc[0]),
-                linestyle="-" if "seed" in line["source"].iloc[0] else "--")
+        seed = str(line["source"].iloc[0]).startswith("seed")
+        ax.plot(line["x"], line["median_s"], marker="o", markersize=3, color=palette[index % len(palette)],
+                label=f"{name} ({line['backend'].iloc[0]})", linestyle="-" if seed else "--")
     floor = ok.groupby("x")["floor_s"].min().sort_index()
     ax.plot(floor.index, floor.values, color="black", linewidth=2, label="bandwidth floor")
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel("channels C" if use_c else "bytes moved by the operator")
     ax.set_ylabel("median time per call (s)")
-    ax.set_title(title, fontsize=9)
+    ax.set_title(title + " (solid: the seeds' strategies, dashed: added)", fontsize=9)
     ax.legend(fontsize=7, ncol=2)
     ax.grid(True, which="both", alpha=0.3)
     return save(fig, figures, stem)
@@ -346,7 +352,9 @@ def build(dirs, out, name: str = "report") -> Path:
     doc.para("Every number below was measured by scatterbench on the machine named beside it: the median "
              "of per-call timings (SPEC 3), % of ceiling = bytes the operator must move / that device's "
              "measured copy bandwidth / median time. Strategies that failed the float64-oracle check are "
-             "listed with their status, never dropped; inexact ones are hatched in the figures.")
+             "listed with their status, never dropped; inexact ones are hatched in the figures. % of ceiling "
+             "above 100 means the case's working set stayed in cache (the ceiling is a DRAM copy). A case "
+             "measured by several runs on one machine shows the latest run's measurement.")
     doc.heading(2, "Runs")
     header, table_rows = environment_table(metas)
     doc.table(header, table_rows)
