@@ -246,6 +246,18 @@ def figure_speedup(group: pd.DataFrame, figures: Path, stem: str, baseline: str)
     return save(fig, figures, stem)
 
 
+def one_parameter_families(rows: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
+    """Sets of cases that differ in a single parameter over 3 or more values (a sweep)."""
+    params = rows["params"].map(json.loads)
+    families = []
+    for key in sorted({k for p in params for k in p}):
+        rest = params.map(lambda p: json.dumps({k: v for k, v in p.items() if k != key}, sort_keys=True))
+        for _, members in rows.groupby(rest):
+            if members["params"].map(lambda text: json.loads(text).get(key)).nunique() >= 3:
+                families.append((key, members))
+    return families
+
+
 def figure_scaling(rows: pd.DataFrame, figures: Path, stem: str, title: str) -> str | None:
     """Time against problem size per strategy, log-log, with the bandwidth floor."""
     ok = rows[rows["status"].isin(CORRECT) & rows["median_s"].notna()].copy()
@@ -255,9 +267,9 @@ def figure_scaling(rows: pd.DataFrame, figures: Path, stem: str, title: str) -> 
     varying = [key for key in params.iloc[0] if params.map(lambda p: p.get(key)).nunique() > 1]
     if not varying:
         return None
-    # Against C when only C varies (dispersion), else against the bytes moved.
-    use_c = varying == ["C"]
-    ok["x"] = params.map(lambda p: p["C"]) if use_c else ok["bytes"]
+    # Against the parameter when only one varies (C for dispersion), else against the bytes moved.
+    sweep_key = varying[0] if len(varying) == 1 else None
+    ok["x"] = params.map(lambda p: p[sweep_key]) if sweep_key else ok["bytes"]
     fig, ax = plt.subplots(figsize=(FIGURE_WIDTH_IN, 5), layout="constrained")
     # One colour per strategy here (many share a backend); solid: the seeds' own, dashed: added.
     palette = plt.get_cmap("tab20").colors
@@ -272,10 +284,10 @@ def figure_scaling(rows: pd.DataFrame, figures: Path, stem: str, title: str) -> 
     ax.plot(floor.index, floor.values, color="black", linewidth=2, label="bandwidth floor")
     ax.set_xscale("log")
     ax.set_yscale("log")
-    ax.set_xlabel("channels C" if use_c else "bytes moved by the operator")
+    ax.set_xlabel({"C": "channels C"}.get(sweep_key, sweep_key) if sweep_key else "bytes moved by the operator")
     ax.set_ylabel("median time per call (s)")
-    ax.set_title(title + " (solid: the seeds' strategies, dashed: added)", fontsize=9)
-    ax.legend(fontsize=7, ncol=2)
+    ax.set_title(title, fontsize=9)
+    ax.legend(fontsize=7, ncol=2, title="solid: the seeds' strategies, dashed: added", title_fontsize=7)
     ax.grid(True, which="both", alpha=0.3)
     return save(fig, figures, stem)
 
@@ -387,6 +399,14 @@ def build(dirs, out, name: str = "report") -> Path:
                 if stem:
                     doc.heading(3, title)
                     doc.figure(stem, title)
+                for key, family in one_parameter_families(on_machine):
+                    fixed = {k: v for k, v in json.loads(family["params"].iloc[0]).items() if k != key}
+                    label = " ".join(f"{k}={v}" for k, v in fixed.items())
+                    title = f"{op} against {key} ({label}) · {machine} · {dtype}"
+                    stem = figure_scaling(family, figures, slug(f"{op}-sweep-{key}-{label}-{machine}-{dtype}"), title)
+                    if stem:
+                        doc.heading(3, title)
+                        doc.figure(stem, title)
     out.mkdir(parents=True, exist_ok=True)
     (out / f"{name}.md").write_text(render_markdown(doc, "figures"))
     (out / f"{name}.html").write_text(render_html(doc, figures, "scatterbench report"))

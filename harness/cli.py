@@ -141,8 +141,7 @@ def cmd_run(args) -> int:
 
     try:
         with progress:
-            sweep.run_sweep(cases, config, writer, run_id, ceilings, isolate=args.isolate,
-                            config_path=str(args.config), on_case=on_case)
+            sweep.run_sweep(cases, config, writer, run_id, ceilings, isolate=args.isolate, on_case=on_case)
     except KeyboardInterrupt:
         writer.update_meta(status="interrupted")
         writer.close()

@@ -143,8 +143,7 @@ def _release_cuda() -> None:
 
 
 # ------------------------------------------------------------------ isolation
-def execute_isolated(case: Case, config: Config, run_id: str, ceiling_gbps: float,
-                     config_path: str | None) -> CaseResult:
+def execute_isolated(case: Case, config: Config, run_id: str, ceiling_gbps: float) -> CaseResult:
     """Runs ``execute_case`` in a fresh interpreter; a crash or hang costs only this case."""
     request = {"case": [case.op, case.strategy, case.device, case.dtype, case.params_dict],
                "config": config.model_dump(), "run_id": run_id, "ceiling_gbps": ceiling_gbps}
@@ -188,7 +187,7 @@ def child_main(stdin_text: str) -> None:
 
 # ---------------------------------------------------------------------- sweep
 def run_sweep(cases: list[Case], config: Config, writer, run_id: str, ceilings: dict,
-              isolate: bool = False, config_path: str | None = None, on_case=None) -> list[dict]:
+              isolate: bool = False, on_case=None) -> list[dict]:
     """Runs ``cases`` in order, appending each finished case to ``writer``."""
     rows = []
     current_group, ref, flush = None, None, None
@@ -197,7 +196,7 @@ def run_sweep(cases: list[Case], config: Config, writer, run_id: str, ceilings: 
             on_case(case, "start")
         ceiling = ceilings.get(case.device, math.nan)
         if isolate:
-            result = execute_isolated(case, config, run_id, ceiling, config_path)
+            result = execute_isolated(case, config, run_id, ceiling)
         else:
             if case.group != current_group:
                 current_group, ref = case.group, None  # let the previous inputs go first

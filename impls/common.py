@@ -24,6 +24,12 @@ class Verdict:
     rel_err: float = 0.0
 
 
+def image_layouts(backend: str) -> tuple[str, ...]:
+    """Layouts the check exercises for operators with a 4-D (N, C, H, W) input:
+    channels-last exists only for torch tensors (and Triton, which takes them)."""
+    return LAYOUTS if backend in ("torch", "triton") else LAYOUTS[:2]
+
+
 def torch_dtype(dtype: str):
     import torch
 

@@ -83,17 +83,13 @@ def to_backend(inputs, backend, device, dtype, layout="contiguous"):
     return common.convert(inputs, backend, device, dtype, layout, layout_keys=("x",))
 
 
-def layouts(backend):
-    return common.LAYOUTS if backend in ("torch", "triton") else common.LAYOUTS[:2]
-
-
 OP = register_operator(Operator(
     name="dispersion", doc=__doc__,
     params=(ParamSpec("B"), ParamSpec("C"), ParamSpec("H"), ParamSpec("W"),
             ParamSpec("S", minimum=0, doc="shift per channel")),
     generate=generate, oracle=oracle, bytes_moved=bytes_moved, compare=compare,
     validate=validate, to_backend=to_backend, baseline="seed_loop",
-    check_cases=check_cases, layouts=layouts, ))
+    check_cases=check_cases, layouts=common.image_layouts, ))
 
 
 # --------------------------------------------------------- shared constants

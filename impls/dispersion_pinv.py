@@ -56,15 +56,11 @@ def to_backend(inputs, backend, device, dtype, layout="contiguous"):
     return common.convert(inputs, backend, device, dtype, layout, layout_keys=("y",))
 
 
-def layouts(backend):
-    return common.LAYOUTS if backend in ("torch", "triton") else common.LAYOUTS[:2]
-
-
 OP = register_operator(Operator(
     name="dispersion_pinv", doc=__doc__, params=dispersion.OP.params,
     generate=generate, oracle=oracle, bytes_moved=bytes_moved, compare=compare,
     validate=validate, to_backend=to_backend, baseline="seed_loop_cat",
-    check_cases=dispersion.check_cases, layouts=layouts))
+    check_cases=dispersion.check_cases, layouts=common.image_layouts))
 
 
 def dispersion_pinv(y, mask, S: int, C: int):

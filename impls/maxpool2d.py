@@ -128,17 +128,13 @@ def to_backend(inputs, backend, device, dtype, layout="contiguous"):
     return common.convert(inputs, backend, device, dtype, layout, layout_keys=("x",))
 
 
-def layouts(backend):
-    return common.LAYOUTS if backend in ("torch", "triton") else common.LAYOUTS[:2]
-
-
 OP = register_operator(Operator(
     name="maxpool2d", doc=__doc__,
     params=(ParamSpec("N"), ParamSpec("C"), ParamSpec("H"), ParamSpec("W"),
             ParamSpec("k", doc="window and stride")),
     generate=generate, oracle=oracle, bytes_moved=bytes_moved, compare=compare,
     validate=validate, to_backend=to_backend, baseline="seed_loops",
-    check_cases=check_cases, layouts=layouts))
+    check_cases=check_cases, layouts=common.image_layouts))
 
 
 def _cropped(x, k):

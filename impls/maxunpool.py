@@ -148,6 +148,13 @@ def maxunpool(values, positions, size: int):
     return out
 
 
+def flat_row_offsets(A: int, B: int, L: int, P: int) -> np.ndarray:
+    """The seed's ``add_to_flattened_indices``: row (a, b)'s start in the flat
+    output, repeated for each of its L values (int64, built once per case)."""
+    return ((np.arange(A)[:, None, None] * B + np.arange(B)[None, :, None]) * P
+            + np.zeros((1, 1, L), dtype=np.int64)).ravel()
+
+
 def _rows(inputs, params):
     """values and positions as (A, B, L) (a view when contiguous), P and the output shape."""
     _, out_shape = shapes(params)
@@ -181,8 +188,7 @@ def numpy_seed_flat_set(inputs, params):
     The add makes a full int64 temporary per call."""
     values, positions, P, out_shape = _rows(inputs, params)
     A, B, L = values.shape
-    add_to_flattened_indices = ((np.arange(A)[:, None, None] * B + np.arange(B)[None, :, None]) * P
-                                + np.zeros((1, 1, L), dtype=np.int64)).ravel()
+    add_to_flattened_indices = flat_row_offsets(A, B, L, P)
 
     def run():
         upsampled = np.zeros(A * B * P, dtype=values.dtype)
@@ -340,7 +346,7 @@ def torch_max_unpool2d(inputs, params):
 
 
 # ---------------------------------------------------- PyTensor (Theano's successor)
-def _pytensor_function(params, values, build):
+def _pytensor_function(values, build):
     """Compiles ``build(v, p)`` once (outside the timed region), like ``theano.function``."""
     import pytensor
     import pytensor.tensor as pt
@@ -365,7 +371,7 @@ def pytensor_seed_row_loop(inputs, params):
                                              v[whichitem, whichfilt, :])
         return upsampled
 
-    fn = _pytensor_function(params, values, build)
+    fn = _pytensor_function(values, build)
     return lambda: fn(values, positions).reshape(out_shape)
 
 
@@ -376,8 +382,7 @@ def pytensor_seed_flat_set(inputs, params):
     would overflow past 2^31 elements)."""
     values, positions, P, out_shape = _rows(inputs, params)
     A, B, L = values.shape
-    offsets = ((np.arange(A)[:, None, None] * B + np.arange(B)[None, :, None]) * P
-               + np.zeros((1, 1, L), dtype=np.int64)).ravel()
+    offsets = flat_row_offsets(A, B, L, P)
 
     def build(v, p, pt):
         import pytensor
@@ -387,7 +392,7 @@ def pytensor_seed_flat_set(inputs, params):
         return pt.set_subtensor(upsampled.flatten()[p.flatten() + add_to_flattened_indices],
                                 v.flatten()).reshape(upsampled.shape)
 
-    fn = _pytensor_function(params, values, build)
+    fn = _pytensor_function(values, build)
     return lambda: fn(values, positions).reshape(out_shape)
 
 
@@ -402,7 +407,7 @@ def pytensor_seed_broadcast(inputs, params):
         return pt.set_subtensor(upsampled[pt.arange(shp[0]).reshape((-1, 1, 1)),
                                           pt.arange(shp[1]).reshape((1, -1, 1)), p], v)
 
-    fn = _pytensor_function(params, values, build)
+    fn = _pytensor_function(values, build)
     return lambda: fn(values, positions).reshape(out_shape)
 
 
