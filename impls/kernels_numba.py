@@ -34,45 +34,49 @@ def maxpool2d_kernel(K: int):
     """
 
     @numba.njit(parallel=True, nogil=True, fastmath=False)
-    def kernel(x, H, W, values, indices, scratch_values, scratch_rows):
+    def kernel(x, H, W, values, indices, scratch_values, scratch_rows, rows_per_item):
         h, w = H // K, W // K
         span = w * K
         planes = x.size // (H * W)
-        for plane_row in prange(planes * h):
+        # Each parallel item is rows_per_item consecutive output rows: a whole plane
+        # when there are planes enough to share out (less scheduling per element),
+        # a single row when there are not (one large plane still uses every thread).
+        for item in prange((planes * h) // rows_per_item):
             thread = numba.get_thread_id()
-            plane, i = plane_row // h, plane_row % h
-            top = i * K
-            start = plane * H * W + top * W
-            # Slices throughout, so loops index from 0: an index like start + c keeps
-            # numba's negative-index wraparound in the loop and blocks SIMD.
             column_best = scratch_values[thread]
             column_row = scratch_rows[thread]
-            first = x[start:start + W]
-            for c in range(span):
-                column_best[c] = first[c]
-                column_row[c] = 0
-            for kr in range(1, K):
-                row = x[start + kr * W:start + (kr + 1) * W]
+            for plane_row in range(item * rows_per_item, (item + 1) * rows_per_item):
+                plane, i = plane_row // h, plane_row % h
+                top = i * K
+                start = plane * H * W + top * W
+                # Slices throughout, so loops index from 0: an index like start + c keeps
+                # numba's negative-index wraparound in the loop and blocks SIMD.
+                first = x[start:start + W]
                 for c in range(span):
-                    v = row[c]
-                    best = column_best[c]
-                    take = (v > best) | ((v != v) & (best == best))
-                    column_best[c] = v if take else best
-                    column_row[c] = kr if take else column_row[c]
-            best_row = values[plane_row * w:(plane_row + 1) * w]
-            arg_row = indices[plane_row * w:(plane_row + 1) * w]
-            for j in range(w):
-                left = j * K
-                best = column_best[left]
-                order = column_row[left] * K
-                for kc in range(1, K):
-                    v = column_best[left + kc]
-                    candidate = column_row[left + kc] * K + kc
-                    take = (v > best) | ((v == best) & (candidate < order)) | ((v != v) & (best == best))
-                    best = v if take else best
-                    order = candidate if take else order
-                best_row[j] = best
-                arg_row[j] = (top + order // K) * W + left + order % K
+                    column_best[c] = first[c]
+                    column_row[c] = 0
+                for kr in range(1, K):
+                    row = x[start + kr * W:start + (kr + 1) * W]
+                    for c in range(span):
+                        v = row[c]
+                        best = column_best[c]
+                        take = (v > best) | ((v != v) & (best == best))
+                        column_best[c] = v if take else best
+                        column_row[c] = kr if take else column_row[c]
+                best_row = values[plane_row * w:(plane_row + 1) * w]
+                arg_row = indices[plane_row * w:(plane_row + 1) * w]
+                for j in range(w):
+                    left = j * K
+                    best = column_best[left]
+                    order = column_row[left] * K
+                    for kc in range(1, K):
+                        v = column_best[left + kc]
+                        candidate = column_row[left + kc] * K + kc
+                        take = (v > best) | ((v == best) & (candidate < order)) | ((v != v) & (best == best))
+                        best = v if take else best
+                        order = candidate if take else order
+                    best_row[j] = best
+                    arg_row[j] = (top + order // K) * W + left + order % K
 
     return kernel
 

@@ -313,12 +313,14 @@ def numba_fused(inputs, params):
     kernel = kernels_numba.maxpool2d_kernel(k)
     scratch_values = np.empty((numba.config.NUMBA_NUM_THREADS, W), dtype=x.dtype)
     scratch_rows = np.empty((numba.config.NUMBA_NUM_THREADS, W), dtype=np.int64)
+    # Whole planes per parallel item when there are enough to keep every thread busy.
+    rows_per_item = H // k if N * C >= 4 * numba.get_num_threads() else 1
 
     def run():
         values = np.empty((N, C, H // k, W // k), dtype=x.dtype)
         indices = np.empty((N, C, H // k, W // k), dtype=np.int64)
         kernel(np.ascontiguousarray(x).reshape(-1), H, W, values.reshape(-1), indices.reshape(-1),
-               scratch_values, scratch_rows)
+               scratch_values, scratch_rows, rows_per_item)
         return values, indices
 
     run()  # JIT compile for this signature outside the timed region
