@@ -11,7 +11,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from impls.registry import get_operator, OPERATORS
+from impls.registry import OPERATORS
 
 STATUS_STYLE = {"ok": "green", "inexact": "yellow", "mismatch": "bold red", "error": "red",
                 "timeout": "magenta", "skipped": "dim"}

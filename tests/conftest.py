@@ -14,7 +14,6 @@ except ImportError:  # pragma: no cover
 if not HAS_CUDA:
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
-import impls  # noqa: E402
 from impls.registry import Strategy, get_operator  # noqa: E402
 
 

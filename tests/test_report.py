@@ -3,7 +3,6 @@ import math
 
 import numpy as np
 
-import pytest
 from PIL import Image
 
 import report
@@ -15,7 +14,6 @@ def fixture_run(directory, machine_cpu="Fixture CPU"):
                                    "ceilings_gbps": {"cpu": 20.0}, "config_file": "configs/x.yaml",
                                    "start_time": "2026-11-22T00:00:00+00:00", "threads": {"torch": 2},
                                    "versions": {"torch": "2.13.0"}})
-    params = json.dumps({"N": 1, "C": 1, "H": 4, "W": 4, "k": 2})
     entries = [("seed_loops", "numpy", "ok", 1e-2), ("torch_max_pool2d_indices", "torch", "ok", 1e-4),
                ("numpy_sliding_window", "numpy", "inexact", 1e-3), ("broken<script>", "torch", "error", math.nan),
                ("wrong|pipe", "numpy", "mismatch", math.nan)]

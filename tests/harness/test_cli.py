@@ -1,11 +1,9 @@
 """The CLI end to end on tiny configs, in subprocesses as a user runs it."""
 
-import json
 import subprocess
 import sys
 
 from harness.store import read_meta, read_rows, read_samples
-from harness.store import COLUMNS
 
 TINY = """
 name: tiny

@@ -5,7 +5,7 @@ import torch
 import impls
 from harness.check import reference
 from impls import dispersion, dispersion_pinv
-from impls.common import compare_relative, round_to_dtype, to_numpy
+from impls.common import compare_relative, to_numpy
 from impls.registry import get_operator
 
 TOY_X = np.array([[1, 1, 1], [2, 2, 2], [3, 3, 3]], dtype=np.float64).reshape(1, 3, 1, 3)

@@ -2,7 +2,6 @@ import numpy as np
 import pytest
 
 import impls
-from harness.check import reference
 from impls import maxpool2d, maxunpool
 from impls.common import round_to_dtype, to_numpy
 from impls.registry import NotApplicable, get_operator
