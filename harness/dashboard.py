@@ -9,6 +9,7 @@ a result file is escaped.
 from __future__ import annotations
 
 import html
+import json
 import math
 from pathlib import Path
 
@@ -19,7 +20,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from harness import stats, store  # noqa: E402
-from harness.tables import CORRECT, fmt_time, params_label  # noqa: E402
+from harness.tables import CORRECT, PARAM_ORDER, fmt_time, params_label  # noqa: E402
 
 STYLE = ("body{font-family:system-ui,sans-serif;max-width:1200px;margin:2em auto;padding:0 1em;color:#222}"
          "table{border-collapse:collapse;font-size:13px}td,th{border:1px solid #ccc;padding:3px 8px}"
@@ -86,7 +87,7 @@ def _slug(text: str) -> str:
 
 
 def _history_plot(series: pd.DataFrame, path: Path, title: str) -> None:
-    fig, ax = plt.subplots(figsize=(8, 4), layout="constrained")
+    fig, ax = plt.subplots(figsize=(10, 4), layout="constrained")
     orders = sorted(series["run_order"].unique())
     position = {order: i for i, order in enumerate(orders)}
     for name, line in series.groupby("strategy"):
@@ -103,7 +104,7 @@ def _history_plot(series: pd.DataFrame, path: Path, title: str) -> None:
     ax.set_ylabel("median time per call (s)")
     ax.set_xlabel("run (commit), oldest first; red rings: regressions")
     ax.set_title(title, fontsize=9)
-    ax.legend(fontsize=7, ncol=2)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))  # beside the plot, never over a line
     ax.grid(True, alpha=0.3)
     fig.savefig(path, dpi=100)
     plt.close(fig)
@@ -137,12 +138,20 @@ def build_dashboard(root, site, factor: float = 1.10, alpha: float = 0.002, with
         f"<a href='{esc(_slug(op))}.html'>{esc(op)}</a>" for op in ops) + "</nav>"
     latest = history.sort_values("run_order").groupby(["machine", "case_id"], sort=False).tail(1)
     body = [nav, "<h1>scatterbench dashboard</h1>",
-            f"<p>{len(metas)} runs, {history['machine'].nunique()} machines. A change is flagged when the median "
+            f"<p>{len(metas)} runs, {history['machine'].nunique()} machine(s). A change is flagged when the median "
             f"moved by more than {factor:g}× and a Mann–Whitney U test on the raw samples gives p &lt; {alpha:g}, "
             f"or when a correct case started failing its check.</p>",
             "<table id='overview'><tr><th>op</th><th>strategy</th><th>params</th><th>device</th><th>dtype</th>"
             "<th>machine</th><th>latest</th><th>status</th><th>vs previous</th><th>trend</th><th>runs</th></tr>"]
-    for _, row in latest.sort_values(["op", "params", "strategy"]).iterrows():
+    def overview_order(row):
+        # regressions first, then each operator's cases by parameter value (C=16 before C=128)
+        params = json.loads(row["params"])
+        values = tuple(params[key] for key in sorted(params, key=lambda k: PARAM_ORDER.index(k)
+                                                     if k in PARAM_ORDER else 99) if isinstance(params[key], int))
+        return (row["verdict"] != "regressed", row["op"], values, row["strategy"])
+
+    latest = latest.loc[sorted(latest.index, key=lambda index: overview_order(latest.loc[index]))]
+    for _, row in latest.iterrows():
         series = history[(history["machine"] == row["machine"]) & (history["case_id"] == row["case_id"])]
         medians = series.sort_values("run_order")["median_s"].tolist()
         trend = "".join("▁▂▃▄▅▆▇█"[min(7, int(8 * (m - min(medians)) / (max(medians) - min(medians) + 1e-30)))]
