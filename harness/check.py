@@ -75,7 +75,6 @@ class CheckItem:
     device: str
     mode: str
     layout: str
-    origin: str  # "adversarial set" or "config"
 
     @property
     def label(self) -> str:
@@ -112,9 +111,8 @@ def check_plan(config, cases) -> list[CheckItem]:
                 for mode in MODES:
                     for layout in layouts:
                         items.append(CheckItem(strat, tuple(sorted(params.items())), case.dtype,
-                                               case.device, mode, layout, "adversarial set"))
+                                               case.device, mode, layout))
         if op.bytes_moved(case.params_dict, 1) <= config.check.max_elements:
             for mode in MODES:
-                items.append(CheckItem(strat, case.params, case.dtype, case.device, mode,
-                                       "contiguous", "config"))
+                items.append(CheckItem(strat, case.params, case.dtype, case.device, mode, "contiguous"))
     return items
