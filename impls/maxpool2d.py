@@ -299,11 +299,11 @@ def torch_compile_reshape_argmax(inputs, params):
 
 @strategy("maxpool2d", backend="numba", returns="values+indices", ties="first")
 def numba_fused(inputs, params):
-    """Added: one parallel numba kernel compiled for this k — per band of k
-    rows a vectorised vertical max (with its row) in an L1 scratch row, then a
-    horizontal pick per window with row-major tie-breaking: reads x once,
-    writes values and indices once. A strided x is first copied to C order,
-    inside the timed call."""
+    """Added: one parallel numba kernel compiled for this k. Per chunk of
+    bands sized to stay in L1, a vectorised vertical max (with its flat index)
+    into a per-thread scratch, then one flat horizontal pick per window with
+    row-major tie-breaking: reads x once, writes values and indices once.
+    A strided x is first copied to C order, inside the timed call."""
     import numba
 
     from impls import kernels_numba
@@ -311,16 +311,23 @@ def numba_fused(inputs, params):
     x, k = inputs["x"], params["k"]
     N, C, H, W = x.shape
     kernel = kernels_numba.maxpool2d_kernel(k)
-    scratch_values = np.empty((numba.config.NUMBA_NUM_THREADS, W), dtype=x.dtype)
-    scratch_rows = np.empty((numba.config.NUMBA_NUM_THREADS, W), dtype=np.int64)
-    # Whole planes per parallel item when there are enough to keep every thread busy.
-    rows_per_item = H // k if N * C >= 4 * numba.get_num_threads() else 1
+    # Plane-relative indices fit int32 for any plane under 2**31 elements: half the scratch.
+    index_dtype = np.int32 if H * W < 2**31 else np.int64
+    span = (W // k) * k
+    # ~16 KiB of scratch per chunk (values + indices): in L1 between the two passes.
+    scratch_elements = 16384 // (x.dtype.itemsize + np.dtype(index_dtype).itemsize)
+    bands_per_item = max(1, scratch_elements // max(span, 1))
+    # One cache line of padding between threads' rows, so they never share one.
+    row_length = -(-(bands_per_item * span) // 16) * 16 + 16
+    threads = numba.config.NUMBA_NUM_THREADS
+    scratch_values = np.empty((threads, row_length), dtype=x.dtype)
+    scratch_indices = np.empty((threads, row_length), dtype=index_dtype)
 
     def run():
         values = np.empty((N, C, H // k, W // k), dtype=x.dtype)
         indices = np.empty((N, C, H // k, W // k), dtype=np.int64)
         kernel(np.ascontiguousarray(x).reshape(-1), H, W, values.reshape(-1), indices.reshape(-1),
-               scratch_values, scratch_rows, rows_per_item)
+               scratch_values, scratch_indices, bands_per_item)
         return values, indices
 
     run()  # JIT compile for this signature outside the timed region
