@@ -76,7 +76,9 @@ def check_cases():
     # S=0 (plain channel sum), C=1, W=1, S wider than W (uncovered columns), the seed's C.
     return [dict(B=2, C=3, H=4, W=5, S=1), dict(B=2, C=4, H=3, W=6, S=0),
             dict(B=1, C=1, H=5, W=7, S=2), dict(B=2, C=5, H=3, W=1, S=1),
-            dict(B=1, C=4, H=2, W=3, S=7), dict(B=1, C=28, H=8, W=16, S=2)]
+            dict(B=1, C=4, H=2, W=3, S=7), dict(B=1, C=28, H=8, W=16, S=2),
+            # output rows wider than one 128-column Triton tile (each tile loops over its own channels)
+            dict(B=1, C=40, H=3, W=100, S=3)]
 
 
 def to_backend(inputs, backend, device, dtype, layout="contiguous"):

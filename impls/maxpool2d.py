@@ -117,11 +117,14 @@ def _window_of(flat, W, k):
 
 
 def check_cases():
-    # Divisible and not, k=1, k equal to the plane, odd k, tall and wide planes.
+    # Divisible and not, k=1, k equal to the plane, odd k, tall and wide planes;
+    # rows of more than 128 outputs (a Triton tile's width, so several column
+    # blocks), and bands past a numba chunk's scratch.
     return [dict(N=2, C=3, H=8, W=8, k=2), dict(N=2, C=3, H=7, W=9, k=2),
             dict(N=1, C=2, H=10, W=11, k=3), dict(N=2, C=2, H=5, W=5, k=1),
             dict(N=1, C=1, H=4, W=4, k=4), dict(N=3, C=2, H=6, W=13, k=5),
-            dict(N=1, C=1, H=31, W=7, k=3)]
+            dict(N=1, C=1, H=31, W=7, k=3), dict(N=1, C=2, H=5, W=601, k=2),
+            dict(N=2, C=1, H=9, W=2500, k=3)]
 
 
 def to_backend(inputs, backend, device, dtype, layout="contiguous"):

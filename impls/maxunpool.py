@@ -98,7 +98,9 @@ def compare(out, ref, inputs, dtype: str, strat) -> Verdict:
 def check_cases():
     return [dict(form="1d", B=2, F=3, L=4, f=5), dict(form="1d", B=3, F=2, L=7, f=1),
             dict(form="1d", B=1, F=1, L=9, f=3), dict(form="2d", N=2, C=3, H=8, W=8, k=2),
-            dict(form="2d", N=2, C=2, H=7, W=9, k=2), dict(form="2d", N=1, C=2, H=10, W=11, k=3)]
+            dict(form="2d", N=2, C=2, H=7, W=9, k=2), dict(form="2d", N=1, C=2, H=10, W=11, k=3),
+            # rows wider than one 128-column Triton tile
+            dict(form="1d", B=2, F=2, L=100, f=3), dict(form="2d", N=1, C=2, H=4, W=301, k=2)]
 
 
 def to_backend(inputs, backend, device, dtype, layout="contiguous"):
