@@ -343,7 +343,7 @@ def conclusion(op: str, rows: pd.DataFrame) -> list[str]:
 
 def environment_table(metas: list[dict]) -> tuple[list[str], list[list[str]]]:
     header = ["run", "machine", "start", "commit", "python", "numpy", "torch", "triton", "numba",
-              "threads", "ceilings (GB/s)"]
+              "threads", "ceilings (GB/s)", "fresh output (GB/s)"]
     rows = []
     for meta in metas:
         versions = meta.get("versions", {})
@@ -351,7 +351,8 @@ def environment_table(metas: list[dict]) -> tuple[list[str], list[list[str]]]:
                      str(meta.get("git_commit") or "?")[:12], meta.get("python", "?"),
                      versions.get("numpy") or "–", versions.get("torch") or "–", versions.get("triton") or "–",
                      versions.get("numba") or "–", json.dumps(meta.get("threads", {})),
-                     ", ".join(f"{d} {g:.1f}" for d, g in meta.get("ceilings_gbps", {}).items())])
+                     ", ".join(f"{d} {g:.1f}" for d, g in meta.get("ceilings_gbps", {}).items()),
+                     ", ".join(f"{a} {g:.1f}" for a, g in (meta.get("fresh_write_gbps") or {}).items()) or "–"])
     return header, rows
 
 
@@ -370,7 +371,9 @@ def build(dirs, out, name: str = "report") -> Path:
              "allocates its outputs afresh, as a user's call does: on the CPU the OS zeroes a fresh output's "
              "pages on first touch, which the copy ceiling (measured into a buffer already touched) does not "
              "pay, so strategies with outputs of tens of MB stay well below 100 % even when their loop runs at "
-             "the copy bandwidth.")
+             "the copy bandwidth. The runs table gives that cost as each run measured it: 'fresh output' is "
+             "the write bandwidth into a newly allocated 256 MiB buffer, from numpy's allocator (which asks "
+             "for huge pages) and from torch's.")
     doc.heading(2, "Runs")
     header, table_rows = environment_table(metas)
     doc.table(header, table_rows)

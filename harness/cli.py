@@ -121,14 +121,17 @@ def cmd_run(args) -> int:
             raise UsageError(f"{out_dir} already holds a run; use --resume {out_dir} or another -o")
     threads = env.apply_threads(config.threads)
     ceilings = sweep.measure_ceilings(c.device for c in cases) if cases else {}
+    fresh_writes = sweep.measure_fresh_writes(c.device for c in cases) if cases else {}
     meta = env.run_metadata(threads, str(args.config), sys.argv)
     meta.update(run_id=run_id, config=config.model_dump(), ceilings_gbps=ceilings,
+                fresh_write_gbps=fresh_writes,
                 shard=list(shard_spec) if shard_spec else None, n_cases=len(cases),
                 isolate=bool(args.isolate), status="running")
     writer = store.RunWriter(out_dir, meta)
     err = console(stderr=True)
     err.print(f"run {run_id}: {len(cases)} cases -> {out_dir}  "
-              + "  ".join(f"{d} copy ceiling {g:.1f} GB/s" for d, g in ceilings.items()))
+              + "  ".join(f"{d} copy ceiling {g:.1f} GB/s" for d, g in ceilings.items())
+              + "".join(f"  fresh {a} output {g:.1f} GB/s" for a, g in fresh_writes.items()))
     progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                         TimeElapsedColumn(), console=err, disable=args.no_progress)
     task = progress.add_task("sweep", total=len(cases))

@@ -27,6 +27,7 @@ def merge_runs(dirs, out) -> Path:
                 merged_from=[{"run_id": m.get("run_id"), "directory": str(d), "machine": m.get("machine"),
                               "git_commit": m.get("git_commit"), "shard": m.get("shard")} for m, _, _, d in runs],
                 ceilings_gbps={k: v for m, *_ in runs for k, v in m.get("ceilings_gbps", {}).items()},
+                fresh_write_gbps={k: v for m, *_ in runs for k, v in (m.get("fresh_write_gbps") or {}).items()},
                 status="complete")
     kept: dict[str, tuple] = {}
     for _meta, rows, samples, _directory in runs:

@@ -219,6 +219,14 @@ def measure_ceilings(devices) -> dict:
     return {device: timing.copy_ceiling_gbps(device) for device in sorted(set(devices))}
 
 
+def measure_fresh_writes(devices) -> dict:
+    """Fresh-output write bandwidth per CPU allocator (see timing.fresh_write_gbps);
+    empty when no case runs on the CPU."""
+    if "cpu" not in set(devices):
+        return {}
+    return {allocator: timing.fresh_write_gbps(allocator) for allocator in ("numpy", "torch")}
+
+
 def new_run_id(config_name: str) -> str:
     import secrets
     import socket

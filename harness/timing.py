@@ -20,6 +20,7 @@ import numpy as np
 L2_FLUSH_BYTES = 256 << 20
 CPU_CEILING_BYTES = 256 << 20
 CUDA_CEILING_BYTES = 1 << 30
+FRESH_WRITE_BYTES = 256 << 20
 
 
 class CaseTimeout(BaseException):
@@ -146,3 +147,31 @@ def copy_ceiling_gbps(device: str, nbytes: int | None = None, repeats: int = 10)
             dst.copy_(src)
             seconds.append(time.perf_counter() - t0)
     return 2 * nbytes / min(seconds) / 1e9
+
+
+def fresh_write_gbps(allocator: str, nbytes: int = FRESH_WRITE_BYTES, repeats: int = 5) -> float:
+    """Write bandwidth into a freshly allocated CPU buffer (bytes written per second,
+    in GB/s): what a strategy pays per byte of an output it allocates in the
+    timed call, the OS zeroing each new page on first touch included. The copy
+    ceiling writes into a buffer already touched and does not pay that.
+
+    ``allocator`` is "numpy" (``np.empty``, which asks for transparent huge
+    pages) or "torch" (``torch.empty``, which does not by default); the write
+    is torch's ``fill_`` on every thread torch may use. Best of ``repeats``.
+    """
+    import numpy as np
+    import torch
+
+    if allocator not in ("numpy", "torch"):
+        raise ValueError(f"allocator={allocator!r}: expected 'numpy' or 'torch'")
+    seconds: list[float] = []
+    for _ in range(repeats + 1):  # the first is a warm-up
+        t0 = time.perf_counter()
+        if allocator == "numpy":
+            buffer = torch.from_numpy(np.empty(nbytes // 4, dtype=np.float32))
+        else:
+            buffer = torch.empty(nbytes // 4, dtype=torch.float32)
+        buffer.fill_(1.0)
+        seconds.append(time.perf_counter() - t0)
+        del buffer
+    return nbytes / min(seconds[1:]) / 1e9

@@ -12,6 +12,7 @@ from harness.store import COLUMNS, RunWriter
 def fixture_run(directory, machine_cpu="Fixture CPU"):
     writer = RunWriter(directory, {"run_id": directory.name, "cpu_model": machine_cpu, "cpu_count": 2,
                                    "ceilings_gbps": {"cpu": 20.0}, "config_file": "configs/x.yaml",
+                                   "fresh_write_gbps": {"numpy": 17.5, "torch": 4.25},
                                    "start_time": "2026-11-22T00:00:00+00:00", "threads": {"torch": 2},
                                    "versions": {"torch": "2.13.0"}})
     entries = [("seed_loops", "numpy", "ok", 1e-2), ("torch_max_pool2d_indices", "torch", "ok", 1e-4),
@@ -41,6 +42,7 @@ def test_report_writes_every_file_with_real_figures(tmp_path):
     md = written.read_text()
     html_text = (tmp_path / "out" / "report.html").read_text()
     assert "torch_max_pool2d_indices" in md and "data:image/png;base64," in html_text
+    assert "numpy 17.5, torch 4.2" in md  # the run's fresh-output write bandwidths
     pngs = sorted((tmp_path / "out" / "figures").glob("*.png"))
     svgs = sorted((tmp_path / "out" / "figures").glob("*.svg"))
     assert pngs and len(pngs) == len(svgs)

@@ -54,6 +54,7 @@ def test_run_writes_every_spec_column_and_a_summary(tiny_config, tmp_path):
                 "versions", "threads", "config_file", "ceilings_gbps"):
         assert key in meta, key
     assert meta["threads"]["torch"] == 1 and meta["status"] == "complete"
+    assert set(meta["fresh_write_gbps"]) == {"numpy", "torch"}
     samples = read_samples(out)
     assert set(samples) == set(rows["case_id"])
     assert (out / "report" / "report.html").exists()

@@ -42,6 +42,13 @@ def test_copy_ceiling_is_a_plausible_bandwidth():
     assert 0.5 < gbps < 2000
 
 
+def test_fresh_write_bandwidth_is_plausible_and_names_a_bad_allocator():
+    for allocator in ("numpy", "torch"):
+        assert 0.1 < timing.fresh_write_gbps(allocator, nbytes=32 << 20, repeats=2) < 2000
+    with pytest.raises(ValueError, match="allocator='malloc'"):
+        timing.fresh_write_gbps("malloc")
+
+
 def test_summary_statistics_on_known_samples():
     summary = stats.summarize([1.0, 2.0, 3.0, 4.0, 100.0])
     assert summary.median_s == 3.0 and summary.min_s == 1.0 and summary.n_samples == 5
