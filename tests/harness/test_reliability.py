@@ -98,9 +98,12 @@ benchmarks:
 def start_slow_sweep(tmp_path, out):
     config = tmp_path / "slow.yaml"
     config.write_text(SLOW_SWEEP)
+    # Ctrl-C as at a terminal: a test runner started in the background by a
+    # non-interactive shell ignores SIGINT, and a child inherits that.
     process = subprocess.Popen([sys.executable, "-m", "harness", "run", str(config), "-o", str(out),
                                 "--no-progress"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                               env=plugin_env("spin_plugin"))
+                               env=plugin_env("spin_plugin"),
+                               preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     deadline = time.time() + 120
     rows = out / "rows.csv"
     while time.time() < deadline:
