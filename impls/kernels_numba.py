@@ -55,8 +55,8 @@ def maxpool2d_kernel(K: int):
             last_band = min(first_band + bands_per_item, bands)
             for local in range(last_band - first_band):
                 plane, i = (first_band + local) // h, (first_band + local) % h
-                start = plane * H * W + i * K * W
-                base = i * K * W
+                base = i * K * W  # plane-relative flat index of the band's first element
+                start = plane * H * W + base
                 # Slices throughout, so loops index from 0: an index like start + c keeps
                 # numba's negative-index wraparound in the loop and blocks SIMD.
                 best_slice = column_best[local * span:(local + 1) * span]
