@@ -25,12 +25,18 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from harness import store  # noqa: E402
-from harness.tables import CORRECT, fmt_num, fmt_time, params_label, with_speedups  # noqa: E402
+from harness.errors import ResultError  # noqa: E402
+from harness.format import fmt_num, fmt_time, md_escape, params_label  # noqa: E402
+from harness.tables import with_speedups  # noqa: E402
+from impls.backends import BACKENDS  # noqa: E402
+from impls.status import CORRECT, FAILED, INEXACT  # noqa: E402
 
-BACKEND_COLOURS = {"numpy": "#4c72b0", "torch": "#dd8452", "triton": "#55a868", "numba": "#8172b3",
-                   "pytensor": "#937860"}
 FIGURE_WIDTH_IN, DPI = 8.0, 100  # every PNG is 800 px wide
-FAILED = ("mismatch", "error", "timeout")
+
+
+def backend_colour(name: str) -> str:
+    backend = BACKENDS.get(name)
+    return backend.colour if backend else "grey"
 
 
 # ------------------------------------------------------------------ loading
@@ -48,7 +54,7 @@ def load(dirs) -> tuple[pd.DataFrame, list[dict]]:
         rows["run_dir"] = str(directory)
         frames.append(rows)
     if not frames:
-        raise store.ResultError(f"{', '.join(map(str, dirs))}: no result rows to report")
+        raise ResultError(f"{', '.join(map(str, dirs))}: no result rows to report")
     rows = pd.concat(frames, ignore_index=True)
     # A case measured by several runs on one machine: the latest run's measurement.
     rows["_start"] = rows["run_dir"].map({m["directory"]: m.get("start_time", "") for m in metas})
@@ -89,14 +95,6 @@ class Doc:
 
     def code(self, text: str):
         self.blocks.append(("code", text))
-
-
-def md_escape(text: str) -> str:
-    text = str(text).replace("\\", "\\\\")
-    # "_" inside words is not emphasis in GitHub Markdown; names keep their underscores.
-    for char in "|*`<>[]#":
-        text = text.replace(char, "\\" + char)
-    return text.replace("\n", " ")
 
 
 def render_markdown(doc: Doc, figure_dir: str) -> str:
@@ -167,7 +165,7 @@ def save(fig, figures: Path, stem: str) -> str:
 
 
 def _legend_backends(ax, backends):
-    handles = [plt.Rectangle((0, 0), 1, 1, color=BACKEND_COLOURS.get(b, "grey")) for b in backends]
+    handles = [plt.Rectangle((0, 0), 1, 1, color=backend_colour(b)) for b in backends]
     ax.legend(handles, backends, loc="lower right", fontsize=8, title="backend", title_fontsize=8)
 
 
@@ -185,7 +183,7 @@ def figure_times(group: pd.DataFrame, figures: Path, stem: str) -> str:
     offset = len(failed)
     top = timed["median_s"].max() if len(timed) else 1.0
     for position, (_, row) in enumerate(timed.iterrows(), start=offset):
-        colour = BACKEND_COLOURS.get(row["backend"], "grey")
+        colour = backend_colour(row["backend"])
         inexact = row["status"] == "inexact"
         ax.barh(position, row["median_s"], color=colour, hatch="//" if inexact else None,
                 edgecolor="black" if inexact else colour)
@@ -216,7 +214,7 @@ def figure_times(group: pd.DataFrame, figures: Path, stem: str) -> str:
 def figure_gbps(group: pd.DataFrame, figures: Path, stem: str) -> str:
     timed = group[group["gbps"].notna()].sort_values("gbps")
     fig, ax = plt.subplots(figsize=(FIGURE_WIDTH_IN, 1.2 + 0.32 * max(len(timed), 1)), layout="constrained")
-    ax.barh(range(len(timed)), timed["gbps"], color=[BACKEND_COLOURS.get(b, "grey") for b in timed["backend"]])
+    ax.barh(range(len(timed)), timed["gbps"], color=[backend_colour(b) for b in timed["backend"]])
     ax.set_yticks(range(len(timed)), timed["strategy"], fontsize=8)
     ceiling = group["ceiling_gbps"].dropna()
     if len(ceiling):
@@ -234,7 +232,7 @@ def figure_speedup(group: pd.DataFrame, figures: Path, stem: str, baseline: str)
         return None
     fig, ax = plt.subplots(figsize=(FIGURE_WIDTH_IN, 1.2 + 0.32 * len(timed)), layout="constrained")
     ax.barh(range(len(timed)), timed["speedup"],
-            color=[BACKEND_COLOURS.get(b, "grey") for b in timed["backend"]])
+            color=[backend_colour(b) for b in timed["backend"]])
     for position, value in enumerate(timed["speedup"]):
         ax.text(value, position, f" {value:.3g}×", va="center", fontsize=8)
     ax.set_yticks(range(len(timed)), timed["strategy"], fontsize=8)
@@ -308,6 +306,13 @@ def case_table(group: pd.DataFrame) -> tuple[list[str], list[list[str]], int | N
     return header, rows, best
 
 
+def _is_builtin(op: str, name: str) -> bool:
+    from impls.registry import OPERATORS
+
+    strat = OPERATORS[op].strategies.get(name) if op in OPERATORS else None
+    return bool(strat and strat.builtin)
+
+
 def conclusion(op: str, rows: pd.DataFrame) -> list[str]:
     """Sentences derived from the numbers: the winner per machine at its largest size."""
     from impls.registry import OPERATORS
@@ -326,7 +331,7 @@ def conclusion(op: str, rows: pd.DataFrame) -> list[str]:
                 f"the copy ceiling")
         if math.isfinite(best["speedup"]):
             text += f", {best['speedup']:.3g}× the seed's original"
-        builtins = case[case["strategy"].str.startswith(("torch_max", "torch_scatter"))]
+        builtins = case[case["strategy"].map(lambda name: _is_builtin(op, name))]
         if len(builtins) and best["strategy"] not in builtins["strategy"].values:
             builtin = builtins.loc[builtins["median_s"].idxmin()]
             text += f", {builtin['median_s'] / best['median_s']:.3g}× faster than {builtin['strategy']}"
@@ -334,7 +339,7 @@ def conclusion(op: str, rows: pd.DataFrame) -> list[str]:
         if strat and strat.doc:
             text += ". Why: " + " ".join(strat.doc.split())
         sentences.append(text + ("" if text.endswith(".") else "."))
-        failing = on_machine[on_machine["status"].isin(FAILED + ("inexact",))]
+        failing = on_machine[on_machine["status"].isin(FAILED + (INEXACT,))]
         for _, row in failing.drop_duplicates("strategy").iterrows():
             sentences.append(f"{machine}: {row['strategy']} is {row['status']} at {params_label(row['params'])} "
                              f"{row['dtype']}: {row['message']}")
@@ -428,7 +433,7 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     try:
         written = build([Path(d) for d in args.dirs], Path(args.output), args.name)
-    except store.ResultError as error:
+    except ResultError as error:
         print(f"report.py: error: {error}", file=sys.stderr)
         return 2
     print(f"wrote {written} and {written.with_suffix('.html')}")

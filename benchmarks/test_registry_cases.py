@@ -3,8 +3,10 @@
     pytest benchmarks/ --benchmark-only                 # configs/quick.yaml
     SCATTERBENCH_CONFIG=configs/default.yaml pytest benchmarks/ --benchmark-only
 
-Every case is checked against the float64 oracle before pytest-benchmark
-times it; bytes moved and GB/s go into each benchmark's extra_info.
+Every case goes through the suite's own judge path (harness/check.py) before
+pytest-benchmark times it; the config's thread settings are applied, each
+operator is its own benchmark group, and bytes moved and GB/s go into each
+benchmark's extra_info.
 """
 
 import os
@@ -12,15 +14,21 @@ from pathlib import Path
 
 import pytest
 
-from harness.check import reference
+from harness.check import judge, prepare_case, reference
 from harness.config import expand, load_config
+from harness.env import apply_threads
 from harness.sweep import ITEMSIZE
-from impls.common import to_numpy
 from impls.registry import get_operator
+from impls.status import CORRECT
 
 CONFIG = Path(os.environ.get("SCATTERBENCH_CONFIG", Path(__file__).parents[1] / "configs" / "quick.yaml"))
 _config = load_config(CONFIG)
 CASES = [case for case in expand(_config) if get_operator(case.op).strategies[case.strategy].available() is None]
+
+
+@pytest.fixture(scope="session", autouse=True)
+def config_threads():
+    return apply_threads(_config.threads)
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: f"{c.op}-{c.strategy}-{c.device}-{c.dtype}-"
@@ -30,11 +38,13 @@ def test_case(benchmark, case):
     strat = op.strategies[case.strategy]
     params = case.params_dict
     ref = reference(case.op, params, case.dtype, "random", _config.seed)
-    run = strat.prepare(op.to_backend(ref.inputs, strat.backend, case.device, case.dtype), params)
-    verdict = op.compare(to_numpy(run()), ref.expected, ref.inputs, case.dtype, strat)
-    assert verdict.status in ("ok", "inexact"), verdict.message
+    prepared = prepare_case(strat, ref, params, case.dtype, case.device)
+    verdict = judge(strat, prepared.run(), ref, case.dtype)
+    assert verdict.status in CORRECT, verdict.message
     nbytes = op.bytes_moved(params, ITEMSIZE[case.dtype], strat.returns)
-    benchmark.extra_info.update(bytes=nbytes, status=verdict.status, source=strat.source)
-    benchmark(run)
+    benchmark.group = f"{case.op} {case.device} {case.dtype}"
+    benchmark.extra_info.update(bytes=nbytes, status=verdict.status, source=strat.source,
+                                setup_s=prepared.setup_s)
+    benchmark(prepared.run)
     if benchmark.stats:
         benchmark.extra_info["gbps"] = nbytes / benchmark.stats.stats.median / 1e9

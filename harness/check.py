@@ -1,18 +1,26 @@
 """Correctness: a strategy's output against the float64 oracle (SPEC 1, 2).
 
-``reference`` makes a case's inputs (rounded to the dtype) and the oracle's
-answer; ``check_strategy`` runs one strategy on them and returns a Verdict;
-``check_plan`` lists what ``scatterbench check`` runs for a config.
+The one path from a case to a verdict, used by ``check``, the sweep and the
+pytest-benchmark view: ``reference`` makes a case's inputs (rounded to the
+dtype) and the oracle's answer; ``prepare_case`` converts them to the
+strategy's backend and device and prepares the strategy (its setup time is
+measured); ``judge`` compares one output with the oracle.
+``check_strategy`` is the three in a row; ``check_plan`` lists what
+``scatterbench check`` runs for a config.
 """
 
 from __future__ import annotations
 
+import time
 import traceback
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import Any, Callable
 
-from impls.common import Verdict, round_to_dtype, to_numpy
+from impls.backends import get_backend, to_numpy
+from impls.common import Verdict, round_to_dtype
 from impls.registry import NotApplicable, Strategy, get_operator
+from impls.status import ERROR, SKIPPED
 
 MODES = ("random", "adversarial")
 
@@ -52,19 +60,44 @@ def describe_error(error: BaseException) -> str:
     return f"{type(error).__name__}: {text}{where}"
 
 
+@dataclass(frozen=True)
+class Prepared:
+    run: Callable[[], Any]  # the timed call
+    setup_s: float  # conversion excluded; prepare (tables, kernels, compiles) included
+
+
+def prepare_case(strat: Strategy, ref: Reference, params: dict, dtype: str, device: str,
+                 layout: str = "contiguous") -> Prepared:
+    """The reference inputs on the strategy's backend and device, and the
+    strategy prepared on them. Raises what the strategy raises."""
+    op = get_operator(strat.op)
+    backend = get_backend(strat.backend)
+    inputs = op.to_backend(ref.inputs, strat.backend, device, dtype, layout)
+    backend.synchronize(device)
+    start = time.perf_counter()
+    run = strat.prepare(inputs, params)
+    backend.synchronize(device)
+    return Prepared(run, time.perf_counter() - start)
+
+
+def judge(strat: Strategy, output: Any, ref: Reference, dtype: str) -> Verdict:
+    """A strategy's output against the oracle, by its operator's rule."""
+    op = get_operator(strat.op)
+    return op.compare(to_numpy(output), ref.expected, ref.inputs, dtype, strat)
+
+
 def check_strategy(strat: Strategy, params: dict, dtype: str, device: str, ref: Reference,
                    layout: str = "contiguous") -> Verdict:
     """Runs ``strat`` once on the reference inputs and judges its output."""
-    op = get_operator(strat.op)
     try:
-        backend_inputs = op.to_backend(ref.inputs, strat.backend, device, dtype, layout)
-        run = strat.prepare(backend_inputs, params)
-        out = to_numpy(run())
+        output = prepare_case(strat, ref, params, dtype, device, layout).run()
     except NotApplicable as reason:
-        return Verdict("skipped", str(reason))
+        return Verdict(SKIPPED, str(reason))
     except Exception as error:  # a strategy's failure is a finding, not a crash
-        return Verdict("error", describe_error(error))
-    return op.compare(out, ref.expected, ref.inputs, dtype, strat)
+        return Verdict(ERROR, describe_error(error))
+    except SystemExit as error:  # a strategy that exits is an error like any other
+        return Verdict(ERROR, f"SystemExit({error.code!r}) raised by the strategy")
+    return judge(strat, output, ref, dtype)
 
 
 @dataclass(frozen=True)
@@ -80,7 +113,7 @@ class CheckItem:
     def label(self) -> str:
         import json
 
-        from harness.tables import params_label
+        from harness.format import params_label
 
         return f"{self.mode}/{self.layout} {params_label(json.dumps(dict(self.params)))}"
 
@@ -116,3 +149,80 @@ def check_plan(config, cases) -> list[CheckItem]:
             for mode in MODES:
                 items.append(CheckItem(strat, case.params, case.dtype, case.device, mode, "contiguous"))
     return items
+
+
+# --------------------------------------------------------------------- running
+@dataclass(frozen=True)
+class CheckResult:
+    item: CheckItem
+    verdict: Verdict
+    seconds: float
+
+
+# A check holds the float64 inputs and oracle output beside the case's own
+# arrays; this many times the operator's float64 traffic must fit in memory.
+CHECK_MEMORY_FACTOR = 3
+
+
+def check_memory_guard(item: CheckItem) -> str | None:
+    from harness.memory import host_free_bytes
+
+    op = get_operator(item.strategy.op)
+    needed = CHECK_MEMORY_FACTOR * op.bytes_moved(dict(item.params), 8)
+    free = host_free_bytes()
+    if needed > 0.8 * free:
+        return (f"the check needs about {needed / 2**30:.2f} GiB for its float64 reference, "
+                f"{free / 2**30:.2f} GiB free: skipped before allocating (lower check.max_elements)")
+    return None
+
+
+def run_one_check(item: CheckItem, seed: int) -> Verdict:
+    unavailable = item.strategy.available()
+    if unavailable:
+        return Verdict(SKIPPED, unavailable)
+    too_big = check_memory_guard(item)
+    if too_big:
+        return Verdict(SKIPPED, too_big)
+    try:
+        ref = cached_reference(item.strategy.op, dict(item.params), item.dtype, item.mode, seed)
+    except MemoryError:
+        return Verdict(SKIPPED, "out of memory while building the float64 reference")
+    return check_strategy(item.strategy, dict(item.params), item.dtype, item.device, ref, item.layout)
+
+
+def run_checks(items: list[CheckItem], seed: int, on_item=None) -> list[CheckResult]:
+    results = []
+    for item in items:
+        start = time.perf_counter()
+        verdict = run_one_check(item, seed)
+        results.append(CheckResult(item, verdict, time.perf_counter() - start))
+        if on_item:
+            on_item(item)
+    return results
+
+
+@dataclass(frozen=True)
+class CheckSummary:
+    failed: int
+    text: str
+    failure_lines: list
+    defect_lines: list
+
+
+def summarize_checks(results: list[CheckResult]) -> CheckSummary:
+    from collections import Counter
+
+    from impls.status import FAILED, UPSTREAM_DEFECT
+
+    counts = Counter(r.verdict.status for r in results)
+    failures = [r for r in results if r.verdict.status in FAILED]
+    failure_lines = [f"FAIL {r.item.strategy.key} [{r.item.device} {r.item.dtype} {r.item.label}]: "
+                     f"{r.verdict.message}" for r in failures]
+    defects = {}
+    for r in results:
+        if r.verdict.status == UPSTREAM_DEFECT:
+            defects.setdefault(r.item.strategy.key, r.verdict.message)
+    defect_lines = [f"KNOWN UPSTREAM DEFECT {key}: {message}" for key, message in defects.items()]
+    detail = ", ".join(f"{n} {status}" for status, n in sorted(counts.items()))
+    text = f"{len(results)} checks, {len(failures)} failed" + (f" ({detail})" if detail else "")
+    return CheckSummary(len(failures), text, failure_lines, defect_lines)

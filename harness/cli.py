@@ -1,32 +1,64 @@
 """``scatterbench`` (also ``python -m harness``): list, check, run, compare,
-merge, dashboard, report. Bad input is one line on stderr and exit 2."""
+regress, merge, dashboard, report.
+
+This module parses and prints; the work is done by the module each command
+names (check.py, sweep.py, compare.py, ...). Every subcommand is declared
+once, with ``@command``. Exit status: 0 fine, 1 findings (a failed check, a
+regression), 2 bad input or data (one line on stderr, no traceback unless
+``--debug``), 130 interrupted.
+"""
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
-import time
-from pathlib import Path
+from dataclasses import dataclass
+from typing import Callable
 
-EXIT_OK, EXIT_FAIL, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+from harness.errors import (EXIT_FINDINGS, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, ResultError,
+                            ScatterbenchError, UsageError)
 
-
-class UsageError(Exception):
-    pass
-
-
-def _parse_shard(text: str | None) -> tuple[int, int] | None:
-    if text is None:
-        return None
-    try:
-        index, count = (int(part) for part in text.split("/"))
-    except ValueError:
-        raise UsageError(f"--shard {text!r}: expected I/N, e.g. 0/4") from None
-    if count < 1 or not 0 <= index < count:
-        raise UsageError(f"--shard {text!r}: need 0 <= I < N")
-    return index, count
+# Compatibility names: callers written before harness/errors.py existed.
+EXIT_FAIL = EXIT_FINDINGS
+__all__ = ["EXIT_FAIL", "EXIT_FINDINGS", "EXIT_INTERRUPTED", "EXIT_OK", "EXIT_USAGE", "UsageError", "main"]
 
 
+def arg(*flags, **options) -> tuple:
+    return flags, options
+
+
+@dataclass(frozen=True)
+class Command:
+    name: str
+    help: str
+    arguments: tuple
+    run: Callable
+
+
+COMMANDS: list[Command] = []
+
+
+def command(name: str, help: str, *arguments):
+    """Declares a subcommand: its name, one line of help, its arguments."""
+
+    def register(run):
+        COMMANDS.append(Command(name, help, arguments, run))
+        return run
+
+    return register
+
+
+NO_PROGRESS = arg("--no-progress", action="store_true", help="no progress bar (CI logs)")
+CONFIG = arg("config", help="sweep config (YAML), e.g. configs/default.yaml")
+OP = arg("--op", help="only this operator")
+STRATEGY = arg("--strategy", action="append", metavar="NAME", help="only this strategy (repeatable)")
+
+
+# ------------------------------------------------------------------------ list
+@command("list", "list registered strategies, their backends, dtypes and preconditions",
+         arg("--op", help="only this operator"),
+         arg("--device", choices=("cpu", "cuda"), help="only strategies that run on this device"))
 def cmd_list(args) -> int:
     import impls
     from harness.tables import console, strategies_table
@@ -39,132 +71,218 @@ def cmd_list(args) -> int:
     return EXIT_OK
 
 
-def _selected_cases(config, args):
-    from harness.config import expand
-
-    cases = expand(config)
-    if getattr(args, "op", None):
-        cases = [c for c in cases if c.op == args.op]
-    if getattr(args, "strategy", None):
-        cases = [c for c in cases if c.strategy in args.strategy]
-    return cases
-
-
+# ----------------------------------------------------------------------- check
+@command("check", "check strategies against the float64 oracle (no timing)",
+         CONFIG, OP, STRATEGY, NO_PROGRESS)
 def cmd_check(args) -> int:
-    from rich.progress import track
-
-    from harness.check import cached_reference, check_plan, check_strategy
+    from harness import check
     from harness.config import load_config
-    from harness.tables import check_table, console
+    from harness.sweep import require_devices, select_cases
+    from harness.tables import check_table, console, progress_bar
 
     config = load_config(args.config)
-    _require_devices(config)
-    items = check_plan(config, _selected_cases(config, args))
-    results = []
-    for item in track(items, description="checking", console=console(stderr=True),
-                      disable=args.no_progress):
-        unavailable = item.strategy.available()
-        t0 = time.perf_counter()
-        if unavailable:
-            from impls.common import Verdict
+    require_devices(config)
+    items = check.check_plan(config, select_cases(config, args.op, args.strategy))
+    with progress_bar(disable=args.no_progress) as progress:
+        task = progress.add_task("check", total=len(items))
 
-            verdict = Verdict("skipped", unavailable)
-        else:
-            ref = cached_reference(item.strategy.op, dict(item.params), item.dtype, item.mode, config.seed)
-            verdict = check_strategy(item.strategy, dict(item.params), item.dtype, item.device, ref, item.layout)
-        results.append((item, verdict, time.perf_counter() - t0))
-    out = console()
-    out.print(check_table(results))
-    failed = [(i, v) for i, v, _ in results if v.status in ("mismatch", "error")]
-    for item, verdict in failed[:20]:
-        print(f"FAIL {item.strategy.key} [{item.device} {item.dtype} {item.label}]: {verdict.message}")
-    print(f"{len(results)} checks, {len(failed)} failed")
-    return EXIT_FAIL if failed else EXIT_OK
+        def advance(item):
+            progress.update(task, advance=1, description=f"check {item.strategy.key} {item.device} {item.dtype}")
+
+        results = check.run_checks(items, config.seed, on_item=advance)
+    console().print(check_table(results))
+    summary = check.summarize_checks(results)
+    for line in summary.failure_lines[:20]:
+        print(line)
+    for line in summary.defect_lines:
+        print(line)
+    print(summary.text)
+    return EXIT_FINDINGS if summary.failed else EXIT_OK
 
 
-def _require_devices(config) -> None:
-    from harness.config import ConfigError
-
-    wanted = set(config.devices) | {d for b in config.benchmarks for d in (b.devices or [])}
-    if "cuda" in wanted:
-        import torch
-
-        if not torch.cuda.is_available():
-            raise ConfigError(f"devices: cuda requested but no CUDA device is available here "
-                              f"(torch {torch.__version__})")
-
-
+# ------------------------------------------------------------------------- run
+@command("run", "run a sweep: check, time, record; prints a summary",
+         CONFIG,
+         arg("-o", "--output", help="result directory, new or empty (default results/<run-id>)"),
+         arg("--resume", metavar="DIR", help="run only the cases missing from DIR"),
+         arg("--shard", metavar="I/N", help="run the I-th of N slices of the sweep (0-based)"),
+         arg("--isolate", action="store_true", help="each case in its own process (survives crashes)"),
+         OP, STRATEGY,
+         arg("--report", action="store_true", help="write DIR/report when done"),
+         arg("--grid", action="store_true", help="print the compact strategies × sizes grid instead of "
+                                                 "one table per case"),
+         NO_PROGRESS)
 def cmd_run(args) -> int:
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+    from harness import store, sweep
+    from harness.tables import console, progress_bar, run_summary
 
-    from harness import env, store, sweep
-    from harness.config import load_config, shard
-    from harness.tables import console, summary_tables
-
-    config = load_config(args.config)
-    _require_devices(config)
-    cases = _selected_cases(config, args)
-    shard_spec = _parse_shard(args.shard)
-    if shard_spec:
-        cases = shard(cases, *shard_spec)
-    if args.resume:
-        out_dir = Path(args.resume)
-        meta = store.read_meta(out_dir)
-        run_id = meta["run_id"]
-        done = set(store.read_rows(out_dir)["case_id"])
-        cases = [c for c in cases if c.case_id not in done]
-        print(f"resuming {out_dir}: {len(done)} cases done, {len(cases)} to run", file=sys.stderr)
-    else:
-        run_id = sweep.new_run_id(config.name + (f"-shard{shard_spec[0]}of{shard_spec[1]}" if shard_spec else ""))
-        out_dir = Path(args.output) if args.output else sweep.default_out_dir(run_id)
-        if (out_dir / store.META).exists():
-            raise UsageError(f"{out_dir} already holds a run; use --resume {out_dir} or another -o")
-    threads = env.apply_threads(config.threads)
-    ceilings = sweep.measure_ceilings(c.device for c in cases) if cases else {}
-    fresh_writes = sweep.measure_fresh_writes(c.device for c in cases) if cases else {}
-    meta = env.run_metadata(threads, str(args.config), sys.argv)
-    meta.update(run_id=run_id, config=config.model_dump(), ceilings_gbps=ceilings,
-                fresh_write_gbps=fresh_writes,
-                shard=list(shard_spec) if shard_spec else None, n_cases=len(cases),
-                isolate=bool(args.isolate), status="running")
-    writer = store.RunWriter(out_dir, meta)
+    plan = sweep.plan_run(args.config, output=args.output, resume=args.resume, shard_text=args.shard,
+                          op=args.op, strategies=args.strategy)
+    for note in plan.notes:
+        print(note, file=sys.stderr)
     err = console(stderr=True)
-    err.print(f"run {run_id}: {len(cases)} cases -> {out_dir}  "
-              + "  ".join(f"{d} copy ceiling {g:.1f} GB/s" for d, g in ceilings.items())
-              + "".join(f"  fresh {a} output {g:.1f} GB/s" for a, g in fresh_writes.items()))
-    progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                        TimeElapsedColumn(), console=err, disable=args.no_progress)
-    task = progress.add_task("sweep", total=len(cases))
+    with progress_bar(disable=args.no_progress, console=err) as progress:
+        task = progress.add_task("ceilings", total=len(plan.cases))
+        current = {"label": ""}
 
-    def on_case(case, row):
-        if row == "start":
-            progress.update(task, description=f"{case.op}/{case.strategy} {case.device} {case.dtype}")
-        else:
-            progress.advance(task)
+        def on_start(ceilings, fresh_writes):
+            err.print(f"run {plan.run_id}: {len(plan.cases)} cases -> {plan.out_dir}  "
+                      + "  ".join(f"{d} copy ceiling {g:.1f} GB/s" for d, g in ceilings.items())
+                      + "".join(f"  fresh {a} output {g:.1f} GB/s" for a, g in fresh_writes.items()),
+                      highlight=False, markup=False)
 
-    try:
-        with progress:
-            sweep.run_sweep(cases, config, writer, run_id, ceilings, isolate=args.isolate, on_case=on_case)
-    except KeyboardInterrupt:
-        writer.update_meta(status="interrupted")
-        writer.close()
-        print(f"\ninterrupted: every finished case is in {out_dir}; "
-              f"continue with: scatterbench run {args.config} --resume {out_dir}", file=sys.stderr)
+        def on_case(case, row):
+            if row == "start":
+                current["label"] = f"{case.op}/{case.strategy} {case.device} {case.dtype}"
+                progress.update(task, description=current["label"])
+            else:
+                progress.advance(task)
+
+        def on_phase(phase):
+            progress.update(task, description=f"{phase:<15} {current['label']}")
+
+        outcome = sweep.execute_run(plan, sys.argv, isolate=args.isolate, on_start=on_start,
+                                    on_case=on_case, on_phase=on_phase)
+    resume_hint = f"scatterbench run {args.config} --resume {plan.out_dir}"
+    if outcome.interrupted:
+        print(f"\ninterrupted ({outcome.interrupted}): every finished case is in {plan.out_dir} "
+              f"({outcome.cases_on_disk} on disk); continue with: {resume_hint}", file=sys.stderr)
         return EXIT_INTERRUPTED
-    writer.update_meta(status="complete", end_time=time.strftime("%Y-%m-%dT%H:%M:%S+00:00", time.gmtime()))
-    writer.close()
-    rows = store.read_rows(out_dir)
-    out = console()
-    for table in summary_tables(rows):
-        out.print(table)
+    if outcome.disk_full:
+        raise ResultError(f"{plan.out_dir}: {outcome.disk_full}; stopped with {outcome.cases_on_disk} cases "
+                          f"safely on disk; free space and continue with: {resume_hint}")
+    rows = store.read_rows(plan.out_dir)
+    for renderable in run_summary(rows, grid=args.grid):
+        console().print(renderable)
     counts = rows["status"].value_counts().to_dict()
-    print(f"results: {out_dir}  ({', '.join(f'{n} {s}' for s, n in counts.items())})")
+    print(f"results: {plan.out_dir}  ({', '.join(f'{n} {s}' for s, n in counts.items())})")
     if args.report:
         import report
 
-        written = report.build([out_dir], out_dir / "report")
+        written = report.build([plan.out_dir], plan.out_dir / "report")
         print(f"report: {written}")
     return EXIT_OK
+
+
+# --------------------------------------------------------------------- compare
+@command("compare", "compare two result directories; exit 1 on a regression or breakage",
+         arg("base", help="the earlier result directory"),
+         arg("new", help="the later result directory"),
+         arg("--factor", type=float, default=None, help="median ratio beyond which a change counts (1.10)"),
+         arg("--alpha", type=float, default=None, help="Mann–Whitney U p-value threshold (0.002)"),
+         arg("--relative-to", action="append", metavar="STRATEGY",
+             help="normalise by this strategy's median in the same run and case (repeatable: the first "
+                  "one present in a case is used)"),
+         arg("--normalise", action="store_true",
+             help="normalise each operator by its declared reference strategy (what `make regress` uses)"),
+         arg("--format", choices=("table", "md", "json"), default="table", help="output format"),
+         arg("-o", "--output", help="also write the Markdown (or JSON) to this file"))
+def cmd_compare(args) -> int:
+    from harness import compare
+    from harness.tables import compare_table, console
+
+    rule = _rule(args)
+    result = compare.compare_dirs(args.base, args.new, rule, args.relative_to, args.normalise)
+    table = result.table
+    relative = result.normalised
+    if args.format == "md":
+        text = compare.as_markdown(table, relative)
+    elif args.format == "json":
+        text = compare.as_json(table)
+    else:
+        text = None
+    if args.output:
+        _write_text(args.output, text if text is not None else compare.as_markdown(table, relative))
+    if text is not None:
+        print(text)
+    else:
+        console().print(compare_table(table, relative))
+        print(compare.counts_line(table))
+    bad = compare.regressed(table)
+    if len(bad):
+        print(f"{len(bad)} regressed (factor {rule.factor}, alpha {rule.alpha})", file=sys.stderr)
+        return EXIT_FINDINGS
+    return EXIT_OK
+
+
+def _rule(args):
+    from harness import regression
+
+    try:
+        return regression.Rule(args.factor if args.factor is not None else regression.DEFAULT_FACTOR,
+                               args.alpha if args.alpha is not None else regression.DEFAULT_ALPHA)
+    except ValueError as error:
+        raise UsageError(str(error)) from None
+
+
+def _write_text(path, text: str) -> None:
+    from pathlib import Path
+
+    from harness.store import describe_os_error
+
+    try:
+        Path(path).write_text(text)
+    except OSError as error:
+        raise ResultError(f"{path}: cannot write ({describe_os_error(error, path)})") from None
+
+
+# --------------------------------------------------------------------- regress
+@command("regress", "the CI gate: run a config, compare with a baseline (normalised), re-run suspects",
+         arg("baseline", help="the committed baseline result directory"),
+         CONFIG,
+         arg("-o", "--output", help="where the new run goes (default: a temporary directory)"),
+         arg("--factor", type=float, default=None, help="median ratio beyond which a change counts (2.0)"),
+         arg("--alpha", type=float, default=None, help="Mann–Whitney U p-value threshold (0.002)"),
+         arg("--retries", type=int, default=2, help="re-measure a suspect case this many times (2)"),
+         NO_PROGRESS)
+def cmd_regress(args) -> int:
+    from harness import gate
+    from harness.tables import compare_table, console
+
+    if args.factor is None:
+        args.factor = gate.DEFAULT_GATE_FACTOR
+    rule = _rule(args)
+    if args.retries < 0:
+        raise UsageError(f"--retries {args.retries}: must be >= 0")
+    result = gate.run_gate(args.baseline, args.config, rule, output=args.output, retries=args.retries,
+                           log=lambda text: print(text, file=sys.stderr))
+    console().print(compare_table(result.table, True))
+    print(result.summary)
+    return EXIT_FINDINGS if result.failed else EXIT_OK
+
+
+# ---------------------------------------------------------------- merge, etc.
+@command("merge", "combine result directories (shards, machines) into one",
+         arg("dirs", nargs="+", help="result directories"),
+         arg("-o", "--output", required=True, help="the new, merged result directory"))
+def cmd_merge(args) -> int:
+    from harness.merge import merge_runs
+
+    out = merge_runs(args.dirs, args.output)
+    print(f"merged {len(args.dirs)} runs into {out}")
+    return EXIT_OK
+
+
+@command("dashboard", "write a static regression dashboard of every run under a directory",
+         arg("root", help="directory holding result directories (e.g. results)"),
+         arg("-o", "--output", default="site", help="site directory (default ./site)"),
+         arg("--factor", type=float, default=None, help="median ratio beyond which a change counts (1.10)"),
+         arg("--alpha", type=float, default=None, help="Mann–Whitney U p-value threshold (0.002)"),
+         arg("--no-reports", action="store_true", help="do not write each run's report"))
+def cmd_dashboard(args) -> int:
+    from harness.dashboard import build_dashboard
+
+    index = build_dashboard(args.root, args.output, _rule(args), not args.no_reports)
+    print(f"dashboard: {index}")
+    return EXIT_OK
+
+
+@command("report", "write the report of result directories (same as report.py)",
+         arg("report_args", nargs=argparse.REMAINDER, help="arguments of report.py (see report.py --help)"))
+def cmd_report(args) -> int:
+    import report
+
+    return report.main(args.report_args)
 
 
 def cmd_case(args) -> int:
@@ -174,86 +292,69 @@ def cmd_case(args) -> int:
     return EXIT_OK
 
 
-def cmd_report(args) -> int:
-    import report
-
-    return report.main(args.report_args)
-
-
+# ---------------------------------------------------------------------- parser
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="scatterbench", description=__doc__)
+    parser = argparse.ArgumentParser(prog="scatterbench", description=__doc__.split("\n\n")[0])
     parser.add_argument("--debug", action="store_true", help="show tracebacks for usage errors")
-    sub = parser.add_subparsers(dest="command", required=True)
-
-    p = sub.add_parser("list", help="list registered strategies")
-    p.add_argument("--op")
-    p.add_argument("--device", choices=("cpu", "cuda"))
-    p.set_defaults(func=cmd_list)
-
-    p = sub.add_parser("check", help="check strategies against the float64 oracle")
-    p.add_argument("config")
-    p.add_argument("--op")
-    p.add_argument("--strategy", action="append", help="only this strategy (repeatable)")
-    p.add_argument("--no-progress", action="store_true")
-    p.set_defaults(func=cmd_check)
-
-    p = sub.add_parser("run", help="run a sweep: check, time, record")
-    p.add_argument("config")
-    p.add_argument("-o", "--output", help="result directory (default results/<run-id>)")
-    p.add_argument("--resume", metavar="DIR", help="run only the cases missing from DIR")
-    p.add_argument("--shard", metavar="I/N", help="run the I-th of N slices of the sweep (0-based)")
-    p.add_argument("--isolate", action="store_true", help="each case in its own process")
-    p.add_argument("--op")
-    p.add_argument("--strategy", action="append", help="only this strategy (repeatable)")
-    p.add_argument("--report", action="store_true", help="write DIR/report when done")
-    p.add_argument("--no-progress", action="store_true")
-    p.set_defaults(func=cmd_run)
-
-    p = sub.add_parser("report", help="write the report of result directories (same as report.py)")
-    p.add_argument("report_args", nargs=argparse.REMAINDER)
-    p.set_defaults(func=cmd_report)
-
-    p = sub.add_parser("_case", help=argparse.SUPPRESS)
-    p.set_defaults(func=cmd_case)
-
-    from harness import compare, dashboard, merge
-
-    compare.add_parser(sub)
-    merge.add_parser(sub)
-    dashboard.add_parser(sub)
-
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for declared in COMMANDS:
+        p = sub.add_parser(declared.name, help=declared.help, description=declared.help)
+        for flags, options in declared.arguments:
+            p.add_argument(*flags, **options)
+        p.set_defaults(func=declared.run)
+    # The isolated-case child: internal, so it is left out of the help's list.
+    hidden = sub.add_parser("_case")
+    hidden.set_defaults(func=cmd_case)
+    sub._choices_actions = [action for action in sub._choices_actions if action.dest != "_case"]
     return parser
 
 
 def load_plugins() -> None:
-    """Imports the modules named in SCATTERBENCH_PLUGINS (comma-separated), which
-    register extra strategies; isolated cases inherit the variable."""
+    """Imports the modules named in SCATTERBENCH_PLUGINS (comma-separated),
+    which register extra backends, operators and strategies; isolated cases
+    inherit the variable."""
     import importlib
-    import os
 
     import impls  # noqa: F401  (the built-in strategies first)
+    from impls.registry import check_registry
 
     for name in filter(None, (part.strip() for part in os.environ.get("SCATTERBENCH_PLUGINS", "").split(","))):
         try:
             importlib.import_module(name)
         except ImportError as error:
             raise UsageError(f"SCATTERBENCH_PLUGINS: cannot import {name!r}: {error}") from None
+    try:
+        check_registry()
+    except ValueError as error:
+        raise UsageError(f"SCATTERBENCH_PLUGINS: {error}") from None
 
 
 def main(argv: list[str] | None = None) -> int:
-    from harness.config import ConfigError
-    from harness.store import ResultError
-
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
         load_plugins()
         return args.func(args)
-    except (ConfigError, ResultError, UsageError) as error:
+    except ScatterbenchError as error:
         if args.debug:
             raise
-        print(f"scatterbench: error: {error}", file=sys.stderr)
+        print(f"scatterbench: error: {_one_line(error)}", file=sys.stderr)
+        return error.exit_status
+    except KeyboardInterrupt:
+        print("\nscatterbench: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except OSError as error:  # an output we could not write, named by the OS
+        if args.debug:
+            raise
+        from harness.store import describe_os_error
+
+        print(f"scatterbench: error: {error.filename or ''}: {describe_os_error(error, error.filename)}",
+              file=sys.stderr)
         return EXIT_USAGE
+
+
+def _one_line(error: BaseException) -> str:
+    return " ".join(str(error).split("\n"))
 
 
 if __name__ == "__main__":

@@ -10,13 +10,13 @@ from pathlib import Path
 from typing import Any, Literal, Union
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, ValidationError, field_validator
 
-from impls.registry import DEVICES, DTYPES, get_operator, OPERATORS
+from harness.errors import ConfigError
+from impls.registry import DEVICES, DTYPES, OPERATORS, get_operator
 
+__all__ = ["Case", "CheckSettings", "Config", "ConfigError", "expand", "load_config", "parse_config", "shard"]
 
-class ConfigError(Exception):
-    """A bad config: the message is one line naming file, key and problem."""
 
 
 class Strict(BaseModel):
@@ -26,9 +26,11 @@ class Strict(BaseModel):
 class Timing(Strict):
     min_samples: int = Field(5, ge=1)
     max_samples: int = Field(2000, ge=1)
-    budget_s: float = Field(0.5, gt=0)
-    warmup_s: float = Field(0.05, ge=0)
-    timeout_s: float = Field(120.0, gt=0)
+    budget_s: float = Field(0.5, gt=0, le=3600)
+    warmup_s: float = Field(0.05, ge=0, le=3600)
+    timeout_s: float = Field(120.0, gt=0, le=86400)
+    # CUDA: also time each case with triton.testing.do_bench and store it (xcheck_s)
+    cross_check: bool = True
 
 
 class Threads(Strict):
@@ -41,7 +43,11 @@ class CheckSettings(Strict):
     max_elements: int = Field(1 << 20, ge=1)  # config sizes checked by `check` up to this
 
 
-ParamValue = Union[int, str]
+# Strict: YAML's `true` is not a size, and "64" is not 64.
+ParamValue = Union[StrictInt, StrictStr]
+# A grid is expanded only below this many points: a typo like 60 values on
+# each of four axes (13 M cases) is refused before it fills the memory.
+MAX_GRID_POINTS = 100_000
 
 
 class Benchmark(Strict):
@@ -63,7 +69,7 @@ class Benchmark(Strict):
 
 class Config(Strict):
     name: str | None = None
-    seed: int = 0
+    seed: int = Field(0, ge=0, le=2**63 - 1)
     devices: list[Literal["cpu", "cuda"]] = ["cpu"]
     dtypes: list[str] = ["float32"]
     timing: Timing = Timing()
@@ -161,6 +167,12 @@ def _check_benchmark(config: Config, bench: Benchmark, where: str) -> None:
         values = bench.params.get(key, [spec.choices[0]] if spec.choices else [])
         for value in values if isinstance(values, list) else [values]:
             _check_value(spec, value, f"{where}.params.{key}")
+    points = 1
+    for value in bench.params.values():
+        points *= len(value) if isinstance(value, list) else 1
+    if points > MAX_GRID_POINTS:
+        raise ConfigError(f"{where}.params: the grid has {points:,} points, more than the {MAX_GRID_POINTS:,} "
+                          f"a sweep may hold; split it into several benchmarks or configs")
     for point in _grid(op, bench.params):
         try:
             op.validate(point)
@@ -193,9 +205,12 @@ def _grid(op, params: dict) -> list[dict]:
 def load_config(path: str | Path) -> Config:
     path = Path(path)
     try:
-        text = path.read_text()
+        text = path.read_bytes().decode("utf-8")
     except OSError as error:
         raise ConfigError(f"{path}: cannot read ({error.strerror})") from None
+    except UnicodeDecodeError as error:
+        line = path.read_bytes()[: error.start].count(b"\n") + 1
+        raise ConfigError(f"{path}: line {line}: not UTF-8 text") from None
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as error:
@@ -219,7 +234,13 @@ def expand(config: Config) -> list[Case]:
         op = get_operator(bench.op)
         names = list(op.strategies) if bench.strategies == "all" else bench.strategies
         names = [n for n in names if n not in bench.exclude]
-        for point in _grid(op, bench.params):
+        points = 1
+    for value in bench.params.values():
+        points *= len(value) if isinstance(value, list) else 1
+    if points > MAX_GRID_POINTS:
+        raise ConfigError(f"{where}.params: the grid has {points:,} points, more than the {MAX_GRID_POINTS:,} "
+                          f"a sweep may hold; split it into several benchmarks or configs")
+    for point in _grid(op, bench.params):
             for device in bench.devices or config.devices:
                 for dtype in bench.dtypes or config.dtypes:
                     for name in names:

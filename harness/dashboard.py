@@ -19,8 +19,9 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from harness import stats, store  # noqa: E402
-from harness.tables import CORRECT, PARAM_ORDER, fmt_time, params_label  # noqa: E402
+from harness import regression, store  # noqa: E402
+from harness.format import fmt_ratio, fmt_time, ordered_params, params_label  # noqa: E402
+from impls.status import CORRECT  # noqa: E402
 
 STYLE = ("body{font-family:system-ui,sans-serif;max-width:1200px;margin:2em auto;padding:0 1em;color:#222}"
          "table{border-collapse:collapse;font-size:13px}td,th{border:1px solid #ccc;padding:3px 8px}"
@@ -51,27 +52,24 @@ def load_history(root) -> tuple[pd.DataFrame, dict, list[dict]]:
     return pd.concat(frames, ignore_index=True), samples, metas
 
 
-def mark_regressions(history: pd.DataFrame, samples: dict, factor: float, alpha: float) -> pd.DataFrame:
-    """Verdict of each row against the same case's previous run on the same machine."""
+def mark_regressions(history: pd.DataFrame, samples: dict, rule: regression.Rule) -> pd.DataFrame:
+    """Verdict of each row against the same case's previous run on the same
+    machine, by the one regression rule (harness/regression.py)."""
     history = history.sort_values("run_order").copy()
     history["verdict"] = ""
     history["change"] = math.nan
     for _, series in history.groupby(["machine", "case_id"], sort=False):
         previous = None
         for index, row in series.iterrows():
-            if previous is not None and row["status"] in CORRECT and previous["status"] in CORRECT:
-                before = samples.get((previous["run_dir"], row["case_id"]))
-                after = samples.get((row["run_dir"], row["case_id"]))
-                if before and after:
-                    ratio = row["median_s"] / previous["median_s"]
-                    p_value = stats.mann_whitney_p(before, after)
-                    history.loc[index, "change"] = ratio
-                    if ratio > factor and p_value < alpha:
-                        history.loc[index, "verdict"] = "regressed"
-                    elif ratio < 1 / factor and p_value < alpha:
-                        history.loc[index, "verdict"] = "improved"
-            elif previous is not None and previous["status"] in CORRECT and row["status"] not in CORRECT:
-                history.loc[index, "verdict"] = "regressed"
+            if previous is not None:
+                change = regression.judge_change(previous["status"], row["status"],
+                                                 samples.get((previous["run_dir"], row["case_id"])),
+                                                 samples.get((row["run_dir"], row["case_id"])), rule)
+                history.loc[index, "change"] = change.ratio
+                if change.verdict in (regression.REGRESSED, regression.BROKEN):
+                    history.loc[index, "verdict"] = "regressed"
+                elif change.verdict == regression.IMPROVED:
+                    history.loc[index, "verdict"] = "improved"
             previous = row
     return history
 
@@ -110,10 +108,11 @@ def _history_plot(series: pd.DataFrame, path: Path, title: str) -> None:
     plt.close(fig)
 
 
-def build_dashboard(root, site, factor: float = 1.10, alpha: float = 0.002, with_reports: bool = True) -> Path:
+def build_dashboard(root, site, rule: regression.Rule = regression.Rule(), with_reports: bool = True) -> Path:
     site = Path(site)
+    factor, alpha = rule.factor, rule.alpha
     history, samples, metas = load_history(root)
-    history = mark_regressions(history, samples, factor, alpha)
+    history = mark_regressions(history, samples, rule)
     site.mkdir(parents=True, exist_ok=True)
     (site / "plots").mkdir(exist_ok=True)
     esc = html.escape
@@ -146,8 +145,7 @@ def build_dashboard(root, site, factor: float = 1.10, alpha: float = 0.002, with
     def overview_order(row):
         # regressions first, then each operator's cases by parameter value (C=16 before C=128)
         params = json.loads(row["params"])
-        values = tuple(params[key] for key in sorted(params, key=lambda k: PARAM_ORDER.index(k)
-                                                     if k in PARAM_ORDER else 99) if isinstance(params[key], int))
+        values = tuple(params[key] for key in ordered_params(params) if isinstance(params[key], int))
         return (row["verdict"] != "regressed", row["op"], values, row["strategy"])
 
     latest = latest.loc[sorted(latest.index, key=lambda index: overview_order(latest.loc[index]))]
@@ -156,7 +154,7 @@ def build_dashboard(root, site, factor: float = 1.10, alpha: float = 0.002, with
         medians = series.sort_values("run_order")["median_s"].tolist()
         trend = "".join("▁▂▃▄▅▆▇█"[min(7, int(8 * (m - min(medians)) / (max(medians) - min(medians) + 1e-30)))]
                         if isinstance(m, float) and math.isfinite(m) else "·" for m in medians)
-        change = f"{row['change']:.3g}×" if math.isfinite(row["change"]) else "–"
+        change = fmt_ratio(row["change"])
         css = f" class='{row['verdict']}'" if row["verdict"] else ""
         body.append(f"<tr{css}><td><a href='{esc(_slug(row['op']))}.html'>{esc(row['op'])}</a></td>"
                     f"<td>{esc(row['strategy'])}</td><td>{esc(params_label(row['params']))}</td>"
@@ -195,19 +193,3 @@ def build_dashboard(root, site, factor: float = 1.10, alpha: float = 0.002, with
             page.append(f"<h2>{esc(title)}</h2><img src='plots/{esc(stem)}' alt='{esc(title)}'>")
         (site / f"{_slug(op)}.html").write_text(_page(f"scatterbench · {op}", page))
     return site / "index.html"
-
-
-def cmd_dashboard(args) -> int:
-    index = build_dashboard(args.root, args.output, args.factor, args.alpha, not args.no_reports)
-    print(f"dashboard: {index}")
-    return 0
-
-
-def add_parser(sub) -> None:
-    p = sub.add_parser("dashboard", help="write a static regression dashboard of every run under a directory")
-    p.add_argument("root")
-    p.add_argument("-o", "--output", default="site")
-    p.add_argument("--factor", type=float, default=1.10)
-    p.add_argument("--alpha", type=float, default=0.002)
-    p.add_argument("--no-reports", action="store_true", help="do not write each run's report")
-    p.set_defaults(func=cmd_dashboard)

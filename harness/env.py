@@ -78,17 +78,118 @@ def version(package: str) -> str | None:
         return None
 
 
+def _read(path: str) -> str | None:
+    try:
+        with open(path) as handle:
+            return handle.read().strip()
+    except OSError:
+        return None
+
+
+def hardware() -> dict:
+    """What the numbers depend on: CPU model, caches and memory; the GPU's
+    name, driver and clocks where there is one."""
+    import psutil
+
+    caches = {}
+    base = "/sys/devices/system/cpu/cpu0/cache"
+    for index in range(8):
+        level, kind, size = (_read(f"{base}/index{index}/{name}") for name in ("level", "type", "size"))
+        if level and size:
+            caches[f"L{level}{'d' if kind == 'Data' else 'i' if kind == 'Instruction' else ''}"] = size
+    info = {"cpu_model": cpu_model(), "cpu_count": os.cpu_count(), "caches": caches,
+            "memory_bytes": int(psutil.virtual_memory().total)}
+    gpu = gpu_details()
+    if gpu:
+        info["gpu"] = gpu
+    return info
+
+
+def gpu_details() -> dict | None:
+    try:
+        import torch
+
+        if not torch.cuda.is_available():
+            return None
+        props = torch.cuda.get_device_properties(0)
+        details = {"name": props.name, "memory_bytes": int(props.total_memory),
+                   "sm_count": props.multi_processor_count, "capability": f"{props.major}.{props.minor}"}
+    except Exception:
+        return None
+    try:
+        query = subprocess.run(["nvidia-smi", "--query-gpu=driver_version,clocks.max.sm,clocks.max.mem",
+                                "--format=csv,noheader,nounits"], capture_output=True, text=True, timeout=10)
+        driver, sm_clock, mem_clock = (part.strip() for part in query.stdout.splitlines()[0].split(","))
+        details.update(driver=driver, max_sm_clock_mhz=sm_clock, max_mem_clock_mhz=mem_clock)
+    except (OSError, subprocess.SubprocessError, IndexError, ValueError):
+        pass
+    return details
+
+
 def machine_name() -> str:
     """Host, CPU and GPU in one label: what history is grouped by."""
     gpu = gpu_name()
     return f"{socket.gethostname()} / {cpu_model()} x{os.cpu_count()}" + (f" / {gpu}" if gpu else "")
 
 
+def now_iso() -> str:
+    return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+
+
+def load_average() -> list[float] | None:
+    try:
+        return [round(value, 2) for value in os.getloadavg()]
+    except OSError:
+        return None
+
+
+def ceiling_history(out_dir, ceilings: dict, meta: dict) -> dict:
+    """Each device's ceiling against the median of earlier runs' ceilings on
+    the same machine (the result directories beside ``out_dir``): a ceiling
+    far below its history says the machine was busy or throttled."""
+    import json
+    import statistics
+    from pathlib import Path
+
+    machine = meta.get("machine")
+    history: dict[str, list[float]] = {}
+    root = Path(out_dir).resolve().parent
+    try:
+        siblings = [path for path in root.iterdir() if (path / "meta.json").is_file()]
+    except OSError:
+        siblings = []
+    for path in siblings:
+        if path.resolve() == Path(out_dir).resolve():
+            continue
+        try:
+            other = json.loads((path / "meta.json").read_text())
+        except (OSError, ValueError, UnicodeDecodeError):
+            continue
+        if not isinstance(other, dict) or other.get("machine") != machine:
+            continue
+        for device, gbps in (other.get("ceilings_gbps") or {}).items():
+            if isinstance(gbps, (int, float)):
+                history.setdefault(device, []).append(float(gbps))
+    report = {}
+    for device, gbps in ceilings.items():
+        past = history.get(device, [])
+        if past:
+            median = statistics.median(past)
+            report[device] = {"history_median_gbps": median, "runs": len(past),
+                              "deviation_pct": 100.0 * (gbps - median) / median}
+    return report
+
+
 def run_metadata(threads_applied: dict, config_path: str | None, command: list[str]) -> dict:
     import torch
 
+    from impls.backends import BACKENDS
+
+    packages = ["numpy", "torch", "triton", "numba", "pytensor", "scipy", "pandas"]
+    packages += [b.module for b in BACKENDS.values() if b.module not in packages]
     return {
-        "start_time": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        "start_time": now_iso(),
+        "load_avg_start": load_average(),
         "git_commit": git_commit(),
         "host": socket.gethostname(),
         "cpu_model": cpu_model(),
@@ -98,8 +199,8 @@ def run_metadata(threads_applied: dict, config_path: str | None, command: list[s
         "machine": machine_name(),
         "platform": platform.platform(),
         "python": sys.version.split()[0],
-        "versions": {name: version(name) for name in
-                     ("numpy", "torch", "triton", "numba", "pytensor", "scipy", "pandas")},
+        "versions": {name: version(name) for name in packages},
+        "hardware": hardware(),
         "threads": threads_applied,
         "config_file": config_path,
         "command": " ".join(command),

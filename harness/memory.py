@@ -1,6 +1,8 @@
-"""Peak memory of one call, outside the timed region.
+"""Peak memory of one call, outside the timed region, and the memory a case
+may plan to use.
 
-CUDA: the caching allocator's peak over the call. CPU: growth of the
+A backend that tracks its own device memory reports the peak (torch on
+CUDA: the caching allocator's peak over the call). Otherwise: growth of the
 process's resident-set high-water mark, reset before the call through
 /proc/self/clear_refs (Linux); it sees torch, numpy and numba allocations
 alike. Elsewhere the CPU figure is unavailable (NaN)."""
@@ -25,17 +27,12 @@ def cpu_peak_supported() -> bool:
     return os.path.exists("/proc/self/clear_refs") and os.path.exists(_STATUS)
 
 
-def call_with_peak(fn: Callable[[], Any], device: str) -> tuple[Any, float]:
+def call_with_peak(fn: Callable[[], Any], backend, device: str) -> tuple[Any, float]:
     """Calls ``fn`` once; returns its output and the bytes it needed at peak."""
-    if device == "cuda":
-        import torch
-
-        torch.cuda.synchronize()
-        torch.cuda.reset_peak_memory_stats()
-        before = torch.cuda.memory_allocated()
-        out = fn()
-        torch.cuda.synchronize()
-        return out, float(torch.cuda.max_memory_allocated() - before)
+    if backend.peak_memory is not None:
+        measured = backend.peak_memory(fn, device)
+        if measured is not None:
+            return measured
     if not cpu_peak_supported():
         return fn(), float("nan")
     try:
@@ -46,3 +43,56 @@ def call_with_peak(fn: Callable[[], Any], device: str) -> tuple[Any, float]:
     before = _status_bytes("VmRSS:")
     out = fn()
     return out, float(max(_status_bytes("VmHWM:") - before, 0))
+
+
+# ------------------------------------------------------------ what may be used
+def _read_int(path: str) -> int | None:
+    try:
+        with open(path) as handle:
+            text = handle.read().strip()
+    except OSError:
+        return None
+    return int(text) if text.isdigit() else None
+
+
+def cgroup_free_bytes() -> int | None:
+    """Room left under this process's cgroup memory limit (v2, then v1), or
+    None where there is no limit."""
+    for limit_path, usage_path in (("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory.current"),
+                                   ("/sys/fs/cgroup/memory/memory.limit_in_bytes",
+                                    "/sys/fs/cgroup/memory/memory.usage_in_bytes")):
+        limit, usage = _read_int(limit_path), _read_int(usage_path)
+        # v1 reports "no limit" as a huge number
+        if limit is not None and usage is not None and limit < 1 << 60:
+            return max(limit - usage, 0)
+    return None
+
+
+def rlimit_free_bytes() -> int | None:
+    """Room left under the address-space limit (``ulimit -v``), or None."""
+    import resource
+
+    soft, _hard = resource.getrlimit(resource.RLIMIT_AS)
+    if soft == resource.RLIM_INFINITY:
+        return None
+    try:
+        virtual = _status_bytes("VmSize:")
+    except (OSError, KeyError):
+        return None
+    return max(soft - virtual, 0)
+
+
+def host_free_bytes() -> int:
+    """The smallest of what the machine, the cgroup and the rlimits allow."""
+    import psutil
+
+    candidates = [int(psutil.virtual_memory().available), cgroup_free_bytes(), rlimit_free_bytes()]
+    return min(value for value in candidates if value is not None)
+
+
+def free_bytes(backend, device: str) -> int:
+    if backend.free_bytes is not None:
+        measured = backend.free_bytes(device)
+        if measured is not None:
+            return measured
+    return host_free_bytes()

@@ -20,9 +20,9 @@ def merge_runs(dirs, out) -> Path:
     runs = sorted((store.read_run(Path(d)) + (Path(d),) for d in dirs), key=lambda run: run[0].get("start_time", ""))
     if not runs:
         raise store.ResultError("merge: no result directories given")
-    first = runs[0][0]
-    meta = {key: first.get(key) for key in ("host", "cpu_model", "cpu_count", "gpu_name", "machine", "git_commit",
-                                            "python", "versions", "threads", "config_file", "start_time")}
+    # Every key of the first run's metadata, whatever the schema has grown to hold.
+    meta = dict(runs[0][0])
+    meta.pop("resumed", None)
     meta.update(run_id="merged-" + "+".join(m.get("run_id", "?") for m, *_ in runs)[:120],
                 merged_from=[{"run_id": m.get("run_id"), "directory": str(d), "machine": m.get("machine"),
                               "git_commit": m.get("git_commit"), "shard": m.get("shard")} for m, _, _, d in runs],
@@ -40,16 +40,3 @@ def merge_runs(dirs, out) -> Path:
         writer.append({k: v for k, v in record.items() if k in store.COLUMNS}, samples)
     writer.close()
     return out
-
-
-def cmd_merge(args) -> int:
-    out = merge_runs(args.dirs, args.output)
-    print(f"merged {len(args.dirs)} runs into {out}")
-    return 0
-
-
-def add_parser(sub) -> None:
-    p = sub.add_parser("merge", help="combine result directories (shards, machines) into one")
-    p.add_argument("dirs", nargs="+")
-    p.add_argument("-o", "--output", required=True)
-    p.set_defaults(func=cmd_merge)

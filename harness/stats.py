@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
 from scipy import stats as scipy_stats
+
+
+# A case whose IQR exceeds this fraction of its median is flagged unstable,
+# the threshold torch.utils.benchmark's Measurement warns at.
+UNSTABLE_REL_IQR = 0.10
 
 
 @dataclass(frozen=True)
@@ -23,6 +29,19 @@ def summarize(samples_s) -> Summary:
         raise ValueError("no samples to summarize")
     return Summary(median_s=float(np.median(samples)), iqr_s=float(scipy_stats.iqr(samples)),
                    min_s=float(samples.min()), mean_s=float(samples.mean()), n_samples=int(samples.size))
+
+
+def rel_iqr(iqr_s: float, median_s: float) -> float:
+    """The IQR as a fraction of the median (the run's per-case dispersion)."""
+    try:
+        return iqr_s / median_s if median_s > 0 and math.isfinite(iqr_s) else float("nan")
+    except TypeError:
+        return float("nan")
+
+
+def is_unstable(iqr_s: float, median_s: float) -> bool:
+    rel = rel_iqr(iqr_s, median_s)
+    return math.isfinite(rel) and rel > UNSTABLE_REL_IQR
 
 
 def gbps(bytes_moved: float, seconds: float) -> float:

@@ -5,11 +5,20 @@ readable: the metadata is written first (atomically, by rename), and each case
 appends its samples line and then its row, each as one write, flushed and
 fsynced. A row is the mark that a case finished; a last line without its
 newline is a case cut off mid-write and is ignored (``--resume`` redoes it).
+One process writes a directory at a time: the writer holds an exclusive lock
+on ``DIR/.lock`` while it is open.
+
+The schema survives change, as asv's does: ``meta.json`` carries
+``schema_version``; reading needs only the key columns, fills a missing
+optional column with its empty value and keeps columns it does not know; and
+an operator can store measurements of its own in the free-form JSON column
+``extra``. Adding a column is one entry in ``COLUMNS``.
 """
 
 from __future__ import annotations
 
 import csv
+import errno
 import io
 import json
 import math
@@ -19,22 +28,31 @@ from pathlib import Path
 
 import pandas as pd
 
-SCHEMA_VERSION = 1
-META, ROWS, SAMPLES = "meta.json", "rows.csv", "samples.jsonl"
-STATUSES = ("ok", "inexact", "mismatch", "error", "timeout", "skipped")
+from harness.errors import ResultError
+from impls.status import STATUSES
 
-COLUMNS = (
-    "run_id", "case_id", "op", "strategy", "backend", "device", "dtype", "params", "status",
-    "message", "median_s", "iqr_s", "min_s", "mean_s", "n_samples", "bytes", "gbps",
-    "ceiling_gbps", "floor_s", "pct_of_ceiling", "max_abs_err", "rel_err", "peak_mem_bytes",
-    "setup_s", "source",
+SCHEMA_VERSION = 2
+META, ROWS, SAMPLES, LOCK = "meta.json", "rows.csv", "samples.jsonl", ".lock"
+
+# A row cannot be read without these.
+KEY_COLUMNS = ("run_id", "case_id", "op", "strategy", "device", "dtype", "params", "status")
+# (name, kind) of every column this version writes, in file order; kind is
+# "text" or "number" and says what an absent value reads as ("" or NaN).
+COLUMN_KINDS = (
+    ("run_id", "text"), ("case_id", "text"), ("op", "text"), ("strategy", "text"), ("backend", "text"),
+    ("device", "text"), ("dtype", "text"), ("params", "text"), ("status", "text"), ("message", "text"),
+    ("median_s", "number"), ("iqr_s", "number"), ("min_s", "number"), ("mean_s", "number"),
+    ("n_samples", "number"), ("bytes", "number"), ("gbps", "number"), ("ceiling_gbps", "number"),
+    ("floor_s", "number"), ("pct_of_ceiling", "number"), ("max_abs_err", "number"), ("rel_err", "number"),
+    ("peak_mem_bytes", "number"), ("setup_s", "number"), ("source", "text"),
+    # schema 2
+    ("host_s", "number"),  # median host cost of one call, without synchronising
+    ("xcheck_s", "number"),  # an independent timer's median (CUDA: triton.testing.do_bench)
+    ("load_avg", "number"),  # the machine's 1-minute load average when the case finished
+    ("extra", "text"),  # free-form JSON object: an operator's or backend's own measurements
 )
-NUMERIC = ("median_s", "iqr_s", "min_s", "mean_s", "n_samples", "bytes", "gbps", "ceiling_gbps",
-           "floor_s", "pct_of_ceiling", "max_abs_err", "rel_err", "peak_mem_bytes", "setup_s")
-
-
-class ResultError(Exception):
-    """A result directory that cannot be read: names the file and line."""
+COLUMNS = tuple(name for name, _ in COLUMN_KINDS)
+NUMERIC = tuple(name for name, kind in COLUMN_KINDS if kind == "number")
 
 
 def write_json_atomic(path: Path, data: dict) -> None:
@@ -51,27 +69,114 @@ def _format(value) -> str:
         return ""
     if isinstance(value, float):
         return "" if math.isnan(value) else repr(value)
+    if isinstance(value, dict):
+        return json.dumps(value, sort_keys=True, default=str) if value else ""
     return str(value)
 
 
+def describe_os_error(error: OSError, path) -> str:
+    reason = {errno.ENOSPC: "no space left on the device", errno.EROFS: "read-only file system",
+              errno.EACCES: "permission denied", errno.ENOTDIR: "a path component is a file, not a directory",
+              errno.EEXIST: "exists and is not a directory", errno.EDQUOT: "disk quota exceeded"}
+    return reason.get(error.errno, error.strerror or str(error))
+
+
+def prepare_output_dir(directory: Path, resuming: bool = False) -> Path:
+    """Makes sure a run can write ``directory`` before anything is measured:
+    it is created if missing, a probe file is written and removed. A new run
+    only writes into an empty directory; ``resuming`` one must hold a run."""
+    directory = Path(directory)
+    if directory.exists() and not directory.is_dir():
+        raise ResultError(f"{directory}: exists and is not a directory")
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise ResultError(f"{directory}: cannot create the output directory ({describe_os_error(error, directory)})") \
+            from None
+    if not resuming:
+        present = [entry.name for entry in directory.iterdir() if entry.name != LOCK]
+        if (directory / META).exists():
+            raise ResultError(f"{directory}: already holds a run; use --resume {directory} or another -o")
+        if present:
+            raise ResultError(f"{directory}: not empty ({', '.join(sorted(present)[:3])}"
+                              f"{', ...' if len(present) > 3 else ''}) and holds no run to resume; "
+                              f"a run writes only into an empty directory")
+    probe = directory / ".write-probe"
+    try:
+        with open(probe, "w") as handle:
+            handle.write("x" * 4096)
+            handle.flush()
+            os.fsync(handle.fileno())
+    except OSError as error:
+        raise ResultError(f"{directory}: cannot write results there ({describe_os_error(error, directory)})") \
+            from None
+    finally:
+        try:
+            probe.unlink()
+        except OSError:
+            pass
+    return directory
+
+
+class DirectoryLock:
+    """An exclusive ``flock`` on ``DIR/.lock`` holding the writer's pid; the
+    kernel drops it when the process dies, however it dies."""
+
+    def __init__(self, directory: Path):
+        import fcntl
+
+        self.path = Path(directory) / LOCK
+        self.handle = open(self.path, "a+")
+        try:
+            fcntl.flock(self.handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            self.handle.seek(0)
+            holder = self.handle.read().strip() or "another process"
+            self.handle.close()
+            raise ResultError(f"{directory}: another scatterbench process (pid {holder}) is writing this "
+                              f"directory; wait for it or use another -o") from None
+        self.handle.seek(0)
+        self.handle.truncate()
+        self.handle.write(str(os.getpid()))
+        self.handle.flush()
+
+    def release(self) -> None:
+        if not self.handle.closed:
+            self.handle.close()
+
+
 class RunWriter:
-    """Appends finished cases to a result directory."""
+    """Appends finished cases to a result directory, holding its lock."""
 
     def __init__(self, directory: Path, meta: dict):
         self.directory = Path(directory)
         self.directory.mkdir(parents=True, exist_ok=True)
+        self.lock = DirectoryLock(self.directory)
+        try:
+            self._open(meta)
+        except BaseException:
+            self.lock.release()
+            raise
+
+    def _open(self, meta: dict) -> None:
         self.meta = dict(meta, schema_version=SCHEMA_VERSION)
         meta_path = self.directory / META
         if meta_path.exists():  # resuming: keep the first start, note the resumption
-            previous = json.loads(meta_path.read_text())
+            previous = read_meta(self.directory)
             self.meta = dict(previous, resumed=previous.get("resumed", []) + [meta.get("start_time")])
+            for key in ("status", "interrupted_by"):
+                if key in meta:
+                    self.meta[key] = meta[key]
         write_json_atomic(meta_path, self.meta)
         rows_path = self.directory / ROWS
         _drop_partial_line(rows_path)
         _drop_partial_line(self.directory / SAMPLES)
         new = not rows_path.exists() or rows_path.stat().st_size == 0
+        # A run resumed from an older schema keeps its file's columns.
+        self.columns = COLUMNS if new else _header(rows_path)
         self._rows = open(rows_path, "a", newline="")
         self._samples = open(self.directory / SAMPLES, "a")
+        self.written = 0 if new else max(len(_data_lines(rows_path)), 0)
         if new:
             self._write(self._rows, ",".join(COLUMNS) + "\r\n")
 
@@ -89,16 +194,31 @@ class RunWriter:
             self._write(self._samples, json.dumps(
                 {"case_id": row["case_id"], "samples_s": [float(s) for s in samples_s]}) + "\n")
         buffer = io.StringIO()
-        csv.writer(buffer).writerow([_format(row.get(column)) for column in COLUMNS])
+        csv.writer(buffer).writerow([_format(row.get(column)) for column in self.columns])
         self._write(self._rows, buffer.getvalue())
+        self.written += 1
 
     def update_meta(self, **fields) -> None:
         self.meta.update(fields)
         write_json_atomic(self.directory / META, self.meta)
 
     def close(self) -> None:
-        self._rows.close()
-        self._samples.close()
+        for handle in (getattr(self, "_rows", None), getattr(self, "_samples", None)):
+            if handle is not None and not handle.closed:
+                try:
+                    handle.close()
+                except OSError:  # a full disk can fail the final flush; every row was fsynced already
+                    pass
+        self.lock.release()
+
+
+def _header(path: Path) -> tuple[str, ...]:
+    with open(path, newline="", encoding="utf-8", errors="replace") as handle:
+        return tuple(next(csv.reader(handle), COLUMNS))
+
+
+def _data_lines(path: Path) -> list[str]:
+    return path.read_bytes().decode("utf-8", errors="replace").splitlines()[1:]
 
 
 def _drop_partial_line(path: Path) -> None:
@@ -112,6 +232,17 @@ def _drop_partial_line(path: Path) -> None:
         handle.truncate(data.rfind(b"\n") + 1)
 
 
+def _read_text(path: Path) -> str:
+    try:
+        return path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as error:
+        line = path.read_bytes()[: error.start].count(b"\n") + 1
+        raise ResultError(f"{path}: line {line}: not UTF-8 text (byte 0x{path.read_bytes()[error.start]:02x}); "
+                          f"the file is corrupted") from None
+    except OSError as error:
+        raise ResultError(f"{path}: cannot read ({describe_os_error(error, path)})") from None
+
+
 def read_meta(directory: Path) -> dict:
     path = Path(directory) / META
     if not Path(directory).is_dir():
@@ -119,22 +250,26 @@ def read_meta(directory: Path) -> dict:
     if not path.exists():
         raise ResultError(f"{path}: missing; not a result directory")
     try:
-        meta = json.loads(path.read_text())
+        meta = json.loads(_read_text(path))
     except json.JSONDecodeError as error:
         raise ResultError(f"{path}: line {error.lineno}: malformed JSON ({error.msg})") from None
+    if not isinstance(meta, dict):
+        raise ResultError(f"{path}: expected a JSON object, found a {type(meta).__name__}")
     version = meta.get("schema_version")
-    if version != SCHEMA_VERSION:
-        raise ResultError(f"{path}: schema_version {version!r}, this suite reads {SCHEMA_VERSION}")
+    if not isinstance(version, int) or not 1 <= version <= SCHEMA_VERSION:
+        raise ResultError(f"{path}: schema_version {version!r}, this suite reads 1 to {SCHEMA_VERSION}")
+    if not isinstance(meta.get("run_id"), str) or not meta["run_id"]:
+        raise ResultError(f"{path}: run_id is missing")
     return meta
 
 
 def read_rows(directory: Path) -> pd.DataFrame:
-    """Rows as a DataFrame; a malformed line is an error naming file and line."""
+    """Rows as a DataFrame with every column of this schema (missing optional
+    ones filled); a malformed line is an error naming file and line."""
     path = Path(directory) / ROWS
     if not path.exists():
         raise ResultError(f"{path}: missing")
-    with open(path, newline="") as handle:
-        text = handle.read()
+    text = _read_text(path)
     complete = text if text.endswith("\n") or not text else text[: text.rfind("\n") + 1]
     if complete != text:
         warnings.warn(f"{path}: ignoring an unfinished last line (a case cut off mid-write)")
@@ -143,9 +278,10 @@ def read_rows(directory: Path) -> pd.DataFrame:
     header = next(reader, None)
     if header is None:
         return pd.DataFrame(columns=COLUMNS)
-    missing = [column for column in COLUMNS if column not in header]
+    missing = [column for column in KEY_COLUMNS if column not in header]
     if missing:
         raise ResultError(f"{path}: line 1: header lacks {', '.join(missing)}")
+    seen: dict[str, int] = {}
     for fields in reader:
         line = reader.line_num
         if len(fields) != len(header):
@@ -154,33 +290,62 @@ def read_rows(directory: Path) -> pd.DataFrame:
         if record["status"] not in STATUSES:
             raise ResultError(f"{path}: line {line}: unknown status {record['status']!r}")
         for column in NUMERIC:
+            value = record.get(column, "")
             try:
-                record[column] = float(record[column]) if record[column] != "" else math.nan
+                record[column] = float(value) if value != "" else math.nan
             except ValueError:
-                raise ResultError(f"{path}: line {line}: {column} is not a number: {record[column]!r}") from None
-        try:
-            json.loads(record["params"])
-        except json.JSONDecodeError:
-            raise ResultError(f"{path}: line {line}: params is not JSON: {record['params']!r}") from None
+                raise ResultError(f"{path}: line {line}: {column} is not a number: {value!r}") from None
+        for column in ("params", "extra"):
+            value = record.get(column, "")
+            try:
+                parsed = json.loads(value) if value or column == "params" else {}
+            except json.JSONDecodeError:
+                parsed = None
+            if not isinstance(parsed, dict):
+                raise ResultError(f"{path}: line {line}: {column} is not a JSON object: {value!r}")
+        case_id = record["case_id"]
+        if case_id in seen:
+            raise ResultError(f"{path}: line {line}: duplicate case {case_id} (first at line {seen[case_id]})")
+        seen[case_id] = line
         records.append(record)
-    frame = pd.DataFrame.from_records(records, columns=list(header))
+    ordered = list(COLUMNS) + [column for column in header if column not in COLUMNS]
+    frame = pd.DataFrame.from_records(records, columns=ordered)
+    for column in COLUMNS:
+        if column not in header:
+            frame[column] = math.nan if column in NUMERIC else ""
     return frame
 
 
 def read_samples(directory: Path) -> dict[str, list[float]]:
+    """Raw samples per case. A record that cannot be used (not a list of
+    numbers, empty, or not one finite number) is skipped with a warning that
+    names file and line: that case then has no samples and is never compared
+    as if it had."""
     path = Path(directory) / SAMPLES
     samples: dict[str, list[float]] = {}
     if not path.exists():
         return samples
-    with open(path) as handle:
-        for number, line in enumerate(handle, start=1):
-            if not line.endswith("\n"):
-                break  # cut off mid-write
-            try:
-                record = json.loads(line)
-                samples[record["case_id"]] = record["samples_s"]
-            except (json.JSONDecodeError, KeyError, TypeError):
-                raise ResultError(f"{path}: line {number}: malformed samples record") from None
+    text = _read_text(path)
+    for number, line in enumerate(text.splitlines(keepends=True), start=1):
+        if not line.endswith("\n"):
+            break  # cut off mid-write
+        try:
+            record = json.loads(line)
+            case_id, values = record["case_id"], record["samples_s"]
+        except (json.JSONDecodeError, KeyError, TypeError):
+            raise ResultError(f"{path}: line {number}: malformed samples record") from None
+        problem = None
+        if not isinstance(values, list) or not values:
+            problem = "samples_s is not a non-empty list"
+        elif not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
+            problem = "samples_s holds something other than numbers"
+        elif not all(math.isfinite(v) and v >= 0 for v in values):
+            problem = "samples_s holds NaN, infinite or negative times"
+        if problem:
+            warnings.warn(f"{path}: line {number}: {problem}; case {case_id} has no usable samples")
+            samples.pop(case_id, None)
+            continue
+        samples[case_id] = [float(v) for v in values]
     return samples
 
 
@@ -196,3 +361,11 @@ def find_runs(root) -> list[Path]:
         raise ResultError(f"{root}: no such directory")
     found = [path.parent for path in root.rglob(META)]
     return sorted(found, key=lambda path: (read_meta(path).get("start_time", ""), str(path)))
+
+
+def extra_of(row) -> dict:
+    """The ``extra`` column of a row read back, as a dict."""
+    value = row.get("extra", "") if hasattr(row, "get") else ""
+    if not isinstance(value, str) or not value:
+        return {}
+    return json.loads(value)

@@ -1,31 +1,51 @@
 """Running a sweep: every case checked against the oracle, then timed, then
 recorded; a failing case is a row with its status, and the sweep goes on.
 
-``execute_case`` is the whole life of one case; it runs in-process, or in a
-child process per case under ``--isolate`` (a crash or a hang in native code
-then costs only that case).
+``plan_run`` turns a config and the command line's selection into the cases
+to run and where they go; ``execute_run`` measures the ceilings, writes the
+metadata and runs the cases, each finished case appended to the result
+directory at once. ``execute_case`` is the whole life of one case; it runs
+in-process, or in a child process per case under ``--isolate`` (a crash or a
+hang in native code then costs only that case).
 """
 
 from __future__ import annotations
 
+import errno
 import json
 import math
 import os
+import re
+import signal
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
-from harness import memory, stats, timing
-from harness.check import Reference, describe_error, reference
-from harness.config import Case, Config
-from impls.common import Verdict, to_numpy
+from harness import env, memory, stats, store, timing
+from harness.check import Reference, describe_error, judge, prepare_case, reference
+from harness.config import Case, Config, expand, load_config, shard
+from harness.errors import ResultError, UsageError
+from impls.backends import get_backend
 from impls.registry import NotApplicable, get_operator
+from impls.status import CORRECT, ERROR, SKIPPED, TIMEOUT
 
 ITEMSIZE = {"float16": 2, "bfloat16": 2, "float32": 4, "float64": 8}
 # Fraction of the free memory a case may plan to use before it is skipped.
 MEMORY_HEADROOM = 0.8
+# Phases of a case, as the progress display names them.
+PHASE_CHECK, PHASE_PREPARE, PHASE_TIME = "check", "prepare/compile", "time"
+
+
+class Interrupted(BaseException):
+    """Ctrl-C or SIGTERM: a BaseException so no strategy's ``except
+    Exception`` swallows it."""
+
+    def __init__(self, signal_name: str):
+        super().__init__(signal_name)
+        self.signal_name = signal_name
 
 
 @dataclass
@@ -34,6 +54,7 @@ class CaseResult:
     samples_s: list
 
 
+# ---------------------------------------------------------------------- memory
 def estimated_bytes(case: Case) -> int:
     """Inputs + outputs at the case's dtype, the strategy's temporaries, and the
     float64 reference copy the check holds beside them."""
@@ -44,25 +65,16 @@ def estimated_bytes(case: Case) -> int:
     return int(traffic * (1 + strat.temp_factor) + reference_bytes)
 
 
-def free_bytes(device: str) -> int:
-    if device == "cuda":
-        import torch
-
-        free, _total = torch.cuda.mem_get_info()
-        return int(free)
-    import psutil
-
-    return int(psutil.virtual_memory().available)
-
-
 def memory_guard(case: Case) -> str | None:
-    needed, free = estimated_bytes(case), free_bytes(case.device)
+    backend = get_backend(get_operator(case.op).strategies[case.strategy].backend)
+    needed, free = estimated_bytes(case), memory.free_bytes(backend, case.device)
     if needed > MEMORY_HEADROOM * free:
         return (f"needs about {needed / 2**30:.2f} GiB on {case.device}, "
                 f"{free / 2**30:.2f} GiB free: skipped before allocating")
     return None
 
 
+# ------------------------------------------------------------------------ case
 def base_row(case: Case, run_id: str, ceiling_gbps: float) -> dict:
     op = get_operator(case.op)
     strat = op.strategies[case.strategy]
@@ -74,72 +86,71 @@ def base_row(case: Case, run_id: str, ceiling_gbps: float) -> dict:
             "status": "", "message": ""}
 
 
+def _load_avg() -> float:
+    try:
+        return os.getloadavg()[0]
+    except OSError:
+        return math.nan
+
+
 def execute_case(case: Case, config: Config, run_id: str, ceiling_gbps: float,
-                 ref: Reference | None = None, flush=None) -> CaseResult:
-    """Checks, then times one case. Never raises for a strategy's fault."""
+                 ref: Reference | None = None, flush=None,
+                 on_phase: Callable[[str], None] = lambda phase: None) -> CaseResult:
+    """Checks, then times one case. Never raises for a strategy's fault
+    (``Interrupted`` and ``KeyboardInterrupt`` do propagate)."""
     row = base_row(case, run_id, ceiling_gbps)
-    op = get_operator(case.op)
-    strat = op.strategies[case.strategy]
+    strat = get_operator(case.op).strategies[case.strategy]
+    backend = get_backend(strat.backend)
     params = case.params_dict
 
     def finish(status: str, message: str = "", samples=()) -> CaseResult:
-        row.update(status=status, message=message)
+        row.update(status=status, message=message, load_avg=_load_avg())
         return CaseResult(row, list(samples))
 
     unavailable = strat.available()
     if unavailable:
-        return finish("skipped", unavailable)
+        return finish(SKIPPED, unavailable)
     too_big = memory_guard(case)
     if too_big:
-        return finish("skipped", too_big)
+        return finish(SKIPPED, too_big)
     try:
         with timing.deadline(config.timing.timeout_s):
+            on_phase(PHASE_CHECK)
             if ref is None:
                 ref = reference(case.op, params, case.dtype, "random", config.seed)
-            backend_inputs = op.to_backend(ref.inputs, strat.backend, case.device, case.dtype)
-            t0 = time.perf_counter()
-            run = strat.prepare(backend_inputs, params)
-            if case.device == "cuda":
-                import torch
-
-                torch.cuda.synchronize()
-            row["setup_s"] = time.perf_counter() - t0
-            out, row["peak_mem_bytes"] = memory.call_with_peak(run, case.device)
-            verdict: Verdict = op.compare(to_numpy(out), ref.expected, ref.inputs, case.dtype, strat)
+            on_phase(PHASE_PREPARE)
+            prepared = prepare_case(strat, ref, params, case.dtype, case.device)
+            row["setup_s"] = prepared.setup_s
+            on_phase(PHASE_CHECK)
+            out, row["peak_mem_bytes"] = memory.call_with_peak(prepared.run, backend, case.device)
+            verdict = judge(strat, out, ref, case.dtype)
             del out
             row.update(max_abs_err=verdict.max_abs_err, rel_err=verdict.rel_err)
-            if verdict.status == "mismatch":
-                return finish("mismatch", verdict.message)
-            samples = timing.time_call(run, case.device, config.timing, flush)
+            if verdict.status not in CORRECT:
+                return finish(verdict.status, verdict.message)
+            on_phase(PHASE_TIME)
+            timed = timing.time_call(prepared.run, backend, case.device, config.timing, flush,
+                                     cross_check=config.timing.cross_check)
     except NotApplicable as reason:
-        return finish("skipped", str(reason))
+        return finish(SKIPPED, str(reason))
     except timing.CaseTimeout as error:
-        return finish("timeout", str(error))
-    except MemoryError:
-        return finish("error", "out of memory (host)")
+        return finish(TIMEOUT, str(error))
+    except (KeyboardInterrupt, Interrupted):
+        raise
+    except SystemExit as error:  # a strategy that exits is an error like any other
+        return finish(ERROR, f"the strategy called sys.exit({error.code!r})")
     except Exception as error:
-        if type(error).__name__ == "OutOfMemoryError":  # torch.OutOfMemoryError, without importing torch
-            _release_cuda()
-            return finish("error", "out of memory: " + str(error).splitlines()[0])
-        return finish("error", describe_error(error))
-    summary = stats.summarize(samples)
+        if backend.is_oom(error):
+            backend.release_memory(case.device)
+            text = str(error).splitlines()[0] if str(error) else "host"
+            return finish(ERROR, "out of memory" + (f": {text}" if text != "host" else " (host)"))
+        return finish(ERROR, describe_error(error))
+    summary = stats.summarize(timed.samples_s)
     row.update(median_s=summary.median_s, iqr_s=summary.iqr_s, min_s=summary.min_s,
-               mean_s=summary.mean_s, n_samples=summary.n_samples,
-               gbps=stats.gbps(row["bytes"], summary.median_s),
+               mean_s=summary.mean_s, n_samples=summary.n_samples, host_s=timed.host_s,
+               xcheck_s=timed.xcheck_s, gbps=stats.gbps(row["bytes"], summary.median_s),
                pct_of_ceiling=stats.pct_of_ceiling(row["bytes"], summary.median_s, ceiling_gbps))
-    return finish(verdict.status, verdict.message, samples)
-
-
-def _release_cuda() -> None:
-    try:
-        import gc
-
-        import torch
-
-        gc.collect()
-        torch.cuda.empty_cache()
-    except Exception:
-        pass
+    return finish(verdict.status, verdict.message, timed.samples_s)
 
 
 # ------------------------------------------------------------------ isolation
@@ -155,7 +166,7 @@ def execute_isolated(case: Case, config: Config, run_id: str, ceiling_gbps: floa
                                env=dict(os.environ, PYTHONUNBUFFERED="1"))
     except subprocess.TimeoutExpired:
         result = CaseResult(base_row(case, run_id, ceiling_gbps), [])
-        result.row.update(status="timeout", message=f"isolated case killed after {limit:g} s")
+        result.row.update(status=TIMEOUT, message=f"isolated case killed after {limit:g} s")
         return result
     lines = [line for line in child.stdout.splitlines() if line.startswith("{")]
     if child.returncode != 0 or not lines:
@@ -163,7 +174,7 @@ def execute_isolated(case: Case, config: Config, run_id: str, ceiling_gbps: floa
         reason = (f"killed by signal {-child.returncode}" if child.returncode < 0
                   else f"exited with status {child.returncode}")
         tail = (child.stderr.strip().splitlines() or [""])[-1][:300]
-        result.row.update(status="error", message=f"isolated case {reason}" + (f": {tail}" if tail else ""))
+        result.row.update(status=ERROR, message=f"isolated case {reason}" + (f": {tail}" if tail else ""))
         return result
     answer = json.loads(lines[-1])
     return CaseResult(answer["row"], answer["samples_s"])
@@ -172,25 +183,24 @@ def execute_isolated(case: Case, config: Config, run_id: str, ceiling_gbps: floa
 def child_main(stdin_text: str) -> None:
     """Entry point of ``python -m harness _case``: one case from JSON, row to stdout."""
     from harness.config import parse_config
-    from harness.env import apply_threads
 
     request = json.loads(stdin_text)
     config = parse_config(request["config"], "<isolated case>")
-    apply_threads(config.threads)
+    env.apply_threads(config.threads)
     op, strategy, device, dtype, params = request["case"]
     case = Case(op, strategy, device, dtype, tuple(sorted(params.items())))
     result = execute_case(case, config, request["run_id"], request["ceiling_gbps"])
     clean = {key: (None if isinstance(value, float) and math.isnan(value) else value)
              for key, value in result.row.items()}
-    print(json.dumps({"row": clean, "samples_s": result.samples_s}), flush=True)
+    print(json.dumps({"row": clean, "samples_s": [float(s) for s in result.samples_s]}), flush=True)
 
 
 # ---------------------------------------------------------------------- sweep
 def run_sweep(cases: list[Case], config: Config, writer, run_id: str, ceilings: dict,
-              isolate: bool = False, on_case=None) -> list[dict]:
+              isolate: bool = False, on_case=None, on_phase=None) -> list[dict]:
     """Runs ``cases`` in order, appending each finished case to ``writer``."""
     rows = []
-    current_group, ref, flush = None, None, None
+    current_group, ref, flushes = None, None, {}
     for case in cases:
         if on_case:
             on_case(case, "start")
@@ -205,9 +215,12 @@ def run_sweep(cases: list[Case], config: Config, writer, run_id: str, ceilings: 
                         ref = reference(case.op, case.params_dict, case.dtype, "random", config.seed)
                 except MemoryError:
                     ref = None
-            if case.device == "cuda" and flush is None:
-                flush = timing.CudaFlush()
-            result = execute_case(case, config, run_id, ceiling, ref, flush)
+            backend = get_backend(get_operator(case.op).strategies[case.strategy].backend)
+            key = (backend.name, case.device)
+            if key not in flushes:
+                flushes[key] = backend.cache_flush(case.device)
+            result = execute_case(case, config, run_id, ceiling, ref, flushes[key],
+                                  on_phase or (lambda phase: None))
         writer.append(result.row, result.samples_s)
         rows.append(result.row)
         if on_case:
@@ -233,8 +246,236 @@ def new_run_id(config_name: str) -> str:
 
     stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
     host = "".join(ch for ch in socket.gethostname() if ch.isalnum() or ch in "-_")[:20] or "host"
-    return f"{stamp}-{host}-{config_name}-{secrets.token_hex(2)}"
+    return f"{stamp}-{host}-{safe_name(config_name)}-{secrets.token_hex(2)}"
+
+
+def safe_name(text: str) -> str:
+    """A name (a config's, a strategy's) as one path component: letters,
+    digits, '-', '_' and '.', never '..' or a separator."""
+    cleaned = re.sub(r"[^A-Za-z0-9_.-]+", "-", str(text)).strip(".-") or "run"
+    return cleaned.replace("..", "-")[:60]
 
 
 def default_out_dir(run_id: str) -> Path:
-    return Path("results") / run_id
+    return Path("results") / safe_name(run_id)
+
+
+# ------------------------------------------------------------------------ plan
+@dataclass
+class RunPlan:
+    config_path: str
+    config: Config
+    cases: list[Case]
+    out_dir: Path
+    run_id: str
+    resuming: bool
+    shard_spec: tuple[int, int] | None = None
+    done: int = 0
+    notes: list[str] = field(default_factory=list)
+
+
+def select_cases(config: Config, op: str | None = None, strategies: list[str] | None = None,
+                 device: str | None = None) -> list[Case]:
+    """The config's cases narrowed by the command line; an empty result is a
+    usage error naming why, never a silent no-op."""
+    from impls.registry import OPERATORS
+
+    cases = expand(config)
+    if op:
+        if op not in OPERATORS:
+            raise UsageError(f"--op {op!r}: unknown operator (known: {', '.join(sorted(OPERATORS))})")
+        if not any(b.op == op for b in config.benchmarks):
+            raise UsageError(f"--op {op}: the config has no benchmark for it")
+        cases = [c for c in cases if c.op == op]
+    if strategies:
+        known = {name for o in OPERATORS.values() for name in o.strategies}
+        for name in strategies:
+            if name not in known:
+                raise UsageError(f"--strategy {name!r}: no operator has such a strategy "
+                                 f"(see `scatterbench list`)")
+        in_config = {c.strategy for c in cases}
+        absent = [name for name in strategies if name not in in_config]
+        cases = [c for c in cases if c.strategy in strategies]
+        if absent and not cases:
+            raise UsageError(f"--strategy {', '.join(absent)}: not selected by the config on any of its "
+                             f"devices and dtypes")
+    if not cases:
+        raise UsageError(_why_empty(config))
+    return cases
+
+
+def _why_empty(config: Config) -> str:
+    """Why a config selects no case (strategies whose devices or dtypes it never asks for)."""
+    reasons = []
+    for bench in config.benchmarks:
+        op = get_operator(bench.op)
+        names = list(op.strategies) if bench.strategies == "all" else bench.strategies
+        for name in names:
+            strat = op.strategies[name]
+            devices = bench.devices or config.devices
+            if not any(strat.runs_on(d) for d in devices):
+                reasons.append(f"{name} runs on {', '.join(strat.devices)}, not {', '.join(devices)}")
+            elif not set(strat.dtypes) & set(bench.dtypes or config.dtypes):
+                reasons.append(f"{name} takes {', '.join(strat.dtypes)}")
+    return "the selection holds no case" + (f" ({'; '.join(reasons[:3])})" if reasons else "")
+
+
+def parse_shard(text: str | None) -> tuple[int, int] | None:
+    if text is None:
+        return None
+    try:
+        index, count = (int(part) for part in text.split("/"))
+    except ValueError:
+        raise UsageError(f"--shard {text!r}: expected I/N, e.g. 0/4") from None
+    if count < 1 or not 0 <= index < count:
+        raise UsageError(f"--shard {text!r}: need 0 <= I < N")
+    return index, count
+
+
+def require_devices(config: Config) -> None:
+    from harness.errors import ConfigError
+
+    wanted = set(config.devices) | {d for b in config.benchmarks for d in (b.devices or [])}
+    if "cuda" in wanted:
+        import torch
+
+        if not torch.cuda.is_available():
+            raise ConfigError(f"devices: cuda requested but no CUDA device is available here "
+                              f"(torch {torch.__version__})")
+
+
+def plan_run(config_path: str, *, output: str | None = None, resume: str | None = None,
+             shard_text: str | None = None, op: str | None = None,
+             strategies: list[str] | None = None) -> RunPlan:
+    """Everything decided before anything is measured: the cases, the run id,
+    the output directory (checked writable, and free of another run)."""
+    config = load_config(config_path)
+    require_devices(config)
+    cases = select_cases(config, op, strategies)
+    shard_spec = parse_shard(shard_text)
+    if shard_spec:
+        cases = shard(cases, *shard_spec)
+    if resume:
+        out_dir = Path(resume)
+        meta = store.read_meta(out_dir)
+        store.prepare_output_dir(out_dir, resuming=True)
+        run_id = meta["run_id"]
+        done = set(store.read_rows(out_dir)["case_id"])
+        cases = [c for c in cases if c.case_id not in done]
+        plan = RunPlan(str(config_path), config, cases, out_dir, run_id, True, shard_spec, len(done))
+        plan.notes.append(f"resuming {out_dir}: {len(done)} cases done, {len(cases)} to run")
+        return plan
+    suffix = f"-shard{shard_spec[0]}of{shard_spec[1]}" if shard_spec else ""
+    run_id = new_run_id((config.name or "run") + suffix)
+    out_dir = Path(output) if output else default_out_dir(run_id)
+    store.prepare_output_dir(out_dir, resuming=False)
+    return RunPlan(str(config_path), config, cases, out_dir, run_id, False, shard_spec)
+
+
+# ------------------------------------------------------------------- execution
+@dataclass
+class RunOutcome:
+    out_dir: Path
+    run_id: str
+    interrupted: str | None = None  # the signal's name
+    disk_full: str | None = None  # the error, when the disk filled up mid-run
+    cases_on_disk: int = 0
+
+
+class _Signals:
+    """SIGINT and SIGTERM raise ``Interrupted`` in the main thread while a run
+    writes, so both end the same way: meta says interrupted, every finished
+    case is kept, and the user is told how to resume."""
+
+    def __enter__(self):
+        self.previous = {}
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            try:
+                self.previous[signum] = signal.signal(signum, self._raise)
+            except ValueError:  # not the main thread: leave signals alone
+                pass
+        return self
+
+    @staticmethod
+    def _raise(signum, frame):
+        raise Interrupted(signal.Signals(signum).name)
+
+    def __exit__(self, *exc):
+        for signum, handler in self.previous.items():
+            signal.signal(signum, handler)
+        return False
+
+
+class PhaseClock:
+    """Seconds spent per phase (ceilings, check, prepare/compile, time) over a
+    run: where a sweep's time goes, stored in meta.json as ``phase_s``."""
+
+    def __init__(self, forward=None):
+        self.seconds: dict[str, float] = {}
+        self.current, self.since = None, time.perf_counter()
+        self.forward = forward
+
+    def __call__(self, phase: str | None) -> None:
+        now = time.perf_counter()
+        if self.current:
+            self.seconds[self.current] = self.seconds.get(self.current, 0.0) + now - self.since
+        self.current, self.since = phase, now
+        if phase and self.forward:
+            self.forward(phase)
+
+    def totals(self) -> dict:
+        self(None)
+        return {phase: round(seconds, 3) for phase, seconds in self.seconds.items()}
+
+
+def execute_run(plan: RunPlan, argv: list[str], *, isolate: bool = False, on_start=None, on_case=None,
+                on_phase=None) -> RunOutcome:
+    """Writes the metadata, measures the ceilings and runs the plan's cases.
+    Ctrl-C and SIGTERM end it as ``interrupted``; a full disk ends it with
+    every case written so far intact. Returns what happened."""
+    outcome = RunOutcome(plan.out_dir, plan.run_id)
+    writer = None
+    clock = PhaseClock(on_phase)
+    with _Signals():
+        try:
+            threads = env.apply_threads(plan.config.threads)
+            meta = env.run_metadata(threads, plan.config_path, argv)
+            meta.update(run_id=plan.run_id, config=plan.config.model_dump(),
+                        shard=list(plan.shard_spec) if plan.shard_spec else None, n_cases=len(plan.cases),
+                        isolate=bool(isolate), status="starting")
+            writer = store.RunWriter(plan.out_dir, meta)
+            devices = [c.device for c in plan.cases]
+            clock("ceilings")
+            ceilings = measure_ceilings(devices) if plan.cases else {}
+            fresh_writes = measure_fresh_writes(devices) if plan.cases else {}
+            writer.update_meta(ceilings_gbps={**writer.meta.get("ceilings_gbps", {}), **ceilings},
+                               fresh_write_gbps=fresh_writes or writer.meta.get("fresh_write_gbps", {}),
+                               ceiling_history=env.ceiling_history(plan.out_dir, ceilings, writer.meta),
+                               status="running")
+            if on_start:
+                on_start(ceilings, fresh_writes)
+            run_sweep(plan.cases, plan.config, writer, plan.run_id, ceilings, isolate=isolate,
+                      on_case=on_case, on_phase=clock)
+            writer.update_meta(status="complete", end_time=env.now_iso(), load_avg_end=env.load_average(),
+                               phase_s=clock.totals())
+        except (KeyboardInterrupt, Interrupted) as signal_error:
+            outcome.interrupted = getattr(signal_error, "signal_name", "SIGINT")
+            if writer is not None:
+                _safely(writer.update_meta, status="interrupted", interrupted_by=outcome.interrupted)
+        except OSError as error:
+            if error.errno not in (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EIO) or writer is None:
+                raise ResultError(f"{plan.out_dir}: {store.describe_os_error(error, plan.out_dir)}") from None
+            outcome.disk_full = store.describe_os_error(error, plan.out_dir)
+            _safely(writer.update_meta, status="interrupted", interrupted_by=outcome.disk_full)
+        finally:
+            if writer is not None:
+                outcome.cases_on_disk = writer.written
+                writer.close()
+    return outcome
+
+
+def _safely(update, **fields) -> None:
+    try:
+        update(**fields)
+    except OSError:  # the disk that stopped the run may refuse this too; the rows are safe
+        pass

@@ -1,4 +1,7 @@
-"""Terminal tables: the strategy list, check results, and a run's summary."""
+"""Terminal output: the strategy list, check results, a run's summary (one
+table per case, or a compact strategies × sizes grid), comparisons, and the
+progress bar. Everything is rich renderables; nothing here computes a result.
+"""
 
 from __future__ import annotations
 
@@ -7,49 +10,51 @@ import math
 import sys
 
 import pandas as pd
-from rich.console import Console
+from rich.console import Console, Group
 from rich.markup import escape
+from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
+                           TimeRemainingColumn)
 from rich.table import Table
+from rich.text import Text
 
+from harness import stats
+from harness.format import fmt_num, fmt_ratio, fmt_time, md_escape, ordered_params, params_label  # noqa: F401
 from impls.registry import OPERATORS
+from impls.status import CORRECT, ERROR, INEXACT, MISMATCH, OK, SKIPPED, TIMEOUT, UPSTREAM_DEFECT, worst
 
-STATUS_STYLE = {"ok": "green", "inexact": "yellow", "mismatch": "bold red", "error": "red",
-                "timeout": "magenta", "skipped": "dim"}
-CORRECT = ("ok", "inexact")
-
-
-def fmt_time(seconds: float) -> str:
-    if seconds is None or not math.isfinite(seconds):
-        return "–"
-    for unit, scale in (("s", 1.0), ("ms", 1e-3), ("µs", 1e-6), ("ns", 1e-9)):
-        if seconds >= scale:
-            return f"{seconds / scale:.3g} {unit}"
-    return f"{seconds / 1e-9:.3g} ns"
+STATUS_STYLE = {OK: "green", INEXACT: "yellow", MISMATCH: "bold red", UPSTREAM_DEFECT: "magenta",
+                ERROR: "red", TIMEOUT: "magenta", SKIPPED: "dim"}
+VERDICT_STYLE = {"regressed": "bold red", "broken": "bold red", "improved": "green", "fixed": "green",
+                 "same": "", "only in base": "dim", "only in new": "dim", "no reference": "yellow",
+                 "not timed": "dim"}
+UNSTABLE_MARK = "!"
 
 
-def fmt_num(value: float, digits: int = 3, suffix: str = "") -> str:
-    if value is None or not math.isfinite(value):
-        return "–"
-    return f"{value:.{digits}g}{suffix}"
+def console(stderr: bool = False, **kwargs) -> Console:
+    """A console that stays wide when writing to a file or a CI log."""
+    stream = sys.stderr if stderr else sys.stdout
+    width = None if stream.isatty() else 180
+    return Console(stderr=stderr, width=width, **kwargs)
 
 
-# Parameters in the order the operators declare them (case ids store them sorted).
-PARAM_ORDER = ("form", "N", "B", "C", "F", "H", "W", "L", "k", "f", "S")
+def progress_bar(disable: bool = False, console: Console | None = None) -> Progress:
+    """Phase and case on the left, count, elapsed time and an ETA on the right."""
+    from harness.tables import console as make_console
 
-
-def params_label(params_json: str) -> str:
-    params = json.loads(params_json)
-    ordered = sorted(params, key=lambda key: (PARAM_ORDER.index(key) if key in PARAM_ORDER else 99, key))
-    return " ".join(f"{key}={params[key]}" for key in ordered)
+    return Progress(TextColumn("{task.description}", markup=False), BarColumn(), MofNCompleteColumn(),
+                    TimeElapsedColumn(), TextColumn("eta"), TimeRemainingColumn(),
+                    console=console or make_console(stderr=True), disable=disable, transient=False)
 
 
 def strategies_table(strategies) -> Table:
     table = Table(title="strategies", show_lines=False)
-    for column in ("op", "strategy", "backend", "devices", "dtypes", "returns", "ties", "source"):
-        table.add_column(column)
+    for column in ("op", "strategy", "backend", "devices", "dtypes", "returns", "ties", "role", "source"):
+        table.add_column(column, no_wrap=column in ("strategy", "op"))
     for s in strategies:
-        table.add_row(s.op, s.name, s.backend, ",".join(s.devices), ",".join(s.dtypes),
-                      s.returns, s.ties, escape(s.source))
+        role = ", ".join(name for name, flag in (("baseline", s.baseline), ("built-in", s.builtin),
+                                                 ("reference", OPERATORS[s.op].reference == s.name)) if flag)
+        table.add_row(s.op, escape(s.name), s.backend, ",".join(s.devices), ",".join(s.dtypes),
+                      s.returns, s.ties, role, escape(s.source))
     return table
 
 
@@ -68,51 +73,148 @@ def with_speedups(rows: pd.DataFrame) -> pd.DataFrame:
     return rows
 
 
-def summary_tables(rows: pd.DataFrame) -> list[Table]:
-    """One table per (op, params, device, dtype): strategies sorted by median."""
+def _iqr_text(row) -> str:
+    rel = stats.rel_iqr(row["iqr_s"], row["median_s"])
+    if not math.isfinite(rel):
+        return "–"
+    text = f"{100 * rel:.2g} %"
+    return f"[yellow]{text}{UNSTABLE_MARK}[/]" if stats.is_unstable(row["iqr_s"], row["median_s"]) else text
+
+
+def case_tables(rows: pd.DataFrame) -> list:
+    """One table per (op, params, device, dtype): strategies sorted by median.
+    Narrow enough for 80 columns: messages go under the table, not in it."""
     rows = with_speedups(rows)
-    tables = []
+    out = []
     for (op, params, device, dtype), group in rows.groupby(["op", "params", "device", "dtype"], sort=False):
         baseline = OPERATORS[op].baseline if op in OPERATORS else "?"
-        table = Table(title=f"{op}  {params_label(params)}  {device} {dtype}", title_justify="left")
-        for column, justify in (("strategy", "left"), ("status", "left"), ("median", "right"),
-                                ("IQR", "right"), ("GB/s", "right"), ("% ceiling", "right"),
-                                (f"× {baseline}", "right"), ("message", "left")):
-            table.add_column(column, justify=justify)
+        table = Table(title=f"{op}  {params_label(params)}  {device} {dtype}", title_justify="left",
+                      caption=f"×: speedup over {baseline}; IQR as % of the median, {UNSTABLE_MARK}: unstable "
+                              f"(> {100 * stats.UNSTABLE_REL_IQR:.0f} %)", caption_justify="left")
+        width = max(len(str(name)) for name in group["strategy"])
+        table.add_column("strategy", no_wrap=True, min_width=min(width, 40))
+        for column in ("status", "median", "IQR", "GB/s", "% ceil", "×"):
+            table.add_column(column, justify="left" if column == "status" else "right", no_wrap=True)
         ordered = group.assign(_key=group["median_s"].fillna(math.inf)).sort_values("_key")
-        best = ordered[ordered["status"] == "ok"]["strategy"].head(1).tolist()
+        best = ordered[ordered["status"] == OK]["strategy"].head(1).tolist()
+        notes = []
         for _, r in ordered.iterrows():
             name = escape(r["strategy"])
-            table.add_row(f"[bold]{name}[/]" if name in best else name,
+            table.add_row(f"[bold]{name}[/]" if r["strategy"] in best else name,
                           f"[{STATUS_STYLE.get(r['status'], '')}]{escape(r['status'])}[/]",
-                          fmt_time(r["median_s"]), fmt_time(r["iqr_s"]), fmt_num(r["gbps"]),
-                          fmt_num(r["pct_of_ceiling"], 3, " %"), fmt_num(r["speedup"], 3, "×"),
-                          escape(str(r["message"])[:80]))
-        tables.append(table)
-    return tables
+                          fmt_time(r["median_s"]), _iqr_text(r), fmt_num(r["gbps"]),
+                          fmt_num(r["pct_of_ceiling"], 3), fmt_ratio(r["speedup"]))
+            if r["message"] and r["status"] != OK:
+                notes.append(f"{r['strategy']}: {str(r['message'])[:200]}")
+        out.append(table)
+        if notes:
+            out.append(Text("\n".join(notes), style="dim"))
+    return out
+
+
+def _varying_label(params_json: str, varying: list[str]) -> str:
+    params = json.loads(params_json)
+    keys = [key for key in ordered_params(params) if key in varying] or ordered_params(params)
+    return " ".join(f"{key}={params[key]}" for key in keys)
+
+
+def grid_tables(rows: pd.DataFrame) -> list:
+    """Strategies × sizes per (op, device, dtype), as torch.utils.benchmark's
+    Compare prints them: the median per cell (three significant figures),
+    the speedup over the baseline beside it, the column's best in bold green,
+    unstable cells marked."""
+    rows = with_speedups(rows)
+    out = []
+    for (op, device, dtype), group in rows.groupby(["op", "device", "dtype"], sort=False):
+        params = group["params"].map(json.loads)
+        keys = sorted({key for p in params for key in p})
+        varying = [key for key in keys if params.map(lambda p: p.get(key)).nunique() > 1]
+        columns = list(dict.fromkeys(group["params"]))
+        labels = {p: _varying_label(p, varying) for p in columns}
+        baseline = OPERATORS[op].baseline if op in OPERATORS else "?"
+        table = Table(title=f"{op}  {device} {dtype}", title_justify="left",
+                      caption=f"median per call (× {baseline}); bold: fastest correct; "
+                              f"{UNSTABLE_MARK}: IQR > {100 * stats.UNSTABLE_REL_IQR:.0f} % of the median",
+                      caption_justify="left")
+        table.add_column("strategy", no_wrap=True)
+        for p in columns:
+            table.add_column(labels[p], justify="right")
+        best = {}
+        for p, cell_group in group.groupby("params"):
+            correct = cell_group[cell_group["status"].isin(CORRECT) & cell_group["median_s"].notna()]
+            if len(correct):
+                best[p] = correct.loc[correct["median_s"].idxmin(), "strategy"]
+        for name, by_strategy in group.groupby("strategy", sort=False):
+            cells = []
+            for p in columns:
+                found = by_strategy[by_strategy["params"] == p]
+                if found.empty:
+                    cells.append("")
+                    continue
+                r = found.iloc[0]
+                if r["status"] not in CORRECT or not math.isfinite(r["median_s"]):
+                    cells.append(f"[{STATUS_STYLE.get(r['status'], '')}]{escape(r['status'])}[/]")
+                    continue
+                mark = UNSTABLE_MARK if stats.is_unstable(r["iqr_s"], r["median_s"]) else ""
+                text = f"{fmt_time(r['median_s'])}{mark}"
+                if math.isfinite(r["speedup"]):
+                    text += f" ({fmt_ratio(r['speedup'])})"
+                cells.append(f"[bold green]{text}[/]" if best.get(p) == name else text)
+            table.add_row(escape(name), *cells)
+        out.append(table)
+    return out
+
+
+def run_summary(rows: pd.DataFrame, grid: bool = False) -> list:
+    renderables = grid_tables(rows) if grid else case_tables(rows)
+    unstable = rows[rows.apply(lambda r: stats.is_unstable(r["iqr_s"], r["median_s"]), axis=1)] \
+        if len(rows) else rows
+    if len(unstable):
+        renderables.append(Text(f"warning: {len(unstable)} of {len(rows)} cases are unstable (IQR above "
+                                f"{100 * stats.UNSTABLE_REL_IQR:.0f} % of the median): the machine was busy or "
+                                f"the case is noisy; compare them with care", style="yellow"))
+    return renderables
 
 
 def check_table(results) -> Table:
-    """``results``: (CheckItem, Verdict, seconds) triples, one row per strategy
-    and device/dtype with counts, failures spelled out."""
+    """One row per strategy and device/dtype with counts, failures spelled out."""
     table = Table(title="check against the float64 oracle", title_justify="left")
     for column in ("op", "strategy", "device", "dtype", "cases", "status", "first problem"):
-        table.add_column(column)
+        table.add_column(column, no_wrap=column in ("strategy",))
     grouped: dict = {}
-    for item, verdict, _seconds in results:
+    for result in results:
+        item, verdict = result.item, result.verdict
         key = (item.strategy.op, item.strategy.name, item.device, item.dtype)
         grouped.setdefault(key, []).append((item, verdict))
     for (op, name, device, dtype), entries in grouped.items():
-        order = ("mismatch", "error", "timeout", "inexact", "skipped", "ok")
-        worst = min((v.status for _, v in entries), key=order.index)
-        problem = next((f"{i.label}: {v.message}" for i, v in entries if v.status == worst and v.message), "")
+        status = worst(v.status for _, v in entries)
+        problem = next((f"{i.label}: {v.message}" for i, v in entries if v.status == status and v.message), "")
         table.add_row(op, escape(name), device, dtype, str(len(entries)),
-                      f"[{STATUS_STYLE.get(worst, '')}]{worst}[/]", escape(problem[:160]))
+                      f"[{STATUS_STYLE.get(status, '')}]{status}[/]", escape(problem[:160]))
     return table
 
 
-def console(stderr: bool = False, **kwargs) -> Console:
-    """A console that stays wide when writing to a file or a CI log."""
-    stream = sys.stderr if stderr else sys.stdout
-    width = None if stream.isatty() else 180
-    return Console(stderr=stderr, width=width, **kwargs)
+def compare_table(table: pd.DataFrame, relative: bool = False) -> Table:
+    from harness.compare import value_text
+
+    out = Table(title="compare" + (" (normalised to a reference strategy)" if relative else ""),
+                title_justify="left")
+    for column in ("op", "strategy", "device", "dtype", "params", "base", "new", "ratio", "p", "verdict"):
+        out.add_column(column, justify="right" if column in ("base", "new", "ratio", "p") else "left",
+                       no_wrap=column == "strategy")
+    for _, r in table.iterrows():
+        style = VERDICT_STYLE.get(r["verdict"], "")
+        out.add_row(escape(r["op"]), escape(r["strategy"]), r["device"], r["dtype"],
+                    escape(params_label(r["params"])), value_text(r["base_s"], relative),
+                    value_text(r["new_s"], relative), fmt_ratio(r["ratio"]), fmt_num(r["p_value"], 2),
+                    f"[{style}]{escape(r['verdict'])}[/]" if style else escape(r["verdict"]))
+    return out
+
+
+def summary_tables(rows: pd.DataFrame) -> list:
+    """The per-case tables (the old name)."""
+    return [item for item in case_tables(rows) if isinstance(item, Table)]
+
+
+__all__ = ["CORRECT", "Group", "STATUS_STYLE", "check_table", "compare_table", "console", "fmt_num", "fmt_time",
+           "grid_tables", "params_label", "progress_bar", "run_summary", "strategies_table", "with_speedups"]

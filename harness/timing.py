@@ -1,9 +1,27 @@
-"""Timers (SPEC 3): one per device, per-call raw samples in seconds.
+"""Timers (SPEC 3): raw per-call samples in seconds, taken the way the
+strategy's backend needs.
 
-CPU: ``perf_counter`` around each call; warm-up by time, then samples until
-both ``min_samples`` and ``budget_s`` are met (capped at ``max_samples``).
-CUDA: one CUDA-event pair per call, a 256 MiB L2 flush before each call
-outside the pair, warm-up by time, same stopping rule.
+Host clock (the CPU, and any device without an event timer): warm-up by
+time, then ``perf_counter`` around each call *and the backend's
+synchronize*, so an asynchronous backend is timed to completion, not to
+dispatch; samples until both ``min_samples`` and ``budget_s`` are met
+(capped at ``max_samples``).
+
+Device events (CUDA): one event pair per call, the cache flush before each
+call outside the pair, and a device-side delay queued before the flush, so
+the device is still busy with the delay while the host launches the flush,
+the start event and the call. Without it the device would sit idle inside the
+pair whenever the host's launch cost (Python, guards, launchers: 20–80 µs for
+Triton and compiled functions) exceeds the flush's ~90 µs of device time, and
+that idle time would be counted as the kernel's. The delay is sized from the
+call's measured host cost. Two alternatives were weighed: CUDA-graph replay
+(only for capturable strategies, and it removes host cost users do pay) and
+batches of calls without a per-call synchronise (no per-call samples, and the
+flush between calls must still be launched). The delay keeps one sample per
+call for every strategy.
+
+Every call's host cost (``host_s``: median CPU time of the call without
+synchronising) is measured too; on the CPU it is the call itself.
 The device ceiling is a large buffer copy: bytes read + written / time.
 """
 
@@ -11,16 +29,32 @@ from __future__ import annotations
 
 import contextlib
 import signal
+import statistics
 import threading
 import time
+from dataclasses import dataclass
 from typing import Any, Callable
 
 import numpy as np
 
-L2_FLUSH_BYTES = 256 << 20
 CPU_CEILING_BYTES = 256 << 20
 CUDA_CEILING_BYTES = 1 << 30
 FRESH_WRITE_BYTES = 256 << 20
+# The device delay is this many times the host cost it must cover, plus a
+# margin for the flush's and the event's own launches; capped so that a very
+# slow host (a pure-Python strategy on a GPU tensor) does not spin the GPU for
+# seconds per sample.
+DELAY_HOST_MULTIPLE = 1.5
+DELAY_MARGIN_S = 50e-6
+DELAY_CAP_S = 20e-3
+HOST_COST_CALLS = 20
+
+
+@dataclass(frozen=True)
+class Timed:
+    samples_s: np.ndarray  # one per timed call
+    host_s: float  # median host cost of one call, without synchronising
+    xcheck_s: float = float("nan")  # an independent timer's median (CUDA: triton.testing.do_bench)
 
 
 class CaseTimeout(BaseException):
@@ -57,68 +91,99 @@ def _enough(count: int, elapsed_s: float, timing) -> bool:
     return count >= timing.min_samples and elapsed_s >= timing.budget_s
 
 
-def time_cpu(fn: Callable[[], Any], timing) -> np.ndarray:
+def _warm_up(fn: Callable[[], Any], synchronize: Callable[[], None], warmup_s: float) -> None:
     start = time.perf_counter()
-    while True:  # warm-up: at least one call, then by time
+    while True:  # at least one call, then by time
         out = fn()
+        synchronize()
         del out
-        if time.perf_counter() - start >= timing.warmup_s:
-            break
+        if time.perf_counter() - start >= warmup_s:
+            return
+
+
+def host_cost_s(fn: Callable[[], Any], synchronize: Callable[[], None], calls: int = HOST_COST_CALLS) -> float:
+    """Median CPU time of one call without waiting for the device; each call
+    is synchronised afterwards, outside the measurement, so queued work never
+    backs up into the next call's launch."""
+    costs = []
+    for _ in range(calls):
+        t0 = time.perf_counter()
+        out = fn()
+        t1 = time.perf_counter()
+        synchronize()
+        del out
+        costs.append(t1 - t0)
+    return statistics.median(costs)
+
+
+def time_host(fn: Callable[[], Any], timing, synchronize: Callable[[], None] = lambda: None) -> Timed:
+    """Host clock around the call and the backend's synchronize."""
+    _warm_up(fn, synchronize, timing.warmup_s)
     samples: list[float] = []
     begin = time.perf_counter()
     while True:
         t0 = time.perf_counter()
         out = fn()
+        synchronize()
         t1 = time.perf_counter()
         del out  # the next call allocates its output afresh, as users' calls do
         samples.append(t1 - t0)
         if _enough(len(samples), t1 - begin, timing):
-            return np.asarray(samples)
+            array = np.asarray(samples)
+            return Timed(array, float(np.median(array)))
 
 
-class CudaFlush:
-    """A 256 MiB buffer zeroed before each timed call, evicting L2."""
-
-    def __init__(self):
-        import torch
-
-        self.buffer = torch.empty(L2_FLUSH_BYTES // 4, dtype=torch.int32, device="cuda")
-
-    def __call__(self):
-        self.buffer.zero_()
+def device_delay_s(host_s: float) -> float:
+    return min(DELAY_CAP_S, DELAY_HOST_MULTIPLE * host_s + DELAY_MARGIN_S)
 
 
-def time_cuda(fn: Callable[[], Any], timing, flush: CudaFlush) -> np.ndarray:
-    import torch
-
-    start = time.perf_counter()
-    while True:
-        out = fn()
-        torch.cuda.synchronize()
-        del out
-        if time.perf_counter() - start >= timing.warmup_s:
-            break
+def time_device(fn: Callable[[], Any], timing, backend, device: str, flush: Callable[[], None] | None) -> Timed:
+    """Device events around each call; see the module docstring for the delay."""
+    synchronize = lambda: backend.synchronize(device)  # noqa: E731
+    _warm_up(fn, synchronize, timing.warmup_s)
+    host_s = host_cost_s(fn, synchronize)
+    delay_s = device_delay_s(host_s)
     samples: list[float] = []
     begin = time.perf_counter()
     while True:
-        flush()
-        before, after = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        before.record()
+        if backend.device_delay is not None:
+            backend.device_delay(device, delay_s)
+        if flush is not None:
+            flush()
+        events = backend.events(device)
+        events.start()
         out = fn()
-        after.record()
-        # Synchronising every call keeps the wall-clock budget honest; the events
-        # measure only the GPU time between them.
-        after.synchronize()
+        events.stop()
+        # One sample at a time keeps the wall-clock budget honest; the events
+        # measure only the device time between them.
+        samples.append(events.elapsed_s())
         del out
-        samples.append(before.elapsed_time(after) / 1e3)
         if _enough(len(samples), time.perf_counter() - begin, timing):
-            return np.asarray(samples)
+            return Timed(np.asarray(samples), host_s)
 
 
-def time_call(fn, device: str, timing, flush: CudaFlush | None = None) -> np.ndarray:
-    if device == "cuda":
-        return time_cuda(fn, timing, flush or CudaFlush())
-    return time_cpu(fn, timing)
+def xcheck_s(fn: Callable[[], Any], device: str) -> float:
+    """An independent timer's median for the same call (CUDA:
+    ``triton.testing.do_bench``, which flushes L2 and times with its own
+    events); NaN where none is available."""
+    if device != "cuda":
+        return float("nan")
+    try:
+        from triton.testing import do_bench
+    except ImportError:
+        return float("nan")
+    return float(do_bench(fn, return_mode="median")) / 1e3
+
+
+def time_call(fn: Callable[[], Any], backend, device: str, timing, flush: Callable[[], None] | None = None,
+              cross_check: bool = True) -> Timed:
+    """Times ``fn`` with the timer its backend needs on ``device``."""
+    if backend.events(device) is None:
+        return time_host(fn, timing, lambda: backend.synchronize(device))
+    timed = time_device(fn, timing, backend, device, flush)
+    if cross_check:
+        return Timed(timed.samples_s, timed.host_s, xcheck_s(fn, device))
+    return timed
 
 
 def copy_ceiling_gbps(device: str, nbytes: int | None = None, repeats: int = 10) -> float:

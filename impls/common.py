@@ -1,5 +1,6 @@
-"""Pieces every operator module shares: dtype rounding, backend conversion,
-and the two comparison rules of SPEC 1 (bitwise, and relative error)."""
+"""Pieces every operator module shares: dtype rounding and the two
+comparison rules of SPEC 1 (bitwise, and relative error). Conversion between
+backends lives with the backends (impls/backends.py)."""
 
 from __future__ import annotations
 
@@ -8,32 +9,22 @@ from typing import Any, Mapping
 
 import numpy as np
 
+from impls.backends import to_numpy  # noqa: F401  (operator modules use common.to_numpy)
+from impls.status import INEXACT, MISMATCH, OK
+
 # SPEC 1.3: relative-error bounds per dtype.
 REL_TOL = {"float64": 1e-12, "float32": 1e-5, "float16": 1e-2, "bfloat16": 1e-2}
 # Above this relative error a result is wrong, not rounded: no supported dtype
 # rounds a sum of positive terms by 5 %, while a wrong shift or a lost term does.
 WRONG_REL_ERR = 5e-2
-LAYOUTS = ("contiguous", "noncontiguous", "channels_last")
 
 
 @dataclass(frozen=True)
 class Verdict:
-    status: str  # ok | inexact | mismatch
+    status: str  # a status of impls/status.py: ok | inexact | mismatch here
     message: str = ""
     max_abs_err: float = 0.0
     rel_err: float = 0.0
-
-
-def image_layouts(backend: str) -> tuple[str, ...]:
-    """Layouts the check exercises for operators with a 4-D (N, C, H, W) input:
-    channels-last exists only for torch tensors (and Triton, which takes them)."""
-    return LAYOUTS if backend in ("torch", "triton") else LAYOUTS[:2]
-
-
-def torch_dtype(dtype: str):
-    import torch
-
-    return getattr(torch, dtype)
 
 
 def round_to_dtype(array: np.ndarray, dtype: str) -> np.ndarray:
@@ -47,64 +38,6 @@ def round_to_dtype(array: np.ndarray, dtype: str) -> np.ndarray:
 
         return torch.from_numpy(np.ascontiguousarray(array)).to(torch.bfloat16).to(torch.float64).numpy()
     return array.astype(dtype).astype(np.float64)
-
-
-def _with_layout_numpy(array: np.ndarray, layout: str) -> np.ndarray:
-    if layout == "noncontiguous":
-        # Same values, every other element of a buffer twice as wide.
-        wide = np.zeros(array.shape[:-1] + (2 * array.shape[-1],), array.dtype)
-        wide[..., ::2] = array
-        return wide[..., ::2]
-    return np.ascontiguousarray(array)
-
-
-def convert(inputs: Mapping[str, Any], backend: str, device: str, dtype: str,
-            layout: str = "contiguous", layout_keys: tuple[str, ...] = ()) -> dict:
-    """Float arrays to ``dtype`` on the backend's device; integer arrays stay int64.
-
-    ``layout`` applies to the arrays named in ``layout_keys`` (the big ones);
-    ``channels_last`` only to 4-D torch tensors.
-    """
-    converted: dict[str, Any] = {}
-    for key, value in inputs.items():
-        if not isinstance(value, np.ndarray):
-            converted[key] = value
-            continue
-        is_float = value.dtype.kind == "f"
-        this_layout = layout if key in layout_keys else "contiguous"
-        if backend in ("torch", "triton"):
-            import torch
-
-            tensor = torch.from_numpy(np.ascontiguousarray(value))
-            tensor = tensor.to(torch_dtype(dtype)) if is_float else tensor.to(torch.int64)
-            if this_layout == "channels_last" and tensor.dim() == 4:
-                tensor = tensor.contiguous(memory_format=torch.channels_last)
-            elif this_layout == "noncontiguous":
-                wide = torch.zeros(tensor.shape[:-1] + (2 * tensor.shape[-1],), dtype=tensor.dtype)
-                wide[..., ::2] = tensor
-                tensor = wide[..., ::2]
-            converted[key] = tensor.to(device)
-        else:
-            if backend == "numpy" and dtype == "bfloat16":
-                raise TypeError("numpy has no bfloat16")
-            array = value.astype(dtype) if is_float else value.astype(np.int64)
-            converted[key] = _with_layout_numpy(array, this_layout)
-    return converted
-
-
-def to_numpy(output: Any) -> Any:
-    """A strategy's output (array, tensor, or tuple of them) as numpy arrays."""
-    if isinstance(output, (tuple, list)):
-        return tuple(to_numpy(item) for item in output)
-    if hasattr(output, "detach"):  # torch.Tensor, without importing torch
-        import torch
-
-        tensor = output.detach().cpu()
-        if tensor.dtype == torch.bfloat16:
-            # float32 holds every bfloat16 exactly.
-            tensor = tensor.to(torch.float32)
-        return tensor.numpy()
-    return np.asarray(output)
 
 
 def storage_dtype_name(array: np.ndarray, expected: str) -> str:

@@ -52,15 +52,12 @@ def compare(out, ref, inputs, dtype: str, strat) -> Verdict:
     return common.compare_relative("x", out, ref, dtype)
 
 
-def to_backend(inputs, backend, device, dtype, layout="contiguous"):
-    return common.convert(inputs, backend, device, dtype, layout, layout_keys=("y",))
-
 
 OP = register_operator(Operator(
     name="dispersion_pinv", doc=__doc__, params=dispersion.OP.params,
     generate=generate, oracle=oracle, bytes_moved=bytes_moved, compare=compare,
-    validate=validate, to_backend=to_backend, baseline="seed_loop_cat",
-    check_cases=dispersion.check_cases, layouts=common.image_layouts))
+    validate=validate, reference="seed_loop_cat", layout_keys=("y",),
+    check_cases=dispersion.check_cases))
 
 
 def dispersion_pinv(y, mask, S: int, C: int):
@@ -106,7 +103,7 @@ def loop_cat_fn(y, mask, coverage, S: int, C: int):
     return torch.cat([z[..., (i * S):(i * S + W)] for i in range(C)], dim=1) / mask
 
 
-@strategy("dispersion_pinv", backend="torch", source=f"{SEED} A_pinv")
+@strategy("dispersion_pinv", backend="torch", source=f"{SEED} A_pinv", baseline=True)
 def seed_loop_cat(inputs, params):
     """The question's ``A_pinv``: ``z = y / alpha``, ``cat`` of C slices, ``/ mask``
     — three passes, a C-sized concatenated temporary."""

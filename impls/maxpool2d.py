@@ -127,17 +127,14 @@ def check_cases():
             dict(N=2, C=1, H=9, W=2500, k=3)]
 
 
-def to_backend(inputs, backend, device, dtype, layout="contiguous"):
-    return common.convert(inputs, backend, device, dtype, layout, layout_keys=("x",))
-
 
 OP = register_operator(Operator(
     name="maxpool2d", doc=__doc__,
     params=(ParamSpec("N"), ParamSpec("C"), ParamSpec("H"), ParamSpec("W"),
             ParamSpec("k", doc="window and stride")),
     generate=generate, oracle=oracle, bytes_moved=bytes_moved, compare=compare,
-    validate=validate, to_backend=to_backend, baseline="seed_loops",
-    check_cases=check_cases, layouts=common.image_layouts))
+    validate=validate, reference="torch_max_pool2d_indices", layout_keys=("x",),
+    check_cases=check_cases))
 
 
 def _cropped(x, k):
@@ -147,7 +144,7 @@ def _cropped(x, k):
 
 # ------------------------------------------------------------- strategies
 @strategy("maxpool2d", backend="numpy", source=f"{SEED} MaxPool2d.updateOutput",
-          returns="values+indices", ties="first")
+          returns="values+indices", ties="first", baseline=True)
 def seed_loops(inputs, params):
     """The question's 4-deep python loop: ``M.max()`` and
     ``unravel_index(M.argmax())`` per window. One interpreted iteration per
@@ -246,7 +243,7 @@ def numpy_sliding_window(inputs, params):
     return run
 
 
-@strategy("maxpool2d", backend="torch", returns="values")
+@strategy("maxpool2d", backend="torch", returns="values", builtin=True)
 def torch_max_pool2d(inputs, params):
     """Added: ``F.max_pool2d(x, k)`` without indices — the built-in's lower
     bound: reads x once, writes the values."""
@@ -256,7 +253,7 @@ def torch_max_pool2d(inputs, params):
     return lambda: F.max_pool2d(x, k)
 
 
-@strategy("maxpool2d", backend="torch", returns="values+indices", ties="first")
+@strategy("maxpool2d", backend="torch", returns="values+indices", ties="first", builtin=True)
 def torch_max_pool2d_indices(inputs, params):
     """Added: ``F.max_pool2d(x, k, return_indices=True)`` — what PyTorch users
     call; one kernel, reads x once, writes values and int64 indices."""

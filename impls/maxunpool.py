@@ -103,22 +103,16 @@ def check_cases():
             dict(form="1d", B=2, F=2, L=100, f=3), dict(form="2d", N=1, C=2, H=4, W=301, k=2)]
 
 
-def to_backend(inputs, backend, device, dtype, layout="contiguous"):
-    return common.convert(inputs, backend, device, dtype, layout, layout_keys=("values", "positions"))
-
-
-def layouts(backend):
-    # channels_last would only apply to the 2-D form's small inputs; strided rows are the case that matters.
-    return common.LAYOUTS[:2]
-
 
 OP = register_operator(Operator(
     name="maxunpool", doc=__doc__,
     params=(ParamSpec("form", kind=str, minimum=None, choices=("1d", "2d")),
             *(ParamSpec(key, required=False) for key in ("B", "F", "L", "f", "N", "C", "H", "W", "k"))),
     generate=generate, oracle=oracle, bytes_moved=bytes_moved, compare=compare,
-    validate=validate, to_backend=to_backend, baseline="numpy_seed_row_loop",
-    check_cases=check_cases, layouts=layouts))
+    validate=validate, reference="torch_scatter", layout_keys=("values", "positions"),
+    check_cases=check_cases,
+    # channels_last would only apply to the 2-D form's small inputs; strided rows are the case that matters.
+    check_layouts=("contiguous", "noncontiguous")))
 
 
 # --------------------------------------------------------- public entry point
@@ -167,7 +161,8 @@ def _rows(inputs, params):
 
 
 # ------------------------------------------------------------- strategies
-@strategy("maxunpool", backend="numpy", source=f"{SEED} upsamplecode (per-row set_subtensor loop)")
+@strategy("maxunpool", backend="numpy", source=f"{SEED} upsamplecode (per-row set_subtensor loop)",
+          baseline=True)
 def numpy_seed_row_loop(inputs, params):
     """The question's loop over (item, filter): one fancy-index assignment per
     row. A·B interpreted iterations, each a small scatter of L values."""
@@ -284,7 +279,7 @@ def torch_seed_broadcast(inputs, params):
     return run
 
 
-@strategy("maxunpool", backend="torch")
+@strategy("maxunpool", backend="torch", builtin=True)
 def torch_scatter(inputs, params):
     """Added: ``zeros(...).scatter_(-1, positions, values)`` — one zero fill, one
     scatter kernel, no index arithmetic."""
@@ -317,7 +312,7 @@ def torch_index_put(inputs, params):
     return run
 
 
-@strategy("maxunpool", backend="torch")
+@strategy("maxunpool", backend="torch", builtin=True)
 def torch_max_unpool1d(inputs, params):
     """Added: ``F.max_unpool1d(values, positions, f, output_size=P)`` — the
     built-in for the seed's 1-D form (the 2-D form's cropped size is outside
@@ -331,7 +326,7 @@ def torch_max_unpool1d(inputs, params):
     return lambda: F.max_unpool1d(values, positions, f, output_size=(P,))
 
 
-@strategy("maxunpool", backend="torch")
+@strategy("maxunpool", backend="torch", builtin=True)
 def torch_max_unpool2d(inputs, params):
     """Added: ``F.max_unpool2d`` — the built-in inverse of ``max_pool2d``; the
     1-D form runs as a (B, F, 1, L) plane with a (1, f) window."""

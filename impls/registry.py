@@ -16,32 +16,13 @@ optional backend (triton, numba, pytensor), which strategies load lazily.
 
 from __future__ import annotations
 
-import importlib.util
-import os
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
-BACKENDS = ("numpy", "torch", "triton", "numba", "pytensor")
-DEVICES = ("cpu", "cuda")
-DTYPES = ("float16", "bfloat16", "float32", "float64")
-# numpy has no bfloat16; the compiled CPU backends are written for real types.
-BACKEND_DTYPES = {
-    "numpy": ("float16", "float32", "float64"),
-    "torch": DTYPES,
-    "triton": ("float16", "bfloat16", "float32"),
-    "numba": ("float32", "float64"),
-    "pytensor": ("float32", "float64"),
-}
-BACKEND_DEVICES = {
-    "numpy": ("cpu",),
-    "numba": ("cpu",),
-    "pytensor": ("cpu",),
-    "torch": ("cpu", "cuda"),
-    "triton": ("cuda",),
-}
-# Python module that must be importable for a backend to run at all.
-BACKEND_MODULE = {"numpy": "numpy", "torch": "torch", "triton": "triton",
-                  "numba": "numba", "pytensor": "pytensor"}
+from impls.backends import BACKENDS, DEVICES, DTYPES, LAYOUTS, convert, get_backend
+
+__all__ = ["BACKENDS", "DEVICES", "DTYPES", "NotApplicable", "Operator", "ParamSpec", "Strategy",
+           "all_strategies", "check_registry", "compiled", "get_operator", "register_operator", "strategy"]
 
 
 class NotApplicable(Exception):
@@ -68,24 +49,23 @@ class Strategy:
     temp_factor: float = 1.0
     # Each new shape costs a compile (torch.compile): checks use a reduced case set.
     quick_check: bool = False
+    # The seed's original strategy: speedups in tables and the report are over it.
+    baseline: bool = False
+    # A library's own built-in for this operator (what most users call): the
+    # report measures the winner against the fastest of these.
+    builtin: bool = False
 
     @property
     def key(self) -> str:
         return f"{self.op}/{self.name}"
 
     def runs_on(self, device: str) -> bool:
-        # Triton kernels run on CPU tensors under its interpreter; that is how CI
-        # checks their correctness (never how they are timed).
-        if self.backend == "triton" and device == "cpu":
-            return os.environ.get("TRITON_INTERPRET") == "1"
-        return device in self.devices
+        backend = get_backend(self.backend)
+        return device in self.devices or backend.interpreted(device)
 
     def available(self) -> str | None:
         """None when the backend can be imported, else the reason it cannot."""
-        module = BACKEND_MODULE[self.backend]
-        if importlib.util.find_spec(module) is None:
-            return f"backend {self.backend!r} is not installed (pip install '.[{self.backend}]')"
-        return None
+        return get_backend(self.backend).unavailable()
 
 
 @dataclass(frozen=True)
@@ -102,17 +82,33 @@ class ParamSpec:
 class Operator:
     name: str
     doc: str
-    params: tuple[ParamSpec, ...]
+    params: tuple[ParamSpec, ...]  # in the order tables and labels show them
     generate: Callable  # (params, mode, seed) -> dict[str, np.ndarray]
     oracle: Callable  # (float64 inputs, params) -> output
-    bytes_moved: Callable  # (params, itemsize) -> int
+    bytes_moved: Callable  # (params, itemsize, returns) -> int
     compare: Callable  # (out, ref, inputs, dtype, strategy) -> Verdict
     validate: Callable  # (params) -> None, raises ValueError naming the problem
-    to_backend: Callable  # (inputs np, backend, device, dtype, layout) -> inputs
-    baseline: str  # the seed's original strategy: speedups are over this one
     check_cases: Callable  # () -> list of small adversarial parameter dicts
-    layouts: Callable  # (backend) -> layouts the check exercises
+    # The strategy that regression checks normalise by: present on every
+    # machine the gate runs on, and stable (see README, "Regression gate").
+    reference: str
+    # The inputs a layout applies to (the big ones) and the layouts worth
+    # checking for this operator; each backend narrows them to what it has.
+    layout_keys: tuple[str, ...] = ()
+    check_layouts: tuple[str, ...] = LAYOUTS
     strategies: dict[str, Strategy] = field(default_factory=dict)
+
+    @property
+    def baseline(self) -> str | None:
+        """The strategy marked ``baseline=True`` (the seed's original)."""
+        return next((s.name for s in self.strategies.values() if s.baseline), None)
+
+    def layouts(self, backend: str) -> tuple[str, ...]:
+        offered = get_backend(backend).layouts
+        return tuple(layout for layout in self.check_layouts if layout in offered)
+
+    def to_backend(self, inputs, backend: str, device: str, dtype: str, layout: str = "contiguous") -> dict:
+        return convert(inputs, get_backend(backend), device, dtype, layout, self.layout_keys)
 
 
 OPERATORS: dict[str, Operator] = {}
@@ -127,26 +123,46 @@ def register_operator(op: Operator) -> Operator:
 
 def strategy(op: str, *, backend: str, source: str = "added", devices=None,
              dtypes=None, returns: str = "output", ties: str = "n/a",
-             name: str | None = None, temp_factor: float = 1.0, quick_check: bool = False):
+             name: str | None = None, temp_factor: float = 1.0, quick_check: bool = False,
+             baseline: bool = False, builtin: bool = False):
     """Decorator registering ``prepare`` as a strategy of operator ``op``."""
 
     def decorate(prepare):
         if backend not in BACKENDS:
-            raise ValueError(f"unknown backend {backend!r}")
-        operator = OPERATORS[op]
+            raise ValueError(f"unknown backend {backend!r}; known: {', '.join(sorted(BACKENDS))}")
+        operator = get_operator(op)
         strategy_name = name or prepare.__name__
         if strategy_name in operator.strategies:
             raise ValueError(f"strategy {op}/{strategy_name} registered twice")
+        if baseline and operator.baseline:
+            raise ValueError(f"strategy {op}/{strategy_name}: {op} already has a baseline "
+                             f"({operator.baseline}); an operator has exactly one")
+        record = get_backend(backend)
         doc = (prepare.__doc__ or "").strip()
         operator.strategies[strategy_name] = Strategy(
             op=op, name=strategy_name, backend=backend, prepare=prepare,
-            source=source, devices=tuple(devices or BACKEND_DEVICES[backend]),
-            dtypes=tuple(dtypes or BACKEND_DTYPES[backend]), returns=returns,
+            source=source, devices=tuple(devices or record.devices),
+            dtypes=tuple(dtypes or record.dtypes), returns=returns,
             ties=ties, seed=source.startswith("seed"), doc=doc,
-            temp_factor=temp_factor, quick_check=quick_check)
+            temp_factor=temp_factor, quick_check=quick_check, baseline=baseline, builtin=builtin)
         return prepare
 
     return decorate
+
+
+def check_registry() -> None:
+    """Every operator has exactly one baseline strategy and a reference
+    strategy that exists; raises ValueError naming the operator otherwise.
+    Run once all strategies are registered (plugins included)."""
+    for op in OPERATORS.values():
+        if not op.strategies:
+            raise ValueError(f"operator {op.name!r} has no strategies")
+        if op.baseline is None:
+            raise ValueError(f"operator {op.name!r} has no baseline strategy "
+                             f"(mark the seed's original with @strategy(..., baseline=True))")
+        if op.reference not in op.strategies:
+            raise ValueError(f"operator {op.name!r}: reference strategy {op.reference!r} is not one of its "
+                             f"strategies ({', '.join(op.strategies)})")
 
 
 def get_operator(name: str) -> Operator:

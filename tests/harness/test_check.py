@@ -119,12 +119,12 @@ def test_a_strategy_that_raises_is_an_error_with_its_message(planted):
 
 
 def test_non_contiguous_inputs_are_really_non_contiguous():
-    from impls.common import convert
+    from impls.backends import convert, get_backend
 
     x = np.arange(24, dtype=np.float64).reshape(1, 2, 3, 4)
-    numpy_x = convert({"x": x}, "numpy", "cpu", "float32", "noncontiguous", ("x",))["x"]
-    torch_x = convert({"x": x}, "torch", "cpu", "float32", "noncontiguous", ("x",))["x"]
-    last = convert({"x": x}, "torch", "cpu", "float32", "channels_last", ("x",))["x"]
+    numpy_x = convert({"x": x}, get_backend("numpy"), "cpu", "float32", "noncontiguous", ("x",))["x"]
+    torch_x = convert({"x": x}, get_backend("torch"), "cpu", "float32", "noncontiguous", ("x",))["x"]
+    last = convert({"x": x}, get_backend("torch"), "cpu", "float32", "channels_last", ("x",))["x"]
     import torch
 
     assert not numpy_x.flags.c_contiguous and not torch_x.is_contiguous()

@@ -42,7 +42,7 @@ def test_run_writes_every_spec_column_and_a_summary(tiny_config, tmp_path):
     out = tmp_path / "run"
     result = scatterbench("run", tiny_config(TINY), "-o", out, "--no-progress", "--report")
     assert result.returncode == 0, result.stderr
-    assert "× seed_loops" in result.stdout and "GB/s" in result.stdout
+    assert "speedup over seed_loops" in result.stdout and "GB/s" in result.stdout
     rows = read_rows(out)
     assert len(rows) == 5 and set(rows["status"]) == {"ok"}
     for column in ("median_s", "iqr_s", "min_s", "n_samples", "bytes", "gbps", "ceiling_gbps",
@@ -54,6 +54,9 @@ def test_run_writes_every_spec_column_and_a_summary(tiny_config, tmp_path):
                 "versions", "threads", "config_file", "ceilings_gbps"):
         assert key in meta, key
     assert meta["threads"]["torch"] == 1 and meta["status"] == "complete"
+    assert set(meta["phase_s"]) >= {"ceilings", "check", "prepare/compile", "time"}
+    assert meta["hardware"]["cpu_model"] and meta["load_avg_start"] is not None
+    assert rows["host_s"].notna().all() and rows["load_avg"].notna().all()
     assert set(meta["fresh_write_gbps"]) == {"numpy", "torch"}
     samples = read_samples(out)
     assert set(samples) == set(rows["case_id"])

@@ -75,8 +75,21 @@ def test_normalised_mode_cancels_a_uniformly_slower_machine():
     slower_rows = new_rows.assign(median_s=new_rows["median_s"] * 1.8)
     plain = compare_frames(base_rows, base, slower_rows, slower_new)
     assert set(regressed(plain)["strategy"]) == {"a", "b", "ref"}
-    normalised = compare_frames(base_rows, base, slower_rows, slower_new, relative_to=["ref"])
+    # The reference itself is judged against the second reference, so it cancels too.
+    normalised = compare_frames(base_rows, base, slower_rows, slower_new, relative_to=["ref", "b"])
     assert len(regressed(normalised)) == 0
+
+
+def test_a_slowdown_of_the_reference_itself_is_still_flagged():
+    """Normalising by R hides a slowdown of R; R is judged against the next
+    reference (or its absolute time), so it is caught."""
+    base_rows, base, new_rows, new = synthetic(1.0, 5)
+    new = {n: ([s * 3 for s in v] if n == "ref" else v) for n, v in new.items()}
+    new_rows = new_rows.assign(median_s=[m * 3 if s == "ref" else m
+                                         for s, m in zip(new_rows["strategy"], new_rows["median_s"])])
+    for references in (["ref", "b"], ["ref"]):
+        table = compare_frames(base_rows, base, new_rows, new, relative_to=references)
+        assert "ref" in set(regressed(table)["strategy"]), references
 
 
 def test_status_changes_and_one_sided_cases():

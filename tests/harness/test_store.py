@@ -20,7 +20,7 @@ def test_round_trip_with_samples_and_awkward_text(tmp_path):
     writer.append(row("b", status="error", median_s=math.nan), [])
     writer.close()
     meta, rows, samples = read_run(tmp_path)
-    assert meta["schema_version"] == 1
+    assert meta["schema_version"] == 2
     assert list(rows["case_id"]) == ["a", "b"]
     assert rows.loc[0, "message"] == 'comma, "quote"\nnewline <b>'
     assert math.isnan(rows.loc[1, "median_s"])

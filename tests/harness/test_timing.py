@@ -8,25 +8,25 @@ from harness.config import Timing
 
 
 def test_cpu_timer_measures_a_known_sleep():
-    samples = timing.time_cpu(lambda: time.sleep(0.01), Timing(min_samples=5, budget_s=0.05, warmup_s=0))
+    samples = timing.time_host(lambda: time.sleep(0.01), Timing(min_samples=5, budget_s=0.05, warmup_s=0)).samples_s
     assert len(samples) >= 5
     assert 0.0095 <= np.median(samples) < 0.02
 
 
 def test_stopping_rule_needs_both_min_count_and_budget():
-    fast = timing.time_cpu(lambda: None, Timing(min_samples=5, budget_s=0.05, warmup_s=0, max_samples=10**7))
+    fast = timing.time_host(lambda: None, Timing(min_samples=5, budget_s=0.05, warmup_s=0, max_samples=10**7)).samples_s
     assert len(fast) > 100  # the budget, not the count, stopped it
-    slow = timing.time_cpu(lambda: time.sleep(0.02), Timing(min_samples=7, budget_s=0.001, warmup_s=0))
+    slow = timing.time_host(lambda: time.sleep(0.02), Timing(min_samples=7, budget_s=0.001, warmup_s=0)).samples_s
     assert len(slow) == 7  # the count, not the budget, stopped it
-    capped = timing.time_cpu(lambda: None, Timing(min_samples=1, budget_s=10, warmup_s=0, max_samples=50))
+    capped = timing.time_host(lambda: None, Timing(min_samples=1, budget_s=10, warmup_s=0, max_samples=50)).samples_s
     assert len(capped) == 50
 
 
 def test_a_deliberately_slowed_strategy_is_measured_slower():
     x = np.random.default_rng(0).standard_normal((256, 256))
     settings = Timing(min_samples=5, budget_s=0.05, warmup_s=0.01)
-    plain = np.median(timing.time_cpu(lambda: x.max(), settings))
-    slowed = np.median(timing.time_cpu(lambda: (x.max(), time.sleep(0.002)), settings))
+    plain = np.median(timing.time_host(lambda: x.max(), settings).samples_s)
+    slowed = np.median(timing.time_host(lambda: (x.max(), time.sleep(0.002)), settings).samples_s)
     assert slowed > plain + 0.0015
 
 

@@ -1,0 +1,68 @@
+"""Formatting shared by tables, reports and the dashboard: times, numbers,
+parameter labels and Markdown escaping. Pure functions."""
+
+from __future__ import annotations
+
+import json
+import math
+
+
+def fmt_time(seconds: float | None) -> str:
+    if seconds is None or not math.isfinite(seconds):
+        return "–"
+    for unit, scale in (("s", 1.0), ("ms", 1e-3), ("µs", 1e-6), ("ns", 1e-9)):
+        if seconds >= scale:
+            return f"{seconds / scale:.3g} {unit}"
+    return f"{seconds / 1e-9:.3g} ns"
+
+
+def fmt_num(value: float | None, digits: int = 3, suffix: str = "") -> str:
+    if value is None or not math.isfinite(value):
+        return "–"
+    return f"{value:.{digits}g}{suffix}"
+
+
+def fmt_ratio(value: float | None, suffix: str = "×") -> str:
+    """A speedup or ratio with three significant figures and no exponent:
+    ``5.76e+03×`` reads worse than ``5760×``."""
+    if value is None or not math.isfinite(value):
+        return "–"
+    if value >= 1000:
+        return f"{value:,.0f}{suffix}"
+    return f"{value:.3g}{suffix}"
+
+
+def param_order() -> tuple[str, ...]:
+    """Every operator's parameter names, in the order the operators declare
+    them (case ids store them sorted)."""
+    from impls.registry import OPERATORS
+
+    order: list[str] = []
+    for op in OPERATORS.values():
+        for spec in op.params:
+            if spec.name not in order:
+                order.append(spec.name)
+    return tuple(order)
+
+
+def ordered_params(params: dict) -> list[str]:
+    """The keys in the order of the operator that declares them all (the
+    first such operator), else in every operator's order."""
+    from impls.registry import OPERATORS
+
+    order = next((tuple(spec.name for spec in op.params) for op in OPERATORS.values()
+                  if set(params) <= {spec.name for spec in op.params}), param_order())
+    return sorted(params, key=lambda key: (order.index(key) if key in order else len(order), key))
+
+
+def params_label(params_json: str) -> str:
+    params = json.loads(params_json)
+    return " ".join(f"{key}={params[key]}" for key in ordered_params(params))
+
+
+def md_escape(text: str) -> str:
+    text = str(text).replace("\\", "\\\\")
+    # "_" inside words is not emphasis in GitHub Markdown; names keep their underscores.
+    for char in "|*`<>[]#$":
+        text = text.replace(char, "\\" + char)
+    return text.replace("\n", " ")

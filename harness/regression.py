@@ -1,0 +1,80 @@
+"""The one regression rule, used by ``compare`` (and so the CI gate) and the
+dashboard.
+
+A case regresses when its median grew by more than ``factor`` *and* a
+Mann–Whitney U test on the raw samples says the shift is real (p < ``alpha``):
+the ratio guards against flagging tiny real changes, the test against
+flagging noise. A case that was correct and now fails its check is broken.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from harness import stats
+from impls.status import CORRECT
+
+DEFAULT_FACTOR = 1.10
+DEFAULT_ALPHA = 0.002
+
+REGRESSED, IMPROVED, SAME, BROKEN, FIXED, NOT_TIMED = "regressed", "improved", "same", "broken", "fixed", "not timed"
+ONLY_IN_BASE, ONLY_IN_NEW, NO_REFERENCE = "only in base", "only in new", "no reference"
+# Verdicts that fail the gate.
+FAILING = (REGRESSED, BROKEN)
+
+
+@dataclass(frozen=True)
+class Rule:
+    factor: float = DEFAULT_FACTOR
+    alpha: float = DEFAULT_ALPHA
+
+    def __post_init__(self):
+        if not (isinstance(self.factor, (int, float)) and math.isfinite(self.factor) and self.factor > 1):
+            raise ValueError(f"--factor {self.factor}: must be a finite number > 1")
+        if not (isinstance(self.alpha, (int, float)) and 0 < self.alpha < 1):
+            raise ValueError(f"--alpha {self.alpha}: must be in (0, 1)")
+
+
+@dataclass(frozen=True)
+class Change:
+    verdict: str
+    base_s: float = math.nan
+    new_s: float = math.nan
+    ratio: float = math.nan
+    p_value: float = math.nan
+
+
+def status_change(base_status: str, new_status: str) -> str | None:
+    """BROKEN / FIXED / NOT_TIMED from the two statuses, or None when both are correct."""
+    base_ok, new_ok = base_status in CORRECT, new_status in CORRECT
+    if base_ok and not new_ok:
+        return BROKEN
+    if new_ok and not base_ok:
+        return FIXED
+    if not (base_ok or new_ok):
+        return NOT_TIMED
+    return None
+
+
+def timing_change(base_samples, new_samples, rule: Rule) -> Change:
+    """The verdict on two sets of raw samples of one case."""
+    base_s = stats.summarize(base_samples).median_s
+    new_s = stats.summarize(new_samples).median_s
+    ratio = new_s / base_s if base_s > 0 else math.inf
+    p_value = stats.mann_whitney_p(base_samples, new_samples)
+    verdict = SAME
+    if ratio > rule.factor and p_value < rule.alpha:
+        verdict = REGRESSED
+    elif ratio < 1 / rule.factor and p_value < rule.alpha:
+        verdict = IMPROVED
+    return Change(verdict, base_s, new_s, ratio, p_value)
+
+
+def judge_change(base_status: str, new_status: str, base_samples, new_samples, rule: Rule) -> Change:
+    by_status = status_change(base_status, new_status)
+    if by_status:
+        return Change(by_status)
+    if not base_samples or not new_samples:
+        return Change(NOT_TIMED)
+    return timing_change(base_samples, new_samples, rule)

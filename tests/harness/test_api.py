@@ -1,0 +1,28 @@
+"""The one-call Python API."""
+
+import json
+
+import scatterbench
+
+
+def test_bench_checks_times_and_plots_a_sweep():
+    result = scatterbench.bench("dispersion", ["seed_loop", "torch_index_add", "numpy_loop"], B=1, C=[2, 4, 8],
+                                H=8, W=8, S=1, timing={"budget_s": 0.01, "warmup_s": 0})
+    assert len(result.rows) == 9 and set(result.rows["status"]) == {"ok"}
+    assert result.rows["median_s"].gt(0).all()
+    assert sorted({json.loads(p)["C"] for p in result.rows["params"]}) == [2, 4, 8]
+    baseline = result.rows[result.rows["strategy"] == "seed_loop"]
+    assert (baseline["speedup"] == 1.0).all()
+    assert len(result.checks) > 0 and set(result.checks["status"]) <= {"ok", "inexact", "skipped"}
+    axes = result.figure.axes[0]
+    labels = {text.get_text() for text in axes.get_legend().get_texts()}
+    assert labels >= {"seed_loop", "numpy_loop", "torch_index_add"}
+
+
+def test_bench_writes_a_result_directory_when_asked(tmp_path):
+    from harness.store import read_run
+
+    scatterbench.bench("maxpool2d", ["torch_max_pool2d_indices"], N=1, C=1, H=8, W=8, k=2, check_first=False,
+                       plot=False, timing={"budget_s": 0.01, "warmup_s": 0}, out=tmp_path / "run")
+    meta, rows, samples = read_run(tmp_path / "run")
+    assert len(rows) == 1 and rows["status"].iloc[0] == "ok" and len(samples) == 1

@@ -1,0 +1,133 @@
+"""The redesign's promises, tested: a new backend is one record plus its
+strategies and is timed by its own synchronise; a new operator works end to
+end from one plugin module with no edit to the project; result directories
+written before the schema grew are still read."""
+
+import math
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from harness import store, timing
+from harness.config import Case, parse_config
+
+ROOT = Path(__file__).parents[1]
+PLUGINS = Path(__file__).parent / "plugins"
+
+
+def plugin_env(*modules):
+    return dict(os.environ, PYTHONPATH=os.pathsep.join([str(PLUGINS), str(ROOT), os.environ.get("PYTHONPATH", "")]),
+                SCATTERBENCH_PLUGINS=",".join(modules))
+
+
+def scatterbench(*args, env):
+    return subprocess.run([sys.executable, "-m", "harness", *map(str, args)], capture_output=True, text=True,
+                          env=env, timeout=600, cwd=ROOT)
+
+
+@pytest.fixture
+def lazy_backend():
+    sys.path.insert(0, str(PLUGINS))
+    import impls  # noqa: F401
+    from impls.backends import BACKENDS
+    from impls.registry import get_operator
+
+    import lazy_backend_plugin  # noqa: F401
+
+    yield lazy_backend_plugin
+    get_operator("maxpool2d").strategies.pop("lazy_max_pool", None)
+    BACKENDS.pop("lazy", None)
+    sys.modules.pop("lazy_backend_plugin", None)
+    sys.path.remove(str(PLUGINS))
+
+
+def test_an_asynchronous_backend_is_timed_by_its_own_synchronise(lazy_backend):
+    from harness.sweep import execute_case
+
+    config = parse_config({"timing": {"min_samples": 5, "budget_s": 0.01, "warmup_s": 0},
+                           "benchmarks": [{"op": "maxpool2d", "strategies": ["lazy_max_pool"],
+                                           "params": {"N": 1, "C": 2, "H": 8, "W": 8, "k": 2}}]})
+    case = Case("maxpool2d", "lazy_max_pool", "cpu", "float32", (("C", 2), ("H", 8), ("N", 1), ("W", 8), ("k", 2)))
+    result = execute_case(case, config, "r", 30.0)
+    assert result.row["status"] == "ok", result.row["message"]
+    # Timed to completion: every sample holds the backend's 30 ms of work.
+    assert min(result.samples_s) >= lazy_backend.WORK_S
+    # The control: the same call timed without the backend's synchronise is dispatch only.
+    dispatch = timing.time_host(lambda: lazy_backend.Pending(lambda: 0),
+                                config.timing).samples_s
+    lazy_backend._queue.clear()
+    assert np.median(dispatch) < lazy_backend.WORK_S / 10
+
+
+TINY_ROWMAX = """
+name: rowmax-tiny
+timing: {min_samples: 5, budget_s: 0.01, warmup_s: 0}
+benchmarks:
+  - op: rowmax
+    params: {R: [4, 64], L: 256}
+"""
+
+
+def test_a_new_operator_works_end_to_end_from_one_plugin(tmp_path):
+    env = plugin_env("rowmax_plugin")
+    config = tmp_path / "rowmax.yaml"
+    config.write_text(TINY_ROWMAX)
+    listed = scatterbench("list", "--op", "rowmax", env=env)
+    assert listed.returncode == 0 and "python_loop" in listed.stdout and "baseline" in listed.stdout
+    checked = scatterbench("check", config, "--no-progress", env=env)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    assert "0 failed" in checked.stdout
+    runs = tmp_path / "results"
+    for name in ("a", "b"):
+        ran = scatterbench("run", config, "-o", runs / name, "--no-progress", "--grid", env=env)
+        assert ran.returncode == 0, ran.stderr
+        assert "R=64" in ran.stdout and "numpy_max" in ran.stdout
+    compared = scatterbench("compare", runs / "a", runs / "b", "--normalise", "--factor", "5", env=env)
+    assert compared.returncode == 0, compared.stdout + compared.stderr
+    assert "no reference" not in compared.stdout
+    gate = scatterbench("regress", runs / "a", config, "-o", tmp_path / "gate", "--factor", "5", "--no-progress",
+                        env=env)
+    assert gate.returncode == 0, gate.stdout + gate.stderr
+    reported = subprocess.run([sys.executable, str(ROOT / "report.py"), runs / "a", "-o", tmp_path / "report"],
+                              capture_output=True, text=True, env=env)
+    assert reported.returncode == 0, reported.stderr
+    text = (tmp_path / "report" / "report.md").read_text()
+    assert "rowmax" in text and "numpy_max" in text
+    dashboard = scatterbench("dashboard", runs, "-o", tmp_path / "site", "--no-reports", env=env)
+    assert dashboard.returncode == 0, dashboard.stderr
+    assert (tmp_path / "site" / "rowmax.html").exists()
+
+
+def test_a_result_directory_from_before_the_schema_grew_is_still_read(tmp_path, monkeypatch):
+    """results/baseline-quick was written by schema 1 (no host_s, xcheck_s, load_avg, extra).
+    It reads, with the new columns empty; and it still reads once the schema
+    gains yet another column."""
+    old = tmp_path / "old"
+    shutil.copytree(ROOT / "results" / "baseline-quick", old)
+    meta, rows, samples = store.read_run(old)
+    assert meta["schema_version"] == 1
+    assert len(rows) > 0 and rows["host_s"].isna().all() and (rows["extra"] == "").all()
+    assert set(samples) <= set(rows["case_id"])
+    grown = store.COLUMN_KINDS + (("energy_j", "number"),)
+    monkeypatch.setattr(store, "COLUMN_KINDS", grown)
+    monkeypatch.setattr(store, "COLUMNS", tuple(name for name, _ in grown))
+    monkeypatch.setattr(store, "NUMERIC", tuple(name for name, kind in grown if kind == "number"))
+    rows = store.read_rows(old)
+    assert "energy_j" in rows.columns and rows["energy_j"].isna().all()
+    assert math.isfinite(rows["median_s"].dropna().iloc[0])
+
+
+def test_extra_holds_an_operators_own_measurements(tmp_path):
+    writer = store.RunWriter(tmp_path, {"run_id": "r"})
+    row = {column: "" for column in store.COLUMNS}
+    row.update(run_id="r", case_id="a", op="maxpool2d", strategy="s", device="cpu", dtype="float32",
+               params="{}", status="ok", extra={"tiles": 12, "kernel": "k2"})
+    writer.append(row)
+    writer.close()
+    rows = store.read_rows(tmp_path)
+    assert store.extra_of(rows.iloc[0]) == {"tiles": 12, "kernel": "k2"}
