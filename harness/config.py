@@ -234,13 +234,7 @@ def expand(config: Config) -> list[Case]:
         op = get_operator(bench.op)
         names = list(op.strategies) if bench.strategies == "all" else bench.strategies
         names = [n for n in names if n not in bench.exclude]
-        points = 1
-    for value in bench.params.values():
-        points *= len(value) if isinstance(value, list) else 1
-    if points > MAX_GRID_POINTS:
-        raise ConfigError(f"{where}.params: the grid has {points:,} points, more than the {MAX_GRID_POINTS:,} "
-                          f"a sweep may hold; split it into several benchmarks or configs")
-    for point in _grid(op, bench.params):
+        for point in _grid(op, bench.params):
             for device in bench.devices or config.devices:
                 for dtype in bench.dtypes or config.dtypes:
                     for name in names:

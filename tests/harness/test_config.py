@@ -1,5 +1,6 @@
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -97,3 +98,12 @@ def test_cli_config_error_exits_2_without_traceback(tiny_config):
 def test_parse_config_accepts_a_dict():
     config = parse_config({"benchmarks": [{"op": "dispersion", "params": {"B": 1, "C": 2, "H": 3, "W": 4, "S": 0}}]})
     assert config.benchmarks[0].op == "dispersion"
+
+
+def test_every_benchmark_of_a_shipped_config_expands():
+    """A config of several benchmarks yields cases for each one (a mis-indented
+    loop once kept only the last)."""
+    config = load_config(Path(__file__).parents[2] / "configs" / "quick.yaml")
+    cases = expand(config)
+    assert {case.op for case in cases} == {bench.op for bench in config.benchmarks}
+    assert len(cases) == 19
