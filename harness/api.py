@@ -55,7 +55,7 @@ def bench(op: str, strategies: list[str] | None = None, *, device: str = "cpu", 
             check_rows.append({"strategy": result.item.strategy.name, "case": result.item.label,
                                "dtype": result.item.dtype, "status": result.verdict.status,
                                "message": result.verdict.message})
-    ceilings = sweep.measure_ceilings(case.device for case in cases)
+    ceilings = sweep.measure_ceilings((case.device for case in cases), config.threads)
     if out is not None:
         store.prepare_output_dir(Path(out))
         meta = env.run_metadata(env.apply_threads(config.threads), None, ["scatterbench.bench", op])

@@ -5,9 +5,10 @@ The verdict per case is the one regression rule (harness/regression.py).
 median measured in the same run and case, so runs on different or noisy
 machines can still be compared; ``--normalise`` does that with each
 operator's declared reference. The reference itself cannot be judged against
-itself: it is normalised by the next reference present in its case (the
-operator's baseline under ``--normalise``), or compared on absolute time
-where there is none, so a slowdown of the reference is still seen.
+itself: it is normalised by the other strategies of its case (the
+geometric mean of their medians), or
+compared on absolute time where it is alone, so a slowdown of the reference
+is still seen.
 """
 
 from __future__ import annotations
@@ -35,34 +36,45 @@ def references_for(op: str, relative_to: list[str] | None, normalise: bool) -> l
         from impls.registry import OPERATORS
 
         if op in OPERATORS:
-            operator = OPERATORS[op]
-            return [name for name in (operator.reference, operator.baseline) if name]
+            return [OPERATORS[op].reference]
     return []
 
 
+OTHERS = "*"  # a reference's own case is normalised by the other strategies of its case
+
+
 def normalised_samples(rows: pd.DataFrame, samples: dict, relative_to: list[str] | None,
-                       normalise: bool = False) -> tuple[dict, dict]:
+                       normalise: bool = False, statistic: str = "median") -> tuple[dict, dict]:
     """Per case: samples divided by the reference strategy's median in the
-    same group, and which reference was used ("" for absolute time, None where
-    the group has no reference at all)."""
+    same group, and which reference was used (None where the group has none).
+
+    The reference's own case is divided by the geometric mean of the other
+    correct strategies' medians of its case (``OTHERS``), so a slowdown of the
+    reference shows while a uniformly slower machine still cancels; alone in
+    its case, it is compared on absolute time ("")."""
     scaled, used = {}, {}
     for _, group in rows.groupby(GROUP_KEY, sort=False):
         references = references_for(group["op"].iloc[0], relative_to, normalise)
-        timed = group[group["status"].isin(CORRECT) & group["median_s"].notna()]
-        present = [name for name in references if name in set(timed["strategy"])]
-        medians = {name: float(timed.loc[timed["strategy"] == name, "median_s"].iloc[0]) for name in present}
+        timed = group[group["status"].isin(CORRECT) & group["median_s"].notna() & (group["median_s"] > 0)]
+        medians = {name: (regression.typical_s(samples[case_id], statistic) if case_id in samples else median)
+                   for name, case_id, median in zip(timed["strategy"], timed["case_id"], timed["median_s"].astype(float))}
+        present = [name for name in references if name in medians]
         for _, row in group.iterrows():
-            # The reference is judged against the next one present, else on absolute time.
-            candidates = [name for name in present if name != row["strategy"]]
-            if row["strategy"] in present:
-                reference = candidates[0] if candidates else ""
-            else:
-                reference = candidates[0] if candidates else None
-            used[row["case_id"]] = reference
-            if reference is None or row["case_id"] not in samples:
+            name = row["strategy"]
+            if not present:
+                used[row["case_id"]] = None
                 continue
-            scale = medians[reference] if reference else 1.0
-            scaled[row["case_id"]] = [s / scale for s in samples[row["case_id"]]]
+            if name != present[0]:
+                reference, scale = present[0], medians[present[0]]
+            else:
+                others = [value for other, value in medians.items() if other != name]
+                if others:
+                    reference, scale = OTHERS, math.exp(sum(math.log(v) for v in others) / len(others))
+                else:
+                    reference, scale = "", 1.0
+            used[row["case_id"]] = reference
+            if row["case_id"] in samples:
+                scaled[row["case_id"]] = [s / scale for s in samples[row["case_id"]]]
     return scaled, used
 
 
@@ -101,8 +113,8 @@ def compare_frames(base_rows, base_samples, new_rows, new_samples, rule=None, re
     base_used = new_used = {}
     relative = bool(relative_to or normalise)
     if relative:
-        base_samples, base_used = normalised_samples(base_rows, base_samples, relative_to, normalise)
-        new_samples, new_used = normalised_samples(new_rows, new_samples, relative_to, normalise)
+        base_samples, base_used = normalised_samples(base_rows, base_samples, relative_to, normalise, rule.statistic)
+        new_samples, new_used = normalised_samples(new_rows, new_samples, relative_to, normalise, rule.statistic)
     base = base_rows.set_index("case_id")
     new = new_rows.set_index("case_id")
     records = []

@@ -12,24 +12,40 @@ from importlib import metadata as importlib_metadata
 
 
 def apply_threads(threads) -> dict:
-    """Sets torch's, numba's and the BLAS/OpenMP pools' thread counts; returns what is in force."""
+    """Sets numba's, the BLAS/OpenMP pools' and torch's thread counts, in that
+    order, and returns what is in force once all three are set.
+
+    The order matters: starting numba's threading layer resets the OpenMP
+    runtime torch shares, so torch set first ran with every core again
+    (measured: `torch.get_num_threads()` went from 1 back to 2 after
+    `numba.set_num_threads(1)`, and on a loaded machine a 100 µs torch call
+    then waited 20-40 ms per call at OpenMP barriers)."""
     import torch
 
-    if threads.torch:
-        torch.set_num_threads(threads.torch)
-    if threads.blas:
-        from threadpoolctl import threadpool_limits
-
-        threadpool_limits(limits=threads.blas)
-    applied = {"torch": torch.get_num_threads(), "blas": threads.blas, "numba": None}
+    applied = {"torch": None, "blas": threads.blas, "numba": None}
     if threads.numba:
         try:
             import numba
 
             numba.set_num_threads(min(threads.numba, numba.config.NUMBA_NUM_THREADS))
+        except ImportError:
+            pass
+    if threads.blas:
+        from threadpoolctl import threadpool_limits
+
+        threadpool_limits(limits=threads.blas)
+    if threads.torch:
+        torch.set_num_threads(threads.torch)
+    applied["torch"] = torch.get_num_threads()
+    if threads.numba:
+        try:
+            import numba
+
             applied["numba"] = numba.get_num_threads()
         except ImportError:
             pass
+    if threads.torch and applied["torch"] != threads.torch:
+        raise RuntimeError(f"threads.torch: asked for {threads.torch}, torch runs {applied['torch']}")
     return applied
 
 

@@ -228,16 +228,47 @@ def run_sweep(cases: list[Case], config: Config, writer, run_id: str, ceilings: 
     return rows
 
 
-def measure_ceilings(devices) -> dict:
-    return {device: timing.copy_ceiling_gbps(device) for device in sorted(set(devices))}
+def measure_machine(devices, threads=None) -> tuple[dict, dict]:
+    """The copy ceiling of each device and, when the CPU is used, the
+    fresh-output write bandwidth per allocator (timing.copy_ceiling_gbps,
+    timing.fresh_write_gbps), measured in a child process.
+
+    Why a child: those measurements allocate and free buffers of 256 MiB and
+    more. In the measuring process that would raise glibc's dynamic mmap
+    threshold, so every later output of a few MB came from the heap instead
+    of fresh pages and, on a loaded machine with transparent huge pages, paid
+    compaction stalls: measured here, a 90 µs torch scatter_ then took 32 ms
+    per call in the sweep, and 80 µs in a fresh process."""
+    devices = sorted(set(devices))
+    if not devices:
+        return {}, {}
+    request = {"devices": devices, "threads": threads.model_dump() if threads is not None else {}}
+    code = ("import json, sys\n"
+            "from harness import sweep\n"
+            "request = json.loads(sys.stdin.read())\n"
+            "print(json.dumps(sweep._measure_machine_here(request)))\n")
+    child = subprocess.run([sys.executable, "-c", code], input=json.dumps(request), capture_output=True,
+                           text=True, timeout=600)
+    if child.returncode != 0:
+        tail = (child.stderr.strip().splitlines() or ["no output"])[-1]
+        raise RuntimeError(f"measuring the copy ceiling failed: {tail}")
+    answer = json.loads(child.stdout.strip().splitlines()[-1])
+    return answer["ceilings"], answer["fresh_writes"]
 
 
-def measure_fresh_writes(devices) -> dict:
-    """Fresh-output write bandwidth per CPU allocator (see timing.fresh_write_gbps);
-    empty when no case runs on the CPU."""
-    if "cpu" not in set(devices):
-        return {}
-    return {allocator: timing.fresh_write_gbps(allocator) for allocator in ("numpy", "torch")}
+def _measure_machine_here(request: dict) -> dict:
+    from harness.config import Threads
+
+    env.apply_threads(Threads(**request["threads"]))
+    devices = request["devices"]
+    ceilings = {device: timing.copy_ceiling_gbps(device) for device in devices}
+    fresh = ({allocator: timing.fresh_write_gbps(allocator) for allocator in ("numpy", "torch")}
+             if "cpu" in devices else {})
+    return {"ceilings": ceilings, "fresh_writes": fresh}
+
+
+def measure_ceilings(devices, threads=None) -> dict:
+    return measure_machine(devices, threads)[0]
 
 
 def new_run_id(config_name: str) -> str:
@@ -446,8 +477,7 @@ def execute_run(plan: RunPlan, argv: list[str], *, isolate: bool = False, on_sta
             writer = store.RunWriter(plan.out_dir, meta)
             devices = [c.device for c in plan.cases]
             clock("ceilings")
-            ceilings = measure_ceilings(devices) if plan.cases else {}
-            fresh_writes = measure_fresh_writes(devices) if plan.cases else {}
+            ceilings, fresh_writes = measure_machine(devices, plan.config.threads)
             writer.update_meta(ceilings_gbps={**writer.meta.get("ceilings_gbps", {}), **ceilings},
                                fresh_write_gbps=fresh_writes or writer.meta.get("fresh_write_gbps", {}),
                                ceiling_history=env.ceiling_history(plan.out_dir, ceilings, writer.meta),

@@ -76,3 +76,16 @@ def test_cuda_timer_agrees_with_triton_do_bench():
     ours = np.median(timing.time_cuda(fn, Timing(min_samples=50, budget_s=0.5, warmup_s=0.1), timing.CudaFlush()))
     theirs = triton.testing.do_bench(fn, warmup=100, rep=500, return_mode="median") / 1e3
     assert abs(ours - theirs) / theirs < 0.05
+
+
+def test_thread_settings_hold_once_all_are_applied():
+    """numba's threading layer used to reset torch's thread count after it was
+    set: the run then recorded torch=1 while torch ran on every core."""
+    import subprocess
+    import sys
+
+    code = ("import torch; from harness import env; from harness.config import Threads; "
+            "applied = env.apply_threads(Threads(torch=1, blas=1, numba=1)); "
+            "print(applied['torch'], torch.get_num_threads())")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    assert out == ["1", "1"]
