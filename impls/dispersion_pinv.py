@@ -240,4 +240,5 @@ def triton_fused(inputs, params):
     from impls import kernels_triton
 
     y, mask, S, C = inputs["y"], inputs["mask"], params["S"], params["C"]
-    return lambda: kernels_triton.dispersion_pinv(y, mask, S, C)
+    # Compiled and autotuned for these sizes here, outside the timed calls.
+    return kernels_triton.prepared(lambda: kernels_triton.dispersion_pinv(y, mask, S, C))

@@ -4,6 +4,28 @@ on CPU tensors, which is how CI checks them.
 
 Every kernel takes element strides, so non-contiguous and channels-last
 inputs are read in place; outputs are contiguous and written exactly once.
+
+Tiles. Every kernel works on a 2-D tile: BLOCK_R output rows by BLOCK_W
+contiguous columns, so the integer division that splits a row number into its
+(plane, row) coordinates runs once per row of the tile, not once per element.
+BLOCK_W is the row's width rounded up to a power of two, capped at MAX_W;
+BLOCK_R = TILE // BLOCK_W. TILE, MAX_W and num_warps are autotuned on a GPU
+(`TUNING_CONFIGS`), keyed by the sizes; the strategies run each wrapper once
+in `prepare` (`prepared`), so tuning and compiling stay out of timed calls.
+
+Sizes past 2**31 (SPEC 2). Each wrapper works out from the sizes whether any
+offset or index a kernel computes can pass int32 and passes WIDE: when set,
+the kernel widens its program id and every integer argument to int64 first,
+so all index arithmetic that follows is 64-bit; otherwise it stays in int32,
+the fast path. The grid is one axis (x, up to 2**31 - 1 programs; y and z
+stop at 65,535), each program finding its (row block, column block) from its
+id with one scalar division.
+
+The kernels use Triton builtins only, no ``@triton.jit`` helpers (not even
+the standard library's, such as tl.cdiv or tl.zeros): under TRITON_INTERPRET
+those are interpreter objects, and the compile test, which builds these
+kernels for a GPU target in that same process, could not compile a call to
+one.
 """
 
 from __future__ import annotations
@@ -18,20 +40,104 @@ import torch  # noqa: E402
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 
-# Every kernel works on a 2-D tile: BLOCK_R output rows by BLOCK_W contiguous
-# columns, so the integer division that splits a row number into its
-# (plane, row) coordinates runs once per row of the tile, not once per
-# element, and column arithmetic stays in int32 (per-row bases are int64, so
-# tensors past 2**31 elements still address correctly). Rows go on grid axis
-# 0 (up to 2**31 - 1 programs), column blocks on axis 1 (few).
-TILE = 1024
+from impls.registry import NotApplicable  # noqa: E402
+
+INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
+INT32_MAX = 2**31 - 1
+# The row and column numbers of the last tile run up to one tile (at most 2048
+# elements) past the sizes, and the masks are computed from them, so int32
+# must hold each size plus that. The offsets of masked-off lanes may wrap in
+# int32: they are never dereferenced.
+_TILE_SLACK = 2**16
 
 
-def _tile(width: int) -> tuple[int, int]:
-    """(BLOCK_R, BLOCK_W) for rows `width` elements wide: a power of two wide
-    enough for the row (capped at 128 columns), TILE elements in all."""
-    block_w = min(128, triton.next_power_of_2(max(width, 1)))
-    return max(1, TILE // block_w), block_w
+def _config(tile: int, max_w: int, num_warps: int) -> triton.Config:
+    return triton.Config({"TILE": tile, "MAX_W": max_w}, num_warps=num_warps)
+
+
+# Candidates for every kernel on a GPU, 4 to 16 elements a thread: today's
+# 1024-element tile with 4 warps; smaller tiles (more programs, for sizes that
+# fill less than one wave of the SMs); more warps (occupancy); wider rows
+# (fewer partly used column blocks, fewer sectors re-read at block edges); and
+# 16 elements a thread (more memory requests in flight, which the H100
+# counters say the float16 paths lack). None spills (the compile test checks
+# each); 8192-element tiles did, in the int64 variants.
+TUNING_CONFIGS = [
+    _config(512, 128, 2),
+    _config(1024, 128, 4),
+    _config(1024, 256, 8),
+    _config(2048, 256, 8),
+    _config(2048, 512, 8),
+    _config(2048, 128, 4),
+]
+# The interpreter's one config: nothing to tune on a CPU, and benchmarking six
+# configs there would take minutes. Big tiles mean fewer interpreted programs;
+# 128 columns keep the check cases that are wider than 128 columns running
+# several column blocks per row.
+INTERPRETER_CONFIG = _config(2048, 128, 4)
+
+
+def _autotuned(key: list[str]):
+    """triton.autotune over TUNING_CONFIGS, keyed by the kernel arguments in
+    `key` (Triton adds the tensors' dtypes); one fixed config when interpreted.
+    `tuning_configs` keeps the GPU's list for the compile test, which builds
+    every one of them."""
+
+    def decorate(kernel):
+        tuned = triton.autotune(configs=[INTERPRETER_CONFIG] if INTERPRETED else TUNING_CONFIGS, key=key)(kernel)
+        tuned.tuning_configs = TUNING_CONFIGS
+        return tuned
+
+    return decorate
+
+
+def prepared(run):
+    """`run`, called once first when the kernels are compiled (a GPU): compiling
+    and autotuning for these sizes happen there, in the strategy's prepare,
+    not in its first timed call or in the call that measures peak memory (the
+    autotuner's benchmark allocates an L2-flush buffer). Interpreted, there is
+    nothing to compile or tune, and the extra call would double CI's time."""
+    if not INTERPRETED:
+        run()
+    return run
+
+
+def block_shape(meta: dict) -> tuple[int, int]:
+    """(BLOCK_R, BLOCK_W) of a launch with these meta-parameters, as the kernels
+    derive them: keep the two in step."""
+    block_w = min(meta["MAX_W"], meta["WIDTH_P2"])
+    return meta["TILE"] // block_w, block_w
+
+
+def _grid(kernel, rows: int, width: int):
+    """(grid, WIDTH_P2) for `rows` rows `width` columns wide: one program per
+    tile, all on axis 0. Declares the case NotApplicable if a config the
+    autotuner may pick would need more programs than axis 0 holds (2**40
+    elements and up: more than any GPU's memory)."""
+    width_p2 = triton.next_power_of_2(max(width, 1))
+
+    def programs(meta):
+        block_r, block_w = block_shape(meta)
+        return triton.cdiv(rows, block_r) * triton.cdiv(width, block_w)
+
+    most = max(programs({**config.kwargs, "WIDTH_P2": width_p2}) for config in kernel.configs)
+    if most > INT32_MAX:
+        raise NotApplicable(f"{rows} rows of {width} need {most} Triton programs; the grid holds {INT32_MAX}")
+    return lambda meta: (programs(meta),), width_p2
+
+
+def needs_int64(*extents: int) -> bool:
+    """Whether some offset or index can pass int32. Each extent bounds the
+    quantities a kernel computes for its live lanes: a tensor's span in
+    elements bounds every offset into it, a plane's size every flat index."""
+    return max(extents) > INT32_MAX - _TILE_SLACK
+
+
+def _span(t: torch.Tensor) -> int:
+    """Elements from a tensor's first to one past its last, through its strides."""
+    if t.numel() == 0:
+        return 0
+    return 1 + sum((size - 1) * stride for size, stride in zip(t.shape, t.stride()))
 
 
 def _launch(kernel, grid, *args, **constexprs):
@@ -40,17 +146,27 @@ def _launch(kernel, grid, *args, **constexprs):
     kernel[grid](*args, **constexprs)
 
 
+@_autotuned(key=["rows", "w", "W", "sw", "K"])
 @triton.jit
 def _maxpool2d_kernel(x_ptr, values_ptr, indices_ptr, rows, C, h, w, W, sn, sc, sh, sw,
-                      K: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_W: tl.constexpr):
-    out_row = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)  # over N*C*h
-    j = tl.program_id(1) * BLOCK_W + tl.arange(0, BLOCK_W)
+                      K: tl.constexpr, WIDTH_P2: tl.constexpr, WIDE: tl.constexpr,
+                      TILE: tl.constexpr, MAX_W: tl.constexpr):
+    BLOCK_W: tl.constexpr = MAX_W if MAX_W < WIDTH_P2 else WIDTH_P2
+    BLOCK_R: tl.constexpr = TILE // BLOCK_W
+    pid = tl.program_id(0)
+    if WIDE:
+        pid, C, h, w, W = tl.cast(pid, tl.int64), tl.cast(C, tl.int64), tl.cast(h, tl.int64), \
+            tl.cast(w, tl.int64), tl.cast(W, tl.int64)
+        sn, sc, sh, sw = tl.cast(sn, tl.int64), tl.cast(sc, tl.int64), tl.cast(sh, tl.int64), tl.cast(sw, tl.int64)
+    col_blocks = (w + BLOCK_W - 1) // BLOCK_W
+    out_row = (pid // col_blocks) * BLOCK_R + tl.arange(0, BLOCK_R)  # over N*C*h
+    j = (pid % col_blocks) * BLOCK_W + tl.arange(0, BLOCK_W)
     live = (out_row < rows)[:, None] & (j < w)[None, :]
     plane = out_row // h
     top = (out_row % h) * K
-    row_base = (plane // C).to(tl.int64) * sn + (plane % C).to(tl.int64) * sc + top.to(tl.int64) * sh
+    row_base = (plane // C) * sn + (plane % C) * sc + top * sh
     left = j * K
-    window = x_ptr + row_base[:, None] + left.to(tl.int64)[None, :] * sw
+    window = x_ptr + row_base[:, None] + (left * sw)[None, :]
     # Compared in float32: exact for the half types, and Triton's interpreter
     # orders bfloat16 by its raw bits. Stored back unchanged.
     best = tl.load(window, mask=live, other=0.0).to(tl.float32)
@@ -59,12 +175,12 @@ def _maxpool2d_kernel(x_ptr, values_ptr, indices_ptr, rows, C, h, w, W, sn, sc, 
     for kr in tl.static_range(K):
         for kc in tl.static_range(K):
             if kr + kc > 0:
-                v = tl.load(window + kr * sh + kc * sw, mask=live, other=0.0).to(tl.float32)
+                v = tl.load(window + (kr * sh + kc * sw), mask=live, other=0.0).to(tl.float32)
                 # first maximum in row-major order; a NaN wins and the first NaN stays
                 take = (v > best) | ((v != v) & (best == best))
                 best = tl.where(take, v, best)
                 arg = tl.where(take, first + (kr * W + kc), arg)
-    out = out_row.to(tl.int64)[:, None] * w + j[None, :]
+    out = out_row[:, None] * w + j[None, :]
     tl.store(values_ptr + out, best.to(values_ptr.dtype.element_ty), mask=live)
     tl.store(indices_ptr + out, arg.to(tl.int64), mask=live)
 
@@ -76,26 +192,36 @@ def maxpool2d(x: torch.Tensor, k: int):
     indices = torch.empty((N, C, h, w), dtype=torch.int64, device=x.device)
     rows = N * C * h
     if values.numel():
-        block_r, block_w = _tile(w)
-        _launch(_maxpool2d_kernel, (triton.cdiv(rows, block_r), triton.cdiv(w, block_w)),
-                x, values, indices, rows, C, h, w, W, *x.stride(), K=k, BLOCK_R=block_r, BLOCK_W=block_w)
+        grid, width_p2 = _grid(_maxpool2d_kernel, rows, w)
+        wide = needs_int64(_span(x), H * W, values.numel())
+        _launch(_maxpool2d_kernel, grid, x, values, indices, rows, C, h, w, W, *x.stride(),
+                K=k, WIDTH_P2=width_p2, WIDE=wide)
     return values, indices
 
 
+@_autotuned(key=["rows", "H", "W", "h", "w", "KH", "KW"])
 @triton.jit
 def _unpool_gather_kernel(values_ptr, positions_ptr, out_ptr, rows, H, W, h, w,
-                          KH: tl.constexpr, KW: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_W: tl.constexpr):
-    out_row = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)  # over planes*H
-    col = tl.program_id(1) * BLOCK_W + tl.arange(0, BLOCK_W)
+                          KH: tl.constexpr, KW: tl.constexpr, WIDTH_P2: tl.constexpr, WIDE: tl.constexpr,
+                          TILE: tl.constexpr, MAX_W: tl.constexpr):
+    BLOCK_W: tl.constexpr = MAX_W if MAX_W < WIDTH_P2 else WIDTH_P2
+    BLOCK_R: tl.constexpr = TILE // BLOCK_W
+    pid = tl.program_id(0)
+    if WIDE:
+        pid, H, W = tl.cast(pid, tl.int64), tl.cast(H, tl.int64), tl.cast(W, tl.int64)
+        h, w = tl.cast(h, tl.int64), tl.cast(w, tl.int64)
+    col_blocks = (W + BLOCK_W - 1) // BLOCK_W
+    out_row = (pid // col_blocks) * BLOCK_R + tl.arange(0, BLOCK_R)  # over planes*H
+    col = (pid % col_blocks) * BLOCK_W + tl.arange(0, BLOCK_W)
     live = (out_row < rows)[:, None] & (col < W)[None, :]
     row = out_row % H
     i, j = row // KH, col // KW
     inside = live & (i < h)[:, None] & (j < w)[None, :]
-    pooled = ((out_row // H).to(tl.int64) * (h * w) + i * w)[:, None] + j[None, :]
+    pooled = ((out_row // H) * (h * w) + i * w)[:, None] + j[None, :]
     pos = tl.load(positions_ptr + pooled, mask=inside, other=-1)
     val = tl.load(values_ptr + pooled, mask=inside, other=0.0)
     hit = pos == ((row * W)[:, None] + col[None, :]).to(tl.int64)
-    out = out_row.to(tl.int64)[:, None] * W + col[None, :]
+    out = out_row[:, None] * W + col[None, :]
     tl.store(out_ptr + out, tl.where(hit, val, 0.0), mask=live)
 
 
@@ -110,23 +236,36 @@ def unpool_gather(values: torch.Tensor, positions: torch.Tensor, out_shape, wind
     values, positions = values.contiguous(), positions.contiguous()
     out = torch.empty(out_shape, dtype=values.dtype, device=values.device)
     if out.numel():
-        block_r, block_w = _tile(W)
-        _launch(_unpool_gather_kernel, (triton.cdiv(planes * H, block_r), triton.cdiv(W, block_w)),
-                values, positions, out, planes * H, H, W, h, w, KH=KH, KW=KW, BLOCK_R=block_r, BLOCK_W=block_w)
+        grid, width_p2 = _grid(_unpool_gather_kernel, planes * H, W)
+        wide = needs_int64(out.numel(), values.numel())
+        _launch(_unpool_gather_kernel, grid, values, positions, out, planes * H, H, W, h, w,
+                KH=KH, KW=KW, WIDTH_P2=width_p2, WIDE=wide)
     return out
 
 
+@_autotuned(key=["rows", "L", "P"])
 @triton.jit
 def _unpool_scatter_kernel(values_ptr, positions_ptr, out_ptr, rows, L, P,
-                           BLOCK_R: tl.constexpr, BLOCK_W: tl.constexpr):
-    row = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
-    col = tl.program_id(1) * BLOCK_W + tl.arange(0, BLOCK_W)
+                           WIDTH_P2: tl.constexpr, WIDE: tl.constexpr, TILE: tl.constexpr, MAX_W: tl.constexpr):
+    BLOCK_W: tl.constexpr = MAX_W if MAX_W < WIDTH_P2 else WIDTH_P2
+    BLOCK_R: tl.constexpr = TILE // BLOCK_W
+    pid = tl.program_id(0)
+    if WIDE:
+        pid, L, P = tl.cast(pid, tl.int64), tl.cast(L, tl.int64), tl.cast(P, tl.int64)
+    col_blocks = (L + BLOCK_W - 1) // BLOCK_W
+    row = (pid // col_blocks) * BLOCK_R + tl.arange(0, BLOCK_R)
+    col = (pid % col_blocks) * BLOCK_W + tl.arange(0, BLOCK_W)
     live = (row < rows)[:, None] & (col < L)[None, :]
-    pooled = row.to(tl.int64)[:, None] * L + col[None, :]
+    pooled = row[:, None] * L + col[None, :]
     pos = tl.load(positions_ptr + pooled, mask=live, other=0)
     val = tl.load(values_ptr + pooled, mask=live, other=0.0)
-    out = row.to(tl.int64)[:, None] * P + pos
-    tl.store(out_ptr + out, val, mask=live & (pos >= 0) & (pos < P))
+    write = live & (pos >= 0) & (pos < P)
+    if not WIDE:
+        # Where it is written, pos is in [0, P) and P fits int32: keep the
+        # offset arithmetic 32-bit (positions arrive as int64).
+        pos = pos.to(tl.int32)
+    out = row[:, None] * P + pos
+    tl.store(out_ptr + out, val, mask=write)
 
 
 def unpool_scatter(values: torch.Tensor, positions: torch.Tensor, out_shape):
@@ -140,36 +279,43 @@ def unpool_scatter(values: torch.Tensor, positions: torch.Tensor, out_shape):
         P *= size
     out = torch.zeros(out_shape, dtype=values.dtype, device=values.device)
     if values.numel():
-        block_r, block_w = _tile(L)
-        _launch(_unpool_scatter_kernel, (triton.cdiv(rows, block_r), triton.cdiv(L, block_w)),
-                values, positions, out, rows, L, P, BLOCK_R=block_r, BLOCK_W=block_w)
+        grid, width_p2 = _grid(_unpool_scatter_kernel, rows, L)
+        wide = needs_int64(values.numel(), out.numel())
+        _launch(_unpool_scatter_kernel, grid, values, positions, out, rows, L, P, WIDTH_P2=width_p2, WIDE=wide)
     return out
 
 
+@_autotuned(key=["rows", "C", "H", "W", "S", "sw"])
 @triton.jit
 def _dispersion_kernel(x_ptr, mask_ptr, y_ptr, rows, C, H, W, out_W, S, sb, sc, sh, sw,
-                       BLOCK_R: tl.constexpr, BLOCK_W: tl.constexpr):
-    out_row = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)  # over B*H
-    first_col = tl.program_id(1) * BLOCK_W
+                       WIDTH_P2: tl.constexpr, WIDE: tl.constexpr, TILE: tl.constexpr, MAX_W: tl.constexpr):
+    BLOCK_W: tl.constexpr = MAX_W if MAX_W < WIDTH_P2 else WIDTH_P2
+    BLOCK_R: tl.constexpr = TILE // BLOCK_W
+    pid = tl.program_id(0)
+    if WIDE:
+        pid, C, H, W = tl.cast(pid, tl.int64), tl.cast(C, tl.int64), tl.cast(H, tl.int64), tl.cast(W, tl.int64)
+        out_W, S = tl.cast(out_W, tl.int64), tl.cast(S, tl.int64)
+        sb, sc, sh, sw = tl.cast(sb, tl.int64), tl.cast(sc, tl.int64), tl.cast(sh, tl.int64), tl.cast(sw, tl.int64)
+    col_blocks = (out_W + BLOCK_W - 1) // BLOCK_W
+    out_row = (pid // col_blocks) * BLOCK_R + tl.arange(0, BLOCK_R)  # over B*H
+    first_col = (pid % col_blocks) * BLOCK_W
     col = first_col + tl.arange(0, BLOCK_W)
     row_live = out_row < rows
     row = out_row % H
-    x_row = (out_row // H).to(tl.int64) * sb + row.to(tl.int64) * sh
+    x_row = (out_row // H) * sb + row * sh
     # Only the channels that land on this block of columns, 0 <= col - i*S < W:
     # about W/S of them, not C. Written without branches so S may be 0.
     step = tl.maximum(S, 1)
     low = tl.where(S > 0, tl.maximum((first_col - W + step) // step, 0), 0)
     high = tl.where(S > 0, tl.minimum((first_col + BLOCK_W - 1) // step, C - 1), C - 1)
-    channel_stride = tl.full((BLOCK_R,), 0, dtype=tl.int64) + sc  # int64 products past 2**31
     acc = tl.full((BLOCK_R, BLOCK_W), 0.0, dtype=tl.float32)
     for i in range(low, high + 1):
         in_col = col - i * S
         valid = row_live[:, None] & ((in_col >= 0) & (in_col < W))[None, :]
-        channel = x_row + channel_stride * i
-        xv = tl.load(x_ptr + channel[:, None] + in_col.to(tl.int64)[None, :] * sw, mask=valid, other=0.0)
+        xv = tl.load(x_ptr + (x_row + i * sc)[:, None] + (in_col * sw)[None, :], mask=valid, other=0.0)
         mv = tl.load(mask_ptr + (row * W)[:, None] + in_col[None, :], mask=valid, other=0.0)
         acc += xv.to(tl.float32) * mv.to(tl.float32)
-    out = out_row.to(tl.int64)[:, None] * out_W + col[None, :]
+    out = out_row[:, None] * out_W + col[None, :]
     tl.store(y_ptr + out, acc.to(y_ptr.dtype.element_ty), mask=row_live[:, None] & (col < out_W)[None, :])
 
 
@@ -183,17 +329,27 @@ def dispersion(x: torch.Tensor, mask: torch.Tensor, S: int):
     y = torch.empty((B, 1, H, out_W), dtype=x.dtype, device=x.device)
     mask = mask.contiguous()
     if y.numel():
-        block_r, block_w = _tile(out_W)
-        _launch(_dispersion_kernel, (triton.cdiv(B * H, block_r), triton.cdiv(out_W, block_w)),
-                x, mask, y, B * H, C, H, W, out_W, S, *x.stride(), BLOCK_R=block_r, BLOCK_W=block_w)
+        grid, width_p2 = _grid(_dispersion_kernel, B * H, out_W)
+        wide = needs_int64(_span(x), H * W, y.numel())
+        _launch(_dispersion_kernel, grid, x, mask, y, B * H, C, H, W, out_W, S, *x.stride(),
+                WIDTH_P2=width_p2, WIDE=wide)
     return y
 
 
+@_autotuned(key=["rows", "C", "H", "W", "S", "syw"])
 @triton.jit
 def _dispersion_pinv_kernel(y_ptr, mask_ptr, x_ptr, rows, C, H, W, S, syb, syh, syw,
-                            BLOCK_R: tl.constexpr, BLOCK_W: tl.constexpr):
-    out_row = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)  # over B*C*H
-    w = tl.program_id(1) * BLOCK_W + tl.arange(0, BLOCK_W)
+                            WIDTH_P2: tl.constexpr, WIDE: tl.constexpr, TILE: tl.constexpr, MAX_W: tl.constexpr):
+    BLOCK_W: tl.constexpr = MAX_W if MAX_W < WIDTH_P2 else WIDTH_P2
+    BLOCK_R: tl.constexpr = TILE // BLOCK_W
+    pid = tl.program_id(0)
+    if WIDE:
+        pid, C, H, W, S = tl.cast(pid, tl.int64), tl.cast(C, tl.int64), tl.cast(H, tl.int64), \
+            tl.cast(W, tl.int64), tl.cast(S, tl.int64)
+        syb, syh, syw = tl.cast(syb, tl.int64), tl.cast(syh, tl.int64), tl.cast(syw, tl.int64)
+    col_blocks = (W + BLOCK_W - 1) // BLOCK_W
+    out_row = (pid // col_blocks) * BLOCK_R + tl.arange(0, BLOCK_R)  # over B*C*H
+    w = (pid % col_blocks) * BLOCK_W + tl.arange(0, BLOCK_W)
     live = (out_row < rows)[:, None] & (w < W)[None, :]
     row = out_row % H
     channel = (out_row // H) % C
@@ -206,10 +362,10 @@ def _dispersion_pinv_kernel(y_ptr, mask_ptr, x_ptr, rows, C, H, W, S, syb, syh, 
     first = tl.maximum(channel[:, None] - ((W - 1 - w) // step)[None, :], 0)
     last = tl.minimum(channel[:, None] + (w // step)[None, :], C - 1)
     coverage = tl.where(S > 0, last - first + 1, C).to(tl.float32)
-    y_row = b.to(tl.int64) * syb + row.to(tl.int64) * syh
-    yv = tl.load(y_ptr + y_row[:, None] + col.to(tl.int64) * syw, mask=live, other=0.0).to(tl.float32)
+    y_row = b * syb + row * syh
+    yv = tl.load(y_ptr + y_row[:, None] + col * syw, mask=live, other=0.0).to(tl.float32)
     mv = tl.load(mask_ptr + (row * W)[:, None] + w[None, :], mask=live, other=1.0).to(tl.float32)
-    out = out_row.to(tl.int64)[:, None] * W + w[None, :]
+    out = out_row[:, None] * W + w[None, :]
     tl.store(x_ptr + out, (yv / (coverage * mv)).to(x_ptr.dtype.element_ty), mask=live)
 
 
@@ -221,8 +377,8 @@ def dispersion_pinv(y: torch.Tensor, mask: torch.Tensor, S: int, C: int):
     x = torch.empty((B, C, H, W), dtype=y.dtype, device=y.device)
     mask = mask.contiguous()
     if x.numel():
-        block_r, block_w = _tile(W)
-        _launch(_dispersion_pinv_kernel, (triton.cdiv(B * C * H, block_r), triton.cdiv(W, block_w)),
-                y, mask, x, B * C * H, C, H, W, S, y.stride(0), y.stride(2), y.stride(3),
-                BLOCK_R=block_r, BLOCK_W=block_w)
+        grid, width_p2 = _grid(_dispersion_pinv_kernel, B * C * H, W)
+        wide = needs_int64(_span(y), H * W, x.numel())
+        _launch(_dispersion_pinv_kernel, grid, y, mask, x, B * C * H, C, H, W, S, y.stride(0), y.stride(2),
+                y.stride(3), WIDTH_P2=width_p2, WIDE=wide)
     return x

@@ -342,4 +342,5 @@ def triton_fused(inputs, params):
     from impls import kernels_triton
 
     x, k = inputs["x"], params["k"]
-    return lambda: kernels_triton.maxpool2d(x, k)
+    # Compiled and autotuned for these sizes here, outside the timed calls.
+    return kernels_triton.prepared(lambda: kernels_triton.maxpool2d(x, k))
