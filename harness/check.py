@@ -21,6 +21,7 @@ MODES = ("random", "adversarial")
 class Reference:
     inputs: dict  # float64 numpy, holding exactly the values the dtype can store
     expected: object  # the oracle's output
+    mode: str = ""  # the generator mode the inputs were drawn in
 
 
 def reference(op_name: str, params: dict, dtype: str, mode: str, seed: int) -> Reference:
@@ -28,7 +29,7 @@ def reference(op_name: str, params: dict, dtype: str, mode: str, seed: int) -> R
     raw = op.generate(params, mode, seed)
     inputs = {key: round_to_dtype(value, dtype) if getattr(value, "dtype", None) is not None
               and value.dtype.kind == "f" else value for key, value in raw.items()}
-    return Reference(inputs, op.oracle(inputs, params))
+    return Reference(inputs, op.oracle(inputs, params), mode)
 
 
 @lru_cache(maxsize=8)  # check sizes are small, but config points can reach check.max_elements
@@ -95,11 +96,38 @@ def adversarial_set(op, strat) -> tuple[list[dict], tuple[str, ...]]:
     return cases, layouts
 
 
+def extra_set(op, strat, dtype: str) -> list[tuple[dict, str, str, str]]:
+    """The operator's ``extra_checks`` a strategy runs when checked in ``dtype``:
+    (params, dtype, mode, layout) tuples. A case whose inputs break a
+    precondition the strategy declares (``requires``) is left out, and so is
+    one not meant for compiled strategies; a case with its own dtypes runs in
+    those the strategy has, whatever ``dtype`` is."""
+    _, strategy_layouts = adversarial_set(op, strat)
+    found = []
+    for extra in op.extra_checks():
+        if set(extra.get("violates", ())) & set(strat.requires):
+            continue
+        if strat.quick_check and not extra.get("compiled", True):
+            continue
+        dtypes = [d for d in (extra.get("dtypes") or (dtype,)) if d in strat.dtypes]
+        layouts = [l for l in (extra.get("layouts") or strategy_layouts) if l in strategy_layouts]
+        if strat.quick_check:
+            layouts = layouts[:1]
+        for this_dtype in dtypes:
+            for mode in extra.get("modes", MODES):
+                for layout in layouts:
+                    found.append((extra["params"], this_dtype, mode, layout))
+    return found
+
+
 def check_plan(config, cases) -> list[CheckItem]:
     """The operator's own small adversarial cases in both modes and every layout
-    its backend has, plus each config point small enough (``check.max_elements``)."""
+    its backend has, its extra checks (other modes, other dtypes; a strategy is
+    kept out of those that break a precondition it declares), plus each config
+    point small enough (``check.max_elements``)."""
     items: list[CheckItem] = []
     seen: set = set()
+    extras_seen: set = set()
     for case in cases:
         op = get_operator(case.op)
         strat = op.strategies[case.strategy]
@@ -112,6 +140,11 @@ def check_plan(config, cases) -> list[CheckItem]:
                     for layout in layouts:
                         items.append(CheckItem(strat, tuple(sorted(params.items())), case.dtype,
                                                case.device, mode, layout))
+            for params, dtype, mode, layout in extra_set(op, strat, case.dtype):
+                item = CheckItem(strat, tuple(sorted(params.items())), dtype, case.device, mode, layout)
+                if item not in extras_seen:  # half-type cases come once, whatever dtypes the config has
+                    extras_seen.add(item)
+                    items.append(item)
         if op.bytes_moved(case.params_dict, 1) <= config.check.max_elements:
             for mode in MODES:
                 items.append(CheckItem(strat, case.params, case.dtype, case.device, mode, "contiguous"))

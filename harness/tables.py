@@ -45,11 +45,11 @@ def params_label(params_json: str) -> str:
 
 def strategies_table(strategies) -> Table:
     table = Table(title="strategies", show_lines=False)
-    for column in ("op", "strategy", "backend", "devices", "dtypes", "returns", "ties", "source"):
+    for column in ("op", "strategy", "backend", "devices", "dtypes", "returns", "ties", "requires", "source"):
         table.add_column(column)
     for s in strategies:
         table.add_row(s.op, s.name, s.backend, ",".join(s.devices), ",".join(s.dtypes),
-                      s.returns, s.ties, escape(s.source))
+                      s.returns, s.ties, ",".join(getattr(s, "requires", ())) or "–", escape(s.source))
     return table
 
 

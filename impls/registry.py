@@ -68,6 +68,11 @@ class Strategy:
     temp_factor: float = 1.0
     # Each new shape costs a compile (torch.compile): checks use a reduced case set.
     quick_check: bool = False
+    # Preconditions on the inputs beyond the operator's contract (SPEC 1.2), e.g.
+    # "positions-in-window": every position lies inside its own window or bin, as
+    # maxpool2d's indices do. ``list`` shows them; the check keeps the strategy
+    # out of the cases whose inputs break one (an operator's ``extra_checks``).
+    requires: tuple[str, ...] = ()
 
     @property
     def key(self) -> str:
@@ -113,6 +118,17 @@ class Operator:
     check_cases: Callable  # () -> list of small adversarial parameter dicts
     layouts: Callable  # (backend) -> layouts the check exercises
     strategies: dict[str, Strategy] = field(default_factory=dict)
+    # Check cases beyond check_cases x MODES: () -> list of dicts with keys
+    #   params   the parameter dict;
+    #   modes    the generator modes to draw inputs in (a mode may be the operator's own,
+    #            e.g. maxunpool's "scattered");
+    #   dtypes   the dtypes to check in whatever the config asks for (None: the config's);
+    #   layouts  None: every layout the strategy is checked in;
+    #   violates preconditions (Strategy.requires) these inputs break: a strategy
+    #            requiring one of them is kept out of the case;
+    #   compiled whether per-shape compiled strategies (quick_check) run it (default True);
+    #   why      one line: what the case is for.
+    extra_checks: Callable[[], list] = list
 
 
 OPERATORS: dict[str, Operator] = {}
@@ -127,7 +143,8 @@ def register_operator(op: Operator) -> Operator:
 
 def strategy(op: str, *, backend: str, source: str = "added", devices=None,
              dtypes=None, returns: str = "output", ties: str = "n/a",
-             name: str | None = None, temp_factor: float = 1.0, quick_check: bool = False):
+             name: str | None = None, temp_factor: float = 1.0, quick_check: bool = False,
+             requires: tuple[str, ...] = ()):
     """Decorator registering ``prepare`` as a strategy of operator ``op``."""
 
     def decorate(prepare):
@@ -143,7 +160,7 @@ def strategy(op: str, *, backend: str, source: str = "added", devices=None,
             source=source, devices=tuple(devices or BACKEND_DEVICES[backend]),
             dtypes=tuple(dtypes or BACKEND_DTYPES[backend]), returns=returns,
             ties=ties, seed=source.startswith("seed"), doc=doc,
-            temp_factor=temp_factor, quick_check=quick_check)
+            temp_factor=temp_factor, quick_check=quick_check, requires=tuple(requires))
         return prepare
 
     return decorate
