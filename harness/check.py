@@ -8,13 +8,15 @@ answer; ``check_strategy`` runs one strategy on them and returns a Verdict;
 from __future__ import annotations
 
 import traceback
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 
 from impls.common import Verdict, round_to_dtype, to_numpy
 from impls.registry import NotApplicable, Strategy, get_operator
 
 MODES = ("random", "adversarial")
+# A mismatch a listed upstream defect explains: reported, not a failure (SPEC 2).
+UPSTREAM_DEFECT = "upstream-defect"
 
 
 @dataclass(frozen=True)
@@ -65,7 +67,27 @@ def check_strategy(strat: Strategy, params: dict, dtype: str, device: str, ref: 
         return Verdict("skipped", str(reason))
     except Exception as error:  # a strategy's failure is a finding, not a crash
         return Verdict("error", describe_error(error))
-    return op.compare(out, ref.expected, ref.inputs, dtype, strat)
+    verdict = op.compare(out, ref.expected, ref.inputs, dtype, strat)
+    return known_defect(strat, verdict, device=device, dtype=dtype, layout=layout, mode=ref.mode)
+
+
+def known_defect(strat: Strategy, verdict: Verdict, *, device: str, dtype: str, layout: str,
+                 mode: str) -> Verdict:
+    """A mismatch that a listed upstream defect explains (impls/defects.py)
+    becomes ``upstream-defect``: still reported, with the defect and the
+    differences in its message, but not a failure (SPEC 2). Anything else is
+    returned unchanged."""
+    from impls import defects
+
+    if verdict.status != "mismatch":
+        return verdict
+    versions = defects.installed_versions()
+    defect = defects.match(strat, verdict, device=device, dtype=dtype, layout=layout, mode=mode,
+                           versions=versions)
+    if defect is None:
+        return verdict
+    return replace(verdict, status=UPSTREAM_DEFECT,
+                   message=f"{defect.summary(versions.get(defect.library))} — {verdict.message}")
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ from rich.table import Table
 from impls.registry import OPERATORS
 
 STATUS_STYLE = {"ok": "green", "inexact": "yellow", "mismatch": "bold red", "error": "red",
-                "timeout": "magenta", "skipped": "dim"}
+                "timeout": "magenta", "skipped": "dim", "upstream-defect": "cyan"}
 CORRECT = ("ok", "inexact")
 
 
@@ -103,7 +103,7 @@ def check_table(results) -> Table:
         key = (item.strategy.op, item.strategy.name, item.device, item.dtype)
         grouped.setdefault(key, []).append((item, verdict))
     for (op, name, device, dtype), entries in grouped.items():
-        order = ("mismatch", "error", "timeout", "inexact", "skipped", "ok")
+        order = ("mismatch", "error", "timeout", "upstream-defect", "inexact", "skipped", "ok")
         worst = min((v.status for _, v in entries), key=order.index)
         problem = next((f"{i.label}: {v.message}" for i, v in entries if v.status == worst and v.message), "")
         table.add_row(op, escape(name), device, dtype, str(len(entries)),

@@ -137,3 +137,62 @@ def test_cached_reference_is_deterministic():
     a = cached_reference("maxpool2d", PARAMS, "float32", "random", 0)
     b = reference("maxpool2d", PARAMS, "float32", "random", 0)
     np.testing.assert_array_equal(a.inputs["x"], b.inputs["x"])
+
+
+# ------------------------------------------------------------------ issue 13
+@pytest.mark.parametrize("layout", ["contiguous", "noncontiguous", "channels_last"])
+def test_index_zero_for_every_all_neg_inf_window_is_caught_in_every_layout(planted, layout):
+    """What PyTorch's CUDA channels-last kernel does: index 0 for an all -inf
+    window. The check must catch it (it is right only at the origin), in every
+    check case and layout, and no listed defect excuses it on the CPU."""
+    import torch
+
+    def index_zero(inputs, params):
+        def run():
+            x = inputs["x"]
+            x = x.contiguous().numpy() if hasattr(x, "numpy") else x
+            values, indices = maxpool2d.oracle({"x": x.astype(np.float64)}, params)
+            indices[np.isneginf(values)] = 0
+            return torch.from_numpy(values.astype(np.float32)), torch.from_numpy(indices)
+        return run
+
+    strat = planted("maxpool2d", "neg_inf_index_zero", index_zero, backend="torch",
+                    returns="values+indices", ties="first")
+    caught = 0
+    for params in maxpool2d.check_cases():
+        k = params["k"]
+        if (params["H"] // k) * (params["W"] // k) == 1:
+            continue  # one window per plane: index 0 is its first element
+        verdict = verdict_of(strat, "adversarial", layout=layout, params=params)
+        assert verdict.status == "mismatch", (params, verdict)
+        assert verdict.differences == {"neg-inf-window-index-0"}
+        assert "index 0 for an all -inf window" in verdict.message
+        caught += 1
+    assert caught >= 5
+
+
+def test_signed_zero_loss_is_caught_with_a_clear_message(planted):
+    def plus_zero(values, indices, x):
+        values = values.astype(x.dtype)
+        return np.where(values == 0, np.float32(0.0), values), indices
+    strat = planted("maxpool2d", "plus_zero", oracle_based(plus_zero), returns="values+indices", ties="first")
+    verdict = verdict_of(strat, "adversarial")
+    assert verdict.status == "mismatch"  # no defect is listed for this strategy
+    assert "values: sign of zero differs at" in verdict.message and "(got +0.0, expected -0.0)" in verdict.message
+
+
+def test_check_cli_reports_upstream_defects_without_failing(tiny_config):
+    import subprocess
+    import sys
+
+    config = tiny_config("""
+name: defects
+benchmarks:
+  - op: maxpool2d
+    strategies: [seed_reshape_max]
+    params: {N: 1, C: 2, H: 6, W: 6, k: 2}
+""")
+    result = subprocess.run([sys.executable, "-m", "harness", "check", str(config), "--no-progress"],
+                            capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "upstream-defect" in result.stdout and "0 failed" in result.stdout
