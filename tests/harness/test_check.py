@@ -181,6 +181,45 @@ def test_signed_zero_loss_is_caught_with_a_clear_message(planted):
     assert "values: sign of zero differs at" in verdict.message and "(got +0.0, expected -0.0)" in verdict.message
 
 
+def _plan(ops_strategies, dtype="float32"):
+    from harness.check import check_plan
+    from harness.config import Case
+
+    class Config:
+        class check:
+            max_elements = 0
+
+    params = {"dispersion": dict(B=1, C=3, H=4, W=5, S=1), "maxunpool": dict(form="1d", B=2, F=3, L=4, f=5),
+              "dispersion_pinv": dict(B=1, C=3, H=4, W=5, S=1), "maxpool2d": dict(N=1, C=1, H=4, W=4, k=2)}
+    return check_plan(Config, [Case(op=op, strategy=name, device="cpu", dtype=dtype,
+                                     params=tuple(sorted(params[op].items()))) for op, name in ops_strategies])
+
+
+def test_plan_checks_many_channel_half_sums_even_for_a_float32_config():
+    items = _plan([("dispersion", "seed_loop"), ("dispersion", "numba_fused"), ("dispersion", "torch_compile_seed_loop")])
+    by_name = {}
+    for item in items:
+        by_name.setdefault(item.strategy.name, set()).add((item.dtype, dict(item.params)["C"]))
+    assert {("bfloat16", 300), ("float16", 300), ("float32", 3)} <= by_name["seed_loop"]
+    assert {d for d, _ in by_name["numba_fused"]} == {"float32"}  # numba has no half types
+    assert all(c < 300 for _, c in by_name["torch_compile_seed_loop"])  # a 300-step compile is minutes
+
+
+def test_plan_lists_each_half_case_once_whatever_the_config_dtypes():
+    from harness.check import check_plan
+    from harness.config import Case
+
+    class Config:
+        class check:
+            max_elements = 0
+
+    params = tuple(sorted(dict(B=1, C=3, H=4, W=5, S=1).items()))
+    items = check_plan(Config, [Case("dispersion", "seed_loop", "cpu", dtype, params)
+                                for dtype in ("float32", "bfloat16", "float16")])
+    half = [i for i in items if dict(i.params)["C"] == 300]
+    assert len(half) == len(set(half)) > 0
+
+
 def test_check_cli_reports_upstream_defects_without_failing(tiny_config):
     import subprocess
     import sys
