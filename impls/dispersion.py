@@ -91,7 +91,8 @@ def extra_checks():
     """The many-channel sums in the half types, whatever dtypes the config asks
     for. Compiled strategies are left out: torch.compile unrolls the seed's
     C-step loop, minutes of compile for C=300."""
-    return [dict(params=params, modes=("random", "adversarial"), dtypes=("float16", "bfloat16"),
+    # random mode only: positive terms, so the sums grow and an accumulator's rounding shows.
+    return [dict(params=params, modes=("random",), dtypes=("float16", "bfloat16"),
                  layouts=("contiguous",), compiled=False,
                  why="hundreds of channels summed into one output, in float16 and bfloat16")
             for params in MANY_CHANNELS]
