@@ -87,7 +87,7 @@ def known_defect(strat: Strategy, verdict: Verdict, *, device: str, dtype: str, 
     if defect is None:
         return verdict
     return replace(verdict, status=UPSTREAM_DEFECT,
-                   message=f"{defect.summary(versions.get(defect.library))} — {verdict.message}")
+                   message=f"{verdict.message} — {defect.summary(versions.get(defect.library))}")
 
 
 @dataclass(frozen=True)
