@@ -13,22 +13,22 @@ from __future__ import annotations
 
 import time
 import traceback
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from typing import Any, Callable
 
 from impls.backends import get_backend, to_numpy
 from impls.common import Verdict, round_to_dtype
 from impls.registry import NotApplicable, Strategy, get_operator
-from impls.status import ERROR, SKIPPED
+from impls.status import ERROR, MISMATCH, SKIPPED, UPSTREAM_DEFECT
 
 MODES = ("random", "adversarial")
-
 
 @dataclass(frozen=True)
 class Reference:
     inputs: dict  # float64 numpy, holding exactly the values the dtype can store
     expected: object  # the oracle's output
+    mode: str = ""  # the generator mode the inputs were drawn in
 
 
 def reference(op_name: str, params: dict, dtype: str, mode: str, seed: int) -> Reference:
@@ -36,7 +36,7 @@ def reference(op_name: str, params: dict, dtype: str, mode: str, seed: int) -> R
     raw = op.generate(params, mode, seed)
     inputs = {key: round_to_dtype(value, dtype) if getattr(value, "dtype", None) is not None
               and value.dtype.kind == "f" else value for key, value in raw.items()}
-    return Reference(inputs, op.oracle(inputs, params))
+    return Reference(inputs, op.oracle(inputs, params), mode)
 
 
 @lru_cache(maxsize=8)  # check sizes are small, but config points can reach check.max_elements
@@ -80,10 +80,13 @@ def prepare_case(strat: Strategy, ref: Reference, params: dict, dtype: str, devi
     return Prepared(run, time.perf_counter() - start)
 
 
-def judge(strat: Strategy, output: Any, ref: Reference, dtype: str) -> Verdict:
-    """A strategy's output against the oracle, by its operator's rule."""
+def judge(strat: Strategy, output: Any, ref: Reference, dtype: str, device: str = "cpu",
+          layout: str = "contiguous") -> Verdict:
+    """A strategy's output against the oracle, by its operator's rule; a
+    mismatch a listed upstream defect explains becomes ``upstream-defect``."""
     op = get_operator(strat.op)
-    return op.compare(to_numpy(output), ref.expected, ref.inputs, dtype, strat)
+    verdict = op.compare(to_numpy(output), ref.expected, ref.inputs, dtype, strat)
+    return known_defect(strat, verdict, device=device, dtype=dtype, layout=layout, mode=ref.mode)
 
 
 def check_strategy(strat: Strategy, params: dict, dtype: str, device: str, ref: Reference,
@@ -97,7 +100,26 @@ def check_strategy(strat: Strategy, params: dict, dtype: str, device: str, ref: 
         return Verdict(ERROR, describe_error(error))
     except SystemExit as error:  # a strategy that exits is an error like any other
         return Verdict(ERROR, f"SystemExit({error.code!r}) raised by the strategy")
-    return judge(strat, output, ref, dtype)
+    return judge(strat, output, ref, dtype, device, layout)
+
+
+def known_defect(strat: Strategy, verdict: Verdict, *, device: str, dtype: str, layout: str,
+                 mode: str) -> Verdict:
+    """A mismatch that a listed upstream defect explains (impls/defects.py)
+    becomes ``upstream-defect``: still reported, with the defect and the
+    differences in its message, but not a failure (SPEC 2). Anything else is
+    returned unchanged."""
+    from impls import defects
+
+    if verdict.status != MISMATCH:
+        return verdict
+    versions = defects.installed_versions()
+    defect = defects.match(strat, verdict, device=device, dtype=dtype, layout=layout, mode=mode,
+                           versions=versions)
+    if defect is None:
+        return verdict
+    return replace(verdict, status=UPSTREAM_DEFECT,
+                   message=f"{verdict.message} — {defect.summary(versions.get(defect.library))}")
 
 
 @dataclass(frozen=True)
@@ -128,11 +150,38 @@ def adversarial_set(op, strat) -> tuple[list[dict], tuple[str, ...]]:
     return cases, layouts
 
 
+def extra_set(op, strat, dtype: str) -> list[tuple[dict, str, str, str]]:
+    """The operator's ``extra_checks`` a strategy runs when checked in ``dtype``:
+    (params, dtype, mode, layout) tuples. A case whose inputs break a
+    precondition the strategy declares (``requires``) is left out, and so is
+    one not meant for compiled strategies; a case with its own dtypes runs in
+    those the strategy has, whatever ``dtype`` is."""
+    _, strategy_layouts = adversarial_set(op, strat)
+    found = []
+    for extra in op.extra_checks():
+        if set(extra.get("violates", ())) & set(strat.requires):
+            continue
+        if strat.quick_check and not extra.get("compiled", True):
+            continue
+        dtypes = [d for d in (extra.get("dtypes") or (dtype,)) if d in strat.dtypes]
+        layouts = [l for l in (extra.get("layouts") or strategy_layouts) if l in strategy_layouts]
+        if strat.quick_check:
+            layouts = layouts[:1]
+        for this_dtype in dtypes:
+            for mode in extra.get("modes", MODES):
+                for layout in layouts:
+                    found.append((extra["params"], this_dtype, mode, layout))
+    return found
+
+
 def check_plan(config, cases) -> list[CheckItem]:
     """The operator's own small adversarial cases in both modes and every layout
-    its backend has, plus each config point small enough (``check.max_elements``)."""
+    its backend has, its extra checks (other modes, other dtypes; a strategy is
+    kept out of those that break a precondition it declares), plus each config
+    point small enough (``check.max_elements``)."""
     items: list[CheckItem] = []
     seen: set = set()
+    extras_seen: set = set()
     for case in cases:
         op = get_operator(case.op)
         strat = op.strategies[case.strategy]
@@ -145,6 +194,11 @@ def check_plan(config, cases) -> list[CheckItem]:
                     for layout in layouts:
                         items.append(CheckItem(strat, tuple(sorted(params.items())), case.dtype,
                                                case.device, mode, layout))
+            for params, dtype, mode, layout in extra_set(op, strat, case.dtype):
+                item = CheckItem(strat, tuple(sorted(params.items())), dtype, case.device, mode, layout)
+                if item not in extras_seen:  # half-type cases come once, whatever dtypes the config has
+                    extras_seen.add(item)
+                    items.append(item)
         if op.bytes_moved(case.params_dict, 1) <= config.check.max_elements:
             for mode in MODES:
                 items.append(CheckItem(strat, case.params, case.dtype, case.device, mode, "contiguous"))

@@ -123,7 +123,7 @@ def execute_case(case: Case, config: Config, run_id: str, ceiling_gbps: float,
             row["setup_s"] = prepared.setup_s
             on_phase(PHASE_CHECK)
             out, row["peak_mem_bytes"] = memory.call_with_peak(prepared.run, backend, case.device)
-            verdict = judge(strat, out, ref, case.dtype)
+            verdict = judge(strat, out, ref, case.dtype, case.device)
             del out
             row.update(max_abs_err=verdict.max_abs_err, rel_err=verdict.rel_err)
             if verdict.status not in CORRECT:

@@ -48,13 +48,14 @@ def progress_bar(disable: bool = False, console: Console | None = None) -> Progr
 
 def strategies_table(strategies) -> Table:
     table = Table(title="strategies", show_lines=False)
-    for column in ("op", "strategy", "backend", "devices", "dtypes", "returns", "ties", "role", "source"):
+    for column in ("op", "strategy", "backend", "devices", "dtypes", "returns", "ties", "requires", "role",
+                   "source"):
         table.add_column(column, no_wrap=column in ("strategy", "op"))
     for s in strategies:
         role = ", ".join(name for name, flag in (("baseline", s.baseline), ("built-in", s.builtin),
                                                  ("reference", OPERATORS[s.op].reference == s.name)) if flag)
         table.add_row(s.op, escape(s.name), s.backend, ",".join(s.devices), ",".join(s.dtypes),
-                      s.returns, s.ties, role, escape(s.source))
+                      s.returns, s.ties, ",".join(s.requires) or "–", role, escape(s.source))
     return table
 
 

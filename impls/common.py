@@ -19,12 +19,26 @@ REL_TOL = {"float64": 1e-12, "float32": 1e-5, "float16": 1e-2, "bfloat16": 1e-2}
 WRONG_REL_ERR = 5e-2
 
 
+# Kinds of difference a bitwise compare finds (Verdict.differences); a known
+# upstream defect (impls/defects.py) explains a mismatch only when every
+# difference is of the kinds it lists.
+ZERO_SIGN = "zero-sign"  # both zero, the sign differs (-0.0 against +0.0)
+VALUE = "value"  # any other differing value
+SHAPE = "shape"
+DTYPE = "dtype"
+INDEX = "index"  # an index that is not the expected one
+INDEX_OUTSIDE = "index-outside-plane"
+NEG_INF_WINDOW_INDEX_0 = "neg-inf-window-index-0"  # index 0 for an all -inf window that does not hold it
+
+
 @dataclass(frozen=True)
 class Verdict:
-    status: str  # a status of impls/status.py: ok | inexact | mismatch here
+    status: str  # a status of impls/status.py (ok | inexact | mismatch here; the check adds upstream-defect)
     message: str = ""
     max_abs_err: float = 0.0
     rel_err: float = 0.0
+    # A mismatch's kinds of difference (bitwise compares), e.g. {"zero-sign"}.
+    differences: frozenset = frozenset()
 
 
 def round_to_dtype(array: np.ndarray, dtype: str) -> np.ndarray:
@@ -54,13 +68,32 @@ def first_difference(out: np.ndarray, ref: np.ndarray, differs: np.ndarray) -> s
 
 def check_shape_dtype(name: str, out: np.ndarray, ref: np.ndarray, dtype: str) -> Verdict | None:
     if not isinstance(out, np.ndarray):
-        return Verdict("mismatch", f"{name}: expected an array, got {type(out).__name__}")
+        return Verdict("mismatch", f"{name}: expected an array, got {type(out).__name__}",
+                       differences=frozenset({SHAPE}))
     if out.shape != ref.shape:
-        return Verdict("mismatch", f"{name}: shape {out.shape}, expected {ref.shape}")
+        return Verdict("mismatch", f"{name}: shape {out.shape}, expected {ref.shape}",
+                       differences=frozenset({SHAPE}))
     got = storage_dtype_name(out, dtype)
     if got != dtype:
-        return Verdict("mismatch", f"{name}: dtype {got}, expected {dtype}")
+        return Verdict("mismatch", f"{name}: dtype {got}, expected {dtype}", differences=frozenset({DTYPE}))
     return None
+
+
+def _signed(value) -> str:
+    return f"{float(value):+}"
+
+
+def merge_verdicts(*verdicts: Verdict) -> Verdict:
+    """One verdict for an output of several parts (maxpool2d's values and
+    indices): ok when all are, else a mismatch naming every part's problem."""
+    bad = [v for v in verdicts if v.status != "ok"]
+    if not bad:
+        return Verdict("ok")
+    if len(bad) == 1:
+        return bad[0]
+    return Verdict("mismatch", "; ".join(v.message for v in bad),
+                   max_abs_err=max(v.max_abs_err for v in bad), rel_err=float("nan"),
+                   differences=frozenset().union(*(v.differences for v in bad)))
 
 
 def compare_bitwise(name: str, out: np.ndarray, ref64: np.ndarray, dtype: str) -> Verdict:
@@ -78,12 +111,24 @@ def compare_bitwise(name: str, out: np.ndarray, ref64: np.ndarray, dtype: str) -
     both_nan = np.isnan(out) & np.isnan(ref)
     uint = {2: np.uint16, 4: np.uint32, 8: np.uint64}[ref.dtype.itemsize]
     differs = (out.view(uint) != ref.view(uint)) & ~both_nan
-    if differs.any():
-        finite = ~np.isnan(out) & ~np.isnan(ref) & np.isfinite(out) & np.isfinite(ref)
-        err = float(np.abs(out[finite] - ref[finite]).max()) if finite.any() else float("inf")
-        return Verdict("mismatch", f"{name}: {int(differs.sum())} elements differ; "
-                       + first_difference(out, ref, differs), max_abs_err=err, rel_err=float("nan"))
-    return Verdict("ok")
+    if not differs.any():
+        return Verdict("ok")
+    # -0.0 == +0.0 numerically: a difference between two zeros is one of sign only.
+    zero_sign = differs & (out == 0) & (ref == 0)
+    other = differs & ~zero_sign
+    kinds = frozenset(kind for kind, mask in ((ZERO_SIGN, zero_sign), (VALUE, other)) if mask.any())
+    if not other.any():
+        where = tuple(int(i) for i in np.argwhere(zero_sign)[0])
+        count = int(zero_sign.sum())
+        return Verdict("mismatch", f"{name}: sign of zero differs at {where} (got {_signed(out[where])}, "
+                       f"expected {_signed(ref[where])}); {count} element{'s' if count > 1 else ''} in all",
+                       max_abs_err=0.0, rel_err=float("nan"), differences=kinds)
+    finite = ~np.isnan(out) & ~np.isnan(ref) & np.isfinite(out) & np.isfinite(ref)
+    err = float(np.abs(out[finite] - ref[finite]).max()) if finite.any() else float("inf")
+    signs = f" ({int(zero_sign.sum())} of them only in the sign of zero)" if zero_sign.any() else ""
+    return Verdict("mismatch", f"{name}: {int(differs.sum())} elements differ{signs}; "
+                   + first_difference(out, ref, other), max_abs_err=err, rel_err=float("nan"),
+                   differences=kinds)
 
 
 def compare_relative(name: str, out: np.ndarray, ref: np.ndarray, dtype: str) -> Verdict:

@@ -81,6 +81,31 @@ def check_cases():
             dict(B=1, C=40, H=3, W=100, S=3)]
 
 
+# Sums of hundreds of channels (SPEC 2): with S=1 and W >= 256, or S=0, about
+# 300 terms land on one output, where a float16/bfloat16 accumulator loses
+# about 2 % (bfloat16) and a float32 one does not.
+MANY_CHANNELS = (dict(B=1, C=300, H=2, W=300, S=1), dict(B=2, C=300, H=3, W=5, S=0))
+
+
+def extra_checks():
+    """The many-channel sums in the half types, whatever dtypes the config asks
+    for. Compiled strategies are left out: torch.compile unrolls the seed's
+    C-step loop, minutes of compile for C=300."""
+    # random mode only: positive terms, so the sums grow and an accumulator's rounding shows.
+    return [dict(params=params, modes=("random",), dtypes=("float16", "bfloat16"),
+                 layouts=("contiguous",), compiled=False,
+                 why="hundreds of channels summed into one output, in float16 and bfloat16")
+            for params in MANY_CHANNELS]
+
+
+
+def accumulator(dtype):
+    """float32 for the half types (SPEC 2: an added strategy sums wider, then
+    casts back), the dtype itself otherwise."""
+    import torch
+
+    return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
+
 
 OP = register_operator(Operator(
     name="dispersion", doc=__doc__,
@@ -88,7 +113,7 @@ OP = register_operator(Operator(
             ParamSpec("S", minimum=0, doc="shift per channel")),
     generate=generate, oracle=oracle, bytes_moved=bytes_moved, compare=compare,
     validate=validate, reference="seed_loop", layout_keys=("x",),
-    check_cases=check_cases))
+    check_cases=check_cases, extra_checks=extra_checks))
 
 
 # --------------------------------------------------------- shared constants
@@ -248,18 +273,21 @@ def seed_scatter_add(inputs, params):
 @strategy("dispersion", backend="torch")
 def torch_index_add(inputs, params):
     """Added: ``index_add_`` along the flattened plane with a (C·H·W) index
-    vector shared by the batch (the table is B× smaller than scatter_add_'s)."""
+    vector shared by the batch (the table is B× smaller than scatter_add_'s).
+    Half types accumulate in float32 (CUDA's atomics would add in the half
+    type), then cast back: one more pass over x and y."""
     import torch
 
     x, mask, S = inputs["x"], inputs["mask"], params["S"]
     B, C, H, W = x.shape
     out_W = W + (C - 1) * S
     index = scatter_indices(B, C, H, W, S, x.device).reshape(-1)
+    wide = accumulator(x.dtype)
 
     def run():
-        y = torch.zeros(B, H * out_W, dtype=x.dtype, device=x.device)
-        y.index_add_(1, index, (x * mask).reshape(B, C * H * W))
-        return y.view(B, 1, H, out_W)
+        y = torch.zeros(B, H * out_W, dtype=wide, device=x.device)
+        y.index_add_(1, index, (x.to(wide) * mask.to(wide)).reshape(B, C * H * W))
+        return y.view(B, 1, H, out_W).to(x.dtype)
 
     return run
 
@@ -288,22 +316,26 @@ def torch_shift_then_sum(inputs, params):
 def torch_fold(inputs, params):
     """Added: the forward as the adjoint of the pseudo-inverse's unfold view —
     ``F.fold`` with a (1, W) block at stride (1, S) sums the C shifted copies;
-    one permute copy of x feeds it."""
+    one permute copy of x feeds it. fold adds in its input's type, so half
+    types are summed in float32 and cast back (found by the many-channel
+    check: bfloat16 sums of 300 channels were 2.7 % off)."""
     import torch.nn.functional as F
 
     x, mask, S = inputs["x"], inputs["mask"], params["S"]
     B, C, H, W = x.shape
     out_W = W + (C - 1) * S
     stride = max(S, 1)
+    wide = accumulator(x.dtype)
     if S == 0:
         # fold needs a positive stride; with S=0 every block lands on the same columns.
         def run_sum():
-            return (x * mask).sum(1, keepdim=True)
+            return (x.to(wide) * mask.to(wide)).sum(1, keepdim=True).to(x.dtype)
         return run_sum
 
     def run():
-        blocks = (x * mask).permute(0, 3, 2, 1).reshape(B, W, H * C)
-        return F.fold(blocks, output_size=(H, out_W), kernel_size=(1, W), stride=(1, stride)).view(B, 1, H, out_W)
+        blocks = (x.to(wide) * mask.to(wide)).permute(0, 3, 2, 1).reshape(B, W, H * C)
+        return F.fold(blocks, output_size=(H, out_W), kernel_size=(1, W),
+                      stride=(1, stride)).view(B, 1, H, out_W).to(x.dtype)
 
     return run
 

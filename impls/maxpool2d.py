@@ -46,8 +46,11 @@ def oracle(inputs, params):
 
 
 def generate(params, mode: str = "random", seed: int = 0):
-    """x as float64; ``adversarial``: integers in [-3, 3] (ties everywhere) with
-    NaN and ±inf sprinkled in, a few windows all NaN or all -inf."""
+    """x as float64; ``adversarial``: integers in [-3, 3] (ties everywhere),
+    zeros of either sign, NaN and ±inf sprinkled in, and planted windows: all
+    -inf at several places (the origin, the middle, the last row and column),
+    ±0.0 ties in both orders (the first maximum's sign is the answer), and one
+    all-NaN window."""
     rng = np.random.default_rng(seed)
     shape = (params["N"], params["C"], params["H"], params["W"])
     if mode == "random":
@@ -57,11 +60,60 @@ def generate(params, mode: str = "random", seed: int = 0):
     x[special < 0.03] = np.nan
     x[(special >= 0.03) & (special < 0.06)] = np.inf
     x[(special >= 0.06) & (special < 0.09)] = -np.inf
-    k = params["k"]
-    if shape[2] >= k and shape[3] >= k:
-        x[0, 0, :k, :k] = -np.inf
-        x[-1, -1, -k:, -k:] = np.nan
+    x[(x == 0) & (rng.random(shape) < 0.5)] = -0.0
+    _plant_windows(x, params["k"])
     return {"x": x}
+
+
+# ±0.0 ties, as {flat position in the k*k window: value}; every other element -1.
+# The first maximum decides the sign: -0.0, +0.0 and -0.0 again.
+ZERO_TIES = ({0: -0.0, 1: 0.0}, {0: 0.0, -1: -0.0}, {-2: -0.0, -1: 0.0})
+
+
+def _plant_windows(x, k: int) -> None:
+    """All -inf windows at several places (each must yield the index of its own
+    first element, which is 0 only at the origin), ±0.0 ties, and one all-NaN
+    window at the end of the last plane, spread over the planes so that they
+    do not overwrite each other where there is room."""
+    N, C, H, W = x.shape
+    h, w = H // k, W // k
+    if h == 0 or w == 0:
+        return
+    planes = x.reshape(N * C, H, W)
+    spots = list(dict.fromkeys([(0, 0), (h // 2, w // 2), (h - 1, w // 2), (h // 2, w - 1),
+                                (h - 1, w - 1), (h - 1, 0), (0, w - 1)]))
+    # The NaN window (the last k rows and columns of the last plane) and every
+    # window it overlaps when the plane is cropped.
+    used = {(N * C - 1, i, j) for i in range((H - k) // k, h) for j in range((W - k) // k, w)}
+
+    def slot(plane: int, spot: int):
+        """The preferred window if free, else the spots in other planes, else any free window."""
+        order = [((plane + a) % len(planes),) + spots[(spot + a // len(planes)) % len(spots)]
+                 for a in range(len(planes) * len(spots))]
+        order += [(p, i, j) for p in range(len(planes)) for i in range(h) for j in range(w)]
+        for candidate in order:
+            if candidate not in used:
+                used.add(candidate)
+                return candidate
+        return None
+
+    def window(where):
+        p, i, j = where
+        return planes[p, i * k:(i + 1) * k, j * k:(j + 1) * k]
+
+    for t in range(len(spots)):
+        where = slot(t, t)
+        if where:
+            window(where)[...] = -np.inf
+    for t, tie in enumerate(ZERO_TIES if k > 1 else ({0: -0.0},)):
+        where = slot(t + 1, t + 1)
+        if where:
+            flat = np.full(k * k, -1.0)
+            for position, value in tie.items():
+                flat[position] = value
+            window(where)[...] = flat.reshape(k, k)
+    if H >= k and W >= k:
+        x[-1, -1, -k:, -k:] = np.nan
 
 
 def bytes_moved(params, itemsize: int, returns: str = "values+indices") -> int:
@@ -72,28 +124,36 @@ def bytes_moved(params, itemsize: int, returns: str = "values+indices") -> int:
 
 
 def compare(out, ref, inputs, dtype: str, strat) -> Verdict:
+    """Values bitwise, then indices exactly (or, with ``ties="any"``, pointing at
+    a maximum of their own window); both are judged, so a mismatch names every
+    kind of difference it holds (a known defect excuses only its own kinds)."""
     ref_values, ref_indices = ref
     if strat.returns == "values":
         out_values, out_indices = (out[0] if isinstance(out, tuple) else out), None
     else:
         if not (isinstance(out, tuple) and len(out) == 2):
-            return Verdict("mismatch", "expected (values, indices)")
+            return Verdict("mismatch", "expected (values, indices)", differences=frozenset({common.SHAPE}))
         out_values, out_indices = out
+    if strat.ties == "any":
+        ref_values = _pointed_maximum(out_indices, ref_values, inputs["x"])
     verdict = common.compare_bitwise("values", out_values, ref_values, dtype)
-    if verdict.status != "ok" or out_indices is None:
+    if out_indices is None:
         return verdict
-    return _compare_indices(out_indices, ref_indices, ref_values, inputs["x"], strat.ties)
+    return common.merge_verdicts(verdict, _compare_indices(out_indices, ref_indices, ref_values,
+                                                           inputs["x"], strat.ties))
 
 
 def _compare_indices(got, expected, ref_values, x, ties: str) -> Verdict:
-    if got.shape != expected.shape:
-        return Verdict("mismatch", f"indices: shape {got.shape}, expected {expected.shape}")
+    if not isinstance(got, np.ndarray) or got.shape != expected.shape:
+        return Verdict("mismatch", f"indices: shape {getattr(got, 'shape', None)}, expected {expected.shape}",
+                       differences=frozenset({common.SHAPE}))
     if got.dtype != np.int64:
-        return Verdict("mismatch", f"indices: dtype {got.dtype}, expected int64")
+        return Verdict("mismatch", f"indices: dtype {got.dtype}, expected int64", differences=frozenset({common.DTYPE}))
     N, C, H, W = x.shape
     if ((got < 0) | (got >= H * W)).any():
         bad = (got < 0) | (got >= H * W)
-        return Verdict("mismatch", "indices: outside the plane; " + common.first_difference(got, expected, bad))
+        return Verdict("mismatch", "indices: outside the plane; " + common.first_difference(got, expected, bad),
+                       differences=frozenset({common.INDEX_OUTSIDE}))
     planes = x.reshape(N, C, H * W)
     pointed = np.take_along_axis(planes, got.reshape(N, C, -1), axis=-1).reshape(got.shape)
     nan_window = np.isnan(ref_values)
@@ -107,9 +167,29 @@ def _compare_indices(got, expected, ref_values, x, ties: str) -> Verdict:
     else:
         fine = (got == expected) | nan_ok
     if not fine.all():
-        return Verdict("mismatch", f"indices ({ties} ties): {int((~fine).sum())} wrong; "
-                       + common.first_difference(got, expected, ~fine))
+        wrong = ~fine
+        # The window's maximum is -inf only when all of it is -inf.
+        zero_for_neg_inf = wrong & np.isneginf(ref_values) & (got == 0)
+        kinds = frozenset(kind for kind, mask in ((common.NEG_INF_WINDOW_INDEX_0, zero_for_neg_inf),
+                                                  (common.INDEX, wrong & ~zero_for_neg_inf)) if mask.any())
+        detail = (" (index 0 for an all -inf window away from the origin)"
+                  if kinds == {common.NEG_INF_WINDOW_INDEX_0} else "")
+        return Verdict("mismatch", f"indices ({ties} ties): {int(wrong.sum())} wrong{detail}; "
+                       + common.first_difference(got, expected, wrong), differences=kinds)
     return Verdict("ok")
+
+
+def _pointed_maximum(indices, ref_values, x):
+    """With ``ties="any"`` the value may be the bits of whichever maximum the
+    index points at (-0.0 or +0.0 when zeros tie); elsewhere, and for an index
+    that is no maximum (judged by the index compare), the first maximum's."""
+    if not isinstance(indices, np.ndarray) or indices.shape != ref_values.shape or indices.dtype != np.int64:
+        return ref_values
+    N, C, H, W = x.shape
+    if ((indices < 0) | (indices >= H * W)).any():
+        return ref_values
+    pointed = np.take_along_axis(x.reshape(N, C, H * W), indices.reshape(N, C, -1), axis=-1).reshape(indices.shape)
+    return np.where(pointed == ref_values, pointed, ref_values)
 
 
 def _window_of(flat, W, k):

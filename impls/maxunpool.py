@@ -64,8 +64,14 @@ def oracle(inputs, params):
 
 def generate(params, mode: str = "random", seed: int = 0):
     """1d: one position per bin of width f (adversarial: at the bins' edges);
-    2d: values and indices from maxpool2d's oracle on a random or adversarial x."""
+    2d: values and indices from maxpool2d's oracle on a random or adversarial x.
+    Adversarial values are small integers with zeros of either sign, NaN and
+    ±inf. ``scattered`` (either form): adversarial values at distinct positions
+    drawn anywhere in their row, mostly outside their own window or bin: what
+    SPEC 1.2 asks of every strategy that does not declare "positions-in-window"."""
     rng = np.random.default_rng(seed)
+    if mode == "scattered":
+        return _scattered(params, rng)
     if params["form"] == "2d":
         pooled = maxpool2d.generate(params, mode, seed)
         values, positions = maxpool2d.oracle(pooled, params)
@@ -76,14 +82,30 @@ def generate(params, mode: str = "random", seed: int = 0):
         values = rng.standard_normal((B, F, L))
         offsets = rng.integers(0, f, size=(B, F, L))
     else:
-        values = rng.integers(-3, 4, size=(B, F, L)).astype(np.float64)
-        special = rng.random((B, F, L))
-        values[special < 0.05] = np.nan
-        values[(special >= 0.05) & (special < 0.1)] = np.inf
-        values[(special >= 0.1) & (special < 0.15)] = -np.inf
+        values = _adversarial_values(rng, (B, F, L))
         offsets = np.where(rng.random((B, F, L)) < 0.5, 0, f - 1)
     positions = np.arange(L) * f + offsets
     return {"values": values, "positions": positions.astype(np.int64)}
+
+
+def _adversarial_values(rng, shape):
+    values = rng.integers(-3, 4, size=shape).astype(np.float64)
+    special = rng.random(shape)
+    values[special < 0.05] = np.nan
+    values[(special >= 0.05) & (special < 0.1)] = np.inf
+    values[(special >= 0.1) & (special < 0.15)] = -np.inf
+    # -0.0 must arrive as -0.0: an output built by adding into zeros would lose its sign.
+    values[(values == 0) & (rng.random(shape) < 0.5)] = -0.0
+    return values
+
+
+def _scattered(params, rng):
+    pooled, out_shape = shapes(params)
+    rows, P = math.prod(out_shape[:2]), math.prod(out_shape[2:])
+    L = math.prod(pooled[2:])
+    # L distinct positions per row, uniformly among all P.
+    positions = np.argsort(rng.random((rows, P)), axis=1)[:, :L]
+    return {"values": _adversarial_values(rng, pooled), "positions": positions.reshape(pooled).astype(np.int64)}
 
 
 def bytes_moved(params, itemsize: int, returns: str = "output") -> int:
@@ -103,6 +125,20 @@ def check_cases():
             dict(form="1d", B=2, F=2, L=100, f=3), dict(form="2d", N=1, C=2, H=4, W=301, k=2)]
 
 
+# SPEC 1.2: the precondition a gather formulation needs (Strategy.requires).
+POSITIONS_IN_WINDOW = "positions-in-window"
+
+
+def extra_checks():
+    """Distinct positions anywhere in their row (mode ``scattered``), both forms:
+    every strategy must handle them, except those that declare they need
+    positions inside their own window or bin."""
+    why = "distinct positions outside their own window or bin (SPEC 1.2)"
+    return [dict(params=params, modes=("scattered",), violates=(POSITIONS_IN_WINDOW,), why=why)
+            for params in (dict(form="1d", B=2, F=3, L=7, f=3), dict(form="1d", B=2, F=2, L=9, f=1),
+                           dict(form="2d", N=2, C=2, H=7, W=9, k=2))]
+
+
 
 OP = register_operator(Operator(
     name="maxunpool", doc=__doc__,
@@ -110,7 +146,7 @@ OP = register_operator(Operator(
             *(ParamSpec(key, required=False) for key in ("B", "F", "L", "f", "N", "C", "H", "W", "k"))),
     generate=generate, oracle=oracle, bytes_moved=bytes_moved, compare=compare,
     validate=validate, reference="torch_scatter", layout_keys=("values", "positions"),
-    check_cases=check_cases,
+    check_cases=check_cases, extra_checks=extra_checks,
     # channels_last would only apply to the 2-D form's small inputs; strided rows are the case that matters.
     check_layouts=("contiguous", "noncontiguous")))
 
@@ -312,6 +348,24 @@ def torch_index_put(inputs, params):
     return run
 
 
+# PyTorch's CUDA max-unpool kernels index the output with 32-bit ints (the index
+# is read into an ``int``): past 2**31 elements a
+# device-side assert kills the process, or a narrowed index writes elsewhere.
+CUDA_INT32_ELEMENTS = 2**31
+
+
+def refuse_cuda_int32_overflow(device, params, what: str) -> None:
+    """NotApplicable, before anything is launched, for a case whose output or
+    input has 2**31 elements or more on CUDA (SPEC 2, Size)."""
+    if getattr(device, "type", device) != "cuda":
+        return
+    pooled, out_shape = shapes(params)
+    largest = max(math.prod(out_shape), math.prod(pooled))
+    if largest >= CUDA_INT32_ELEMENTS:
+        raise NotApplicable(f"{what} on CUDA indexes with 32-bit ints: {largest} elements "
+                            f"(>= 2**31) would hit a device-side assert or a wrong write")
+
+
 @strategy("maxunpool", backend="torch", builtin=True)
 def torch_max_unpool1d(inputs, params):
     """Added: ``F.max_unpool1d(values, positions, f, output_size=P)`` — the
@@ -322,6 +376,7 @@ def torch_max_unpool1d(inputs, params):
     if params["form"] != "1d":
         raise NotApplicable("max_unpool1d takes the 1-D form; the 2-D form is max_unpool2d's")
     values, positions, f = inputs["values"], inputs["positions"], params["f"]
+    refuse_cuda_int32_overflow(values.device, params, "max_unpool1d (max_unpool2d's kernel)")
     P = values.shape[-1] * f
     return lambda: F.max_unpool1d(values, positions, f, output_size=(P,))
 
@@ -329,10 +384,12 @@ def torch_max_unpool1d(inputs, params):
 @strategy("maxunpool", backend="torch", builtin=True)
 def torch_max_unpool2d(inputs, params):
     """Added: ``F.max_unpool2d`` — the built-in inverse of ``max_pool2d``; the
-    1-D form runs as a (B, F, 1, L) plane with a (1, f) window."""
+    1-D form runs as a (B, F, 1, L) plane with a (1, f) window. On CUDA it
+    declares cases of 2**31 elements or more NotApplicable (32-bit indexing)."""
     import torch.nn.functional as F
 
     values, positions = inputs["values"], inputs["positions"]
+    refuse_cuda_int32_overflow(values.device, params, "max_unpool2d")
     if params["form"] == "2d":
         k, size = params["k"], (params["H"], params["W"])
         return lambda: F.max_unpool2d(values, positions, k, output_size=size)
@@ -450,12 +507,13 @@ def _window(params):
     return (params["k"], params["k"]) if params["form"] == "2d" else (1, params["f"])
 
 
-@strategy("maxunpool", backend="triton")
+@strategy("maxunpool", backend="triton", requires=(POSITIONS_IN_WINDOW,))
 def triton_gather(inputs, params):
     """Added: unpooling as a gather over the output — each element reads the
     pooled value of its own window and keeps it if the stored position is its
-    own: no zero fill, no atomics, output written once. Needs every position
-    inside its window (true of max-pooling's indices)."""
+    own: no zero fill, no atomics, output written once. Requires every position
+    inside its own window or bin (true of max-pooling's indices): any other
+    position is silently not written, so it declares "positions-in-window"."""
     from impls import kernels_triton
 
     values, positions = inputs["values"], inputs["positions"]

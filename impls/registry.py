@@ -54,6 +54,11 @@ class Strategy:
     # A library's own built-in for this operator (what most users call): the
     # report measures the winner against the fastest of these.
     builtin: bool = False
+    # Preconditions on the inputs beyond the operator's contract (SPEC 1.2), e.g.
+    # "positions-in-window": every position lies inside its own window or bin, as
+    # maxpool2d's indices do. ``list`` shows them; the check keeps the strategy
+    # out of the cases whose inputs break one (an operator's ``extra_checks``).
+    requires: tuple[str, ...] = ()
 
     @property
     def key(self) -> str:
@@ -97,6 +102,17 @@ class Operator:
     layout_keys: tuple[str, ...] = ()
     check_layouts: tuple[str, ...] = LAYOUTS
     strategies: dict[str, Strategy] = field(default_factory=dict)
+    # Check cases beyond check_cases x MODES: () -> list of dicts with keys
+    #   params   the parameter dict;
+    #   modes    the generator modes to draw inputs in (a mode may be the operator's own,
+    #            e.g. maxunpool's "scattered");
+    #   dtypes   the dtypes to check in whatever the config asks for (None: the config's);
+    #   layouts  None: every layout the strategy is checked in;
+    #   violates preconditions (Strategy.requires) these inputs break: a strategy
+    #            requiring one of them is kept out of the case;
+    #   compiled whether per-shape compiled strategies (quick_check) run it (default True);
+    #   why      one line: what the case is for.
+    extra_checks: Callable[[], list] = list
 
     @property
     def baseline(self) -> str | None:
@@ -124,7 +140,7 @@ def register_operator(op: Operator) -> Operator:
 def strategy(op: str, *, backend: str, source: str = "added", devices=None,
              dtypes=None, returns: str = "output", ties: str = "n/a",
              name: str | None = None, temp_factor: float = 1.0, quick_check: bool = False,
-             baseline: bool = False, builtin: bool = False):
+             baseline: bool = False, builtin: bool = False, requires: tuple[str, ...] = ()):
     """Decorator registering ``prepare`` as a strategy of operator ``op``."""
 
     def decorate(prepare):
@@ -144,7 +160,8 @@ def strategy(op: str, *, backend: str, source: str = "added", devices=None,
             source=source, devices=tuple(devices or record.devices),
             dtypes=tuple(dtypes or record.dtypes), returns=returns,
             ties=ties, seed=source.startswith("seed"), doc=doc,
-            temp_factor=temp_factor, quick_check=quick_check, baseline=baseline, builtin=builtin)
+            temp_factor=temp_factor, quick_check=quick_check, baseline=baseline, builtin=builtin,
+            requires=tuple(requires))
         return prepare
 
     return decorate

@@ -137,3 +137,101 @@ def test_cached_reference_is_deterministic():
     a = cached_reference("maxpool2d", PARAMS, "float32", "random", 0)
     b = reference("maxpool2d", PARAMS, "float32", "random", 0)
     np.testing.assert_array_equal(a.inputs["x"], b.inputs["x"])
+
+
+# ------------------------------------------------------------------ issue 13
+@pytest.mark.parametrize("layout", ["contiguous", "noncontiguous", "channels_last"])
+def test_index_zero_for_every_all_neg_inf_window_is_caught_in_every_layout(planted, layout):
+    """What PyTorch's CUDA channels-last kernel does: index 0 for an all -inf
+    window. The check must catch it (it is right only at the origin), in every
+    check case and layout, and no listed defect excuses it on the CPU."""
+    import torch
+
+    def index_zero(inputs, params):
+        def run():
+            x = inputs["x"]
+            x = x.contiguous().numpy() if hasattr(x, "numpy") else x
+            values, indices = maxpool2d.oracle({"x": x.astype(np.float64)}, params)
+            indices[np.isneginf(values)] = 0
+            return torch.from_numpy(values.astype(np.float32)), torch.from_numpy(indices)
+        return run
+
+    strat = planted("maxpool2d", "neg_inf_index_zero", index_zero, backend="torch",
+                    returns="values+indices", ties="first")
+    caught = 0
+    for params in maxpool2d.check_cases():
+        k = params["k"]
+        if (params["H"] // k) * (params["W"] // k) == 1:
+            continue  # one window per plane: index 0 is its first element
+        verdict = verdict_of(strat, "adversarial", layout=layout, params=params)
+        assert verdict.status == "mismatch", (params, verdict)
+        assert verdict.differences == {"neg-inf-window-index-0"}
+        assert "index 0 for an all -inf window" in verdict.message
+        caught += 1
+    assert caught >= 5
+
+
+def test_signed_zero_loss_is_caught_with_a_clear_message(planted):
+    def plus_zero(values, indices, x):
+        values = values.astype(x.dtype)
+        return np.where(values == 0, np.float32(0.0), values), indices
+    strat = planted("maxpool2d", "plus_zero", oracle_based(plus_zero), returns="values+indices", ties="first")
+    verdict = verdict_of(strat, "adversarial")
+    assert verdict.status == "mismatch"  # no defect is listed for this strategy
+    assert "values: sign of zero differs at" in verdict.message and "(got +0.0, expected -0.0)" in verdict.message
+
+
+def _plan(ops_strategies, dtype="float32"):
+    from harness.check import check_plan
+    from harness.config import Case
+
+    class Config:
+        class check:
+            max_elements = 0
+
+    params = {"dispersion": dict(B=1, C=3, H=4, W=5, S=1), "maxunpool": dict(form="1d", B=2, F=3, L=4, f=5),
+              "dispersion_pinv": dict(B=1, C=3, H=4, W=5, S=1), "maxpool2d": dict(N=1, C=1, H=4, W=4, k=2)}
+    return check_plan(Config, [Case(op=op, strategy=name, device="cpu", dtype=dtype,
+                                     params=tuple(sorted(params[op].items()))) for op, name in ops_strategies])
+
+
+def test_plan_checks_many_channel_half_sums_even_for_a_float32_config():
+    items = _plan([("dispersion", "seed_loop"), ("dispersion", "numba_fused"), ("dispersion", "torch_compile_seed_loop")])
+    by_name = {}
+    for item in items:
+        by_name.setdefault(item.strategy.name, set()).add((item.dtype, dict(item.params)["C"]))
+    assert {("bfloat16", 300), ("float16", 300), ("float32", 3)} <= by_name["seed_loop"]
+    assert {d for d, _ in by_name["numba_fused"]} == {"float32"}  # numba has no half types
+    assert all(c < 300 for _, c in by_name["torch_compile_seed_loop"])  # a 300-step compile is minutes
+
+
+def test_plan_lists_each_half_case_once_whatever_the_config_dtypes():
+    from harness.check import check_plan
+    from harness.config import Case
+
+    class Config:
+        class check:
+            max_elements = 0
+
+    params = tuple(sorted(dict(B=1, C=3, H=4, W=5, S=1).items()))
+    items = check_plan(Config, [Case("dispersion", "seed_loop", "cpu", dtype, params)
+                                for dtype in ("float32", "bfloat16", "float16")])
+    half = [i for i in items if dict(i.params)["C"] == 300]
+    assert len(half) == len(set(half)) > 0
+
+
+def test_check_cli_reports_upstream_defects_without_failing(tiny_config):
+    import subprocess
+    import sys
+
+    config = tiny_config("""
+name: defects
+benchmarks:
+  - op: maxpool2d
+    strategies: [seed_reshape_max]
+    params: {N: 1, C: 2, H: 6, W: 6, k: 2}
+""")
+    result = subprocess.run([sys.executable, "-m", "harness", "check", str(config), "--no-progress"],
+                            capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "upstream-defect" in result.stdout and "0 failed" in result.stdout

@@ -119,3 +119,50 @@ def test_relative_error_rule_by_dtype():
     assert compare_relative("y", (ref * 1.5).astype(np.float32), ref, "float32").status == "mismatch"
     assert compare_relative("y", ref.astype(np.float16), ref, "float16").status == "ok"
     assert compare_relative("y", ref[:50].astype(np.float32), ref, "float32").status == "mismatch"
+
+
+# --------------------------------- half-type sums of many channels (issue 13, class 5)
+def test_check_sums_hundreds_of_channels_in_both_half_types():
+    extras = get_operator("dispersion").extra_checks()
+    dtypes = {d for e in extras for d in e["dtypes"]}
+    assert dtypes == {"float16", "bfloat16"}
+    terms = []
+    for extra in extras:
+        p = extra["params"]
+        # how many channels land on the busiest output column
+        terms.append(max(dispersion.alpha(p["C"], p["W"], p["S"])))
+    assert max(terms) >= 256, terms
+    assert {e["params"]["S"] for e in extras} >= {0, 1}
+
+
+MANY = dict(B=1, C=300, H=2, W=300, S=1)  # 300 channels over 300 columns: up to 300 terms per output
+
+
+def _verdict(name, dtype, op="dispersion", params=MANY):
+    from harness.check import check_strategy
+
+    strat = get_operator(op).strategies[name]
+    return check_strategy(strat, params, dtype, "cpu", reference(op, params, dtype, "random", 0))
+
+
+def test_the_seed_loop_sums_in_bfloat16_and_is_reported_inexact_with_its_error():
+    verdict = _verdict("seed_loop", "bfloat16")
+    assert verdict.status == "inexact"
+    assert 1e-2 < verdict.rel_err < 5e-2
+    assert "over the bfloat16 bound" in verdict.message
+
+
+@pytest.mark.parametrize("name", ["torch_fold", "torch_index_add", "torch_shift_then_sum"])
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_added_torch_strategies_sum_half_types_wider(name, dtype):
+    verdict = _verdict(name, dtype)
+    assert verdict.status == "ok", verdict.message
+    assert verdict.rel_err < 5e-3
+
+
+def test_torch_fold_keeps_its_dtype_and_float32_path():
+    strat = get_operator("dispersion").strategies["torch_fold"]
+    for dtype in (torch.bfloat16, torch.float32):
+        x = torch.ones(1, 3, 2, 4, dtype=dtype)
+        out = strat.prepare({"x": x, "mask": torch.ones(2, 4, dtype=dtype)}, dict(B=1, C=3, H=2, W=4, S=1))()
+        assert out.dtype == dtype and out.shape == (1, 1, 2, 6)

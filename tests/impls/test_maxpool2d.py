@@ -64,3 +64,75 @@ def test_bytes_formula():
 def test_k_larger_than_plane_is_rejected():
     with pytest.raises(ValueError, match="k=5 is larger than the plane 4x4"):
         get_operator("maxpool2d").validate(dict(N=1, C=1, H=4, W=4, k=5))
+
+
+# ------------------------------------------------ signed zeros (issue 13, class 3)
+def _windows(x, k):
+    N, C, H, W = x.shape
+    h, w = H // k, W // k
+    return (x[:, :, :h * k, :w * k].reshape(N, C, h, k, w, k).transpose(0, 1, 2, 4, 3, 5)
+            .reshape(N, C, h, w, k * k))
+
+
+@pytest.mark.parametrize("params", [p for p in maxpool2d.check_cases() if p["k"] > 1 and p["H"] * p["W"] > p["k"] ** 2],
+                         ids=lambda p: "x".join(str(v) for v in p.values()))
+def test_adversarial_inputs_tie_zeros_of_both_signs_in_both_orders(params):
+    """Windows whose maximum is zero with -0.0 first and +0.0 later, and the
+    reverse: the first maximum's own bits are the answer (SPEC 1.1)."""
+    x = maxpool2d.generate(params, "adversarial", 0)["x"]
+    windows = _windows(x, params["k"]).reshape(-1, params["k"] ** 2)
+    zero_max = windows[(np.nanmax(np.where(np.isnan(windows), -np.inf, windows), axis=1) == 0)
+                       & ~np.isnan(windows).any(axis=1)]
+    first_zero = np.array([row[row == 0][0] for row in zero_max])
+    mixed = np.array([np.signbit(row[row == 0]).any() and (~np.signbit(row[row == 0])).any() for row in zero_max])
+    assert (mixed & np.signbit(first_zero)).any(), "no window with -0.0 first and +0.0 later"
+    assert (mixed & ~np.signbit(first_zero)).any(), "no window with +0.0 first and -0.0 later"
+
+
+def test_oracle_keeps_the_first_zeros_sign():
+    x = np.array([[-0.0, 0.0, 0.0, -0.0], [-1.0, -1.0, -1.0, -1.0]])[None, None]
+    values, indices = maxpool2d.oracle({"x": x}, {"k": 2})
+    assert np.signbit(values[0, 0, 0, 0]) and not np.signbit(values[0, 0, 0, 1])
+    np.testing.assert_array_equal(indices, [[[[0, 2]]]])
+
+
+@pytest.mark.parametrize("name", ["seed_loops", "seed_reshape_max"])
+def test_numpy_max_seeds_are_reported_for_the_sign_of_zero(name):
+    """The seeds keep numpy's ``max``, which returns the later zero: the
+    compare says so in words (the check then names the known defect)."""
+    from harness.check import reference
+
+    strat = get_operator("maxpool2d").strategies[name]
+    params = dict(N=2, C=3, H=8, W=8, k=2)
+    ref = reference("maxpool2d", params, "float32", "adversarial", 0)
+    out = strat.prepare(get_operator("maxpool2d").to_backend(ref.inputs, "numpy", "cpu", "float32"), params)()
+    verdict = maxpool2d.compare(out, ref.expected, ref.inputs, "float32", strat)
+    assert verdict.status == "mismatch"
+    assert verdict.differences == {"zero-sign"}
+    assert "values: sign of zero differs at" in verdict.message
+    assert "(got +0.0, expected -0.0)" in verdict.message or "(got -0.0, expected +0.0)" in verdict.message
+
+
+# --------------------------------------- all -inf windows everywhere (class 4)
+@pytest.mark.parametrize("params", maxpool2d.check_cases(), ids=lambda p: "x".join(str(v) for v in p.values()))
+def test_all_neg_inf_windows_away_from_the_origin(params):
+    """Where the plane has more than one window, some all -inf windows are not
+    at (0, 0): in the middle, on the last row or the last column, each to
+    yield its own first element's index (never 0)."""
+    k = params["k"]
+    h, w = params["H"] // k, params["W"] // k
+    x = maxpool2d.generate(params, "adversarial", 0)["x"]
+    values, indices = maxpool2d.oracle({"x": x}, params)
+    where = [tuple(int(v) for v in p[2:]) for p in np.argwhere(np.isneginf(values))]
+    if h * w == 1:
+        return  # one window per plane: only the origin exists
+    away = [p for p in where if p != (0, 0)]
+    assert away, f"every all -inf window is at the origin: {where}"
+    if h > 2 and w > 2:
+        assert any(0 < i < h - 1 and 0 < j < w - 1 for i, j in away), f"none inside the plane: {where}"
+    if h > 1:
+        assert any(i == h - 1 for i, _ in away), f"none on the last row: {where}"
+    if w > 1:
+        assert any(j == w - 1 for _, j in away), f"none on the last column: {where}"
+    neg = np.isneginf(values)
+    assert (indices[neg] != 0).any()

@@ -109,3 +109,120 @@ def test_round_trip_every_pool_unpool_pairing(mode):
             assert out.shape == x.shape, (pool.name, unpool.name)
             assert np.array_equal(out, expected, equal_nan=True), (pool.name, unpool.name)
             assert np.count_nonzero(out != 0) <= values.size
+
+
+# ------------------------------------- the unpool precondition (issue 13, class 6)
+def scattered_cases():
+    extras = get_operator("maxunpool").extra_checks()
+    return [extra for extra in extras if "scattered" in extra["modes"]]
+
+
+def test_scattered_positions_are_distinct_in_range_and_mostly_outside_their_windows():
+    assert scattered_cases(), "maxunpool has no check case with positions outside their windows"
+    for extra in scattered_cases():
+        params = extra["params"]
+        inputs = maxunpool.generate(params, "scattered", 0)
+        pooled, out_shape = maxunpool.shapes(params)
+        positions = inputs["positions"].reshape(pooled[0] * pooled[1], -1)
+        P = int(np.prod(out_shape[2:]))
+        assert inputs["values"].shape == pooled and inputs["positions"].shape == pooled
+        assert ((positions >= 0) & (positions < P)).all()
+        assert all(len(set(row)) == len(row) for row in positions.tolist())
+        # in its own window/bin: what maxpool2d could have produced
+        if params["form"] == "1d":
+            own = positions // params["f"] == np.arange(params["L"])
+        else:
+            k, W, w = params["k"], params["W"], params["W"] // params["k"]
+            slot = np.arange(positions.shape[1])
+            own = ((positions // W) // k == slot // w) & ((positions % W) // k == slot % w) & (positions % W < w * k)
+        assert (~own).mean() > 0.5
+        assert np.signbit(inputs["values"][inputs["values"] == 0]).any()  # -0.0 among the values
+
+
+def test_gather_formulation_declares_the_precondition_and_list_shows_it():
+    from rich.console import Console
+
+    from harness.tables import strategies_table
+
+    strategies = get_operator("maxunpool").strategies
+    assert strategies["triton_gather"].requires == (maxunpool.POSITIONS_IN_WINDOW,)
+    # every scatter formulation handles any distinct positions: it declares nothing
+    assert [s.name for s in strategies.values() if s.requires] == ["triton_gather"]
+    console = Console(width=250, record=True)
+    console.print(strategies_table(strategies.values()))
+    text = console.export_text()
+    assert "requires" in text and "positions-in-window" in text
+
+
+def test_the_gather_formulation_really_misses_scattered_positions():
+    """Why it declares the precondition: a position outside its own window is
+    silently not written."""
+    strat = get_operator("maxunpool").strategies["triton_gather"]
+    if strat.available() or not strat.runs_on("cpu"):
+        pytest.skip("triton under the interpreter is not available")
+    from harness.check import check_strategy, reference
+
+    params = scattered_cases()[0]["params"]
+    verdict = check_strategy(strat, params, "float32", "cpu", reference("maxunpool", params, "float32", "scattered", 0))
+    assert verdict.status == "mismatch"
+
+
+def test_check_plan_keeps_declared_strategies_out_of_scattered_cases_only():
+    from harness.check import check_plan
+    from harness.config import Case
+
+    class Config:
+        class check:
+            max_elements = 0
+
+    cases = [Case(op="maxunpool", strategy=name, device="cpu", dtype="float32",
+                  params=tuple(sorted(dict(form="1d", B=2, F=3, L=4, f=5).items())))
+             for name in ("triton_gather", "triton_scatter", "numpy_put_along_axis")]
+    items = check_plan(Config, cases)
+    modes = {name: {i.mode for i in items if i.strategy.name == name} for name in
+             ("triton_gather", "triton_scatter", "numpy_put_along_axis")}
+    assert modes["triton_gather"] == {"random", "adversarial"}
+    assert modes["triton_scatter"] == modes["numpy_put_along_axis"] == {"random", "adversarial", "scattered"}
+
+
+# ------------------------------------ CUDA's 32-bit unpool indexing (issue 13, class 1)
+class FakeCudaTensor:
+    """Stands in for a CUDA tensor (none is needed): prepare must refuse the
+    case from its parameters and device alone, before touching the data."""
+
+    @property
+    def device(self):
+        import torch
+
+        return torch.device("cuda")
+
+    def __getattr__(self, name):
+        raise AssertionError(f"prepare touched the tensor ({name}) before refusing the case")
+
+
+@pytest.mark.parametrize("name", ["torch_max_unpool2d", "torch_max_unpool1d"])
+@pytest.mark.parametrize("params", [dict(form="1d", B=64, F=64, L=2**17, f=5),  # 2**32.3 outputs
+                                    dict(form="1d", B=1, F=1, L=2**29, f=4),  # one row of 2**31
+                                    dict(form="2d", N=8, C=64, H=2048, W=2048, k=2)],
+                         ids=["1d-many-rows", "1d-one-row", "2d"])
+def test_torch_unpool_builtins_refuse_2_31_elements_on_cuda_before_launching(name, params):
+    strat = get_operator("maxunpool").strategies[name]
+    if name == "torch_max_unpool1d" and params["form"] == "2d":
+        pytest.skip("max_unpool1d takes the 1-D form only")
+    with pytest.raises(NotApplicable, match="2\\*\\*31"):
+        strat.prepare({"values": FakeCudaTensor(), "positions": FakeCudaTensor()}, params)
+
+
+@pytest.mark.parametrize("name", ["torch_max_unpool2d", "torch_max_unpool1d"])
+def test_torch_unpool_builtins_accept_large_cases_off_cuda_and_small_ones_on_it(name):
+    import torch
+
+    strat = get_operator("maxunpool").strategies[name]
+    big = dict(form="1d", B=64, F=64, L=2**17, f=5)
+    meta = {"values": torch.empty(64, 64, 2**17, device="meta"),
+            "positions": torch.empty(64, 64, 2**17, dtype=torch.int64, device="meta")}
+    assert callable(strat.prepare(meta, big))  # prepared, not run: no memory is touched
+    small = dict(form="1d", B=2, F=3, L=4, f=5)
+    assert maxunpool.refuse_cuda_int32_overflow(torch.device("cuda"), small, name) is None
+    edge = dict(form="1d", B=1, F=1, L=2**31 - 1, f=1)
+    assert maxunpool.refuse_cuda_int32_overflow(torch.device("cuda"), edge, name) is None

@@ -1,0 +1,146 @@
+"""Known upstream defects (SPEC 2, "Upstream defects").
+
+Where a library's own code breaks the contract, the suite keeps reporting it:
+the check's verdict becomes ``upstream-defect`` instead of ``mismatch``, with
+the defect named in its message, and it does not fail the run's exit status.
+A defect excuses a mismatch only when everything about it fits the record:
+the strategy, the installed library version, the device, dtype, layout and
+mode, and *every* kind of difference the comparison found (``Verdict.
+differences``). Any other difference in the same output, or a mismatch of the
+same strategy elsewhere, still fails.
+
+Add a record here only with a reproduction that shows the library itself
+(not our call of it) breaking the contract.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Mapping
+
+from impls import common
+
+
+@dataclass(frozen=True)
+class Condition:
+    """Where a defect shows. Empty tuples mean any."""
+
+    differences: frozenset  # every difference of the mismatch is one of these kinds (impls.common)
+    devices: tuple[str, ...] = ()
+    dtypes: tuple[str, ...] = ()
+    layouts: tuple[str, ...] = ()
+    modes: tuple[str, ...] = ()
+
+    def holds(self, differences, *, device: str, dtype: str, layout: str, mode: str) -> bool:
+        return (bool(differences) and set(differences) <= set(self.differences)
+                and all(not allowed or value in allowed
+                        for allowed, value in ((self.devices, device), (self.dtypes, dtype),
+                                               (self.layouts, layout), (self.modes, mode))))
+
+    def __str__(self) -> str:
+        parts = [f"{name} in {', '.join(allowed)}" for name, allowed in
+                 (("device", self.devices), ("dtype", self.dtypes), ("layout", self.layouts),
+                  ("mode", self.modes)) if allowed]
+        parts.append("every difference is " + " or ".join(sorted(self.differences)))
+        return "; ".join(parts)
+
+
+@dataclass(frozen=True)
+class KnownDefect:
+    id: str
+    strategy: str  # "op/name"
+    library: str  # distribution name, as importlib.metadata knows it
+    versions: str  # PEP 440 specifier set of the affected versions ("" = every version)
+    condition: Condition
+    description: str  # one line
+    reproduction: str  # a minimal snippet that shows it
+    reference: str = ""  # upstream issue or source line, where known
+
+    def affects(self, version: str | None) -> bool:
+        if version is None:
+            return False
+        from packaging.specifiers import SpecifierSet
+        from packaging.version import InvalidVersion, Version
+
+        try:
+            return SpecifierSet(self.versions).contains(Version(version), prereleases=True)
+        except InvalidVersion:
+            return False
+
+    def summary(self, version: str | None = None) -> str:
+        installed = f" {version}" if version else ""
+        return f"known upstream defect {self.id} ({self.library}{installed}): {self.description}"
+
+
+_NUMPY_MAX_ZERO_SIGN = """\
+import numpy as np
+window = np.array([[-0.0, 0.0], [-1.0, -1.0]], dtype=np.float32)
+print(window.max())                       # 0.0: the later zero's sign
+print(window.flat[window.argmax()])       # -0.0: the first maximum, as SPEC 1.1 asks
+"""
+
+_TORCH_CUDA_NHWC_NEG_INF = """\
+import torch, torch.nn.functional as F
+x = torch.zeros(1, 1, 4, 4, device="cuda")
+x[..., 2:, 2:] = float("-inf")           # the window at (1, 1) is all -inf
+for fmt in (torch.contiguous_format, torch.channels_last):
+    v, i = F.max_pool2d(x.contiguous(memory_format=fmt), 2, return_indices=True)
+    print(fmt, i[0, 0, 1, 1].item())     # contiguous: 10; channels_last: 0 (outside the window)
+"""
+
+DEFECTS: tuple[KnownDefect, ...] = tuple(
+    KnownDefect(
+        id="numpy-max-zero-sign", strategy=key, library="numpy", versions=">=1.0",
+        condition=Condition(differences=frozenset({common.ZERO_SIGN})),
+        description="ndarray.max keeps no particular one of equal elements: over -0.0 and +0.0 "
+                    "(SIMD float32/float64 loops) it returns the later zero's sign, not the first maximum's",
+        reproduction=_NUMPY_MAX_ZERO_SIGN,
+        reference="seen with numpy 2.4.6; numpy documents NaN propagation for max, no rule for which "
+                  "of equal elements it returns")
+    for key in ("maxpool2d/seed_loops", "maxpool2d/seed_reshape_max")
+) + (
+    KnownDefect(
+        id="torch-cuda-nhwc-maxpool-neg-inf-index", strategy="maxpool2d/torch_max_pool2d_indices",
+        library="torch", versions=">=1.0",
+        condition=Condition(differences=frozenset({common.NEG_INF_WINDOW_INDEX_0}),
+                            devices=("cuda",), layouts=("channels_last",)),
+        description="on CUDA, max_pool2d(return_indices=True) on a channels-last tensor returns index 0 "
+                    "for a window of all -inf (outside the window); contiguous tensors and the CPU are right",
+        reproduction=_TORCH_CUDA_NHWC_NEG_INF,
+        reference="aten/src/ATen/native/cuda/DilatedMaxPool2d.cu, the NHWC forward kernel"),
+)
+
+
+@lru_cache(maxsize=None)
+def installed_version(library: str) -> str | None:
+    from importlib import metadata
+
+    try:
+        return metadata.version(library)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def installed_versions() -> dict[str, str | None]:
+    """The installed version of every library a listed defect names."""
+    return {defect.library: installed_version(defect.library) for defect in DEFECTS}
+
+
+def match(strategy, verdict, *, device: str, dtype: str, layout: str, mode: str,
+          versions: Mapping[str, str | None]) -> KnownDefect | None:
+    """The listed defect that explains this mismatch, or None.
+
+    ``strategy``: a Strategy or its key "op/name". Only a ``mismatch`` whose
+    every kind of difference the defect lists can be explained, and only for
+    the strategy, device, dtype, layout, mode and library versions it names.
+    """
+    if verdict.status != "mismatch" or not verdict.differences:
+        return None
+    key = getattr(strategy, "key", strategy)
+    for defect in DEFECTS:
+        if (defect.strategy == key and defect.affects(versions.get(defect.library))
+                and defect.condition.holds(verdict.differences, device=device, dtype=dtype,
+                                           layout=layout, mode=mode)):
+            return defect
+    return None
