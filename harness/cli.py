@@ -109,8 +109,9 @@ def cmd_check(args) -> int:
          arg("--isolate", action="store_true", help="each case in its own process (survives crashes)"),
          OP, STRATEGY,
          arg("--report", action="store_true", help="write DIR/report when done"),
-         arg("--grid", action="store_true", help="print the compact strategies × sizes grid instead of "
-                                                 "one table per case"),
+         arg("--tables", action="store_true", help="print one table per case (strategy, status, median, IQR, "
+                                                   "GB/s, % of ceiling, speedup) instead of the compact grid"),
+         arg("--grid", action="store_true", help="the compact strategies × sizes grid (the default)"),
          NO_PROGRESS)
 def cmd_run(args) -> int:
     from harness import store, sweep
@@ -152,7 +153,7 @@ def cmd_run(args) -> int:
         raise ResultError(f"{plan.out_dir}: {outcome.disk_full}; stopped with {outcome.cases_on_disk} cases "
                           f"safely on disk; free space and continue with: {resume_hint}")
     rows = store.read_rows(plan.out_dir)
-    for renderable in run_summary(rows, grid=args.grid):
+    for renderable in run_summary(rows, grid=not args.tables):
         console().print(renderable)
     counts = rows["status"].value_counts().to_dict()
     print(f"results: {plan.out_dir}  ({', '.join(f'{n} {s}' for s, n in counts.items())})")

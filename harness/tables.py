@@ -31,9 +31,13 @@ UNSTABLE_MARK = "!"
 
 
 def console(stderr: bool = False, **kwargs) -> Console:
-    """A console that stays wide when writing to a file or a CI log."""
+    """A console as wide as $COLUMNS says, else the terminal, else 180
+    columns when writing to a file or a CI log."""
+    import os
+
     stream = sys.stderr if stderr else sys.stdout
-    width = None if stream.isatty() else 180
+    columns = os.environ.get("COLUMNS", "")
+    width = int(columns) if columns.isdigit() and int(columns) > 0 else (None if stream.isatty() else 180)
     return Console(stderr=stderr, width=width, **kwargs)
 
 
@@ -74,6 +78,25 @@ def with_speedups(rows: pd.DataFrame) -> pd.DataFrame:
     return rows
 
 
+# The built-in cross-check (SPEC 3): our device timer against an independent one.
+XCHECK_TOLERANCE = 0.05
+
+
+def timers_disagree(row) -> str:
+    """A note when the independent timer (``xcheck_s``, CUDA: triton's
+    do_bench) disagrees with the suite's median by more than 5 %."""
+    ours, theirs = row.get("median_s", math.nan), row.get("xcheck_s", math.nan)
+    try:
+        if not (math.isfinite(ours) and math.isfinite(theirs) and theirs > 0):
+            return ""
+    except TypeError:
+        return ""
+    if abs(ours / theirs - 1) <= XCHECK_TOLERANCE:
+        return ""
+    return (f"timers disagree: median {fmt_time(ours)}, triton.testing.do_bench {fmt_time(theirs)} "
+            f"({100 * (ours / theirs - 1):+.0f} %)")
+
+
 def _iqr_text(row) -> str:
     rel = stats.rel_iqr(row["iqr_s"], row["median_s"])
     if not math.isfinite(rel):
@@ -107,6 +130,9 @@ def case_tables(rows: pd.DataFrame) -> list:
                           fmt_num(r["pct_of_ceiling"], 3), fmt_ratio(r["speedup"]))
             if r["message"] and r["status"] != OK:
                 notes.append(f"{r['strategy']}: {str(r['message'])[:200]}")
+            disagreement = timers_disagree(r)
+            if disagreement:
+                notes.append(f"{r['strategy']}: {disagreement}")
         out.append(table)
         if notes:
             out.append(Text("\n".join(notes), style="dim"))
@@ -166,8 +192,17 @@ def grid_tables(rows: pd.DataFrame) -> list:
     return out
 
 
-def run_summary(rows: pd.DataFrame, grid: bool = False) -> list:
+def run_summary(rows: pd.DataFrame, grid: bool = True) -> list:
     renderables = grid_tables(rows) if grid else case_tables(rows)
+    disagreeing = [r for _, r in rows.iterrows() if timers_disagree(r)]
+    if grid and disagreeing:
+        renderables.append(Text("\n".join(f"{r['op']}/{r['strategy']} {params_label(r['params'])}: "
+                                          f"{timers_disagree(r)}" for r in disagreeing), style="yellow"))
+    failed = rows[~rows["status"].isin(CORRECT)] if len(rows) else rows
+    if grid and len(failed):
+        renderables.append(Text("\n".join(f"{r['op']}/{r['strategy']} {r['device']} {r['dtype']} "
+                                          f"{params_label(r['params'])}: {r['status']}: {str(r['message'])[:160]}"
+                                          for _, r in failed.iterrows()), style="dim"))
     unstable = rows[rows.apply(lambda r: stats.is_unstable(r["iqr_s"], r["median_s"]), axis=1)] \
         if len(rows) else rows
     if len(unstable):

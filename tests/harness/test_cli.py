@@ -40,7 +40,7 @@ def test_check_passes_and_prints_a_table(tiny_config):
 
 def test_run_writes_every_spec_column_and_a_summary(tiny_config, tmp_path):
     out = tmp_path / "run"
-    result = scatterbench("run", tiny_config(TINY), "-o", out, "--no-progress", "--report")
+    result = scatterbench("run", tiny_config(TINY), "-o", out, "--no-progress", "--report", "--tables")
     assert result.returncode == 0, result.stderr
     assert "speedup over seed_loops" in result.stdout and "GB/s" in result.stdout
     rows = read_rows(out)
@@ -74,3 +74,18 @@ def test_run_refuses_to_overwrite_and_resumes(tiny_config, tmp_path):
     assert "1 cases done, 4 to run" in resumed.stderr
     rows = read_rows(out)
     assert len(rows) == 5 and rows["case_id"].is_unique
+
+
+def test_run_summary_is_a_grid_readable_at_80_columns(tiny_config, tmp_path):
+    """The default summary is the strategies x sizes grid; at 80 columns no
+    strategy name is cut."""
+    import os
+
+    result = scatterbench("run", tiny_config(TINY), "-o", tmp_path / "run", "--no-progress",
+                          env=dict(os.environ, COLUMNS="80"))
+    assert result.returncode == 0, result.stderr
+    table_lines = [line for line in result.stdout.splitlines() if line[:1] in "┏┃┡│└"]
+    assert table_lines and max(len(line) for line in table_lines) <= 80
+    for name in ("seed_reshape_argmax", "torch_max_pool2d_indices", "seed_loops", "torch_fold"):
+        assert name in result.stdout, name
+    assert "…" not in result.stdout

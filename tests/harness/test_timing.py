@@ -73,9 +73,41 @@ def test_cuda_timer_agrees_with_triton_do_bench():
 
     x = torch.randn(64, 32, 128, 128, device="cuda")
     fn = lambda: F.max_pool2d(x, 2, return_indices=True)  # noqa: E731
-    ours = np.median(timing.time_cuda(fn, Timing(min_samples=50, budget_s=0.5, warmup_s=0.1), timing.CudaFlush()))
+    from impls.backends import get_backend
+
+    torch_backend = get_backend("torch")
+    timed = timing.time_call(fn, torch_backend, "cuda", Timing(min_samples=50, budget_s=0.5, warmup_s=0.1),
+                             torch_backend.cache_flush("cuda"))
+    ours = np.median(timed.samples_s)
     theirs = triton.testing.do_bench(fn, warmup=100, rep=500, return_mode="median") / 1e3
     assert abs(ours - theirs) / theirs < 0.05
+    assert abs(timed.xcheck_s - theirs) / theirs < 0.05 and timed.host_s > 0
+
+
+def test_device_delay_covers_the_host_cost():
+    """The delay queued before each timed call is sized from the call's host
+    cost, so a slow host launch never leaves the device idle inside the event
+    pair; it is capped."""
+    assert timing.device_delay_s(300e-6) > 300e-6
+    assert timing.device_delay_s(10.0) == timing.DELAY_CAP_S
+
+
+def test_a_backend_without_events_is_timed_by_the_host_clock_with_its_synchronize():
+    calls = []
+
+    class Recorder:
+        name = "recorder"
+        device_delay = None
+
+        def events(self, device):
+            return None
+
+        def synchronize(self, device):
+            calls.append(device)
+
+    timed = timing.time_call(lambda: None, Recorder(), "cpu", Timing(min_samples=5, budget_s=0.001, warmup_s=0))
+    assert len(timed.samples_s) >= 5 and len(calls) >= len(timed.samples_s)
+    assert timed.host_s == np.median(timed.samples_s)
 
 
 def test_thread_settings_hold_once_all_are_applied():

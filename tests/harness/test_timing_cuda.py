@@ -1,0 +1,65 @@
+"""The CUDA timer counts device time only, whatever the host does (SPEC 3):
+strategies with a deliberately slow host launch, timed inside a real sweep of
+several cases, agree with triton.testing.do_bench of the same kernel without
+the slow host (within 5 %). Needs a GPU: `pytest -m cuda` (`make gpu`)."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from harness.store import read_rows
+
+PLUGINS = Path(__file__).parents[1] / "plugins"
+ROOT = Path(__file__).parents[2]
+
+SWEEP = """
+name: slow-host
+devices: [cuda]
+dtypes: [float32]
+timing: {min_samples: 50, budget_s: 0.3, warmup_s: 0.1}
+benchmarks:
+  - op: maxpool2d
+    strategies: [torch_max_pool2d_indices, slow_host_triton, triton_fused, slow_host_compiled,
+                 torch_compile_reshape_argmax]
+    params: {N: 64, C: 32, H: 128, W: 128, k: 2}
+  - op: dispersion
+    strategies: [triton_fused, seed_loop]
+    params: {B: 16, C: 28, H: 256, W: 256, S: 2}
+"""
+
+
+@pytest.mark.cuda
+def test_slow_host_launches_are_timed_as_their_kernels_in_a_sweep(tmp_path):
+    import torch
+    import triton.testing
+
+    from impls import kernels_triton
+    from impls.maxpool2d import torch_reshape_argmax_fn
+
+    config = tmp_path / "slow.yaml"
+    config.write_text(SWEEP)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(PLUGINS), str(ROOT)]),
+               SCATTERBENCH_PLUGINS="slow_host_plugin")
+    ran = subprocess.run([sys.executable, "-m", "harness", "run", str(config), "-o", str(tmp_path / "out"),
+                          "--no-progress"], capture_output=True, text=True, env=env, timeout=900)
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    rows = read_rows(tmp_path / "out").set_index("strategy")
+    maxpool = rows[rows["op"] == "maxpool2d"]
+    assert set(maxpool["status"]) == {"ok"}
+    x = torch.randn(64, 32, 128, 128, device="cuda")
+    kernel_s = {
+        "slow_host_triton": triton.testing.do_bench(lambda: kernels_triton.maxpool2d(x, 2),
+                                                    return_mode="median") / 1e3,
+        "slow_host_compiled": triton.testing.do_bench(torch.compile(lambda: torch_reshape_argmax_fn(x, 2)),
+                                                      return_mode="median") / 1e3,
+    }
+    for name, expected in kernel_s.items():
+        ours = float(maxpool.loc[name, "median_s"])
+        assert abs(ours - expected) / expected < 0.05, (name, ours, expected)
+        # the host cost is measured and reported beside it
+        assert float(maxpool.loc[name, "host_s"]) > 250e-6
+    # the cross-check column is filled on CUDA
+    assert maxpool["xcheck_s"].notna().all()
