@@ -110,7 +110,7 @@ def cmd_check(args) -> int:
          OP, STRATEGY,
          arg("--report", action="store_true", help="write DIR/report when done"),
          arg("--tables", action="store_true", help="print one table per case (strategy, status, median, IQR, "
-                                                   "GB/s, % of ceiling, speedup) instead of the compact grid"),
+                                                   "GB/s, %% of ceiling, speedup) instead of the compact grid"),
          arg("--grid", action="store_true", help="the compact strategies × sizes grid (the default)"),
          NO_PROGRESS)
 def cmd_run(args) -> int:

@@ -89,3 +89,18 @@ def test_run_summary_is_a_grid_readable_at_80_columns(tiny_config, tmp_path):
     for name in ("seed_reshape_argmax", "torch_max_pool2d_indices", "seed_loops", "torch_fold"):
         assert name in result.stdout, name
     assert "…" not in result.stdout
+
+
+def test_every_subcommand_has_help_and_no_internal_one_shows():
+    from harness.cli import COMMANDS, build_parser
+
+    top = scatterbench("--help")
+    assert top.returncode == 0 and "SUPPRESS" not in top.stdout and "_case" not in top.stdout
+    parser = build_parser()
+    for declared in COMMANDS:
+        assert declared.help, declared.name
+        result = scatterbench(declared.name, "--help")
+        assert result.returncode == 0, declared.name + result.stderr
+        for action in parser._subparsers._group_actions[0].choices[declared.name]._actions:
+            if action.dest not in ("help",):
+                assert action.help, f"{declared.name} {action.dest} has no help text"
