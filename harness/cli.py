@@ -176,6 +176,8 @@ def cmd_run(args) -> int:
                   "one present in a case is used)"),
          arg("--normalise", action="store_true",
              help="normalise each operator by its declared reference strategy (what `make regress` uses)"),
+         arg("--statistic", choices=("median", "p10"), default="median",
+             help="the typical time compared: the median, or the 10th percentile (steadier on a busy machine)"),
          arg("--format", choices=("table", "md", "json"), default="table", help="output format"),
          arg("-o", "--output", help="also write the Markdown (or JSON) to this file"))
 def cmd_compare(args) -> int:
@@ -211,7 +213,8 @@ def _rule(args):
 
     try:
         return regression.Rule(args.factor if args.factor is not None else regression.DEFAULT_FACTOR,
-                               args.alpha if args.alpha is not None else regression.DEFAULT_ALPHA)
+                               args.alpha if args.alpha is not None else regression.DEFAULT_ALPHA,
+                               getattr(args, "statistic", "median"))
     except ValueError as error:
         raise UsageError(str(error)) from None
 

@@ -101,8 +101,9 @@ def compare_dirs(base_dir, new_dir, rule: regression.Rule = regression.Rule(),
 
 
 def compare_runs(base_dir, new_dir, factor: float = regression.DEFAULT_FACTOR,
-                 alpha: float = regression.DEFAULT_ALPHA, relative_to: list[str] | None = None) -> pd.DataFrame:
-    return compare_dirs(base_dir, new_dir, regression.Rule(factor, alpha), relative_to).table
+                 alpha: float = regression.DEFAULT_ALPHA, relative_to: list[str] | None = None,
+                 statistic: str = "median") -> pd.DataFrame:
+    return compare_dirs(base_dir, new_dir, regression.Rule(factor, alpha, statistic), relative_to).table
 
 
 def compare_frames(base_rows, base_samples, new_rows, new_samples, rule=None, relative_to=None,

@@ -116,16 +116,19 @@ def test_real_runs_planted_slowdown_then_a_a(tmp_path):
     config = tmp_path / "spin.yaml"
     config.write_text(SPIN_CONFIG)
     base, slow, again = tmp_path / "base", tmp_path / "slow", tmp_path / "again"
-    for out, slowdown in ((base, 1.0), (slow, 1.3), (again, 1.0)):
+    for out, slowdown in ((base, 1.0), (slow, 1.5), (again, 1.0)):
         result = run_with_plugin(config, out, slowdown, "run")
         assert result.returncode == 0, result.stderr
-    flagged = regressed(compare_runs(base, slow))
+    # 10th percentiles: the spin is wall-clock time, and on a loaded machine a
+    # preempted call ends late in every run alike, which moves the medians.
+    flagged = regressed(compare_runs(base, slow, statistic="p10"))
     assert list(flagged["strategy"]) == ["spin_planted"]
-    assert len(regressed(compare_runs(base, again))) == 0
+    assert len(regressed(compare_runs(base, again, statistic="p10"))) == 0
     cli = subprocess.run([sys.executable, "-c",
                           f"import sys; sys.path.insert(0, {str(HERE)!r}); import impls, spin_plugin; "
                           "from harness.cli import main; sys.exit(main(sys.argv[1:]))",
-                          "compare", str(base), str(slow), "--format", "md"], capture_output=True, text=True)
+                          "compare", str(base), str(slow), "--format", "md", "--statistic", "p10"],
+                         capture_output=True, text=True)
     assert cli.returncode == 1 and "**regressed**" in cli.stdout
     same = subprocess.run([sys.executable, "-m", "harness", "compare", str(base), str(base)],
                           capture_output=True, text=True)
