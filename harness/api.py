@@ -87,7 +87,6 @@ class _MemoryWriter:
 
 
 def _figure(rows: pd.DataFrame, op: str):
-    import matplotlib
 
     import matplotlib.pyplot as plt
 

@@ -5,12 +5,10 @@ backends lives with the backends (impls/backends.py)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Mapping
 
 import numpy as np
 
 from impls.backends import to_numpy  # noqa: F401  (operator modules use common.to_numpy)
-from impls.status import INEXACT, MISMATCH, OK
 
 # SPEC 1.3: relative-error bounds per dtype.
 REL_TOL = {"float64": 1e-12, "float32": 1e-5, "float16": 1e-2, "bfloat16": 1e-2}

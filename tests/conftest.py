@@ -17,11 +17,20 @@ if not HAS_CUDA:
 from impls.registry import Strategy, get_operator  # noqa: E402
 
 
+# Checking a strategy that compiles (numba, Triton's interpreter, PyTensor,
+# torch.compile) takes seconds per case: such parametrisations are slow, and
+# `make test-fast` (pytest -m "not slow") leaves them to `make test`.
+COMPILING = ("numba_", "triton_", "pytensor_", "torch_compile_")
+
+
 def pytest_collection_modifyitems(config, items):
     skip = pytest.mark.skip(reason="needs a CUDA device")
     for item in items:
         if "cuda" in item.keywords and not HAS_CUDA:
             item.add_marker(skip)
+        parameters = item.nodeid.partition("[")[2]
+        if parameters and any(prefix in parameters for prefix in COMPILING):
+            item.add_marker(pytest.mark.slow)
 
 
 @pytest.fixture

@@ -1,6 +1,9 @@
+import pytest
 import subprocess
 import sys
 from pathlib import Path
+
+pytestmark = pytest.mark.slow  # subprocesses, sweeps or compiles: `make test` runs them, `make test-fast` does not
 
 ROOT = Path(__file__).parents[1]
 

@@ -16,6 +16,8 @@ import pytest
 from harness import store, timing
 from harness.config import Case, parse_config
 
+pytestmark = pytest.mark.slow  # subprocesses, sweeps or compiles: `make test` runs them, `make test-fast` does not
+
 ROOT = Path(__file__).parents[1]
 PLUGINS = Path(__file__).parent / "plugins"
 

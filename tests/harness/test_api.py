@@ -2,7 +2,11 @@
 
 import json
 
+import pytest
+
 import scatterbench
+
+pytestmark = pytest.mark.slow  # subprocesses, sweeps or compiles: `make test` runs them, `make test-fast` does not
 
 
 def test_bench_checks_times_and_plots_a_sweep():

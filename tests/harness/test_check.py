@@ -220,6 +220,7 @@ def test_plan_lists_each_half_case_once_whatever_the_config_dtypes():
     assert len(half) == len(set(half)) > 0
 
 
+@pytest.mark.slow
 def test_check_cli_reports_upstream_defects_without_failing(tiny_config):
     import subprocess
     import sys

@@ -3,6 +3,8 @@
 import subprocess
 import sys
 
+import pytest
+
 from harness.store import read_meta, read_rows, read_samples
 
 TINY = """
@@ -24,6 +26,7 @@ def scatterbench(*args, **kwargs):
                           **kwargs)
 
 
+@pytest.mark.slow
 def test_list_filters_by_op_and_device():
     result = scatterbench("list", "--op", "maxunpool", "--device", "cpu")
     assert result.returncode == 0
@@ -32,12 +35,14 @@ def test_list_filters_by_op_and_device():
     assert bad.returncode == 2 and "unknown operator 'nope'" in bad.stderr
 
 
+@pytest.mark.slow
 def test_check_passes_and_prints_a_table(tiny_config):
     result = scatterbench("check", tiny_config(TINY), "--no-progress")
     assert result.returncode == 0, result.stdout + result.stderr
     assert "seed_reshape_argmax" in result.stdout and "0 failed" in result.stdout
 
 
+@pytest.mark.slow
 def test_run_writes_every_spec_column_and_a_summary(tiny_config, tmp_path):
     out = tmp_path / "run"
     result = scatterbench("run", tiny_config(TINY), "-o", out, "--no-progress", "--report", "--tables")
@@ -63,6 +68,7 @@ def test_run_writes_every_spec_column_and_a_summary(tiny_config, tmp_path):
     assert (out / "report" / "report.html").exists()
 
 
+@pytest.mark.slow
 def test_run_refuses_to_overwrite_and_resumes(tiny_config, tmp_path):
     out = tmp_path / "run"
     config = tiny_config(TINY)
@@ -76,6 +82,7 @@ def test_run_refuses_to_overwrite_and_resumes(tiny_config, tmp_path):
     assert len(rows) == 5 and rows["case_id"].is_unique
 
 
+@pytest.mark.slow
 def test_run_summary_is_a_grid_readable_at_80_columns(tiny_config, tmp_path):
     """The default summary is the strategies x sizes grid; at 80 columns no
     strategy name is cut."""

@@ -112,6 +112,7 @@ def test_markdown_escapes_hostile_names():
     assert not re.search(r"(?<!\\)<", text) and "\\<img" in text
 
 
+@pytest.mark.slow
 def test_real_runs_planted_slowdown_then_a_a(tmp_path):
     config = tmp_path / "spin.yaml"
     config.write_text(SPIN_CONFIG)
@@ -138,6 +139,7 @@ def test_real_runs_planted_slowdown_then_a_a(tmp_path):
     assert bad.returncode == 2 and "no such directory" in bad.stderr
 
 
+@pytest.mark.slow
 def test_shards_merge_back_into_the_whole_sweep(tmp_path, tiny_config):
     config = tiny_config("""
 timing: {min_samples: 5, budget_s: 0.01, warmup_s: 0}

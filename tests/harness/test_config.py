@@ -86,6 +86,7 @@ def test_every_shipped_config_is_valid():
         assert expand(config), path
 
 
+@pytest.mark.slow
 def test_cli_config_error_exits_2_without_traceback(tiny_config):
     path = tiny_config("benchmarks: [{op: maxpool2d, params: {N: 1, C: 1, H: 4, W: 4, k: 0}}]")
     result = subprocess.run([sys.executable, "-m", "harness", "run", str(path)], capture_output=True, text=True)

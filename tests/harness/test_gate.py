@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.slow  # subprocesses, sweeps or compiles: `make test` runs them, `make test-fast` does not
+
 PLUGINS = Path(__file__).parents[1] / "plugins"
 ROOT = Path(__file__).parents[2]
 

@@ -16,6 +16,8 @@ from harness import cli
 from harness.config import ConfigError, parse_config
 from harness.store import read_meta, read_rows
 
+pytestmark = pytest.mark.slow  # subprocesses, sweeps or compiles: `make test` runs them, `make test-fast` does not
+
 HERE = Path(__file__).parent
 
 

@@ -110,6 +110,7 @@ def test_a_backend_without_events_is_timed_by_the_host_clock_with_its_synchroniz
     assert timed.host_s == np.median(timed.samples_s)
 
 
+@pytest.mark.slow
 def test_thread_settings_hold_once_all_are_applied():
     """numba's threading layer used to reset torch's thread count after it was
     set: the run then recorded torch=1 while torch ran on every core."""

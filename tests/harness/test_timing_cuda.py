@@ -12,6 +12,8 @@ import pytest
 
 from harness.store import read_rows
 
+pytestmark = pytest.mark.slow  # subprocesses, sweeps or compiles: `make test` runs them, `make test-fast` does not
+
 PLUGINS = Path(__file__).parents[1] / "plugins"
 ROOT = Path(__file__).parents[2]
 

@@ -36,6 +36,7 @@ FORWARD = impls.all_strategies("dispersion", "cpu")
 INVERSE = impls.all_strategies("dispersion_pinv", "cpu")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 def test_identity_for_every_pairing(dtype):
     """dispersion(dispersion_pinv(y)) == y for y in the range of dispersion (the seed's MAE test)."""

@@ -39,6 +39,8 @@ from triton.runtime.jit import JITFunction, native_specialize_impl  # noqa: E402
 
 from impls import kernels_triton  # noqa: E402
 
+pytestmark = pytest.mark.slow  # subprocesses, sweeps or compiles: `make test` runs them, `make test-fast` does not
+
 HOPPER, AMPERE = GPUTarget("cuda", 90, 32), GPUTarget("cuda", 80, 32)
 DTYPES = [torch.float32, torch.float16, torch.bfloat16]
 INT32_MAX = 2**31 - 1

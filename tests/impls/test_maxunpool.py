@@ -81,6 +81,7 @@ POOL_WITH_INDICES = [s for s in impls.all_strategies("maxpool2d", "cpu") if s.re
 UNPOOL = impls.all_strategies("maxunpool", "cpu")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", ["random", "adversarial"])
 def test_round_trip_every_pool_unpool_pairing(mode):
     """unpool(pool(x)) keeps exactly the window maxima at their positions, zeros elsewhere."""
