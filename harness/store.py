@@ -6,7 +6,9 @@ appends its samples line and then its row, each as one write, flushed and
 fsynced. A row is the mark that a case finished; a last line without its
 newline is a case cut off mid-write and is ignored (``--resume`` redoes it).
 One process writes a directory at a time: the writer holds an exclusive lock
-on ``DIR/.lock`` while it is open.
+on ``DIR/.lock`` while it is open, and a second writer is refused naming the
+holder's pid. ``--resume`` first reads the run back (a damaged file is an
+error naming it), and drops samples of a case whose row never came.
 
 The schema survives change, as asv's does: ``meta.json`` carries
 ``schema_version``; reading needs only the key columns, fills a missing
@@ -33,6 +35,7 @@ from impls.status import STATUSES
 
 SCHEMA_VERSION = 2
 META, ROWS, SAMPLES, LOCK = "meta.json", "rows.csv", "samples.jsonl", ".lock"
+PROBE = ".write-probe-"
 
 # A row cannot be read without these.
 KEY_COLUMNS = ("run_id", "case_id", "op", "strategy", "device", "dtype", "params", "status")
@@ -81,10 +84,10 @@ def describe_os_error(error: OSError, path) -> str:
     return reason.get(error.errno, error.strerror or str(error))
 
 
-def prepare_output_dir(directory: Path, resuming: bool = False) -> Path:
-    """Makes sure a run can write ``directory`` before anything is measured:
-    it is created if missing, a probe file is written and removed. A new run
-    only writes into an empty directory; ``resuming`` one must hold a run."""
+def writable_dir(directory: Path, what: str = "results") -> Path:
+    """``directory``, created if missing, once a probe file could be written
+    and fsynced there (and removed): an output that cannot be written is one
+    line naming it and why, before any work. For every command's ``-o``."""
     directory = Path(directory)
     if directory.exists() and not directory.is_dir():
         raise ResultError(f"{directory}: exists and is not a directory")
@@ -93,22 +96,14 @@ def prepare_output_dir(directory: Path, resuming: bool = False) -> Path:
     except OSError as error:
         raise ResultError(f"{directory}: cannot create the output directory ({describe_os_error(error, directory)})") \
             from None
-    if not resuming:
-        present = [entry.name for entry in directory.iterdir() if entry.name != LOCK]
-        if (directory / META).exists():
-            raise ResultError(f"{directory}: already holds a run; use --resume {directory} or another -o")
-        if present:
-            raise ResultError(f"{directory}: not empty ({', '.join(sorted(present)[:3])}"
-                              f"{', ...' if len(present) > 3 else ''}) and holds no run to resume; "
-                              f"a run writes only into an empty directory")
-    probe = directory / ".write-probe"
+    probe = directory / f"{PROBE}{os.getpid()}"  # one per process: two runs started together see neither
     try:
         with open(probe, "w") as handle:
             handle.write("x" * 4096)
             handle.flush()
             os.fsync(handle.fileno())
     except OSError as error:
-        raise ResultError(f"{directory}: cannot write results there ({describe_os_error(error, directory)})") \
+        raise ResultError(f"{directory}: cannot write {what} there ({describe_os_error(error, directory)})") \
             from None
     finally:
         try:
@@ -116,6 +111,78 @@ def prepare_output_dir(directory: Path, resuming: bool = False) -> Path:
         except OSError:
             pass
     return directory
+
+
+def prepare_output_dir(directory: Path, resuming: bool = False) -> Path:
+    """Makes sure a run can write ``directory`` before anything is measured
+    (``writable_dir``). A new run only writes into an empty directory;
+    ``resuming`` one must hold a run that reads back, and nobody may be
+    writing it (the holder's pid is named)."""
+    directory = Path(directory)
+    if directory.exists() and not directory.is_dir():
+        raise ResultError(f"{directory}: exists and is not a directory")
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise ResultError(f"{directory}: cannot create the output directory ({describe_os_error(error, directory)})") \
+            from None
+    if resuming:
+        holder = lock_holder(directory)
+        if holder is not None:
+            raise ResultError(_busy(directory, holder))
+        # Appending to a run that cannot be read back would bury the damage under new rows.
+        read_rows(directory)
+        read_samples(directory)
+    else:
+        # The lock, write probes, and a first metadata write cut short are no run.
+        present = [entry.name for entry in directory.iterdir()
+                   if entry.name not in (LOCK, META + ".tmp") and not entry.name.startswith(PROBE)]
+        # A writer takes the lock before it writes anything: whoever is writing is named.
+        holder = lock_holder(directory) if present else None
+        if holder is not None:
+            raise ResultError(_busy(directory, holder))
+        if (directory / META).exists():
+            raise ResultError(f"{directory}: already holds a run; use --resume {directory} or another -o")
+        if present:
+            raise ResultError(f"{directory}: not empty ({', '.join(sorted(present)[:3])}"
+                              f"{', ...' if len(present) > 3 else ''}) and holds no run to resume; "
+                              f"a run writes only into an empty directory")
+    return writable_dir(directory)
+
+
+def _busy(directory, holder: str) -> str:
+    return (f"{directory}: another scatterbench process (pid {holder}) is writing this directory; "
+            f"wait for it or use another -o")
+
+
+def lock_holder(directory: Path) -> str | None:
+    """The pid of the process holding ``DIR/.lock``, or None when nobody holds
+    it. Looks the lock up in /proc/locks instead of trying to take it (a probe
+    that took the lock, even briefly, could make the real writer fail)."""
+    path = Path(directory) / LOCK
+    try:
+        info = path.stat()
+        with open("/proc/locks") as handle:
+            table = handle.read()
+    except OSError:  # no lock file, or not Linux: the writer's own lock attempt decides
+        return None
+    for line in table.splitlines():
+        fields = line.split()
+        # "1: FLOCK  ADVISORY  WRITE 1234 08:01:5678 0 EOF"; a waiter's line has "->" after the number
+        if len(fields) < 6 or fields[1] != "FLOCK":
+            continue
+        try:
+            major, minor, inode = fields[5].split(":")
+            device = os.makedev(int(major, 16), int(minor, 16))
+        except ValueError:
+            continue
+        if int(inode) == info.st_ino and device == info.st_dev:
+            try:
+                written = path.read_text().strip()
+            except OSError:
+                written = ""
+            return written if written.isdigit() else fields[4]
+    return None
 
 
 class DirectoryLock:
@@ -131,10 +198,10 @@ class DirectoryLock:
             fcntl.flock(self.handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             self.handle.seek(0)
-            holder = self.handle.read().strip() or "another process"
+            # The holder writes its pid just after it takes the lock; /proc/locks knows it before.
+            holder = self.handle.read().strip() or lock_holder(directory) or "unknown"
             self.handle.close()
-            raise ResultError(f"{directory}: another scatterbench process (pid {holder}) is writing this "
-                              f"directory; wait for it or use another -o") from None
+            raise ResultError(_busy(directory, holder)) from None
         self.handle.seek(0)
         self.handle.truncate()
         self.handle.write(str(os.getpid()))
@@ -154,15 +221,30 @@ class RunWriter:
         self.lock = DirectoryLock(self.directory)
         try:
             self._open(meta)
-        except BaseException:
+        except BaseException as error:
+            if not isinstance(error, Exception) and hasattr(self, "meta"):
+                # Ctrl-C or SIGTERM after the metadata was written, before the caller holds
+                # this writer to mark it: say so here, or the run would read as still starting.
+                self._mark_interrupted(getattr(error, "signal_name", None) or "SIGINT")
             self.lock.release()
             raise
+
+    def _mark_interrupted(self, by: str) -> None:
+        try:
+            if (self.directory / META).exists() and read_meta(self.directory).get("run_id") == self.meta.get("run_id"):
+                self.update_meta(status="interrupted", interrupted_by=by)
+        except (OSError, ResultError):
+            pass
 
     def _open(self, meta: dict) -> None:
         self.meta = dict(meta, schema_version=SCHEMA_VERSION)
         meta_path = self.directory / META
         if meta_path.exists():  # resuming: keep the first start, note the resumption
             previous = read_meta(self.directory)
+            if meta.get("run_id") and meta["run_id"] != previous["run_id"]:
+                # Another run got here first (it started after this one checked the directory).
+                raise ResultError(f"{self.directory}: already holds run {previous['run_id']}; "
+                                  f"use --resume {self.directory} or another -o")
             self.meta = dict(previous, resumed=previous.get("resumed", []) + [meta.get("start_time")])
             for key in ("status", "interrupted_by"):
                 if key in meta:
@@ -171,6 +253,7 @@ class RunWriter:
         rows_path = self.directory / ROWS
         _drop_partial_line(rows_path)
         _drop_partial_line(self.directory / SAMPLES)
+        _drop_orphan_samples(rows_path, self.directory / SAMPLES)
         new = not rows_path.exists() or rows_path.stat().st_size == 0
         # A run resumed from an older schema keeps its file's columns.
         self.columns = COLUMNS if new else _header(rows_path)
@@ -230,6 +313,44 @@ def _drop_partial_line(path: Path) -> None:
         return
     with open(path, "r+b") as handle:
         handle.truncate(data.rfind(b"\n") + 1)
+
+
+def _drop_orphan_samples(rows_path: Path, samples_path: Path) -> None:
+    """Drops samples records of cases that have no row: a run stopped between
+    a case's two writes (killed, or the disk filled up). ``--resume`` runs
+    that case again, and its new record must be the only one."""
+    if not rows_path.exists() or not samples_path.exists() or samples_path.stat().st_size == 0:
+        return
+    try:
+        text = rows_path.read_bytes().decode("utf-8")
+        reader = csv.reader(io.StringIO(text, newline=""))
+        header = next(reader, [])
+        index = header.index("case_id")
+        done = {fields[index] for fields in reader if len(fields) == len(header)}
+    except (UnicodeDecodeError, ValueError, csv.Error):
+        return  # a damaged file is reported by whoever reads it, not mended here
+    lines = samples_path.read_bytes().splitlines(keepends=True)
+    kept = []
+    for line in lines:
+        try:
+            case_id = json.loads(line)["case_id"]
+        except (ValueError, KeyError, TypeError):
+            kept.append(line)
+            continue
+        if case_id in done:
+            kept.append(line)
+    if len(kept) == len(lines):
+        return
+    tmp = samples_path.with_name(samples_path.name + ".tmp")
+    try:
+        with open(tmp, "wb") as handle:
+            handle.write(b"".join(kept))
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, samples_path)
+    except OSError:
+        tmp.unlink(missing_ok=True)
+        raise
 
 
 def _read_text(path: Path) -> str:
