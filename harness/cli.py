@@ -352,8 +352,9 @@ def main(argv: list[str] | None = None) -> int:
             raise
         from harness.store import describe_os_error
 
-        print(f"scatterbench: error: {error.filename or ''}: {describe_os_error(error, error.filename)}",
-              file=sys.stderr)
+        # matplotlib's and some libraries' errors carry no file name: name the output asked for.
+        where = error.filename or getattr(args, "output", None) or "output"
+        print(f"scatterbench: error: {where}: {describe_os_error(error, where)}", file=sys.stderr)
         return EXIT_USAGE
 
 

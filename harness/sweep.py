@@ -56,13 +56,15 @@ class CaseResult:
 
 # ---------------------------------------------------------------------- memory
 def estimated_bytes(case: Case) -> int:
-    """Inputs + outputs at the case's dtype, the strategy's temporaries, and the
-    float64 reference copy the check holds beside them."""
+    """Inputs + outputs at the case's dtype, the strategy's temporaries, the
+    float64 reference the check holds beside them, and the comparison's own
+    float64 temporaries (the output widened, and its difference from the
+    reference), about as large again."""
     op = get_operator(case.op)
     strat = op.strategies[case.strategy]
     traffic = op.bytes_moved(case.params_dict, ITEMSIZE[case.dtype])
     reference_bytes = op.bytes_moved(case.params_dict, 8)
-    return int(traffic * (1 + strat.temp_factor) + reference_bytes)
+    return int(traffic * (1 + strat.temp_factor) + 2 * reference_bytes)
 
 
 def memory_guard(case: Case) -> str | None:

@@ -384,9 +384,6 @@ benchmarks:
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason="sweep.estimated_bytes undercounts: numpy_sliding_window at N=1 C=64 "
-                                       "H=W=1024 is estimated at 1.6 GiB and needs about 2 GiB, so under a 3 GiB "
-                                       "RLIMIT_AS the guard admits it and it ends 'out of memory'")
 def test_a_case_the_memory_guard_admits_under_ulimit_v_does_not_run_out(tmp_path):
     config = write(tmp_path / "admitted.yaml", one_benchmark("{N: 1, C: 64, H: 1024, W: 1024, k: 2}"))
     out = tmp_path / "out"
@@ -513,9 +510,7 @@ sys.meta_path.insert(0, _SigintOnImport())
 
 @pytest.mark.parametrize("module", [
     "harness.sweep",  # inside main(): the run command loading what it needs
-    pytest.param("harness.cli", marks=pytest.mark.xfail(
-        strict=True, reason="harness/__main__.py imports harness.cli outside main()'s KeyboardInterrupt handler: "
-                            "Ctrl-C in the first ~0.3 s of `python -m harness` prints a traceback")),
+    "harness.cli",  # `python -m harness` importing the CLI itself
 ])
 def test_ctrl_c_very_early_is_a_clean_130(tmp_path, module):
     """Ctrl-C while the command is still importing: exit 130, one line, no
@@ -818,13 +813,7 @@ def test_run_into_an_unwritable_place_fails_before_measuring(tmp_path, small_fs,
     assert not (target / META).exists() if target.is_dir() else True
 
 
-DASHBOARD_FULL = pytest.mark.xfail(strict=True, reason="dashboard does not probe -o before it works: on a full "
-                                                        "disk matplotlib's OSError carries no file name and the "
-                                                        "line names nothing ('scatterbench: error: : no space left')")
-
-
-@pytest.mark.parametrize("kind", [pytest.param(kind, marks=DASHBOARD_FULL) if kind == "full-disk" else kind
-                                  for kind in KINDS])
+@pytest.mark.parametrize("kind", KINDS)
 def test_dashboard_into_an_unwritable_place(tmp_path, small_fs, base_run, kind):
     _, run = base_run
     root = tmp_path / "results"
