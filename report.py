@@ -33,6 +33,21 @@ from impls.status import CORRECT, FAILED, INEXACT  # noqa: E402
 
 FIGURE_WIDTH_IN, DPI = 8.0, 100  # every PNG is 800 px wide
 
+# Text from result files (strategy names, messages, machine names) goes into a
+# figure through ``label``: matplotlib reads "$...$" as mathtext, and an
+# unknown command there ("$\oops$") fails every figure that shows it. An
+# escaped dollar ("\$") is drawn as a plain "$". (Mathtext cannot be switched
+# off for the whole figure: the log axes' tick labels are mathtext.)
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+
+def label(text, limit: int = 60) -> str:
+    """Text from a result file as a figure label, drawn as written: one line,
+    no control characters, at most ``limit`` characters, every "$" escaped."""
+    text = " ".join(_CONTROL.sub(" ", str(text)).split())
+    text = text if len(text) <= limit else text[: limit - 1] + "…"
+    return text.replace("$", "\\$")
+
 
 def backend_colour(name: str) -> str:
     backend = BACKENDS.get(name)
@@ -166,7 +181,7 @@ def save(fig, figures: Path, stem: str) -> str:
 
 def _legend_backends(ax, backends):
     handles = [plt.Rectangle((0, 0), 1, 1, color=backend_colour(b)) for b in backends]
-    ax.legend(handles, backends, loc="lower right", fontsize=8, title="backend", title_fontsize=8)
+    ax.legend(handles, [label(b) for b in backends], loc="lower right", fontsize=8, title="backend", title_fontsize=8)
 
 
 def figure_times(group: pd.DataFrame, figures: Path, stem: str) -> str:
@@ -178,7 +193,7 @@ def figure_times(group: pd.DataFrame, figures: Path, stem: str) -> str:
     fig, ax = plt.subplots(figsize=(FIGURE_WIDTH_IN, 1.2 + 0.32 * max(n, 1)), layout="constrained")
     labels, positions = [], []
     for position, (_, row) in enumerate(failed.iterrows()):
-        labels.append(f"{row['strategy']}  [{row['status']}]")
+        labels.append(label(f"{row['strategy']}  [{row['status']}]"))
         positions.append(position)
     offset = len(failed)
     top = timed["median_s"].max() if len(timed) else 1.0
@@ -192,7 +207,7 @@ def figure_times(group: pd.DataFrame, figures: Path, stem: str) -> str:
         if inexact:
             note += f"  inexact (rel err {row['rel_err']:.2g})"
         ax.text(row["median_s"], position, note, va="center", fontsize=8)
-        labels.append(row["strategy"])
+        labels.append(label(row["strategy"]))
         positions.append(position)
     floor = group["floor_s"].dropna()
     if len(floor):
@@ -206,7 +221,7 @@ def figure_times(group: pd.DataFrame, figures: Path, stem: str) -> str:
         if position < offset:
             tick.set_color("red")
     ax.set_xlabel("median time per call (s, log scale)")
-    ax.set_title(case_title(group.iloc[0]), fontsize=9)
+    ax.set_title(label(case_title(group.iloc[0]), 200), fontsize=9)
     _legend_backends(ax, sorted(group["backend"].unique()))
     return save(fig, figures, stem)
 
@@ -215,14 +230,14 @@ def figure_gbps(group: pd.DataFrame, figures: Path, stem: str) -> str:
     timed = group[group["gbps"].notna()].sort_values("gbps")
     fig, ax = plt.subplots(figsize=(FIGURE_WIDTH_IN, 1.2 + 0.32 * max(len(timed), 1)), layout="constrained")
     ax.barh(range(len(timed)), timed["gbps"], color=[backend_colour(b) for b in timed["backend"]])
-    ax.set_yticks(range(len(timed)), timed["strategy"], fontsize=8)
+    ax.set_yticks(range(len(timed)), [label(name) for name in timed["strategy"]], fontsize=8)
     ceiling = group["ceiling_gbps"].dropna()
     if len(ceiling):
         ax.axvline(ceiling.iloc[0], color="black", linestyle="--", linewidth=1)
         ax.text(ceiling.iloc[0], len(timed) - 0.5, f" copy ceiling {ceiling.iloc[0]:.1f} GB/s", fontsize=8)
         ax.set_xlim(0, ceiling.iloc[0] * 1.35)
     ax.set_xlabel("achieved bandwidth (GB/s, operator bytes / median time)")
-    ax.set_title(case_title(group.iloc[0]), fontsize=9)
+    ax.set_title(label(case_title(group.iloc[0]), 200), fontsize=9)
     return save(fig, figures, stem)
 
 
@@ -235,12 +250,12 @@ def figure_speedup(group: pd.DataFrame, figures: Path, stem: str, baseline: str)
             color=[backend_colour(b) for b in timed["backend"]])
     for position, value in enumerate(timed["speedup"]):
         ax.text(value, position, f" {value:.3g}×", va="center", fontsize=8)
-    ax.set_yticks(range(len(timed)), timed["strategy"], fontsize=8)
+    ax.set_yticks(range(len(timed)), [label(name) for name in timed["strategy"]], fontsize=8)
     ax.set_xscale("log")
     ax.set_xlim(min(timed["speedup"].min(), 1) / 2, timed["speedup"].max() * 20)
     ax.axvline(1, color="black", linewidth=1)
     ax.set_xlabel(f"speedup over the seed's original ({baseline}), log scale")
-    ax.set_title(case_title(group.iloc[0]), fontsize=9)
+    ax.set_title(label(case_title(group.iloc[0]), 200), fontsize=9)
     return save(fig, figures, stem)
 
 
@@ -277,14 +292,14 @@ def figure_scaling(rows: pd.DataFrame, figures: Path, stem: str, title: str) -> 
             continue
         seed = str(line["source"].iloc[0]).startswith("seed")
         ax.plot(line["x"], line["median_s"], marker="o", markersize=3, color=palette[index % len(palette)],
-                label=f"{name} ({line['backend'].iloc[0]})", linestyle="-" if seed else "--")
+                label=label(f"{name} ({line['backend'].iloc[0]})"), linestyle="-" if seed else "--")
     floor = ok.groupby("x")["floor_s"].min().sort_index()
     ax.plot(floor.index, floor.values, color="black", linewidth=2, label="bandwidth floor")
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel({"C": "channels C"}.get(sweep_key, sweep_key) if sweep_key else "bytes moved by the operator")
     ax.set_ylabel("median time per call (s)")
-    ax.set_title(title, fontsize=9)
+    ax.set_title(label(title, 200), fontsize=9)
     ax.legend(fontsize=7, ncol=2, title="solid: the seeds' strategies, dashed: added", title_fontsize=7)
     ax.grid(True, which="both", alpha=0.3)
     return save(fig, figures, stem)

@@ -9,15 +9,20 @@ import report
 from harness.store import COLUMNS, RunWriter
 
 
-def fixture_run(directory, machine_cpu="Fixture CPU"):
+ENTRIES = [("seed_loops", "numpy", "ok", 1e-2), ("torch_max_pool2d_indices", "torch", "ok", 1e-4),
+           ("numpy_sliding_window", "numpy", "inexact", 1e-3), ("broken<script>", "torch", "error", math.nan),
+           ("wrong|pipe", "numpy", "mismatch", math.nan)]
+
+
+def fixture_run(directory, machine_cpu="Fixture CPU", entries=ENTRIES, meta=None, row_fields=None,
+                start_time="2026-11-22T00:00:00+00:00"):
+    """A maxpool2d run at two sizes; ``entries``: (strategy, backend, status,
+    median), ``meta`` and ``row_fields`` (strategy -> columns) override."""
     writer = RunWriter(directory, {"run_id": directory.name, "cpu_model": machine_cpu, "cpu_count": 2,
                                    "ceilings_gbps": {"cpu": 20.0}, "config_file": "configs/x.yaml",
                                    "fresh_write_gbps": {"numpy": 17.5, "torch": 4.25},
-                                   "start_time": "2026-11-22T00:00:00+00:00", "threads": {"torch": 2},
-                                   "versions": {"torch": "2.13.0"}})
-    entries = [("seed_loops", "numpy", "ok", 1e-2), ("torch_max_pool2d_indices", "torch", "ok", 1e-4),
-               ("numpy_sliding_window", "numpy", "inexact", 1e-3), ("broken<script>", "torch", "error", math.nan),
-               ("wrong|pipe", "numpy", "mismatch", math.nan)]
+                                   "start_time": start_time, "threads": {"torch": 2},
+                                   "versions": {"torch": "2.13.0"}, **(meta or {})})
     for size in (4, 8):
         p = json.dumps({"N": 1, "C": 1, "H": size, "W": size, "k": 2})
         for name, backend, status, median in entries:
@@ -31,6 +36,7 @@ def fixture_run(directory, machine_cpu="Fixture CPU"):
                        ceiling_gbps=20.0, floor_s=1000 * scale / 20e9,
                        pct_of_ceiling=100 * (1000 * scale / 20e9) / median if median == median else math.nan,
                        rel_err=0.0, max_abs_err=0.0, peak_mem_bytes=0, source="seed x" if "seed" in name else "added")
+            row.update((row_fields or {}).get(name, {}))
             writer.append(row, [median] * 5)
     writer.close()
     return directory
