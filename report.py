@@ -15,6 +15,8 @@ import json
 import math
 import re
 import sys
+import textwrap
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -26,7 +28,7 @@ import pandas as pd  # noqa: E402
 
 from harness import store  # noqa: E402
 from harness.errors import ResultError  # noqa: E402
-from harness.format import fmt_num, fmt_time, md_escape, params_label  # noqa: E402
+from harness.format import fmt_num, fmt_ratio, fmt_time, md_escape, params_label  # noqa: E402
 from harness.tables import with_speedups  # noqa: E402
 from impls.backends import BACKENDS  # noqa: E402
 from impls.status import CORRECT, FAILED, INEXACT  # noqa: E402
@@ -88,7 +90,10 @@ def case_title(row) -> str:
 
 
 def slug(text: str) -> str:
-    return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")[:80]
+    """A file and anchor name; a long one keeps a hash of the whole text, so
+    two texts that differ only past the cut never share a file."""
+    name = re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")
+    return name if len(name) <= 80 else f"{name[:71]}-{zlib.crc32(text.encode()):08x}"
 
 
 # ------------------------------------------------------------------ document
@@ -171,6 +176,48 @@ def render_html(doc: Doc, figures: Path, title: str) -> str:
 
 
 # ------------------------------------------------------------------ figures
+# One colour per strategy in every figure of the report and the dashboard.
+# Qualitative, distinguishable on white, no black (the floor and ceiling lines
+# are black): tab10, then darker and lighter hues unlike any of it.
+PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
+           "#bcbd22", "#17becf", "#000075", "#800000", "#469990", "#f032e6", "#9dcc00", "#c9a000",
+           "#a6cee3", "#fb9a99", "#cab2d6", "#fdbf6f", "#b2df8a", "#4d4d4d", "#ffd8b1", "#aaffc3")
+
+
+def strategy_colour(op: str, name: str) -> str:
+    """The strategy's colour, the same in every figure: the operator's
+    registered strategies take the palette in name order (distinct colours up
+    to the palette's size); a name the registry does not know (a removed
+    strategy, a plugin's) a stable hash of it."""
+    from impls.registry import OPERATORS
+
+    names = sorted(OPERATORS[op].strategies) if op in OPERATORS else []
+    if name in names:
+        return PALETTE[names.index(name) % len(PALETTE)]
+    return PALETTE[zlib.crc32(f"{op}/{name}".encode()) % len(PALETTE)]
+
+
+def wrap(text: str, width_in: float, fontsize: float = 9) -> str:
+    """Lines that fit ``width_in`` inches at ``fontsize`` points (a long
+    machine name would otherwise run off the figure)."""
+    chars = max(20, int(width_in * 72 / (0.62 * fontsize)))
+    return "\n".join(textwrap.wrap(text, chars, break_long_words=True, break_on_hyphens=False)) or text
+
+
+def set_title(ax, text: str, width_in: float = FIGURE_WIDTH_IN, fontsize: float = 9) -> None:
+    """The figure's title, centred on the figure (an axes title is centred on
+    the axes, which long tick labels push right) and wrapped to its width."""
+    ax.figure.suptitle(wrap(label(text, 300), width_in - 0.4, fontsize), fontsize=fontsize)
+
+
+def spread(row) -> tuple[float, float]:
+    """(low, high) of a row's time: median ± IQR/2 (its middle half when the
+    samples are symmetric); the median alone when the IQR is unknown."""
+    median, iqr = row["median_s"], row["iqr_s"]
+    half = iqr / 2 if isinstance(iqr, float) and math.isfinite(iqr) else 0.0
+    return max(median - half, median * 1e-3), median + half
+
+
 def save(fig, figures: Path, stem: str) -> str:
     figures.mkdir(parents=True, exist_ok=True)
     fig.savefig(figures / f"{stem}.png", dpi=DPI)
@@ -179,65 +226,90 @@ def save(fig, figures: Path, stem: str) -> str:
     return stem
 
 
-def _legend_backends(ax, backends):
-    handles = [plt.Rectangle((0, 0), 1, 1, color=backend_colour(b)) for b in backends]
-    ax.legend(handles, [label(b) for b in backends], loc="lower right", fontsize=8, title="backend", title_fontsize=8)
+def _bars(ax, group: pd.DataFrame, positions, values, low, high) -> None:
+    """Horizontal bars in each strategy's colour, outlined in its backend's,
+    hatched when inexact, with error bars from ``low`` to ``high``."""
+    for position, (_, row), value, lo, hi in zip(positions, group.iterrows(), values, low, high):
+        inexact = row["status"] == INEXACT
+        ax.barh(position, value, color=strategy_colour(row["op"], row["strategy"]),
+                edgecolor=backend_colour(row["backend"]), linewidth=2, hatch="//" if inexact else None)
+        if math.isfinite(lo) and math.isfinite(hi) and hi > lo:
+            ax.errorbar(value, position, xerr=[[value - lo], [hi - value]], fmt="none", ecolor="black",
+                        elinewidth=1, capsize=3)
+
+
+def _legend_backends(ax, backends, loc="upper right"):
+    handles = [plt.Rectangle((0, 0), 1, 1, facecolor="white", edgecolor=backend_colour(b), linewidth=2)
+               for b in backends]
+    ax.legend(handles, [label(b) for b in backends], loc=loc, fontsize=8, title="backend (outline)",
+              title_fontsize=8)
 
 
 def figure_times(group: pd.DataFrame, figures: Path, stem: str) -> str:
-    """Median time per strategy on a log axis, sorted, % of ceiling beside each
-    bar; failed strategies listed at the bottom with their status, not dropped."""
+    """Median time per strategy on a log axis, sorted, with median ± IQR/2 as
+    error bars and % of ceiling beside each bar; failed strategies listed at
+    the bottom with their status, not dropped."""
     timed = group[group["median_s"].notna()].sort_values("median_s", ascending=False)
     failed = group[group["median_s"].isna()]
     n = len(timed) + len(failed)
-    fig, ax = plt.subplots(figsize=(FIGURE_WIDTH_IN, 1.2 + 0.32 * max(n, 1)), layout="constrained")
-    labels, positions = [], []
-    for position, (_, row) in enumerate(failed.iterrows()):
-        labels.append(label(f"{row['strategy']}  [{row['status']}]"))
-        positions.append(position)
+    fig, ax = plt.subplots(figsize=(FIGURE_WIDTH_IN, 1.4 + 0.32 * max(n, 1)), layout="constrained")
+    labels = [label(f"{row['strategy']}  [{row['status']}]") for _, row in failed.iterrows()]
+    positions = list(range(len(failed)))
     offset = len(failed)
     top = timed["median_s"].max() if len(timed) else 1.0
-    for position, (_, row) in enumerate(timed.iterrows(), start=offset):
-        colour = backend_colour(row["backend"])
-        inexact = row["status"] == "inexact"
-        ax.barh(position, row["median_s"], color=colour, hatch="//" if inexact else None,
-                edgecolor="black" if inexact else colour)
+    spreads = [spread(row) for _, row in timed.iterrows()]
+    timed_positions = list(range(offset, offset + len(timed)))
+    _bars(ax, timed, timed_positions, timed["median_s"], [lo for lo, _ in spreads], [hi for _, hi in spreads])
+    for position, (_, row), (_, hi) in zip(timed_positions, timed.iterrows(), spreads):
         pct = row["pct_of_ceiling"]
         note = f" {pct:.3g} % of ceiling" if math.isfinite(pct) else ""
-        if inexact:
+        if row["status"] == INEXACT:
             note += f"  inexact (rel err {row['rel_err']:.2g})"
-        ax.text(row["median_s"], position, note, va="center", fontsize=8)
+        ax.text(hi, position, note, va="center", fontsize=8)
         labels.append(label(row["strategy"]))
         positions.append(position)
     floor = group["floor_s"].dropna()
     if len(floor):
         ax.axvline(floor.iloc[0], color="black", linestyle="--", linewidth=1)
-        ax.text(floor.iloc[0], -0.45, " bandwidth floor", fontsize=8, va="top")
+        ax.text(floor.iloc[0], offset - 0.45, " bandwidth floor", fontsize=8, va="top")
     ax.set_xscale("log")
     if len(timed):
-        ax.set_xlim(min(timed["median_s"].min(), floor.min() if len(floor) else math.inf) / 2, top * 30)
+        highest = max([hi for _, hi in spreads] + [top])
+        ax.set_xlim(min(min(lo for lo, _ in spreads), floor.min() if len(floor) else math.inf) / 2, highest * 30)
     ax.set_yticks(positions, labels, fontsize=8)
     for tick, position in zip(ax.get_yticklabels(), positions):
         if position < offset:
             tick.set_color("red")
-    ax.set_xlabel("median time per call (s, log scale)")
-    ax.set_title(label(case_title(group.iloc[0]), 200), fontsize=9)
+    ax.set_xlabel("median time per call (s, log scale); error bars: median ± IQR/2")
+    set_title(ax, case_title(group.iloc[0]))
     _legend_backends(ax, sorted(group["backend"].unique()))
     return save(fig, figures, stem)
 
 
 def figure_gbps(group: pd.DataFrame, figures: Path, stem: str) -> str:
-    timed = group[group["gbps"].notna()].sort_values("gbps")
-    fig, ax = plt.subplots(figsize=(FIGURE_WIDTH_IN, 1.2 + 0.32 * max(len(timed), 1)), layout="constrained")
-    ax.barh(range(len(timed)), timed["gbps"], color=[backend_colour(b) for b in timed["backend"]])
+    """Achieved bandwidth per strategy against the copy ceiling; the axis
+    holds every bar (a case in cache goes past the ceiling) and the ceiling."""
+    timed = group[group["gbps"].notna() & (group["median_s"] > 0)].sort_values("gbps")
+    fig, ax = plt.subplots(figsize=(FIGURE_WIDTH_IN, 1.4 + 0.32 * max(len(timed), 1)), layout="constrained")
+    # bandwidth = bytes / time: the time's spread, inverted
+    low, high = [], []
+    for _, row in timed.iterrows():
+        t_lo, t_hi = spread(row)
+        low.append(row["gbps"] * row["median_s"] / t_hi)
+        high.append(row["gbps"] * row["median_s"] / t_lo)
+    _bars(ax, timed, range(len(timed)), timed["gbps"], low, high)
     ax.set_yticks(range(len(timed)), [label(name) for name in timed["strategy"]], fontsize=8)
     ceiling = group["ceiling_gbps"].dropna()
+    right = max(high + list(timed["gbps"]) + [0.0])
     if len(ceiling):
         ax.axvline(ceiling.iloc[0], color="black", linestyle="--", linewidth=1)
-        ax.text(ceiling.iloc[0], len(timed) - 0.5, f" copy ceiling {ceiling.iloc[0]:.1f} GB/s", fontsize=8)
-        ax.set_xlim(0, ceiling.iloc[0] * 1.35)
-    ax.set_xlabel("achieved bandwidth (GB/s, operator bytes / median time)")
-    ax.set_title(label(case_title(group.iloc[0]), 200), fontsize=9)
+        ax.text(ceiling.iloc[0], -0.45, f" copy ceiling {ceiling.iloc[0]:.1f} GB/s", fontsize=8, va="top")
+        right = max(right, ceiling.iloc[0])
+    if right > 0:
+        ax.set_xlim(0, right * 1.3)
+    ax.set_xlabel("achieved GB/s (operator bytes / median time); error bars from median ± IQR/2")
+    set_title(ax, case_title(group.iloc[0]))
+    _legend_backends(ax, sorted(timed["backend"].unique()), loc="lower right")
     return save(fig, figures, stem)
 
 
@@ -245,17 +317,22 @@ def figure_speedup(group: pd.DataFrame, figures: Path, stem: str, baseline: str)
     timed = group[group["speedup"].notna() & group["status"].isin(CORRECT)].sort_values("speedup")
     if len(timed) < 2:
         return None
-    fig, ax = plt.subplots(figsize=(FIGURE_WIDTH_IN, 1.2 + 0.32 * len(timed)), layout="constrained")
-    ax.barh(range(len(timed)), timed["speedup"],
-            color=[backend_colour(b) for b in timed["backend"]])
-    for position, value in enumerate(timed["speedup"]):
-        ax.text(value, position, f" {value:.3g}×", va="center", fontsize=8)
+    fig, ax = plt.subplots(figsize=(FIGURE_WIDTH_IN, 1.4 + 0.32 * len(timed)), layout="constrained")
+    low, high = [], []
+    for _, row in timed.iterrows():  # the strategy's own spread (the seed's median as the unit)
+        t_lo, t_hi = spread(row)
+        low.append(row["speedup"] * row["median_s"] / t_hi)
+        high.append(row["speedup"] * row["median_s"] / t_lo)
+    _bars(ax, timed, range(len(timed)), timed["speedup"], low, high)
+    for position, value, hi in zip(range(len(timed)), timed["speedup"], high):
+        ax.text(hi, position, f" {fmt_ratio(value)}", va="center", fontsize=8)
     ax.set_yticks(range(len(timed)), [label(name) for name in timed["strategy"]], fontsize=8)
     ax.set_xscale("log")
-    ax.set_xlim(min(timed["speedup"].min(), 1) / 2, timed["speedup"].max() * 20)
+    ax.set_xlim(min(min(low), 1) / 2, max(high) * 20)
     ax.axvline(1, color="black", linewidth=1)
-    ax.set_xlabel(f"speedup over the seed's original ({baseline}), log scale")
-    ax.set_title(label(case_title(group.iloc[0]), 200), fontsize=9)
+    ax.set_xlabel(f"speedup over the seed's original ({label(baseline)}), log scale; error bars from median ± IQR/2")
+    set_title(ax, case_title(group.iloc[0]))
+    _legend_backends(ax, sorted(timed["backend"].unique()), loc="lower right")
     return save(fig, figures, stem)
 
 
@@ -283,24 +360,29 @@ def figure_scaling(rows: pd.DataFrame, figures: Path, stem: str, title: str) -> 
     # Against the parameter when only one varies (C for dispersion), else against the bytes moved.
     sweep_key = varying[0] if len(varying) == 1 else None
     ok["x"] = params.map(lambda p: p[sweep_key]) if sweep_key else ok["bytes"]
-    fig, ax = plt.subplots(figsize=(FIGURE_WIDTH_IN, 5), layout="constrained")
-    # One colour per strategy here (many share a backend); solid: the seeds' own, dashed: added.
-    palette = plt.get_cmap("tab20").colors
-    for index, (name, line) in enumerate(ok.groupby("strategy")):
-        line = line.sort_values("x")
-        if len(line) < 2:
-            continue
+    strategies = [(name, line.sort_values("x")) for name, line in ok.groupby("strategy")]
+    strategies = [(name, line) for name, line in strategies if len(line) >= 2]
+    fig, ax = plt.subplots(figsize=(FIGURE_WIDTH_IN, 4.6 + 0.16 * ((len(strategies) + 3) // 3)),
+                           layout="constrained")
+    # Solid: the seeds' own strategies, dashed: added; the band is median ± IQR/2.
+    for name, line in strategies:
         seed = str(line["source"].iloc[0]).startswith("seed")
-        ax.plot(line["x"], line["median_s"], marker="o", markersize=3, color=palette[index % len(palette)],
+        colour = strategy_colour(line["op"].iloc[0], name)
+        ax.plot(line["x"], line["median_s"], marker="o", markersize=3, color=colour,
                 label=label(f"{name} ({line['backend'].iloc[0]})"), linestyle="-" if seed else "--")
+        bounds = [spread(row) for _, row in line.iterrows()]
+        ax.fill_between(line["x"], [lo for lo, _ in bounds], [hi for _, hi in bounds], color=colour, alpha=0.15,
+                        linewidth=0)
     floor = ok.groupby("x")["floor_s"].min().sort_index()
     ax.plot(floor.index, floor.values, color="black", linewidth=2, label="bandwidth floor")
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel({"C": "channels C"}.get(sweep_key, sweep_key) if sweep_key else "bytes moved by the operator")
-    ax.set_ylabel("median time per call (s)")
-    ax.set_title(label(title, 200), fontsize=9)
-    ax.legend(fontsize=7, ncol=2, title="solid: the seeds' strategies, dashed: added", title_fontsize=7)
+    ax.set_ylabel("median time per call (s); band: median ± IQR/2")
+    set_title(ax, title)
+    # Below the plot, never over a line.
+    fig.legend(loc="outside lower center", fontsize=7, ncol=3,
+               title="solid: the seeds' strategies, dashed: added", title_fontsize=7)
     ax.grid(True, which="both", alpha=0.3)
     return save(fig, figures, stem)
 
@@ -315,7 +397,7 @@ def case_table(group: pd.DataFrame) -> tuple[list[str], list[list[str]], int | N
         if best is None and r["status"] == "ok":
             best = index
         rows.append([r["strategy"], r["backend"], r["status"], fmt_time(r["median_s"]), fmt_time(r["iqr_s"]),
-                     fmt_num(r["gbps"]), fmt_num(r["pct_of_ceiling"], 3, " %"), fmt_num(r["speedup"], 3, "×"),
+                     fmt_num(r["gbps"]), fmt_num(r["pct_of_ceiling"], 3, " %"), fmt_ratio(r["speedup"]),
                      fmt_num(r["rel_err"], 2), fmt_num(r["max_abs_err"], 2), r["source"],
                      str(r["message"])[:120]])
     return header, rows, best
@@ -345,11 +427,11 @@ def conclusion(op: str, rows: pd.DataFrame) -> list[str]:
                 f"({best['backend']}), {fmt_time(best['median_s'])}, {fmt_num(best['pct_of_ceiling'], 3)} % of "
                 f"the copy ceiling")
         if math.isfinite(best["speedup"]):
-            text += f", {best['speedup']:.3g}× the seed's original"
+            text += f", {fmt_ratio(best['speedup'])} the seed's original"
         builtins = case[case["strategy"].map(lambda name: _is_builtin(op, name))]
         if len(builtins) and best["strategy"] not in builtins["strategy"].values:
             builtin = builtins.loc[builtins["median_s"].idxmin()]
-            text += f", {builtin['median_s'] / best['median_s']:.3g}× faster than {builtin['strategy']}"
+            text += f", {fmt_ratio(builtin['median_s'] / best['median_s'])} faster than {builtin['strategy']}"
         strat = OPERATORS.get(op).strategies.get(best["strategy"]) if op in OPERATORS else None
         if strat and strat.doc:
             text += ". Why: " + " ".join(strat.doc.split())

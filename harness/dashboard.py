@@ -87,17 +87,22 @@ def _slug(text: str) -> str:
 def _history_plot(series: pd.DataFrame, path: Path, title: str) -> None:
     import report  # the figures' shared vocabulary (labels drawn as written)
 
-    _draw_history(series, path, title, report.label)
+    _draw_history(series, path, title, report)
 
 
-def _draw_history(series: pd.DataFrame, path: Path, title: str, label) -> None:
+def _draw_history(series: pd.DataFrame, path: Path, title: str, report) -> None:
+    label = report.label
     fig, ax = plt.subplots(figsize=(10, 4), layout="constrained")
     orders = sorted(series["run_order"].unique())
     position = {order: i for i, order in enumerate(orders)}
     for name, line in series.groupby("strategy"):
         line = line.sort_values("run_order")
         xs = [position[o] for o in line["run_order"]]
-        ax.plot(xs, line["median_s"], marker="o", markersize=3, label=label(name))
+        colour = report.strategy_colour(line["op"].iloc[0], name)
+        ax.plot(xs, line["median_s"], marker="o", markersize=3, label=label(name), color=colour)
+        bounds = [report.spread(row) for _, row in line.iterrows()]
+        ax.fill_between(xs, [lo for lo, _ in bounds], [hi for _, hi in bounds], color=colour, alpha=0.15,
+                        linewidth=0)
         bad = line[line["verdict"] == "regressed"]
         ax.scatter([position[o] for o in bad["run_order"]], bad["median_s"].fillna(line["median_s"].max()),
                    s=80, facecolors="none", edgecolors="red", linewidths=2, zorder=5)
@@ -105,9 +110,9 @@ def _draw_history(series: pd.DataFrame, path: Path, title: str, label) -> None:
     labels = [label(f"#{order} {commit}") for order, commit in zip(runs["run_order"], runs["commit"])]
     ax.set_xticks(range(len(orders)), labels, rotation=45, ha="right", fontsize=7)
     ax.set_yscale("log")
-    ax.set_ylabel("median time per call (s)")
+    ax.set_ylabel("median time per call (s)\nband: median ± IQR/2", fontsize=9)
     ax.set_xlabel("run (commit), oldest first; red rings: regressions")
-    ax.set_title(label(title, 200), fontsize=9)
+    report.set_title(ax, title, width_in=10)
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))  # beside the plot, never over a line
     ax.grid(True, alpha=0.3)
     fig.savefig(path, dpi=100)
