@@ -26,12 +26,12 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from harness import store  # noqa: E402
+from harness import stats, store  # noqa: E402
 from harness.errors import ResultError  # noqa: E402
 from harness.format import fmt_num, fmt_ratio, fmt_time, md_escape, params_label  # noqa: E402
 from harness.tables import with_speedups  # noqa: E402
 from impls.backends import BACKENDS  # noqa: E402
-from impls.status import CORRECT, FAILED, INEXACT  # noqa: E402
+from impls.status import CORRECT, FAILED, INEXACT, OK  # noqa: E402
 
 FIGURE_WIDTH_IN, DPI = 8.0, 100  # every PNG is 800 px wide
 
@@ -410,32 +410,85 @@ def _is_builtin(op: str, name: str) -> bool:
     return bool(strat and strat.builtin)
 
 
-def conclusion(op: str, rows: pd.DataFrame) -> list[str]:
-    """Sentences derived from the numbers: the winner per machine at its largest size."""
+_MARKUP = ((re.compile(r":[a-z]+:`([^`]*)`"), r"\1"),  # :func:`name`
+           (re.compile(r"``(.+?)``"), r"\1"),  # ``code``
+           (re.compile(r"`([^`]+)`_?"), r"\1"),  # `code`, `link`_
+           (re.compile(r"\*\*(\S(?:.*?\S)?)\*\*"), r"\1"),  # **strong**
+           (re.compile(r"(?<![\w*])\*(\S(?:[^*]*?\S)?)\*(?![\w*])"), r"\1"))  # *emphasis*, not 2*N*C
+
+
+def plain_doc(text: str) -> str:
+    """A docstring as one plain sentence: reStructuredText and Markdown
+    markup (``code``, *emphasis*, **strong**, :role:`x`) removed."""
+    text = " ".join(str(text).split())
+    for pattern, replacement in _MARKUP:
+        text = pattern.sub(replacement, text)
+    return text
+
+
+def _median_iqr(row) -> str:
+    return f"median {fmt_time(row['median_s'])}, IQR {fmt_time(row['iqr_s'])}"
+
+
+def clearly_faster(fast, slow) -> bool:
+    """The data supports "fast is faster than slow": fast's upper spread
+    (median + IQR/2) lies below slow's lower one (median − IQR/2)."""
+    return spread(fast)[1] < spread(slow)[0]
+
+
+def _strategy(op: str, name: str):
     from impls.registry import OPERATORS
 
+    return OPERATORS[op].strategies.get(name) if op in OPERATORS else None
+
+
+def verdict(op: str, case: pd.DataFrame, where: str) -> str:
+    """The sentence on one case: use the fastest correct strategy, and by how
+    much, only where its lead exceeds the spread; else why it is inconclusive."""
+    ok = case[(case["status"] == OK) & case["median_s"].notna()].sort_values("median_s", kind="stable")
+    if ok.empty:
+        return f"{where}: no strategy passed the check."
+    best = ok.iloc[0]
+    text = f"{where}: use {best['strategy']} ({best['backend']}), {_median_iqr(best)}"
+    if len(ok) == 1:
+        text += ", the only strategy that passed the check"
+    else:
+        runner = ok.iloc[1]
+        if not clearly_faster(best, runner):
+            return (f"{where}: inconclusive between {best['strategy']} ({_median_iqr(best)}) and "
+                    f"{runner['strategy']} ({_median_iqr(runner)}): a lead of "
+                    f"{fmt_ratio(runner['median_s'] / best['median_s'])} is within their spread (median ± IQR/2 "
+                    f"overlap), so the data does not say which is faster; rerun on a quieter machine or with a "
+                    f"larger timing budget.")
+        text += (f", {fmt_num(best['pct_of_ceiling'], 3)} % of the copy ceiling, "
+                 f"{fmt_ratio(runner['median_s'] / best['median_s'])} faster than the runner-up "
+                 f"{runner['strategy']} ({_median_iqr(runner)})")
+        baseline = ok[ok["strategy"].map(lambda name: bool(getattr(_strategy(op, name), "baseline", False)))]
+        if len(baseline) and baseline.index[0] not in (best.name, runner.name) \
+                and clearly_faster(best, baseline.iloc[0]):
+            text += f", {fmt_ratio(baseline.iloc[0]['median_s'] / best['median_s'])} the seed's original"
+        builtins = ok[ok["strategy"].map(lambda name: _is_builtin(op, name))]
+        if len(builtins) and builtins.index[0] not in (best.name, runner.name) \
+                and clearly_faster(best, builtins.iloc[0]):
+            text += (f", {fmt_ratio(builtins.iloc[0]['median_s'] / best['median_s'])} faster than the fastest "
+                     f"library built-in, {builtins.iloc[0]['strategy']}")
+    if stats.is_unstable(best["iqr_s"], best["median_s"]):
+        text += f" (its timing is unstable: IQR {100 * stats.rel_iqr(best['iqr_s'], best['median_s']):.0f} % of the median)"
+    strat = _strategy(op, best["strategy"])
+    if strat and strat.doc:
+        text += ". Why: " + plain_doc(strat.doc)
+    return text + ("" if text.endswith(".") else ".")
+
+
+def conclusion(op: str, rows: pd.DataFrame) -> list[str]:
+    """Sentences derived from the numbers: per machine and dtype, the verdict
+    at the largest size, then every strategy that failed or was inexact."""
     sentences = []
-    for machine, on_machine in rows.groupby("machine"):
-        largest = on_machine.loc[on_machine["bytes"].idxmax(), "params"]
-        case = on_machine[(on_machine["params"] == largest) & (on_machine["status"] == "ok")]
-        case = case[case["dtype"] == case["dtype"].iloc[0]] if len(case) else case
-        if case.empty:
-            sentences.append(f"{machine}: no strategy passed the check at {params_label(largest)}.")
-            continue
-        best = case.loc[case["median_s"].idxmin()]
-        text = (f"{machine}, {params_label(largest)} {best['dtype']}: use {best['strategy']} "
-                f"({best['backend']}), {fmt_time(best['median_s'])}, {fmt_num(best['pct_of_ceiling'], 3)} % of "
-                f"the copy ceiling")
-        if math.isfinite(best["speedup"]):
-            text += f", {fmt_ratio(best['speedup'])} the seed's original"
-        builtins = case[case["strategy"].map(lambda name: _is_builtin(op, name))]
-        if len(builtins) and best["strategy"] not in builtins["strategy"].values:
-            builtin = builtins.loc[builtins["median_s"].idxmin()]
-            text += f", {fmt_ratio(builtin['median_s'] / best['median_s'])} faster than {builtin['strategy']}"
-        strat = OPERATORS.get(op).strategies.get(best["strategy"]) if op in OPERATORS else None
-        if strat and strat.doc:
-            text += ". Why: " + " ".join(strat.doc.split())
-        sentences.append(text + ("" if text.endswith(".") else "."))
+    for (machine, dtype), on_machine in rows.groupby(["machine", "dtype"], sort=False):
+        sized = on_machine[on_machine["bytes"].notna()]
+        largest = on_machine.loc[sized["bytes"].idxmax(), "params"] if len(sized) else on_machine["params"].iloc[0]
+        sentences.append(verdict(op, on_machine[on_machine["params"] == largest],
+                                 f"{machine}, {params_label(largest)} {dtype}"))
         failing = on_machine[on_machine["status"].isin(FAILED + (INEXACT,))]
         for _, row in failing.drop_duplicates("strategy").iterrows():
             sentences.append(f"{machine}: {row['strategy']} is {row['status']} at {params_label(row['params'])} "
