@@ -265,6 +265,8 @@ def figure_times(group: pd.DataFrame, figures: Path, stem: str) -> str:
         note = f" {pct:.3g} % of ceiling" if math.isfinite(pct) else ""
         if row["status"] == INEXACT:
             note += f"  inexact (rel err {row['rel_err']:.2g})"
+        if unstable(row):
+            note += f"  unstable (IQR > {100 * stats.UNSTABLE_REL_IQR:.0f} % of the median)"
         ax.text(hi, position, note, va="center", fontsize=8)
         labels.append(label(row["strategy"]))
         positions.append(position)
@@ -388,19 +390,40 @@ def figure_scaling(rows: pd.DataFrame, figures: Path, stem: str, title: str) -> 
 
 
 # ------------------------------------------------------------------ sections
-def case_table(group: pd.DataFrame) -> tuple[list[str], list[list[str]], int | None]:
+UNSTABLE_MARK = "⚠"
+UNSTABLE_NOTE = (f"{UNSTABLE_MARK} unstable: the IQR exceeds {100 * stats.UNSTABLE_REL_IQR:.0f} % of the median (the "
+                 f"threshold at which torch.utils.benchmark warns): the machine was busy or the case is noisy, so "
+                 f"compare it with care.")
+
+
+def unstable(row) -> bool:
+    return stats.is_unstable(row["iqr_s"], row["median_s"])
+
+
+def iqr_cell(row) -> str:
+    """The IQR, as a time and as % of the median, marked when unstable."""
+    rel = stats.rel_iqr(row["iqr_s"], row["median_s"])
+    if not math.isfinite(rel):
+        return fmt_time(row["iqr_s"])
+    return f"{fmt_time(row['iqr_s'])} ({100 * rel:.2g} %)" + (f" {UNSTABLE_MARK}" if unstable(row) else "")
+
+
+def case_table(group: pd.DataFrame) -> tuple[list[str], list[list[str]], int | None, list[str]]:
+    """The case's rows, fastest first: header, cells, the best correct row's
+    index, and the notes that explain the marks used."""
     ordered = group.assign(_k=group["median_s"].fillna(math.inf)).sort_values("_k")
     header = ["strategy", "backend", "status", "median", "IQR", "GB/s", "% of ceiling",
               "× seed", "rel err", "max abs err", "source", "message"]
     rows, best = [], None
     for index, (_, r) in enumerate(ordered.iterrows()):
-        if best is None and r["status"] == "ok":
+        if best is None and r["status"] == OK:
             best = index
-        rows.append([r["strategy"], r["backend"], r["status"], fmt_time(r["median_s"]), fmt_time(r["iqr_s"]),
+        rows.append([r["strategy"], r["backend"], r["status"], fmt_time(r["median_s"]), iqr_cell(r),
                      fmt_num(r["gbps"]), fmt_num(r["pct_of_ceiling"], 3, " %"), fmt_ratio(r["speedup"]),
                      fmt_num(r["rel_err"], 2), fmt_num(r["max_abs_err"], 2), r["source"],
                      str(r["message"])[:120]])
-    return header, rows, best
+    notes = [UNSTABLE_NOTE] if any(unstable(r) for _, r in ordered.iterrows()) else []
+    return header, rows, best, notes
 
 
 def _is_builtin(op: str, name: str) -> bool:
@@ -532,6 +555,11 @@ def build(dirs, out, name: str = "report") -> Path:
     doc.heading(2, "Runs")
     header, table_rows = environment_table(metas)
     doc.table(header, table_rows)
+    timed = rows[rows["median_s"].notna()]
+    noisy = int(sum(unstable(row) for _, row in timed.iterrows()))
+    if noisy:
+        doc.para(f"{noisy} of {len(timed)} timed cases are marked {UNSTABLE_MARK} unstable in the tables below: "
+                 f"their IQR exceeds {100 * stats.UNSTABLE_REL_IQR:.0f} % of their median.")
     doc.para("Reproduce each run with:")
     doc.code("\n".join(f"make venv && .venv/bin/python -m harness run {m.get('config_file', '?')}"
                        for m in metas))
@@ -546,8 +574,10 @@ def build(dirs, out, name: str = "report") -> Path:
         for (params, machine, dtype), group in op_rows.groupby(["params", "machine", "dtype"], sort=False):
             title = case_title(group.iloc[0])
             doc.heading(3, title)
-            header, table_rows, best = case_table(group)
+            header, table_rows, best, notes = case_table(group)
             doc.table(header, table_rows, best)
+            for note in notes:
+                doc.para(note)
             stem = slug(f"{op}-{params_label(params)}-{machine}-{dtype}")
             doc.figure(figure_times(group, figures, stem + "-time"), f"median time, {title}")
             doc.figure(figure_gbps(group, figures, stem + "-gbps"), f"achieved GB/s against the ceiling, {title}")

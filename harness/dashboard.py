@@ -19,14 +19,15 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from harness import regression, store  # noqa: E402
+from harness import regression, stats, store  # noqa: E402
 from harness.format import fmt_ratio, fmt_time, ordered_params, params_label  # noqa: E402
 from impls.status import CORRECT  # noqa: E402
 
 STYLE = ("body{font-family:system-ui,sans-serif;max-width:1200px;margin:2em auto;padding:0 1em;color:#222}"
          "table{border-collapse:collapse;font-size:13px}td,th{border:1px solid #ccc;padding:3px 8px}"
          "td.num{text-align:right}.regressed{color:#b00;font-weight:bold}.improved{color:#070}"
-         "img{max-width:100%}nav a{margin-right:1em}")
+         "img{max-width:100%}nav a{margin-right:1em}td.unstable{color:#a60;font-weight:bold}")
+UNSTABLE_MARK = "⚠"
 
 
 def load_history(root) -> tuple[pd.DataFrame, dict, list[dict]]:
@@ -74,6 +75,10 @@ def mark_regressions(history: pd.DataFrame, samples: dict, rule: regression.Rule
     return history
 
 
+def _unstable(row) -> bool:
+    return stats.is_unstable(row["iqr_s"], row["median_s"])
+
+
 def _page(title: str, body: list[str]) -> str:
     return ("<!doctype html><html><head><meta charset='utf-8'>"
             f"<title>{html.escape(title)}</title><style>{STYLE}</style></head><body>"
@@ -103,6 +108,9 @@ def _draw_history(series: pd.DataFrame, path: Path, title: str, report) -> None:
         bounds = [report.spread(row) for _, row in line.iterrows()]
         ax.fill_between(xs, [lo for lo, _ in bounds], [hi for _, hi in bounds], color=colour, alpha=0.15,
                         linewidth=0)
+        noisy = line[[stats.is_unstable(iqr, median) for iqr, median in zip(line["iqr_s"], line["median_s"])]]
+        ax.scatter([position[o] for o in noisy["run_order"]], noisy["median_s"], marker="x", s=60, color=colour,
+                   linewidths=2, zorder=6)
         bad = line[line["verdict"] == "regressed"]
         ax.scatter([position[o] for o in bad["run_order"]], bad["median_s"].fillna(line["median_s"].max()),
                    s=80, facecolors="none", edgecolors="red", linewidths=2, zorder=5)
@@ -111,7 +119,8 @@ def _draw_history(series: pd.DataFrame, path: Path, title: str, report) -> None:
     ax.set_xticks(range(len(orders)), labels, rotation=45, ha="right", fontsize=7)
     ax.set_yscale("log")
     ax.set_ylabel("median time per call (s)\nband: median ± IQR/2", fontsize=9)
-    ax.set_xlabel("run (commit), oldest first; red rings: regressions")
+    ax.set_xlabel(f"run (commit), oldest first; red rings: regressions; ×: unstable "
+                  f"(IQR > {100 * stats.UNSTABLE_REL_IQR:.0f} % of the median)")
     report.set_title(ax, title, width_in=10)
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))  # beside the plot, never over a line
     ax.grid(True, alpha=0.3)
@@ -151,6 +160,11 @@ def build_dashboard(root, site, rule: regression.Rule = regression.Rule(), with_
             f"<p>{len(metas)} runs, {history['machine'].nunique()} machine(s). A change is flagged when the median "
             f"moved by more than {factor:g}× and a Mann–Whitney U test on the raw samples gives p &lt; {alpha:g}, "
             f"or when a correct case started failing its check.</p>",
+            f"<p class='unstable-legend'>{UNSTABLE_MARK} unstable: the latest run's IQR exceeds "
+            f"{100 * stats.UNSTABLE_REL_IQR:.0f} % of its median (the threshold at which torch.utils.benchmark "
+            f"warns): the machine was busy or the case is noisy, so its value and trend are uncertain. "
+            f"{int(latest.apply(_unstable, axis=1).sum()) if len(latest) else 0} of {len(latest)} cases are "
+            f"unstable; in the plots they are crossed (×).</p>",
             "<table id='overview'><tr><th>op</th><th>strategy</th><th>params</th><th>device</th><th>dtype</th>"
             "<th>machine</th><th>latest</th><th>status</th><th>vs previous</th><th>trend</th><th>runs</th></tr>"]
     def overview_order(row):
@@ -170,7 +184,11 @@ def build_dashboard(root, site, rule: regression.Rule = regression.Rule(), with_
         body.append(f"<tr{css}><td><a href='{esc(_slug(row['op']))}.html'>{esc(row['op'])}</a></td>"
                     f"<td>{esc(row['strategy'])}</td><td>{esc(params_label(row['params']))}</td>"
                     f"<td>{esc(row['device'])}</td><td>{esc(row['dtype'])}</td><td>{esc(row['machine'])}</td>"
-                    f"<td class='num'>{esc(fmt_time(row['median_s']))}</td><td>{esc(row['status'])}</td>"
+                    + (f"<td class='num unstable' title='unstable: IQR above "
+                       f"{100 * stats.UNSTABLE_REL_IQR:.0f} % of the median'>"
+                       f"{esc(fmt_time(row['median_s']))} {UNSTABLE_MARK}</td>" if _unstable(row) else
+                       f"<td class='num'>{esc(fmt_time(row['median_s']))}</td>")
+                    + f"<td>{esc(row['status'])}</td>"
                     f"<td class='num'>{esc(change)} {esc(row['verdict'])}</td><td>{esc(trend)}</td>"
                     f"<td class='num'>{len(series)}</td></tr>")
     body.append("</table><h2>Runs</h2><table><tr><th>#</th><th>run</th><th>start</th><th>commit</th>"
@@ -191,7 +209,7 @@ def build_dashboard(root, site, rule: regression.Rule = regression.Rule(), with_
         if len(regressions):
             page.append("<h2 class='regressed'>Regressions between consecutive runs</h2><ul>")
             for _, row in regressions.iterrows():
-                what = f"{row['change']:.3g}×" if math.isfinite(row["change"]) else "broke"
+                what = fmt_ratio(row["change"]) if math.isfinite(row["change"]) else "broke"
                 page.append(f"<li class='regressed'>{esc(row['strategy'])} {esc(params_label(row['params']))} "
                             f"{esc(row['device'])} {esc(row['dtype'])} on {esc(row['machine'])} at commit "
                             f"{esc(row['commit'])}: {esc(row['status'])}, "
