@@ -66,6 +66,8 @@ def load(dirs) -> tuple[pd.DataFrame, list[dict]]:
         metas.append(meta)
         if rows.empty:
             continue
+        if rows["load_avg"].notna().any():
+            meta["case_load_max"] = float(rows["load_avg"].max())
         rows = rows.copy()
         rows["machine"] = rows["device"].map(lambda d: device_label(meta, d))
         rows["run_dir"] = str(directory)
@@ -519,19 +521,125 @@ def conclusion(op: str, rows: pd.DataFrame) -> list[str]:
     return sentences
 
 
+def _number(value) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) \
+        and math.isfinite(value) else None
+
+
+def _loads(value) -> list[float] | None:
+    """A meta load average: [1-min, 5-min, 15-min], or None where absent or malformed."""
+    if not isinstance(value, list) or not value:
+        return None
+    numbers = [_number(item) for item in value]
+    return None if any(number is None for number in numbers) else numbers
+
+
+def cores(meta: dict) -> int | None:
+    hardware = meta.get("hardware") if isinstance(meta.get("hardware"), dict) else {}
+    count = _number(hardware.get("cpu_count")) or _number(meta.get("cpu_count"))
+    return int(count) if count else None
+
+
+def load_cell(meta: dict) -> str:
+    """The machine's load averages (1/5/15 min) at the start and the end of
+    the run, and the highest 1-minute load a case finished under."""
+    start, end = _loads(meta.get("load_avg_start")), _loads(meta.get("load_avg_end"))
+    parts = []
+    if start or end:
+        show = (lambda loads: "/".join(f"{v:.2g}" for v in loads) if loads else "?")
+        parts.append(f"{show(start)} → {show(end)}")
+    peak = _number(meta.get("case_load_max"))
+    if peak is not None:
+        parts.append(f"cases ≤ {peak:.2g}")
+    return ", ".join(parts) or "–"
+
+
+def ceiling_cell(meta: dict) -> str:
+    """Each device's ceiling against the median of earlier runs on the machine."""
+    history = meta.get("ceiling_history") if isinstance(meta.get("ceiling_history"), dict) else {}
+    cells = []
+    for device, entry in history.items():
+        if not isinstance(entry, dict):
+            continue
+        median, runs, deviation = (_number(entry.get(key)) for key in ("history_median_gbps", "runs", "deviation_pct"))
+        if median is not None and deviation is not None:
+            cells.append(f"{device} {deviation:+.0f} % vs {median:.1f} GB/s ({int(runs or 0)} runs)")
+    return ", ".join(cells) or "–"
+
+
+CEILING_DROP_PCT = 20.0  # a ceiling this far below its history: the machine was busy or throttled
+
+
+def run_warnings(meta: dict) -> list[str]:
+    """Why a run's numbers may be pessimistic: a busy machine, a low ceiling."""
+    run, warnings = meta.get("run_id", "?"), []
+    count = cores(meta)
+    loads = [("at the start", (_loads(meta.get("load_avg_start")) or [None])[0]),
+             ("at the end", (_loads(meta.get("load_avg_end")) or [None])[0]),
+             ("when a case finished", _number(meta.get("case_load_max")))]
+    busy = [(when, value) for when, value in loads if value is not None and count and value >= count]
+    if busy:
+        when, value = max(busy, key=lambda item: item[1])
+        warnings.append(f"Warning: run {run} shared its machine: the 1-minute load average reached {value:.2g} "
+                        f"{when}, at or above its {count} cores, so other work competed with the timed calls; "
+                        f"its medians may be slow and its spreads wide.")
+    history = meta.get("ceiling_history") if isinstance(meta.get("ceiling_history"), dict) else {}
+    for device, entry in history.items():
+        deviation = _number(entry.get("deviation_pct")) if isinstance(entry, dict) else None
+        if deviation is not None and deviation < -CEILING_DROP_PCT:
+            median = _number(entry.get("history_median_gbps"))
+            now = _number((meta.get("ceilings_gbps") or {}).get(device))
+            warnings.append(f"Warning: run {run} measured its {device} copy ceiling"
+                            + (f" at {now:.1f} GB/s" if now is not None else "")
+                            + f", {-deviation:.0f} % below the median of earlier runs on this machine"
+                            + (f" ({median:.1f} GB/s)" if median is not None else "")
+                            + ": the machine was busy or throttled, and its % of ceiling read high.")
+    return warnings
+
+
 def environment_table(metas: list[dict]) -> tuple[list[str], list[list[str]]]:
     header = ["run", "machine", "start", "commit", "python", "numpy", "torch", "triton", "numba",
-              "threads", "ceilings (GB/s)", "fresh output (GB/s)"]
+              "threads", "ceilings (GB/s)", "ceiling vs history", "load 1/5/15 min (start → end)",
+              "fresh output (GB/s)"]
     rows = []
     for meta in metas:
-        versions = meta.get("versions", {})
+        versions = meta.get("versions") if isinstance(meta.get("versions"), dict) else {}
+        ceilings = meta.get("ceilings_gbps") if isinstance(meta.get("ceilings_gbps"), dict) else {}
+        fresh = meta.get("fresh_write_gbps") if isinstance(meta.get("fresh_write_gbps"), dict) else {}
         rows.append([meta.get("run_id", "?"), meta.get("machine", "?"), meta.get("start_time", "?"),
                      str(meta.get("git_commit") or "?")[:12], meta.get("python", "?"),
                      versions.get("numpy") or "–", versions.get("torch") or "–", versions.get("triton") or "–",
                      versions.get("numba") or "–", json.dumps(meta.get("threads", {})),
-                     ", ".join(f"{d} {g:.1f}" for d, g in meta.get("ceilings_gbps", {}).items()),
-                     ", ".join(f"{a} {g:.1f}" for a, g in (meta.get("fresh_write_gbps") or {}).items()) or "–"])
+                     ", ".join(f"{d} {fmt_num(_number(g), 3)}" for d, g in ceilings.items()),
+                     ceiling_cell(meta), load_cell(meta),
+                     ", ".join(f"{a} {fmt_num(_number(g), 3)}" for a, g in fresh.items()) or "–"])
     return header, rows
+
+
+def _bytes(value) -> str:
+    value = _number(value)
+    return f"{value / 2**30:.1f} GiB" if value else "–"
+
+
+def hardware_table(metas: list[dict]) -> tuple[list[str], list[list[str]]]:
+    """One row per distinct machine: what the numbers depend on. Runs
+    without ``hardware`` in their metadata show their CPU model and count."""
+    header = ["machine", "runs", "CPU", "cores", "caches", "memory", "GPU", "GPU memory", "SMs", "capability",
+              "driver", "max SM / memory clock (MHz)"]
+    machines: dict[tuple, list[str]] = {}
+    for meta in metas:
+        hardware = meta.get("hardware") if isinstance(meta.get("hardware"), dict) else {}
+        gpu = hardware.get("gpu") if isinstance(hardware.get("gpu"), dict) else {}
+        caches = hardware.get("caches") if isinstance(hardware.get("caches"), dict) else {}
+        clocks = (gpu.get("max_sm_clock_mhz"), gpu.get("max_mem_clock_mhz"))
+        key = (str(meta.get("machine") or meta.get("host") or "?"),
+               str(hardware.get("cpu_model") or meta.get("cpu_model") or "?"), str(cores(meta) or "?"),
+               " ".join(f"{level} {size}" for level, size in caches.items()) or "–",
+               _bytes(hardware.get("memory_bytes")), str(gpu.get("name") or meta.get("gpu_name") or "–"),
+               _bytes(gpu.get("memory_bytes")), str(gpu.get("sm_count") or "–"), str(gpu.get("capability") or "–"),
+               str(gpu.get("driver") or "–"), " / ".join(str(c) for c in clocks) if any(clocks) else "–")
+        machines.setdefault(key, []).append(str(meta.get("run_id", "?")))
+    return header, [[key[0], ", ".join(runs), *key[1:]] for key, runs in machines.items()]
 
 
 def build(dirs, out, name: str = "report") -> Path:
@@ -554,6 +662,16 @@ def build(dirs, out, name: str = "report") -> Path:
              "for huge pages) and from torch's.")
     doc.heading(2, "Runs")
     header, table_rows = environment_table(metas)
+    doc.table(header, table_rows)
+    doc.para("Ceiling vs history: each device's copy ceiling against the median of the earlier runs on the same "
+             "machine. Load: the machine's 1, 5 and 15-minute load averages when the run started and ended, and "
+             "the highest 1-minute load any case finished under; at or above the core count, other work competed "
+             "with the timed calls.")
+    for meta in metas:
+        for warning in run_warnings(meta):
+            doc.para(warning)
+    doc.heading(2, "Hardware")
+    header, table_rows = hardware_table(metas)
     doc.table(header, table_rows)
     timed = rows[rows["median_s"].notna()]
     noisy = int(sum(unstable(row) for _, row in timed.iterrows()))
