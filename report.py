@@ -31,7 +31,7 @@ from harness.errors import ResultError  # noqa: E402
 from harness.format import fmt_num, fmt_ratio, fmt_time, md_escape, params_label  # noqa: E402
 from harness.tables import with_speedups  # noqa: E402
 from impls.backends import BACKENDS  # noqa: E402
-from impls.status import CORRECT, FAILED, INEXACT, OK  # noqa: E402
+from impls.status import CORRECT, FAILED, INEXACT, OK, UPSTREAM_DEFECT  # noqa: E402
 
 FIGURE_WIDTH_IN, DPI = 8.0, 100  # every PNG is 800 px wide
 
@@ -240,10 +240,16 @@ def _bars(ax, group: pd.DataFrame, positions, values, low, high) -> None:
                         elinewidth=1, capsize=3)
 
 
-def _legend_backends(ax, backends, loc="upper right"):
+def _legend_backends(ax, backends, extra=()):
+    """Beside the plot (never over a bar or its note): the backends' outline
+    colours, then ``extra`` (handle, text) pairs."""
     handles = [plt.Rectangle((0, 0), 1, 1, facecolor="white", edgecolor=backend_colour(b), linewidth=2)
                for b in backends]
-    ax.legend(handles, [label(b) for b in backends], loc=loc, fontsize=8, title="backend (outline)",
+    texts = [label(b) for b in backends]
+    for handle, text in extra:
+        handles.append(handle)
+        texts.append(text)
+    ax.legend(handles, texts, loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, title="backend (outline)",
               title_fontsize=8)
 
 
@@ -272,6 +278,11 @@ def figure_times(group: pd.DataFrame, figures: Path, stem: str) -> str:
         ax.text(hi, position, note, va="center", fontsize=8)
         labels.append(label(row["strategy"]))
         positions.append(position)
+    xcheck = [(row["xcheck_s"], position) for position, (_, row) in zip(timed_positions, timed.iterrows())
+              if _finite(row["xcheck_s"]) and row["xcheck_s"] > 0]
+    if xcheck:  # the independent timer's median (CUDA: triton.testing.do_bench)
+        ax.plot([x for x, _ in xcheck], [y for _, y in xcheck], linestyle="none", marker="D", markersize=4,
+                color="black", label="_do_bench")
     floor = group["floor_s"].dropna()
     if len(floor):
         ax.axvline(floor.iloc[0], color="black", linestyle="--", linewidth=1)
@@ -286,7 +297,8 @@ def figure_times(group: pd.DataFrame, figures: Path, stem: str) -> str:
             tick.set_color("red")
     ax.set_xlabel("median time per call (s, log scale); error bars: median ± IQR/2")
     set_title(ax, case_title(group.iloc[0]))
-    _legend_backends(ax, sorted(group["backend"].unique()))
+    diamond = plt.Line2D([], [], linestyle="none", marker="D", markersize=4, color="black")
+    _legend_backends(ax, sorted(group["backend"].unique()), [(diamond, "do_bench median")] if xcheck else ())
     return save(fig, figures, stem)
 
 
@@ -313,7 +325,7 @@ def figure_gbps(group: pd.DataFrame, figures: Path, stem: str) -> str:
         ax.set_xlim(0, right * 1.3)
     ax.set_xlabel("achieved GB/s (operator bytes / median time); error bars from median ± IQR/2")
     set_title(ax, case_title(group.iloc[0]))
-    _legend_backends(ax, sorted(timed["backend"].unique()), loc="lower right")
+    _legend_backends(ax, sorted(timed["backend"].unique()))
     return save(fig, figures, stem)
 
 
@@ -336,7 +348,7 @@ def figure_speedup(group: pd.DataFrame, figures: Path, stem: str, baseline: str)
     ax.axvline(1, color="black", linewidth=1)
     ax.set_xlabel(f"speedup over the seed's original ({label(baseline)}), log scale; error bars from median ± IQR/2")
     set_title(ax, case_title(group.iloc[0]))
-    _legend_backends(ax, sorted(timed["backend"].unique()), loc="lower right")
+    _legend_backends(ax, sorted(timed["backend"].unique()))
     return save(fig, figures, stem)
 
 
@@ -410,21 +422,56 @@ def iqr_cell(row) -> str:
     return f"{fmt_time(row['iqr_s'])} ({100 * rel:.2g} %)" + (f" {UNSTABLE_MARK}" if unstable(row) else "")
 
 
+XCHECK_TOLERANCE = 0.05  # our CUDA-event median against triton.testing.do_bench's
+XCHECK_NOTE = (f"{UNSTABLE_MARK} in ours / do_bench: the suite's CUDA-event median and triton.testing.do_bench's "
+               f"median (an independent timer) differ by more than {100 * XCHECK_TOLERANCE:.0f} %, so this case's "
+               f"time is uncertain beyond its IQR.")
+HOST_NOTE = ("host/call: the host's median cost of one call without waiting for the device (Python, dispatch, "
+             "launch). Where it exceeds the device time, back-to-back calls are bound by the host, not the device.")
+
+
+def _finite(value) -> bool:
+    return isinstance(value, (int, float)) and math.isfinite(value)
+
+
+def xcheck_ratio(row) -> float:
+    """Our median over the independent timer's (CUDA rows; NaN elsewhere)."""
+    ours, theirs = row.get("median_s", math.nan), row.get("xcheck_s", math.nan)
+    return ours / theirs if _finite(ours) and _finite(theirs) and theirs > 0 else math.nan
+
+
+def timers_disagree(row) -> bool:
+    ratio = xcheck_ratio(row)
+    return math.isfinite(ratio) and abs(ratio - 1) > XCHECK_TOLERANCE
+
+
 def case_table(group: pd.DataFrame) -> tuple[list[str], list[list[str]], int | None, list[str]]:
     """The case's rows, fastest first: header, cells, the best correct row's
-    index, and the notes that explain the marks used."""
+    index, and the notes that explain the marks used. host/call where the
+    run measured it; on CUDA the independent timer's median and the ratio."""
     ordered = group.assign(_k=group["median_s"].fillna(math.inf)).sort_values("_k")
-    header = ["strategy", "backend", "status", "median", "IQR", "GB/s", "% of ceiling",
-              "× seed", "rel err", "max abs err", "source", "message"]
+    with_host = bool(ordered["host_s"].map(_finite).any())
+    with_xcheck = bool((ordered["device"] == "cuda").any() and ordered["xcheck_s"].map(_finite).any())
+    header = ["strategy", "backend", "status", "median", "IQR"] + (["host/call"] if with_host else []) \
+        + (["do_bench", "ours / do_bench"] if with_xcheck else []) \
+        + ["GB/s", "% of ceiling", "× seed", "rel err", "max abs err", "source", "message"]
     rows, best = [], None
     for index, (_, r) in enumerate(ordered.iterrows()):
         if best is None and r["status"] == OK:
             best = index
-        rows.append([r["strategy"], r["backend"], r["status"], fmt_time(r["median_s"]), iqr_cell(r),
-                     fmt_num(r["gbps"]), fmt_num(r["pct_of_ceiling"], 3, " %"), fmt_ratio(r["speedup"]),
-                     fmt_num(r["rel_err"], 2), fmt_num(r["max_abs_err"], 2), r["source"],
-                     str(r["message"])[:120]])
+        cells = [r["strategy"], r["backend"], r["status"], fmt_time(r["median_s"]), iqr_cell(r)]
+        if with_host:
+            cells.append(fmt_time(r["host_s"]))
+        if with_xcheck:
+            ratio = xcheck_ratio(r)
+            cells += [fmt_time(r["xcheck_s"]),
+                      fmt_num(ratio, 3) + (f" {UNSTABLE_MARK}" if timers_disagree(r) else "")]
+        rows.append(cells + [fmt_num(r["gbps"]), fmt_num(r["pct_of_ceiling"], 3, " %"), fmt_ratio(r["speedup"]),
+                             fmt_num(r["rel_err"], 2), fmt_num(r["max_abs_err"], 2), r["source"],
+                             str(r["message"])[:120]])
     notes = [UNSTABLE_NOTE] if any(unstable(r) for _, r in ordered.iterrows()) else []
+    if with_xcheck and any(timers_disagree(r) for _, r in ordered.iterrows()):
+        notes.append(XCHECK_NOTE)
     return header, rows, best, notes
 
 
@@ -497,6 +544,9 @@ def verdict(op: str, case: pd.DataFrame, where: str) -> str:
                 and clearly_faster(best, builtins.iloc[0]):
             text += (f", {fmt_ratio(builtins.iloc[0]['median_s'] / best['median_s'])} faster than the fastest "
                      f"library built-in, {builtins.iloc[0]['strategy']}")
+    if _finite(best.get("host_s")) and best["device"] != "cpu" and best["host_s"] > best["median_s"]:
+        text += (f"; its host cost per call ({fmt_time(best['host_s'])}) exceeds its device time, so calls in a "
+                 f"loop are bound by the host")
     if stats.is_unstable(best["iqr_s"], best["median_s"]):
         text += f" (its timing is unstable: IQR {100 * stats.rel_iqr(best['iqr_s'], best['median_s']):.0f} % of the median)"
     strat = _strategy(op, best["strategy"])
@@ -514,10 +564,12 @@ def conclusion(op: str, rows: pd.DataFrame) -> list[str]:
         largest = on_machine.loc[sized["bytes"].idxmax(), "params"] if len(sized) else on_machine["params"].iloc[0]
         sentences.append(verdict(op, on_machine[on_machine["params"] == largest],
                                  f"{machine}, {params_label(largest)} {dtype}"))
-        failing = on_machine[on_machine["status"].isin(FAILED + (INEXACT,))]
+        failing = on_machine[on_machine["status"].isin(FAILED + (INEXACT, UPSTREAM_DEFECT))]
         for _, row in failing.drop_duplicates("strategy").iterrows():
-            sentences.append(f"{machine}: {row['strategy']} is {row['status']} at {params_label(row['params'])} "
-                             f"{row['dtype']}: {row['message']}")
+            where = " (a known library defect: see Defects found in libraries)" \
+                if row["status"] == UPSTREAM_DEFECT else ""
+            sentences.append(f"{machine}: {row['strategy']} is {row['status']}{where} at "
+                             f"{params_label(row['params'])} {row['dtype']}: {row['message']}")
     return sentences
 
 
@@ -610,9 +662,9 @@ def environment_table(metas: list[dict]) -> tuple[list[str], list[list[str]]]:
                      str(meta.get("git_commit") or "?")[:12], meta.get("python", "?"),
                      versions.get("numpy") or "–", versions.get("torch") or "–", versions.get("triton") or "–",
                      versions.get("numba") or "–", json.dumps(meta.get("threads", {})),
-                     ", ".join(f"{d} {fmt_num(_number(g), 3)}" for d, g in ceilings.items()),
+                     ", ".join(f"{d} {fmt_ratio(_number(g), '')}" for d, g in ceilings.items()),
                      ceiling_cell(meta), load_cell(meta),
-                     ", ".join(f"{a} {fmt_num(_number(g), 3)}" for a, g in fresh.items()) or "–"])
+                     ", ".join(f"{a} {fmt_ratio(_number(g), '')}" for a, g in fresh.items()) or "–"])
     return header, rows
 
 
@@ -640,6 +692,101 @@ def hardware_table(metas: list[dict]) -> tuple[list[str], list[list[str]]]:
                str(gpu.get("driver") or "–"), " / ".join(str(c) for c in clocks) if any(clocks) else "–")
         machines.setdefault(key, []).append(str(meta.get("run_id", "?")))
     return header, [[key[0], ", ".join(runs), *key[1:]] for key, runs in machines.items()]
+
+
+DEVICE_ORDER = ("cpu", "cuda")
+DTYPE_ORDER = ("float32", "float16", "bfloat16", "float64")
+
+
+def sections(op_rows: pd.DataFrame) -> list[tuple[tuple[str, str], pd.DataFrame]]:
+    """The operator's rows per (machine, dtype): CPU before GPU, float32 first."""
+    def order(item):
+        (machine, dtype), section = item
+        device = section["device"].iloc[0]
+        return (DEVICE_ORDER.index(device) if device in DEVICE_ORDER else len(DEVICE_ORDER), machine,
+                DTYPE_ORDER.index(dtype) if dtype in DTYPE_ORDER else len(DTYPE_ORDER), dtype)
+
+    return sorted(op_rows.groupby(["machine", "dtype"], sort=False), key=order)
+
+
+def section_intro(section: pd.DataFrame, metas: list[dict]) -> str:
+    """Where the section's numbers come from: the device, its measured ceiling per run."""
+    device, machine, dtype = section["device"].iloc[0], section["machine"].iloc[0], section["dtype"].iloc[0]
+    run_ids = {m["directory"]: str(m.get("run_id", "?")) for m in metas}
+    ceilings = []
+    for run_dir, in_run in section.groupby("run_dir", sort=False):
+        ceiling = in_run["ceiling_gbps"].dropna()
+        if len(ceiling):
+            ceilings.append(f"{fmt_ratio(ceiling.iloc[0], ' GB/s')} (run {run_ids.get(run_dir, '?')})")
+    text = f"{machine}, {dtype}: copy ceiling " + (", ".join(ceilings) if ceilings else "not measured") + "."
+    if section["host_s"].map(_finite).any():
+        text += " " + HOST_NOTE
+    if device == "cuda" and section["xcheck_s"].map(_finite).any():
+        text += (f" do_bench: triton.testing.do_bench's median for the same call, an independent timer; "
+                 f"ours / do_bench beyond 1 ± {XCHECK_TOLERANCE:g} is flagged.")
+    return text
+
+
+def known_defects() -> list | None:
+    """The registry of known library defects (impls/defects.py), or None
+    where this checkout has none."""
+    import importlib
+    import importlib.util
+
+    import impls
+
+    try:
+        # Only this checkout's module: an editable install of another
+        # checkout can otherwise supply a submodule this one lacks.
+        spec = importlib.util.find_spec("impls.defects")
+        if spec is None or spec.origin is None or \
+                Path(spec.origin).resolve().parent != Path(impls.__file__).resolve().parent:
+            return None
+        defects = importlib.import_module("impls.defects")
+    except ImportError:
+        return None
+    found = getattr(defects, "KNOWN_DEFECTS", None)
+    if found is None:
+        found = getattr(defects, "DEFECTS", None)
+    return list(found) if found else None
+
+
+def defects_section(doc: Doc, rows: pd.DataFrame, metas: list[dict]) -> None:
+    """Every known library defect with its condition, the affected and the
+    installed versions, a description and a minimal reproduction; then the
+    rows these runs recorded as upstream-defect, with their messages."""
+    registry = known_defects() or []
+    observed = rows[rows["status"] == UPSTREAM_DEFECT]
+    if not registry and observed.empty:
+        return
+    doc.heading(2, "Defects found in libraries")
+    doc.para("Wrong answers the check traced to a listed defect of a library itself, not to the suite's call of "
+             "it: such a case is reported as upstream-defect instead of mismatch, and excused only under the "
+             "defect's condition and versions.")
+    for defect in registry:
+        strategy = str(getattr(defect, "strategy", "?"))
+        library = str(getattr(defect, "library", "?"))
+        versions = str(getattr(defect, "versions", "") or "every version")
+        doc.heading(3, f"{strategy}: {library} {versions}")
+        doc.para(str(getattr(defect, "description", "")))
+        doc.para(f"Condition: {getattr(defect, 'condition', '?')}.")
+        installed = sorted({str((m.get("versions") or {}).get(library)) for m in metas
+                            if isinstance(m.get("versions"), dict) and (m.get("versions") or {}).get(library)})
+        doc.para(f"Affected versions: {library} {versions}; in these runs: "
+                 + (", ".join(f"{library} {v}" for v in installed) if installed else f"{library} not recorded")
+                 + ".")
+        reference = getattr(defect, "reference", "")
+        if reference:
+            doc.para(f"Reference: {reference}.")
+        seen = observed[(observed["op"] + "/" + observed["strategy"]) == strategy]
+        doc.para(f"Observed in {len(seen)} case(s) of these runs." if len(seen) else "Not observed in these runs.")
+        doc.para("Minimal reproduction:")
+        doc.code(str(getattr(defect, "reproduction", "")).rstrip())
+    if len(observed):
+        doc.heading(3, "Cases recorded as upstream-defect")
+        doc.table(["op", "strategy", "params", "machine", "dtype", "message"],
+                  [[r["op"], r["strategy"], params_label(r["params"]), r["machine"], r["dtype"],
+                    str(r["message"])[:300]] for _, r in observed.iterrows()])
 
 
 def build(dirs, out, name: str = "report") -> Path:
@@ -685,38 +832,43 @@ def build(dirs, out, name: str = "report") -> Path:
 
     for op, op_rows in rows.groupby("op", sort=False):
         doc.heading(2, op)
-        doc.heading(3, "Conclusion")
-        for sentence in conclusion(op, op_rows):
-            doc.para(sentence)
         baseline = OPERATORS[op].baseline if op in OPERATORS else "seed"
-        for (params, machine, dtype), group in op_rows.groupby(["params", "machine", "dtype"], sort=False):
-            title = case_title(group.iloc[0])
-            doc.heading(3, title)
-            header, table_rows, best, notes = case_table(group)
-            doc.table(header, table_rows, best)
-            for note in notes:
-                doc.para(note)
-            stem = slug(f"{op}-{params_label(params)}-{machine}-{dtype}")
-            doc.figure(figure_times(group, figures, stem + "-time"), f"median time, {title}")
-            doc.figure(figure_gbps(group, figures, stem + "-gbps"), f"achieved GB/s against the ceiling, {title}")
-            speed = figure_speedup(group, figures, stem + "-speedup", baseline)
-            if speed:
-                doc.figure(speed, f"speedup over {baseline}, {title}")
-        for (machine, dtype), on_machine in op_rows.groupby(["machine", "dtype"], sort=False):
-            if on_machine["params"].nunique() > 1:
+        for (machine, dtype), section in sections(op_rows):
+            doc.heading(3, f"{op} · {machine} · {dtype}")
+            doc.para(section_intro(section, metas))
+            verdict_text, *failures = conclusion(op, section)
+            doc.para("Conclusion: " + verdict_text)
+            for sentence in failures:
+                doc.para(sentence)
+            for params, group in section.groupby("params", sort=False):
+                title = case_title(group.iloc[0])
+                doc.heading(4, title)
+                header, table_rows, best, notes = case_table(group)
+                doc.table(header, table_rows, best)
+                for note in notes:
+                    doc.para(note)
+                stem = slug(f"{op}-{params_label(params)}-{machine}-{dtype}")
+                doc.figure(figure_times(group, figures, stem + "-time"), f"median time, {title}")
+                doc.figure(figure_gbps(group, figures, stem + "-gbps"), f"achieved GB/s against the ceiling, {title}")
+                speed = figure_speedup(group, figures, stem + "-speedup", baseline)
+                if speed:
+                    doc.figure(speed, f"speedup over {baseline}, {title}")
+            if section["params"].nunique() > 1:
                 title = f"{op} scaling · {machine} · {dtype}"
-                stem = figure_scaling(on_machine, figures, slug(f"{op}-scaling-{machine}-{dtype}"), title)
+                stem = figure_scaling(section, figures, slug(f"{op}-scaling-{machine}-{dtype}"), title)
                 if stem:
-                    doc.heading(3, title)
+                    doc.heading(4, title)
                     doc.figure(stem, title)
-                for key, family in one_parameter_families(on_machine):
+                for key, family in one_parameter_families(section):
                     fixed = {k: v for k, v in json.loads(family["params"].iloc[0]).items() if k != key}
-                    label = " ".join(f"{k}={v}" for k, v in fixed.items())
-                    title = f"{op} against {key} ({label}) · {machine} · {dtype}"
-                    stem = figure_scaling(family, figures, slug(f"{op}-sweep-{key}-{label}-{machine}-{dtype}"), title)
+                    fixed_text = " ".join(f"{k}={v}" for k, v in fixed.items())
+                    title = f"{op} against {key} ({fixed_text}) · {machine} · {dtype}"
+                    stem = figure_scaling(family, figures, slug(f"{op}-sweep-{key}-{fixed_text}-{machine}-{dtype}"),
+                                          title)
                     if stem:
-                        doc.heading(3, title)
+                        doc.heading(4, title)
                         doc.figure(stem, title)
+    defects_section(doc, rows, metas)
     out.mkdir(parents=True, exist_ok=True)
     (out / f"{name}.md").write_text(render_markdown(doc, "figures"))
     (out / f"{name}.html").write_text(render_html(doc, figures, "scatterbench report"))
