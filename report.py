@@ -145,7 +145,9 @@ def render_markdown(doc: Doc, figure_dir: str) -> str:
     return "\n".join(lines)
 
 
-def render_html(doc: Doc, figures: Path, title: str) -> str:
+def render_html(doc: Doc, figures: Path, title: str, embed: bool = True) -> str:
+    """One HTML page; figures embedded as data: URIs (a self-contained file),
+    or linked relatively (``embed=False``: smaller, beside its figures)."""
     esc = html.escape
     parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>{esc(title)}</title>",
              "<style>body{font-family:system-ui,sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;"
@@ -170,8 +172,11 @@ def render_html(doc: Doc, figures: Path, title: str) -> str:
             parts.append("</table>")
         elif kind == "fig":
             _, stem, caption = block
-            data = base64.b64encode((figures / f"{stem}.png").read_bytes()).decode()
-            parts.append(f"<figure><img alt='{esc(caption)}' src='data:image/png;base64,{data}'>"
+            if embed:
+                source = "data:image/png;base64," + base64.b64encode((figures / f"{stem}.png").read_bytes()).decode()
+            else:
+                source = f"{figures.name}/{stem}.png"
+            parts.append(f"<figure><img alt='{esc(caption)}' src='{esc(source)}'>"
                          f"<figcaption>{esc(caption)}</figcaption></figure>")
     parts.append("</body></html>")
     return "\n".join(parts)
@@ -220,10 +225,44 @@ def spread(row) -> tuple[float, float]:
     return max(median - half, median * 1e-3), median + half
 
 
-def save(fig, figures: Path, stem: str) -> str:
-    figures.mkdir(parents=True, exist_ok=True)
-    fig.savefig(figures / f"{stem}.png", dpi=DPI)
-    fig.savefig(figures / f"{stem}.svg")
+def _bytes_text(value: float) -> str:
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if value >= scale:
+            return f"{value / scale:.3g} {unit}"
+    return f"{value:.3g} B"
+
+
+AXIS_TEXT = {"time": fmt_time, "ratio": fmt_ratio, "bytes": _bytes_text, "count": lambda v: f"{v:.4g}"}
+
+
+def log_axis(axis, kind: str) -> None:
+    """A log axis labelled in plain units ("10 µs", "100×", "1 MB"): at each
+    decade over a wide range, at 1-2-5 steps over a narrow one, with no
+    unlabelled minor ticks. Call it once the axis's limits are set. Readable,
+    and a third cheaper to draw than matplotlib's mathtext labels and minor
+    ticks."""
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullLocator
+
+    low, high = axis.get_view_interval()
+    decades = math.log10(high / low) if 0 < low < high else 3.0
+    subs = (1.0,) if decades > 3 else (1.0, 2.0, 5.0) if decades > 0.8 else (1.0, 1.5, 2.0, 3.0, 5.0, 7.0)
+    axis.set_major_locator(LogLocator(base=10, subs=subs))
+    axis.set_major_formatter(FuncFormatter(lambda value, _: AXIS_TEXT[kind](value) if value > 0 else ""))
+    axis.set_minor_locator(NullLocator())
+
+
+@dataclass(frozen=True)
+class FigureDir:
+    """Where figures go, and whether an SVG is written beside each PNG."""
+    path: Path
+    svg: bool = True
+
+
+def save(fig, figures: FigureDir, stem: str) -> str:
+    figures.path.mkdir(parents=True, exist_ok=True)
+    fig.savefig(figures.path / f"{stem}.png", dpi=DPI)
+    if figures.svg:
+        fig.savefig(figures.path / f"{stem}.svg")
     plt.close(fig)
     return stem
 
@@ -253,7 +292,7 @@ def _legend_backends(ax, backends, extra=()):
               title_fontsize=8)
 
 
-def figure_times(group: pd.DataFrame, figures: Path, stem: str) -> str:
+def figure_times(group: pd.DataFrame, figures: FigureDir, stem: str) -> str:
     """Median time per strategy on a log axis, sorted, with median ± IQR/2 as
     error bars and % of ceiling beside each bar; failed strategies listed at
     the bottom with their status, not dropped."""
@@ -291,18 +330,19 @@ def figure_times(group: pd.DataFrame, figures: Path, stem: str) -> str:
     if len(timed):
         highest = max([hi for _, hi in spreads] + [top])
         ax.set_xlim(min(min(lo for lo, _ in spreads), floor.min() if len(floor) else math.inf) / 2, highest * 30)
+    log_axis(ax.xaxis, "time")
     ax.set_yticks(positions, labels, fontsize=8)
     for tick, position in zip(ax.get_yticklabels(), positions):
         if position < offset:
             tick.set_color("red")
-    ax.set_xlabel("median time per call (s, log scale); error bars: median ± IQR/2")
+    ax.set_xlabel("median time per call (log scale); error bars: median ± IQR/2")
     set_title(ax, case_title(group.iloc[0]))
     diamond = plt.Line2D([], [], linestyle="none", marker="D", markersize=4, color="black")
     _legend_backends(ax, sorted(group["backend"].unique()), [(diamond, "do_bench median")] if xcheck else ())
     return save(fig, figures, stem)
 
 
-def figure_gbps(group: pd.DataFrame, figures: Path, stem: str) -> str:
+def figure_gbps(group: pd.DataFrame, figures: FigureDir, stem: str) -> str:
     """Achieved bandwidth per strategy against the copy ceiling; the axis
     holds every bar (a case in cache goes past the ceiling) and the ceiling."""
     timed = group[group["gbps"].notna() & (group["median_s"] > 0)].sort_values("gbps")
@@ -329,7 +369,7 @@ def figure_gbps(group: pd.DataFrame, figures: Path, stem: str) -> str:
     return save(fig, figures, stem)
 
 
-def figure_speedup(group: pd.DataFrame, figures: Path, stem: str, baseline: str) -> str | None:
+def figure_speedup(group: pd.DataFrame, figures: FigureDir, stem: str, baseline: str) -> str | None:
     timed = group[group["speedup"].notna() & group["status"].isin(CORRECT)].sort_values("speedup")
     if len(timed) < 2:
         return None
@@ -345,6 +385,7 @@ def figure_speedup(group: pd.DataFrame, figures: Path, stem: str, baseline: str)
     ax.set_yticks(range(len(timed)), [label(name) for name in timed["strategy"]], fontsize=8)
     ax.set_xscale("log")
     ax.set_xlim(min(min(low), 1) / 2, max(high) * 20)
+    log_axis(ax.xaxis, "ratio")
     ax.axvline(1, color="black", linewidth=1)
     ax.set_xlabel(f"speedup over the seed's original ({label(baseline)}), log scale; error bars from median ± IQR/2")
     set_title(ax, case_title(group.iloc[0]))
@@ -364,7 +405,7 @@ def one_parameter_families(rows: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]
     return families
 
 
-def figure_scaling(rows: pd.DataFrame, figures: Path, stem: str, title: str) -> str | None:
+def figure_scaling(rows: pd.DataFrame, figures: FigureDir, stem: str, title: str) -> str | None:
     """Time against problem size per strategy, log-log, with the bandwidth floor."""
     ok = rows[rows["status"].isin(CORRECT) & rows["median_s"].notna()].copy()
     if ok.empty:
@@ -394,12 +435,14 @@ def figure_scaling(rows: pd.DataFrame, figures: Path, stem: str, title: str) -> 
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel({"C": "channels C"}.get(sweep_key, sweep_key) if sweep_key else "bytes moved by the operator")
-    ax.set_ylabel("median time per call (s); band: median ± IQR/2")
+    ax.set_ylabel("median time per call; band: median ± IQR/2")
     set_title(ax, title)
     # Below the plot, never over a line.
     fig.legend(loc="outside lower center", fontsize=7, ncol=3,
                title="solid: the seeds' strategies, dashed: added", title_fontsize=7)
-    ax.grid(True, which="both", alpha=0.3)
+    log_axis(ax.xaxis, "count" if sweep_key else "bytes")
+    log_axis(ax.yaxis, "time")
+    ax.grid(True, alpha=0.3)
     return save(fig, figures, stem)
 
 
@@ -789,9 +832,12 @@ def defects_section(doc: Doc, rows: pd.DataFrame, metas: list[dict]) -> None:
                     str(r["message"])[:300]] for _, r in observed.iterrows()])
 
 
-def build(dirs, out, name: str = "report") -> Path:
+def build(dirs, out, name: str = "report", light: bool = False) -> Path:
+    """Writes ``OUT/<name>.md`` and ``.html``. ``light`` (the dashboard's
+    per-run reports): no per-case figures, PNG only, the HTML links its
+    figures instead of embedding them."""
     out = Path(out)
-    figures = out / "figures"
+    figures = FigureDir(out / "figures", svg=not light)
     rows, metas = load(dirs)
     doc = Doc()
     doc.heading(1, "scatterbench report")
@@ -807,6 +853,9 @@ def build(dirs, out, name: str = "report") -> Path:
              "the copy bandwidth. The runs table gives that cost as each run measured it: 'fresh output' is "
              "the write bandwidth into a newly allocated 256 MiB buffer, from numpy's allocator (which asks "
              "for huge pages) and from torch's.")
+    if light:
+        doc.para("This is the light version the dashboard keeps per run: tables, conclusions and scaling plots, "
+                 "without the per-case figures; python report.py RESULT_DIR writes the full report.")
     doc.heading(2, "Runs")
     header, table_rows = environment_table(metas)
     doc.table(header, table_rows)
@@ -848,6 +897,8 @@ def build(dirs, out, name: str = "report") -> Path:
                 for note in notes:
                     doc.para(note)
                 stem = slug(f"{op}-{params_label(params)}-{machine}-{dtype}")
+                if light:
+                    continue
                 doc.figure(figure_times(group, figures, stem + "-time"), f"median time, {title}")
                 doc.figure(figure_gbps(group, figures, stem + "-gbps"), f"achieved GB/s against the ceiling, {title}")
                 speed = figure_speedup(group, figures, stem + "-speedup", baseline)
@@ -871,7 +922,7 @@ def build(dirs, out, name: str = "report") -> Path:
     defects_section(doc, rows, metas)
     out.mkdir(parents=True, exist_ok=True)
     (out / f"{name}.md").write_text(render_markdown(doc, "figures"))
-    (out / f"{name}.html").write_text(render_html(doc, figures, "scatterbench report"))
+    (out / f"{name}.html").write_text(render_html(doc, figures.path, "scatterbench report", embed=not light))
     return out / f"{name}.md"
 
 

@@ -113,3 +113,18 @@ def test_speedups_print_without_exponents(tmp_path, drawn):
     assert any("5,760×" in text for text in texts)  # 0.576 s / 0.1 ms
     assert "5,760×" in md and "e+03" not in md and not any("e+03" in text for text in texts)
     assert math.isfinite(float(report.fmt_ratio(5760.0).replace(",", "").rstrip("×")))
+
+
+def test_log_axes_read_in_plain_units(tmp_path, drawn):
+    root = tmp_path / "results"
+    fixture_run(root / "a")
+    fixture_run(root / "b", start_time="2026-11-23T00:00:00+00:00")
+    report.build([root / "b"], tmp_path / "out")
+    build_dashboard(root, tmp_path / "site", with_reports=False)
+    time_axes = [axis for fig in drawn for ax in fig.axes for axis in (ax.xaxis, ax.yaxis)
+                 if axis.get_label().get_text().startswith("median time")]
+    assert len(time_axes) >= 5  # the report's time and scaling figures, the dashboard's history plots
+    for axis in time_axes:
+        labels = [tick.get_text() for tick in axis.get_ticklabels() if tick.get_text()]
+        assert labels and all(label.split()[-1] in ("s", "ms", "µs", "ns") for label in labels), \
+            (axis.get_label().get_text(), axis.get_scale(), labels)
