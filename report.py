@@ -931,9 +931,11 @@ def main(argv=None) -> int:
     parser.add_argument("dirs", nargs="+", help="result directories")
     parser.add_argument("-o", "--output", default="report", help="output directory (default ./report)")
     parser.add_argument("--name", default="report", help="file stem of the .md and .html (default report)")
+    parser.add_argument("--light", action="store_true",
+                        help="tables, conclusions and scaling plots only, figures linked (the dashboard's kind)")
     args = parser.parse_args(argv)
     try:
-        written = build([Path(d) for d in args.dirs], Path(args.output), args.name)
+        written = build([Path(d) for d in args.dirs], Path(args.output), args.name, light=args.light)
     except ResultError as error:
         print(f"report.py: error: {error}", file=sys.stderr)
         return 2

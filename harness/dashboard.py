@@ -24,7 +24,6 @@ import pandas as pd  # noqa: E402
 
 from harness import regression, stats, store  # noqa: E402
 from harness.format import fmt_ratio, fmt_time, ordered_params, params_label  # noqa: E402
-from impls.status import CORRECT  # noqa: E402
 
 STYLE = ("body{font-family:system-ui,sans-serif;max-width:1200px;margin:2em auto;padding:0 1em;color:#222}"
          "table{border-collapse:collapse;font-size:13px}td,th{border:1px solid #ccc;padding:3px 8px}"

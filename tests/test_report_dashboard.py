@@ -3,6 +3,7 @@ its rows or metadata changed, a history plot when its data did; what no
 longer exists is removed."""
 
 import os
+import re
 import shutil
 
 from PIL import Image
@@ -82,7 +83,16 @@ def test_per_run_reports_are_light_and_plots_small(tmp_path):
     assert figures and all(name.endswith(".png") and "scaling" in name for name in figures)  # no per-case, no SVG
     page = (run / "report.html").read_text()
     assert "data:image/png" not in page and "src='figures/" in page
+    for source in re.findall(r"src='([^']+)'", page):
+        assert (run / source).is_file(), source  # relative links that work from disk
     assert "light version" in page and "<table>" in page
     for plot in (site / "plots").glob("*.png"):
         with Image.open(plot) as image:
             assert image.width == 800 and image.height == 320
+
+
+def test_report_cli_writes_the_light_kind_on_request(tmp_path):
+    run = fixture_run(tmp_path / "run")
+    assert report.main([str(run), "-o", str(tmp_path / "out"), "--light"]) == 0
+    figures = sorted(p.name for p in (tmp_path / "out" / "figures").iterdir())
+    assert figures == ["maxpool2d-scaling-cpu-fixture-cpu-2-float32.png"]
