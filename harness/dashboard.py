@@ -8,9 +8,12 @@ a result file is escaped.
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import html
 import json
 import math
+import sys
 from pathlib import Path
 
 import matplotlib
@@ -19,13 +22,14 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from harness import regression, store  # noqa: E402
+from harness import regression, stats, store  # noqa: E402
 from harness.format import fmt_ratio, fmt_time, ordered_params, params_label  # noqa: E402
 
 STYLE = ("body{font-family:system-ui,sans-serif;max-width:1200px;margin:2em auto;padding:0 1em;color:#222}"
          "table{border-collapse:collapse;font-size:13px}td,th{border:1px solid #ccc;padding:3px 8px}"
          "td.num{text-align:right}.regressed{color:#b00;font-weight:bold}.improved{color:#070}"
-         "img{max-width:100%}nav a{margin-right:1em}")
+         "img{max-width:100%}nav a{margin-right:1em}td.unstable{color:#a60;font-weight:bold}")
+UNSTABLE_MARK = "⚠"
 
 
 def load_history(root) -> tuple[pd.DataFrame, dict, list[dict]]:
@@ -54,23 +58,30 @@ def load_history(root) -> tuple[pd.DataFrame, dict, list[dict]]:
 def mark_regressions(history: pd.DataFrame, samples: dict, rule: regression.Rule) -> pd.DataFrame:
     """Verdict of each row against the same case's previous run on the same
     machine, by the one regression rule (harness/regression.py)."""
-    history = history.sort_values("run_order").copy()
-    history["verdict"] = ""
-    history["change"] = math.nan
-    for _, series in history.groupby(["machine", "case_id"], sort=False):
-        previous = None
-        for index, row in series.iterrows():
-            if previous is not None:
-                change = regression.judge_change(previous["status"], row["status"],
-                                                 samples.get((previous["run_dir"], row["case_id"])),
-                                                 samples.get((row["run_dir"], row["case_id"])), rule)
-                history.loc[index, "change"] = change.ratio
-                if change.verdict in (regression.REGRESSED, regression.BROKEN):
-                    history.loc[index, "verdict"] = "regressed"
-                elif change.verdict == regression.IMPROVED:
-                    history.loc[index, "verdict"] = "improved"
-            previous = row
+    history = history.sort_values("run_order", kind="stable").copy()
+    verdicts = {index: "" for index in history.index}
+    changes = {index: math.nan for index in history.index}
+    columns = history[["machine", "case_id", "status", "run_dir"]]
+    previous: dict[tuple, tuple] = {}  # (machine, case) -> (status, run_dir) of its latest earlier run
+    for index, machine, case_id, status, run_dir in columns.itertuples():
+        before = previous.get((machine, case_id))
+        previous[(machine, case_id)] = (status, run_dir)
+        if before is None:
+            continue
+        change = regression.judge_change(before[0], status, samples.get((before[1], case_id)),
+                                         samples.get((run_dir, case_id)), rule)
+        changes[index] = change.ratio
+        if change.verdict in (regression.REGRESSED, regression.BROKEN):
+            verdicts[index] = "regressed"
+        elif change.verdict == regression.IMPROVED:
+            verdicts[index] = "improved"
+    history["verdict"] = pd.Series(verdicts)
+    history["change"] = pd.Series(changes, dtype=float)
     return history
+
+
+def _unstable(row) -> bool:
+    return stats.is_unstable(row["iqr_s"], row["median_s"])
 
 
 def _page(title: str, body: list[str]) -> str:
@@ -80,30 +91,103 @@ def _page(title: str, body: list[str]) -> str:
 
 
 def _slug(text: str) -> str:
-    return "".join(ch if ch.isalnum() else "-" for ch in text.lower()).strip("-")[:90]
+    """A file name; a long one keeps a hash of the whole text (two machines
+    whose names differ only past the cut must not share a plot)."""
+    name = "".join(ch if ch.isalnum() else "-" for ch in text.lower()).strip("-")
+    return name if len(name) <= 90 else f"{name[:81]}-{hashlib.sha256(text.encode()).hexdigest()[:8]}"
+
+
+# ------------------------------------------------------------------ caching
+# The site keeps what it built with the key of its inputs: a run's report is
+# rebuilt only when its rows, metadata or the code that draws it changed, a
+# history plot only when its data did.
+KEY_FILE = ".key"  # in each run's report directory
+PLOT_KEYS = ".keys.json"  # in plots/: {file name: key}
+PLOT_DPI = 80  # 800 × 320 px history plots
+
+
+@functools.lru_cache(maxsize=1)
+def code_key() -> str:
+    """The drawing code's own hash: a change to it redraws everything."""
+    import report
+
+    from harness import format as format_module
+
+    digest = hashlib.sha256()
+    for module in (report, format_module, stats, sys.modules[__name__]):
+        digest.update(Path(module.__file__).read_bytes())
+    return digest.hexdigest()
+
+
+def _key(*parts) -> str:
+    digest = hashlib.sha256(code_key().encode())
+    for part in parts:
+        digest.update(part if isinstance(part, bytes) else str(part).encode())
+        digest.update(b"\0")
+    return digest.hexdigest()
+
+
+def run_report(directory: Path, target: Path) -> bool:
+    """The run's light report under ``target``, rebuilt only when its key
+    changed; False when the run has nothing to report."""
+    import shutil
+
+    import report
+
+    key = _key("report", (directory / store.META).read_bytes(), (directory / store.ROWS).read_bytes())
+    if (target / "report.html").exists() and (target / KEY_FILE).exists() \
+            and (target / KEY_FILE).read_text() == key:
+        return True
+    if target.exists():
+        shutil.rmtree(target)
+    try:
+        report.build([directory], target, light=True)
+    except store.ResultError:
+        return False
+    (target / KEY_FILE).write_text(key)
+    return True
+
+
+PLOT_COLUMNS = ["run_order", "commit", "op", "strategy", "status", "median_s", "iqr_s", "verdict"]
 
 
 def _history_plot(series: pd.DataFrame, path: Path, title: str) -> None:
+    import report  # the figures' shared vocabulary (labels drawn as written)
+
+    _draw_history(series, path, title, report)
+
+
+def _draw_history(series: pd.DataFrame, path: Path, title: str, report) -> None:
+    label = report.label
     fig, ax = plt.subplots(figsize=(10, 4), layout="constrained")
     orders = sorted(series["run_order"].unique())
     position = {order: i for i, order in enumerate(orders)}
     for name, line in series.groupby("strategy"):
         line = line.sort_values("run_order")
         xs = [position[o] for o in line["run_order"]]
-        ax.plot(xs, line["median_s"], marker="o", markersize=3, label=name)
+        colour = report.strategy_colour(line["op"].iloc[0], name)
+        ax.plot(xs, line["median_s"], marker="o", markersize=3, label=label(name), color=colour)
+        bounds = [report.spread(row) for _, row in line.iterrows()]
+        ax.fill_between(xs, [lo for lo, _ in bounds], [hi for _, hi in bounds], color=colour, alpha=0.15,
+                        linewidth=0)
+        noisy = line[[stats.is_unstable(iqr, median) for iqr, median in zip(line["iqr_s"], line["median_s"])]]
+        ax.scatter([position[o] for o in noisy["run_order"]], noisy["median_s"], marker="x", s=60, color=colour,
+                   linewidths=2, zorder=6)
         bad = line[line["verdict"] == "regressed"]
         ax.scatter([position[o] for o in bad["run_order"]], bad["median_s"].fillna(line["median_s"].max()),
                    s=80, facecolors="none", edgecolors="red", linewidths=2, zorder=5)
     runs = series.drop_duplicates("run_order").sort_values("run_order")
-    labels = [f"#{order} {commit}" for order, commit in zip(runs["run_order"], runs["commit"])]
+    labels = [label(f"#{order} {commit}") for order, commit in zip(runs["run_order"], runs["commit"])]
     ax.set_xticks(range(len(orders)), labels, rotation=45, ha="right", fontsize=7)
     ax.set_yscale("log")
-    ax.set_ylabel("median time per call (s)")
-    ax.set_xlabel("run (commit), oldest first; red rings: regressions")
-    ax.set_title(title, fontsize=9)
+    ax.set_ylabel("median time per call\nband: median ± IQR/2", fontsize=9)
+    ax.set_xlabel(f"run (commit), oldest first; red rings: regressions; ×: unstable "
+                  f"(IQR > {100 * stats.UNSTABLE_REL_IQR:.0f} % of the median)")
+    report.set_title(ax, title, width_in=10)
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))  # beside the plot, never over a line
+    report.log_axis(ax.yaxis, "time")
     ax.grid(True, alpha=0.3)
-    fig.savefig(path, dpi=100)
+    fig.savefig(path, dpi=PLOT_DPI)
     plt.close(fig)
 
 
@@ -117,20 +201,22 @@ def build_dashboard(root, site, rule: regression.Rule = regression.Rule(), with_
     esc = html.escape
     ops = list(dict.fromkeys(history["op"]))
 
-    # one report per run, linked from every page
-    run_links = {}
+    # one light report per run, linked from every page, rebuilt only when the run changed
+    run_links, kept = {}, set()
     for meta in metas:
         run_id = str(meta.get("run_id", Path(meta["directory"]).name))
         target = site / "runs" / _slug(run_id)
-        if with_reports and not (target / "report.html").exists():
-            import report
-
-            try:
-                report.build([Path(meta["directory"])], target)
-            except store.ResultError:
-                continue
+        kept.add(target.name)
+        if with_reports and not run_report(Path(meta["directory"]), target):
+            continue
         if (target / "report.html").exists():
             run_links[meta["directory"]] = f"runs/{_slug(run_id)}/report.html"
+    if (site / "runs").is_dir():  # reports of runs no longer under the root
+        import shutil
+
+        for stale in (site / "runs").iterdir():
+            if stale.name not in kept and (stale / KEY_FILE).exists():
+                shutil.rmtree(stale)
 
     nav = "<nav><a href='index.html'>overview</a>" + "".join(
         f"<a href='{esc(_slug(op))}.html'>{esc(op)}</a>" for op in ops) + "</nav>"
@@ -139,6 +225,11 @@ def build_dashboard(root, site, rule: regression.Rule = regression.Rule(), with_
             f"<p>{len(metas)} runs, {history['machine'].nunique()} machine(s). A change is flagged when the median "
             f"moved by more than {factor:g}× and a Mann–Whitney U test on the raw samples gives p &lt; {alpha:g}, "
             f"or when a correct case started failing its check.</p>",
+            f"<p class='unstable-legend'>{UNSTABLE_MARK} unstable: the latest run's IQR exceeds "
+            f"{100 * stats.UNSTABLE_REL_IQR:.0f} % of its median (the threshold at which torch.utils.benchmark "
+            f"warns): the machine was busy or the case is noisy, so its value and trend are uncertain. "
+            f"{int(latest.apply(_unstable, axis=1).sum()) if len(latest) else 0} of {len(latest)} cases are "
+            f"unstable; in the plots they are crossed (×).</p>",
             "<table id='overview'><tr><th>op</th><th>strategy</th><th>params</th><th>device</th><th>dtype</th>"
             "<th>machine</th><th>latest</th><th>status</th><th>vs previous</th><th>trend</th><th>runs</th></tr>"]
     def overview_order(row):
@@ -158,7 +249,11 @@ def build_dashboard(root, site, rule: regression.Rule = regression.Rule(), with_
         body.append(f"<tr{css}><td><a href='{esc(_slug(row['op']))}.html'>{esc(row['op'])}</a></td>"
                     f"<td>{esc(row['strategy'])}</td><td>{esc(params_label(row['params']))}</td>"
                     f"<td>{esc(row['device'])}</td><td>{esc(row['dtype'])}</td><td>{esc(row['machine'])}</td>"
-                    f"<td class='num'>{esc(fmt_time(row['median_s']))}</td><td>{esc(row['status'])}</td>"
+                    + (f"<td class='num unstable' title='unstable: IQR above "
+                       f"{100 * stats.UNSTABLE_REL_IQR:.0f} % of the median'>"
+                       f"{esc(fmt_time(row['median_s']))} {UNSTABLE_MARK}</td>" if _unstable(row) else
+                       f"<td class='num'>{esc(fmt_time(row['median_s']))}</td>")
+                    + f"<td>{esc(row['status'])}</td>"
                     f"<td class='num'>{esc(change)} {esc(row['verdict'])}</td><td>{esc(trend)}</td>"
                     f"<td class='num'>{len(series)}</td></tr>")
     body.append("</table><h2>Runs</h2><table><tr><th>#</th><th>run</th><th>start</th><th>commit</th>"
@@ -172,6 +267,12 @@ def build_dashboard(root, site, rule: regression.Rule = regression.Rule(), with_
     body.append("</table>")
     (site / "index.html").write_text(_page("scatterbench dashboard", body))
 
+    keys_path = site / "plots" / PLOT_KEYS
+    try:
+        plot_keys = json.loads(keys_path.read_text()) if keys_path.exists() else {}
+    except (OSError, ValueError):
+        plot_keys = {}
+    drawn: dict[str, str] = {}
     for op in ops:
         on_op = history[history["op"] == op]
         page = [nav, f"<h1>{esc(op)}</h1>"]
@@ -179,7 +280,7 @@ def build_dashboard(root, site, rule: regression.Rule = regression.Rule(), with_
         if len(regressions):
             page.append("<h2 class='regressed'>Regressions between consecutive runs</h2><ul>")
             for _, row in regressions.iterrows():
-                what = f"{row['change']:.3g}×" if math.isfinite(row["change"]) else "broke"
+                what = fmt_ratio(row["change"]) if math.isfinite(row["change"]) else "broke"
                 page.append(f"<li class='regressed'>{esc(row['strategy'])} {esc(params_label(row['params']))} "
                             f"{esc(row['device'])} {esc(row['dtype'])} on {esc(row['machine'])} at commit "
                             f"{esc(row['commit'])}: {esc(row['status'])}, "
@@ -188,7 +289,14 @@ def build_dashboard(root, site, rule: regression.Rule = regression.Rule(), with_
         for (params, device, dtype, machine), series in on_op.groupby(["params", "device", "dtype", "machine"]):
             title = f"{op} {params_label(params)} · {device} {dtype} · {machine}"
             stem = _slug(title) + ".png"
-            _history_plot(series, site / "plots" / stem, title)
+            key = _key("plot", title, series[PLOT_COLUMNS].sort_values(["run_order", "strategy"]).to_csv())
+            if plot_keys.get(stem) != key or not (site / "plots" / stem).exists():
+                _history_plot(series, site / "plots" / stem, title)
+            drawn[stem] = key
             page.append(f"<h2>{esc(title)}</h2><img src='plots/{esc(stem)}' alt='{esc(title)}'>")
         (site / f"{_slug(op)}.html").write_text(_page(f"scatterbench · {op}", page))
+    for stale in (site / "plots").glob("*.png"):  # plots of cases no longer in the history
+        if stale.name not in drawn:
+            stale.unlink()
+    store.write_json_atomic(keys_path, drawn)
     return site / "index.html"

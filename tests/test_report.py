@@ -9,29 +9,46 @@ import report
 from harness.store import COLUMNS, RunWriter
 
 
-def fixture_run(directory, machine_cpu="Fixture CPU"):
+ENTRIES = [("seed_loops", "numpy", "ok", 1e-2), ("torch_max_pool2d_indices", "torch", "ok", 1e-4),
+           ("numpy_sliding_window", "numpy", "inexact", 1e-3), ("broken<script>", "torch", "error", math.nan),
+           ("wrong|pipe", "numpy", "mismatch", math.nan)]
+
+
+CEILINGS = {"cpu": 20.0, "cuda": 3000.0}
+
+
+def fixture_run(directory, machine_cpu="Fixture CPU", entries=ENTRIES, meta=None, row_fields=None,
+                start_time="2026-11-22T00:00:00+00:00", variants=(("cpu", "float32"),)):
+    """A maxpool2d run at two sizes per (device, dtype) of ``variants``;
+    ``entries``: (strategy, backend, status, median); ``meta`` and
+    ``row_fields`` (strategy, or (strategy, device, dtype) -> columns) override."""
+    devices = {device for device, _ in variants}
     writer = RunWriter(directory, {"run_id": directory.name, "cpu_model": machine_cpu, "cpu_count": 2,
-                                   "ceilings_gbps": {"cpu": 20.0}, "config_file": "configs/x.yaml",
+                                   "ceilings_gbps": {d: CEILINGS[d] for d in sorted(devices)},
+                                   "config_file": "configs/x.yaml",
                                    "fresh_write_gbps": {"numpy": 17.5, "torch": 4.25},
-                                   "start_time": "2026-11-22T00:00:00+00:00", "threads": {"torch": 2},
-                                   "versions": {"torch": "2.13.0"}})
-    entries = [("seed_loops", "numpy", "ok", 1e-2), ("torch_max_pool2d_indices", "torch", "ok", 1e-4),
-               ("numpy_sliding_window", "numpy", "inexact", 1e-3), ("broken<script>", "torch", "error", math.nan),
-               ("wrong|pipe", "numpy", "mismatch", math.nan)]
-    for size in (4, 8):
-        p = json.dumps({"N": 1, "C": 1, "H": size, "W": size, "k": 2})
-        for name, backend, status, median in entries:
-            row = {c: "" for c in COLUMNS}
-            scale = size / 4
-            row.update(run_id=directory.name, case_id=f"{name}{size}", op="maxpool2d", strategy=name,
-                       backend=backend, device="cpu", dtype="float32", params=p, status=status,
-                       message="<b>boom</b>" if status == "error" else "", median_s=median * scale,
-                       iqr_s=median / 10, min_s=median, n_samples=5, bytes=1000 * scale,
-                       gbps=1000 * scale / median / 1e9 if median == median else math.nan,
-                       ceiling_gbps=20.0, floor_s=1000 * scale / 20e9,
-                       pct_of_ceiling=100 * (1000 * scale / 20e9) / median if median == median else math.nan,
-                       rel_err=0.0, max_abs_err=0.0, peak_mem_bytes=0, source="seed x" if "seed" in name else "added")
-            writer.append(row, [median] * 5)
+                                   "start_time": start_time, "threads": {"torch": 2},
+                                   "versions": {"torch": "2.13.0"}, **(meta or {})})
+    for device, dtype in variants:
+        suffix = "" if (device, dtype) == ("cpu", "float32") else f"-{device}-{dtype}"
+        ceiling = CEILINGS[device]
+        for size in (4, 8):
+            p = json.dumps({"N": 1, "C": 1, "H": size, "W": size, "k": 2})
+            for name, backend, status, median in entries:
+                row = {c: "" for c in COLUMNS}
+                scale = size / 4
+                row.update(run_id=directory.name, case_id=f"{name}{size}{suffix}", op="maxpool2d", strategy=name,
+                           backend=backend, device=device, dtype=dtype, params=p, status=status,
+                           message="<b>boom</b>" if status == "error" else "", median_s=median * scale,
+                           iqr_s=median / 10, min_s=median, n_samples=5, bytes=1000 * scale,
+                           gbps=1000 * scale / median / 1e9 if median == median else math.nan,
+                           ceiling_gbps=ceiling, floor_s=1000 * scale / (ceiling * 1e9),
+                           pct_of_ceiling=100 * (1000 * scale / (ceiling * 1e9)) / median if median == median
+                           else math.nan, rel_err=0.0, max_abs_err=0.0, peak_mem_bytes=0,
+                           source="seed x" if "seed" in name else "added")
+                row.update((row_fields or {}).get(name, {}))
+                row.update((row_fields or {}).get((name, device, dtype), {}))
+                writer.append(row, [median] * 5)
     writer.close()
     return directory
 

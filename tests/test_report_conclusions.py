@@ -1,0 +1,46 @@
+"""The report's conclusions: a winner is named only when the data separates
+it from the runner-up; "Why" lines are plain text."""
+
+import report
+from test_report import fixture_run
+
+QUICK = dict(iqr_s=1e-6)
+
+
+def _conclusions(tmp_path, row_fields):
+    run = fixture_run(tmp_path / "run", row_fields=row_fields)
+    rows, _ = report.load([run])
+    return report.conclusion("maxpool2d", rows), report.build([run], tmp_path / "out").read_text()
+
+
+def test_a_clear_lead_names_the_winner_and_the_margin(tmp_path):
+    # torch 0.1 ms (IQR 1 µs) against the seed's 10 ms (IQR 1 µs): clearly separated
+    sentences, md = _conclusions(tmp_path, {"seed_loops": QUICK, "torch_max_pool2d_indices": QUICK})
+    verdict = sentences[0]
+    assert "use torch_max_pool2d_indices (torch)" in verdict
+    assert "faster than the runner-up seed_loops" in verdict and "inconclusive" not in verdict
+    assert "100× faster than the runner-up" in verdict  # 20 ms / 0.2 ms at the larger size
+
+
+def test_overlapping_spreads_are_inconclusive_with_both_medians_and_iqrs(tmp_path):
+    # 0.2 ms ± 25 µs against 0.21 ms ± 25 µs at the larger size: the spreads overlap
+    sentences, md = _conclusions(tmp_path, {
+        "seed_loops": dict(median_s=2.1e-4, iqr_s=5e-5), "torch_max_pool2d_indices": dict(iqr_s=5e-5)})
+    verdict = sentences[0]
+    assert "inconclusive between torch_max_pool2d_indices" in verdict and "and seed_loops" in verdict
+    assert "use " not in verdict and "Why" not in verdict
+    assert "median 200 µs, IQR 50 µs" in verdict and "median 210 µs, IQR 50 µs" in verdict
+    assert "inconclusive" in md
+
+
+def test_why_lines_carry_no_markup(tmp_path):
+    sentences, md = _conclusions(tmp_path, {"seed_loops": QUICK, "torch_max_pool2d_indices": QUICK})
+    why = sentences[0].split("Why: ")[1]
+    assert "F.max_pool2d(x, k, return_indices=True)" in why  # ``F.max_pool2d(...)`` in the docstring
+    assert "`" not in why and "*" not in why
+    assert "\\`" not in md  # no escaped backticks left in the Markdown either
+
+
+def test_plain_doc_strips_rst_and_markdown_but_not_arithmetic():
+    text = "``x*mask`` then *one* pass, **two** reads, :func:`torch.gather`, `view`_; 2*N*C bytes, a * b"
+    assert report.plain_doc(text) == "x*mask then one pass, two reads, torch.gather, view; 2*N*C bytes, a * b"

@@ -1,0 +1,71 @@
+"""The report's runs and hardware tables: machine load, the ceiling against
+its history with warnings, and the hardware a run recorded (older runs, which
+lack those fields, still render)."""
+
+import report
+from test_report import fixture_run
+
+GIB = 2**30
+HARDWARE = {"cpu_model": "Fixture EPYC 9654", "cpu_count": 2, "caches": {"L1d": "32K", "L2": "1024K", "L3": "32768K"},
+            "memory_bytes": 16 * GIB,
+            "gpu": {"name": "NVIDIA H100 80GB HBM3", "memory_bytes": 80 * GIB, "sm_count": 132, "capability": "9.0",
+                    "driver": "550.54.15", "max_sm_clock_mhz": "1980", "max_mem_clock_mhz": "2619"}}
+BUSY = {"load_avg_start": [3.5, 2.0, 1.25], "load_avg_end": [1.0, 1.0, 1.0], "hardware": HARDWARE,
+        "machine": "box / Fixture EPYC 9654 x2",
+        "ceiling_history": {"cpu": {"history_median_gbps": 30.0, "runs": 4, "deviation_pct": -33.3}}}
+QUIET = {"load_avg_start": [0.5, 0.5, 0.5], "load_avg_end": [0.75, 0.5, 0.5], "machine": "box / Fixture EPYC 9654 x2",
+         "hardware": HARDWARE, "ceiling_history": {"cpu": {"history_median_gbps": 21.0, "runs": 4, "deviation_pct": -4.8}}}
+
+
+def _table(md: str, first_header: str) -> list[str]:
+    lines = md.splitlines()
+    start = lines.index(next(line for line in lines if line.startswith(f"| {first_header} |")))
+    table = []
+    for line in lines[start:]:
+        if not line.startswith("|"):
+            break
+        table.append(line)
+    return table
+
+
+def test_runs_table_shows_load_and_ceiling_history_and_warns(tmp_path):
+    busy = fixture_run(tmp_path / "busy", meta=BUSY)
+    quiet = fixture_run(tmp_path / "quiet", meta=QUIET, start_time="2026-11-23T00:00:00+00:00")
+    md = report.build([busy, quiet], tmp_path / "out").read_text()
+    runs = "\n".join(_table(md, "run"))
+    assert "load 1/5/15 min (start → end)" in runs and "ceiling vs history" in runs
+    assert "3.5/2/1.2 → 1/1/1" in runs and "cpu -33 % vs 30.0 GB/s (4 runs)" in runs
+    assert "0.5/0.5/0.5 → 0.75/0.5/0.5" in runs and "cpu -5 % vs 21.0 GB/s (4 runs)" in runs
+    warnings = [line for line in md.splitlines() if line.startswith("Warning:")]
+    assert len(warnings) == 2 and all("run busy" in line for line in warnings)
+    assert "load average reached 3.5 at the start, at or above its 2 cores" in warnings[0]
+    assert "33 % below the median of earlier runs on this machine (30.0 GB/s)" in warnings[1]
+
+
+def test_older_runs_without_load_history_or_hardware_still_render(tmp_path):
+    md = report.build([fixture_run(tmp_path / "old")], tmp_path / "out").read_text()
+    runs = _table(md, "run")
+    assert runs[2].count("| – |") >= 2  # neither ceiling history nor load
+    assert "Warning:" not in md
+    hardware = _table(md, "machine")
+    assert "Fixture CPU" in hardware[2] and "| 2 |" in hardware[2]  # meta cpu_model and cpu_count
+
+
+def test_hardware_table_lists_cpu_caches_memory_and_gpu_once_per_machine(tmp_path):
+    runs = [fixture_run(tmp_path / "a", meta=QUIET), fixture_run(tmp_path / "b", meta=QUIET)]
+    md = report.build(runs, tmp_path / "out").read_text()
+    hardware = _table(md, "machine")
+    assert len(hardware) == 3  # header, rule, one machine for both runs
+    row = hardware[2]
+    for text in ("a, b", "Fixture EPYC 9654", "L1d 32K L2 1024K L3 32768K", "16.0 GiB", "NVIDIA H100 80GB HBM3",
+                 "80.0 GiB", "| 132 |", "| 9.0 |", "550.54.15", "1980 / 2619"):
+        assert text in row, text
+
+
+def test_malformed_meta_fields_do_not_break_the_tables():
+    meta = {"run_id": "x", "load_avg_start": "high", "load_avg_end": [None], "ceiling_history": {"cpu": "low"},
+            "hardware": {"gpu": "yes", "caches": ["L1"], "cpu_count": "two"}, "cpu_count": 2}
+    assert report.load_cell(meta) == "–" and report.ceiling_cell(meta) == "–"
+    assert report.run_warnings(meta) == []
+    header, rows = report.hardware_table([meta])
+    assert len(rows) == 1 and len(rows[0]) == len(header)

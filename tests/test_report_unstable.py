@@ -1,0 +1,39 @@
+"""Noise honesty: a case whose IQR exceeds 10 % of its median is marked
+unstable, with a sentence saying what the mark means, in the report's case
+tables and in the dashboard."""
+
+import re
+
+import report
+from harness.dashboard import build_dashboard
+from test_report import fixture_run
+
+NOISY = {"torch_max_pool2d_indices": {"iqr_s": 5e-5}}  # 25-50 % of its 0.1-0.2 ms median; the others 5-10 %
+
+
+def _row(md: str, strategy: str) -> list[str]:
+    return [line for line in md.splitlines() if line.replace("**", "").startswith(f"| {strategy} |")]
+
+
+def test_report_marks_unstable_cases_and_says_why(tmp_path):
+    md = report.build([fixture_run(tmp_path / "run", row_fields=NOISY)], tmp_path / "out").read_text()
+    noisy, quiet = _row(md, "torch_max_pool2d_indices"), _row(md, "seed_loops")
+    assert noisy and all(report.UNSTABLE_MARK in line for line in noisy)
+    assert "50 µs (50 %) ⚠" in noisy[0] and "50 µs (25 %) ⚠" in noisy[1]
+    assert quiet and not any(report.UNSTABLE_MARK in line for line in quiet)
+    assert md.count(report.UNSTABLE_NOTE) == 2  # under each of the two case tables
+    assert "torch.utils.benchmark" in report.UNSTABLE_NOTE and "10 %" in report.UNSTABLE_NOTE
+    assert "2 of 6 timed cases are marked" in md
+
+
+def test_dashboard_marks_unstable_cases_and_says_why(tmp_path):
+    root = tmp_path / "results"
+    fixture_run(root / "a")
+    fixture_run(root / "b", row_fields=NOISY, start_time="2026-11-23T00:00:00+00:00")
+    text = build_dashboard(root, tmp_path / "site", with_reports=False).read_text()
+    assert "class='unstable-legend'" in text and "10 % of its median" in text and "2 of 10 cases" in text
+    rows = re.findall(r"<tr.*?</tr>", text)
+    noisy = [row for row in rows if "torch_max_pool2d_indices" in row]
+    quiet = [row for row in rows if "<td>seed_loops</td>" in row]
+    assert len(noisy) == 2 and all("class='num unstable'" in row and "⚠" in row for row in noisy)
+    assert quiet and not any("unstable" in row for row in quiet)
