@@ -836,7 +836,7 @@ def build(dirs, out, name: str = "report", light: bool = False) -> Path:
     """Writes ``OUT/<name>.md`` and ``.html``. ``light`` (the dashboard's
     per-run reports): no per-case figures, PNG only, the HTML links its
     figures instead of embedding them."""
-    out = Path(out)
+    out = store.writable_dir(Path(out), "the report")  # before any work: one line if it cannot be written
     figures = FigureDir(out / "figures", svg=not light)
     rows, metas = load(dirs)
     doc = Doc()
@@ -938,6 +938,10 @@ def main(argv=None) -> int:
         written = build([Path(d) for d in args.dirs], Path(args.output), args.name, light=args.light)
     except ResultError as error:
         print(f"report.py: error: {error}", file=sys.stderr)
+        return 2
+    except OSError as error:  # the disk filled up while writing, say
+        where = error.filename or args.output
+        print(f"report.py: error: {where}: {store.describe_os_error(error, where)}", file=sys.stderr)
         return 2
     print(f"wrote {written} and {written.with_suffix('.html')}")
     return 0

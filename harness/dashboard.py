@@ -192,7 +192,7 @@ def _draw_history(series: pd.DataFrame, path: Path, title: str, report) -> None:
 
 
 def build_dashboard(root, site, rule: regression.Rule = regression.Rule(), with_reports: bool = True) -> Path:
-    site = Path(site)
+    site = store.writable_dir(Path(site), "the dashboard")  # before reading the history
     factor, alpha = rule.factor, rule.alpha
     history, samples, metas = load_history(root)
     history = mark_regressions(history, samples, rule)
