@@ -770,28 +770,11 @@ def section_intro(section: pd.DataFrame, metas: list[dict]) -> str:
     return text
 
 
-def known_defects() -> list | None:
-    """The registry of known library defects (impls/defects.py), or None
-    where this checkout has none."""
-    import importlib
-    import importlib.util
+def known_defects() -> list:
+    """The registry of known library defects (impls/defects.py)."""
+    from impls import defects
 
-    import impls
-
-    try:
-        # Only this checkout's module: an editable install of another
-        # checkout can otherwise supply a submodule this one lacks.
-        spec = importlib.util.find_spec("impls.defects")
-        if spec is None or spec.origin is None or \
-                Path(spec.origin).resolve().parent != Path(impls.__file__).resolve().parent:
-            return None
-        defects = importlib.import_module("impls.defects")
-    except ImportError:
-        return None
-    found = getattr(defects, "KNOWN_DEFECTS", None)
-    if found is None:
-        found = getattr(defects, "DEFECTS", None)
-    return list(found) if found else None
+    return list(defects.DEFECTS)
 
 
 def defects_section(doc: Doc, rows: pd.DataFrame, metas: list[dict]) -> None:
