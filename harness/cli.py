@@ -19,9 +19,7 @@ from typing import Callable
 from harness.errors import (EXIT_FINDINGS, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, ResultError,
                             ScatterbenchError, UsageError)
 
-# Compatibility names: callers written before harness/errors.py existed.
-EXIT_FAIL = EXIT_FINDINGS
-__all__ = ["EXIT_FAIL", "EXIT_FINDINGS", "EXIT_INTERRUPTED", "EXIT_OK", "EXIT_USAGE", "UsageError", "main"]
+__all__ = ["EXIT_FINDINGS", "EXIT_INTERRUPTED", "EXIT_OK", "EXIT_USAGE", "UsageError", "main"]
 
 
 def arg(*flags, **options) -> tuple:

@@ -12,9 +12,6 @@ EXIT_FINDINGS = 1  # the suite worked and found something: a mismatch, an error,
 EXIT_USAGE = 2  # bad input: config, flag, result directory, output path
 EXIT_INTERRUPTED = 130  # Ctrl-C or SIGTERM; what finished is kept
 
-# The old name, still used by callers written before findings had their own word.
-EXIT_FAIL = EXIT_FINDINGS
-
 
 class ScatterbenchError(Exception):
     """A user-facing error: the message is one line naming the file, key or case."""

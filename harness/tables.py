@@ -10,7 +10,7 @@ import math
 import sys
 
 import pandas as pd
-from rich.console import Console, Group
+from rich.console import Console
 from rich.markup import escape
 from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
                            TimeRemainingColumn)
@@ -247,10 +247,5 @@ def compare_table(table: pd.DataFrame, relative: bool = False) -> Table:
     return out
 
 
-def summary_tables(rows: pd.DataFrame) -> list:
-    """The per-case tables (the old name)."""
-    return [item for item in case_tables(rows) if isinstance(item, Table)]
-
-
-__all__ = ["CORRECT", "Group", "STATUS_STYLE", "check_table", "compare_table", "console", "fmt_num", "fmt_time",
+__all__ = ["CORRECT", "STATUS_STYLE", "check_table", "compare_table", "console", "fmt_num", "fmt_time",
            "grid_tables", "params_label", "progress_bar", "run_summary", "strategies_table", "with_speedups"]
