@@ -106,11 +106,11 @@ def test_a_new_operator_works_end_to_end_from_one_plugin(tmp_path):
 
 
 def test_a_result_directory_from_before_the_schema_grew_is_still_read(tmp_path, monkeypatch):
-    """results/baseline-quick was written by schema 1 (no host_s, xcheck_s, load_avg, extra).
-    It reads, with the new columns empty; and it still reads once the schema
-    gains yet another column."""
+    """A committed run written by schema 1 (no host_s, xcheck_s, load_avg,
+    extra) reads, with the new columns empty; and it still reads once the
+    schema gains yet another column."""
     old = tmp_path / "old"
-    shutil.copytree(ROOT / "results" / "baseline-quick", old)
+    shutil.copytree(ROOT / "results" / "20261122T201450-vm-default-d598", old)
     meta, rows, samples = store.read_run(old)
     assert meta["schema_version"] == 1
     assert len(rows) > 0 and rows["host_s"].isna().all() and (rows["extra"] == "").all()
