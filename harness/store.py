@@ -84,10 +84,8 @@ def describe_os_error(error: OSError, path) -> str:
     return reason.get(error.errno, error.strerror or str(error))
 
 
-def writable_dir(directory: Path, what: str = "results") -> Path:
-    """``directory``, created if missing, once a probe file could be written
-    and fsynced there (and removed): an output that cannot be written is one
-    line naming it and why, before any work. For every command's ``-o``."""
+def make_dir(directory) -> Path:
+    """``directory``, created if missing; one line naming it when it cannot be."""
     directory = Path(directory)
     if directory.exists() and not directory.is_dir():
         raise ResultError(f"{directory}: exists and is not a directory")
@@ -96,6 +94,14 @@ def writable_dir(directory: Path, what: str = "results") -> Path:
     except OSError as error:
         raise ResultError(f"{directory}: cannot create the output directory ({describe_os_error(error, directory)})") \
             from None
+    return directory
+
+
+def writable_dir(directory: Path, what: str = "results") -> Path:
+    """``directory``, created if missing, once a probe file could be written
+    and fsynced there (and removed): an output that cannot be written is one
+    line naming it and why, before any work. For every command's ``-o``."""
+    directory = make_dir(directory)
     probe = directory / f"{PROBE}{os.getpid()}"  # one per process: two runs started together see neither
     try:
         with open(probe, "w") as handle:
@@ -118,14 +124,7 @@ def prepare_output_dir(directory: Path, resuming: bool = False) -> Path:
     (``writable_dir``). A new run only writes into an empty directory;
     ``resuming`` one must hold a run that reads back, and nobody may be
     writing it (the holder's pid is named)."""
-    directory = Path(directory)
-    if directory.exists() and not directory.is_dir():
-        raise ResultError(f"{directory}: exists and is not a directory")
-    try:
-        directory.mkdir(parents=True, exist_ok=True)
-    except OSError as error:
-        raise ResultError(f"{directory}: cannot create the output directory ({describe_os_error(error, directory)})") \
-            from None
+    directory = make_dir(directory)
     if resuming:
         holder = lock_holder(directory)
         if holder is not None:
