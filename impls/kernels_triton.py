@@ -55,14 +55,22 @@ def _config(tile: int, max_w: int, num_warps: int) -> triton.Config:
     return triton.Config({"TILE": tile, "MAX_W": max_w}, num_warps=num_warps)
 
 
-# Candidates for every kernel on a GPU, 4 to 16 elements a thread: today's
+# Candidates for every kernel on a GPU, 2 to 16 elements a thread: a
 # 1024-element tile with 4 warps; smaller tiles (more programs, for sizes that
 # fill less than one wave of the SMs); more warps (occupancy); wider rows
-# (fewer partly used column blocks, fewer sectors re-read at block edges); and
-# 16 elements a thread (more memory requests in flight, which the H100
-# counters say the float16 paths lack). None spills (the compile test checks
-# each); 8192-element tiles did, in the int64 variants.
+# (fewer partly used column blocks, fewer sectors re-read at block edges); 16
+# elements a thread (more memory requests in flight, which the H100 counters
+# say the float16 paths lack); and 2 elements a thread, the shape of the
+# kernels torch.compile generates (256 threads, 2 outputs each). Compiled for
+# sm_90, that last shape is the only one in which maxpool2d needs no layout
+# conversion between its strided loads and its vector stores: with 4 or more
+# elements a thread Triton routes every output through shared memory
+# (st.shared, bar.sync, and ldmatrix in float16) and needs 48-56 registers,
+# where 2 a thread needs 22 (the compiled kernel: 24-25). None spills (the
+# compile test checks each); 8192-element tiles did, in the int64 variants.
 TUNING_CONFIGS = [
+    _config(256, 128, 4),
+    _config(512, 256, 8),
     _config(512, 128, 2),
     _config(1024, 128, 4),
     _config(1024, 256, 8),
@@ -338,7 +346,7 @@ def dispersion(x: torch.Tensor, mask: torch.Tensor, S: int):
 
 @_autotuned(key=["rows", "C", "H", "W", "S", "syw"])
 @triton.jit
-def _dispersion_pinv_kernel(y_ptr, mask_ptr, x_ptr, rows, C, H, W, S, syb, syh, syw,
+def _dispersion_pinv_kernel(y_ptr, inv_coverage_ptr, inv_mask_ptr, x_ptr, rows, C, H, W, S, syb, syh, syw,
                             WIDTH_P2: tl.constexpr, WIDE: tl.constexpr, TILE: tl.constexpr, MAX_W: tl.constexpr):
     BLOCK_W: tl.constexpr = MAX_W if MAX_W < WIDTH_P2 else WIDTH_P2
     BLOCK_R: tl.constexpr = TILE // BLOCK_W
@@ -355,30 +363,50 @@ def _dispersion_pinv_kernel(y_ptr, mask_ptr, x_ptr, rows, C, H, W, S, syb, syh, 
     channel = (out_row // H) % C
     b = out_row // (H * C)
     col = (channel * S)[:, None] + w[None, :]
-    # Coverage of column col = w + i*S: the channels i' with 0 <= col - i'*S < W,
-    # i' from i - (W-1-w)//S to i + w//S, clipped to [0, C). The divisions are of
-    # the column alone, so they run once per column of the tile, not per element.
-    step = tl.maximum(S, 1)
-    first = tl.maximum(channel[:, None] - ((W - 1 - w) // step)[None, :], 0)
-    last = tl.minimum(channel[:, None] + (w // step)[None, :], C - 1)
-    coverage = tl.where(S > 0, last - first + 1, C).to(tl.float32)
     y_row = b * syb + row * syh
     yv = tl.load(y_ptr + y_row[:, None] + col * syw, mask=live, other=0.0).to(tl.float32)
-    mv = tl.load(mask_ptr + (row * W)[:, None] + w[None, :], mask=live, other=1.0).to(tl.float32)
+    cv = tl.load(inv_coverage_ptr + col, mask=live, other=0.0)
+    mv = tl.load(inv_mask_ptr + (row * W)[:, None] + w[None, :], mask=live, other=0.0)
     out = out_row[:, None] * W + w[None, :]
-    tl.store(x_ptr + out, (yv / (coverage * mv)).to(x_ptr.dtype.element_ty), mask=live)
+    tl.store(x_ptr + out, (yv * cv * mv).to(x_ptr.dtype.element_ty), mask=live)
 
 
-def dispersion_pinv(y: torch.Tensor, mask: torch.Tensor, S: int, C: int):
-    """One pass: each x element reads its y element, computes the coverage of
-    that column in registers (no alpha table), divides by it and the mask."""
+def pinv_tables(mask: torch.Tensor, S: int, C: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The case's constants, once per case (a strategy computes them in its
+    prepare): 1/coverage per column of y (W + (C-1)*S) and 1/mask per (h, w),
+    both float32 (a half type cannot hold a coverage above 256 exactly), each
+    reciprocal rounded once from float64. They turn the kernel's per-element
+    work into two multiplies: computing the coverage in the kernel took two
+    integer divisions by S per column and a float division per element, which
+    made it instruction-bound (PTX for sm_90, float16, 1024-element tiles: 11
+    div.s32, 8 div.u32 and 8 div.full.f32 per thread of 8 elements; ncu: 16 %
+    of DRAM peak at 92 % occupancy). Both tables stay in L2 (W' and H*W
+    elements, against B*C*H*W written)."""
+    H, W = mask.shape
+    cols = torch.arange(W + (C - 1) * S, device=mask.device, dtype=torch.int64)
+    if S > 0:
+        # channel i covers column c when 0 <= c - i*S < W
+        first = torch.clamp((cols - W) // S + 1, min=0)
+        last = torch.clamp(cols // S, max=C - 1)
+        coverage = (last - first + 1).to(torch.float64)
+    else:
+        coverage = torch.full((W,), float(C), dtype=torch.float64, device=mask.device)
+    inv_coverage = (1.0 / coverage).to(torch.float32)
+    inv_mask = (1.0 / mask.to(torch.float64)).to(torch.float32).contiguous()
+    return inv_coverage, inv_mask
+
+
+def dispersion_pinv(y: torch.Tensor, mask: torch.Tensor, S: int, C: int, tables=None):
+    """One pass: each x element reads its y element and multiplies it by its
+    column's 1/coverage and its 1/mask (`pinv_tables`, computed here unless
+    the caller passes them)."""
     B, _, H, _ = y.shape
     W = mask.shape[1]
     x = torch.empty((B, C, H, W), dtype=y.dtype, device=y.device)
-    mask = mask.contiguous()
     if x.numel():
+        inv_coverage, inv_mask = tables if tables is not None else pinv_tables(mask, S, C)
         grid, width_p2 = _grid(_dispersion_pinv_kernel, B * C * H, W)
         wide = needs_int64(_span(y), H * W, x.numel())
-        _launch(_dispersion_pinv_kernel, grid, y, mask, x, B * C * H, C, H, W, S, y.stride(0), y.stride(2),
-                y.stride(3), WIDTH_P2=width_p2, WIDE=wide)
+        _launch(_dispersion_pinv_kernel, grid, y, inv_coverage, inv_mask, x, B * C * H, C, H, W, S, y.stride(0),
+                y.stride(2), y.stride(3), WIDTH_P2=width_p2, WIDE=wide)
     return x
