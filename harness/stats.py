@@ -14,6 +14,44 @@ from scipy import stats as scipy_stats
 UNSTABLE_REL_IQR = 0.10
 
 
+# A slow start: the first samples of a case more than this many times slower
+# than its median. Measured on the 2-core VM: right after a torch.compile case
+# (or any burst of allocation), numba_fused maxpool2d 64x32x128x128 took
+# 189-225 ms for four calls, then 26 ms, steady; with 5 samples in the budget
+# its median came out 8x too slow. Memory the VM's host has not yet backed is
+# slow to touch the first time (1 GiB of fresh pages took 1.9-3.7 s to fill,
+# against 0.1 s once backed). Ordinary noise on that VM stays within 2x.
+SLOW_START_FACTOR = 2.0
+
+
+# Sampling goes on while the latest quarter of the samples is this many times
+# faster than all of them: a stall may be ending (gradually: 71, 50, 34 ms,
+# then 22 ms steady was measured too), and a few more samples settle it.
+SETTLING_FACTOR = 1.5
+
+
+def settling(samples_s, factor: float = SETTLING_FACTOR) -> bool:
+    """Whether the latest quarter of the samples (at least the last one) is
+    more than ``factor`` times faster than the median of all: the case may
+    still be leaving a slow start, and stopping now would keep it."""
+    if len(samples_s) < 2:
+        return False
+    recent = samples_s[-max(1, len(samples_s) // 4):]
+    return factor * float(np.median(recent)) < float(np.median(samples_s))
+
+
+def slow_start(samples_s, factor: float = SLOW_START_FACTOR) -> int:
+    """How many leading samples are each more than ``factor`` times the
+    median: a slow start, to be dropped like warm-up. Never more than half
+    the samples (a case slow half the time is noisy, not warming up)."""
+    samples = np.asarray(samples_s, dtype=np.float64)
+    median = float(np.median(samples)) if samples.size else math.nan
+    count = 0
+    while count < samples.size // 2 and samples[count] > factor * median:
+        count += 1
+    return count
+
+
 @dataclass(frozen=True)
 class Summary:
     median_s: float

@@ -53,6 +53,7 @@ COLUMN_KINDS = (
     ("xcheck_s", "number"),  # an independent timer's median (CUDA: triton.testing.do_bench)
     ("load_avg", "number"),  # the machine's 1-minute load average when the case finished
     ("extra", "text"),  # free-form JSON object: an operator's or backend's own measurements
+    ("slow_start", "number"),  # leading samples dropped as a slow start (harness/timing.py)
 )
 COLUMNS = tuple(name for name, _ in COLUMN_KINDS)
 NUMERIC = tuple(name for name, kind in COLUMN_KINDS if kind == "number")

@@ -150,7 +150,7 @@ def execute_case(case: Case, config: Config, run_id: str, ceiling_gbps: float,
     summary = stats.summarize(timed.samples_s)
     row.update(median_s=summary.median_s, iqr_s=summary.iqr_s, min_s=summary.min_s,
                mean_s=summary.mean_s, n_samples=summary.n_samples, host_s=timed.host_s,
-               xcheck_s=timed.xcheck_s, gbps=stats.gbps(row["bytes"], summary.median_s),
+               xcheck_s=timed.xcheck_s, slow_start=timed.slow_start, gbps=stats.gbps(row["bytes"], summary.median_s),
                pct_of_ceiling=stats.pct_of_ceiling(row["bytes"], summary.median_s, ceiling_gbps))
     return finish(verdict.status, verdict.message, timed.samples_s)
 

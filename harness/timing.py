@@ -20,6 +20,16 @@ batches of calls without a per-call synchronise (no per-call samples, and the
 flush between calls must still be launched). The delay keeps one sample per
 call for every strategy.
 
+Both clocks stop only once the case has settled: while the latest sample is
+more than twice faster than the median so far, sampling goes on (up to
+``SETTLE_BUDGETS`` times the budget), and leading samples more than twice the
+median are then dropped as a slow start and counted (``slow_start``; see
+``stats.SLOW_START_FACTOR`` for the stall that made this necessary). Python's
+cyclic garbage collector is paused while a case is sampled, as ``timeit`` and
+``torch.utils.benchmark`` do: after a torch.compile case a full collection
+of its ~500,000 objects took 265 ms, and it would land in whichever call
+allocated the object that triggered it.
+
 Every call's host cost (``host_s``: median CPU time of the call without
 synchronising) is measured too; on the CPU it is the call itself.
 The device ceiling is a large buffer copy: bytes read + written / time.
@@ -28,6 +38,7 @@ The device ceiling is a large buffer copy: bytes read + written / time.
 from __future__ import annotations
 
 import contextlib
+import gc
 import signal
 import statistics
 import threading
@@ -36,6 +47,8 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 import numpy as np
+
+from harness import stats
 
 CPU_CEILING_BYTES = 256 << 20
 CUDA_CEILING_BYTES = 1 << 30
@@ -48,6 +61,8 @@ DELAY_HOST_MULTIPLE = 1.5
 DELAY_MARGIN_S = 50e-6
 DELAY_CAP_S = 20e-3
 HOST_COST_CALLS = 20
+# Sampling past the budget to let a slow start settle stops at this many budgets.
+SETTLE_BUDGETS = 4
 
 
 @dataclass(frozen=True)
@@ -55,6 +70,7 @@ class Timed:
     samples_s: np.ndarray  # one per timed call
     host_s: float  # median host cost of one call, without synchronising
     xcheck_s: float = float("nan")  # an independent timer's median (CUDA: triton.testing.do_bench)
+    slow_start: int = 0  # leading samples dropped as a slow start (not in samples_s)
 
 
 class CaseTimeout(BaseException):
@@ -91,6 +107,36 @@ def _enough(count: int, elapsed_s: float, timing) -> bool:
     return count >= timing.min_samples and elapsed_s >= timing.budget_s
 
 
+def _done(samples: list[float], elapsed_s: float, timing) -> bool:
+    """Enough samples, and not in the middle of leaving a slow start (unless
+    the settling allowance or ``max_samples`` is used up)."""
+    if not _enough(len(samples), elapsed_s, timing):
+        return False
+    if len(samples) >= timing.max_samples or elapsed_s >= SETTLE_BUDGETS * timing.budget_s:
+        return True
+    if stats.settling(samples):
+        return False
+    # after dropping a slow start, still min_samples left
+    return len(samples) - stats.slow_start(samples) >= timing.min_samples
+
+
+def _settled(samples: list[float], host_s: float | None = None, xcheck: float = float("nan")) -> "Timed":
+    dropped = stats.slow_start(samples)
+    kept = np.asarray(samples[dropped:])
+    return Timed(kept, float(np.median(kept)) if host_s is None else host_s, xcheck, dropped)
+
+
+@contextlib.contextmanager
+def _collector_paused():
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
 def _warm_up(fn: Callable[[], Any], synchronize: Callable[[], None], warmup_s: float) -> None:
     start = time.perf_counter()
     while True:  # at least one call, then by time
@@ -118,19 +164,19 @@ def host_cost_s(fn: Callable[[], Any], synchronize: Callable[[], None], calls: i
 
 def time_host(fn: Callable[[], Any], timing, synchronize: Callable[[], None] = lambda: None) -> Timed:
     """Host clock around the call and the backend's synchronize."""
-    _warm_up(fn, synchronize, timing.warmup_s)
-    samples: list[float] = []
-    begin = time.perf_counter()
-    while True:
-        t0 = time.perf_counter()
-        out = fn()
-        synchronize()
-        t1 = time.perf_counter()
-        del out  # the next call allocates its output afresh, as users' calls do
-        samples.append(t1 - t0)
-        if _enough(len(samples), t1 - begin, timing):
-            array = np.asarray(samples)
-            return Timed(array, float(np.median(array)))
+    with _collector_paused():
+        _warm_up(fn, synchronize, timing.warmup_s)
+        samples: list[float] = []
+        begin = time.perf_counter()
+        while True:
+            t0 = time.perf_counter()
+            out = fn()
+            synchronize()
+            t1 = time.perf_counter()
+            del out  # the next call allocates its output afresh, as users' calls do
+            samples.append(t1 - t0)
+            if _done(samples, t1 - begin, timing):
+                return _settled(samples)
 
 
 def device_delay_s(host_s: float) -> float:
@@ -140,6 +186,11 @@ def device_delay_s(host_s: float) -> float:
 def time_device(fn: Callable[[], Any], timing, backend, device: str, flush: Callable[[], None] | None) -> Timed:
     """Device events around each call; see the module docstring for the delay."""
     synchronize = lambda: backend.synchronize(device)  # noqa: E731
+    with _collector_paused():
+        return _time_device_events(fn, timing, backend, device, flush, synchronize)
+
+
+def _time_device_events(fn, timing, backend, device, flush, synchronize) -> Timed:
     _warm_up(fn, synchronize, timing.warmup_s)
     host_s = host_cost_s(fn, synchronize)
     delay_s = device_delay_s(host_s)
@@ -158,8 +209,8 @@ def time_device(fn: Callable[[], Any], timing, backend, device: str, flush: Call
         # measure only the device time between them.
         samples.append(events.elapsed_s())
         del out
-        if _enough(len(samples), time.perf_counter() - begin, timing):
-            return Timed(np.asarray(samples), host_s)
+        if _done(samples, time.perf_counter() - begin, timing):
+            return _settled(samples, host_s)
 
 
 def xcheck_s(fn: Callable[[], Any], device: str) -> float:
@@ -182,7 +233,7 @@ def time_call(fn: Callable[[], Any], backend, device: str, timing, flush: Callab
         return time_host(fn, timing, lambda: backend.synchronize(device))
     timed = time_device(fn, timing, backend, device, flush)
     if cross_check:
-        return Timed(timed.samples_s, timed.host_s, xcheck_s(fn, device))
+        return Timed(timed.samples_s, timed.host_s, xcheck_s(fn, device), timed.slow_start)
     return timed
 
 

@@ -18,8 +18,8 @@ def test_stopping_rule_needs_both_min_count_and_budget():
     assert len(fast) > 100  # the budget, not the count, stopped it
     slow = timing.time_host(lambda: time.sleep(0.02), Timing(min_samples=7, budget_s=0.001, warmup_s=0)).samples_s
     assert len(slow) == 7  # the count, not the budget, stopped it
-    capped = timing.time_host(lambda: None, Timing(min_samples=1, budget_s=10, warmup_s=0, max_samples=50)).samples_s
-    assert len(capped) == 50
+    capped = timing.time_host(lambda: None, Timing(min_samples=1, budget_s=10, warmup_s=0, max_samples=50))
+    assert len(capped.samples_s) + capped.slow_start == 50  # calls timed, kept or dropped as a slow start
 
 
 def test_a_deliberately_slowed_strategy_is_measured_slower():
@@ -122,3 +122,88 @@ def test_thread_settings_hold_once_all_are_applied():
             "print(applied['torch'], torch.get_num_threads())")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
     assert out == ["1", "1"]
+
+
+# ------------------------------------------------ slow starts and the collector
+class SlowStart:
+    """A call that takes `slow_s` for its first `slow_calls` calls, then
+    `fast_s`: the shape of the stall measured after a torch.compile case."""
+
+    def __init__(self, slow_calls: int, slow_s: float, fast_s: float):
+        self.calls, self.slow_calls, self.slow_s, self.fast_s = 0, slow_calls, slow_s, fast_s
+
+    def __call__(self):
+        self.calls += 1
+        time.sleep(self.slow_s if self.calls <= self.slow_calls else self.fast_s)
+
+
+def test_a_slow_start_that_outlasts_the_budget_is_dropped_not_kept():
+    """Warm-up (one 0.1 s call) and the whole budget (0.3 s) go by in the
+    stall: stopping at the budget would report 0.1 s for a 5 ms call."""
+    call = SlowStart(slow_calls=5, slow_s=0.1, fast_s=0.005)
+    timed = timing.time_host(call, Timing(min_samples=5, budget_s=0.3, warmup_s=0.01))
+    assert 0.004 < np.median(timed.samples_s) < 0.009
+    assert timed.slow_start == 4  # the five slow calls, less the warm-up's
+    assert len(timed.samples_s) >= 5
+
+
+def test_a_steady_noisy_call_keeps_every_sample():
+    rng = np.random.default_rng(1)
+    timed = timing.time_host(lambda: time.sleep(0.002 * rng.uniform(1.0, 1.8)),
+                             Timing(min_samples=20, budget_s=0.05, warmup_s=0))
+    assert timed.slow_start == 0
+
+
+def test_a_call_slow_every_other_time_is_noisy_not_warming_up():
+    """Half its calls 10x slower: no slow start is dropped (never more than
+    half the samples), and the settling allowance bounds the time spent."""
+    flips = iter(range(10**6))
+    settings = Timing(min_samples=5, budget_s=0.05, warmup_s=0)
+    begin = time.perf_counter()
+    timed = timing.time_host(lambda: time.sleep(0.01 if next(flips) % 2 else 0.001), settings)
+    assert time.perf_counter() - begin < timing.SETTLE_BUDGETS * settings.budget_s + 0.1
+    assert timed.slow_start <= 1
+
+
+def test_the_collector_does_not_run_inside_timed_calls():
+    """Each call leaves reference cycles behind; with the collector running,
+    a full collection of a large heap would land in some call."""
+    import gc
+
+    collections, inside = [], [False]
+
+    def record(phase, info):
+        if phase == "start" and inside[0]:
+            collections.append(info["generation"])
+
+    def leaves_a_cycle():
+        inside[0] = True
+        cycle = []
+        cycle.append(cycle)
+        inside[0] = False
+
+    gc.callbacks.append(record)
+    try:
+        timing.time_host(leaves_a_cycle, Timing(min_samples=5000, budget_s=0.01, warmup_s=0, max_samples=5000))
+    finally:
+        gc.callbacks.remove(record)
+    assert collections == []
+    assert gc.isenabled()
+
+
+@pytest.mark.parametrize("samples, dropped", [
+    ([0.2, 0.2, 0.2, 0.2, 0.026, 0.025, 0.026, 0.025, 0.025], 4),  # the measured stall
+    ([0.03, 0.031, 0.029, 0.03, 0.018], 0),  # one fast outlier at the end
+    ([0.3, 0.01, 0.3, 0.01, 0.3, 0.01], 0),  # bimodal
+    ([0.05, 0.01, 0.01, 0.01, 0.01], 1),  # one slow first call
+])
+def test_slow_start_counts_only_a_leading_run_of_slow_samples(samples, dropped):
+    assert stats.slow_start(samples) == dropped
+
+
+def test_settling_sees_a_case_that_just_got_faster():
+    assert stats.settling([0.2, 0.2, 0.2, 0.2, 0.026])
+    assert not stats.settling([0.2, 0.2, 0.2, 0.2, 0.026, 0.025, 0.026, 0.025, 0.025])
+    # one fast sample at the end: a few more samples, not a slow start
+    assert stats.settling([0.03, 0.031, 0.029, 0.03, 0.018])
+    assert not stats.settling([0.03, 0.031, 0.029, 0.03, 0.018, 0.03, 0.029, 0.031])
