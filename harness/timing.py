@@ -20,11 +20,12 @@ batches of calls without a per-call synchronise (no per-call samples, and the
 flush between calls must still be launched). The delay keeps one sample per
 call for every strategy.
 
-Both clocks stop only once the case has settled: while the latest sample is
-more than twice faster than the median so far, sampling goes on (up to
-``SETTLE_BUDGETS`` times the budget), and leading samples more than twice the
-median are then dropped as a slow start and counted (``slow_start``; see
-``stats.SLOW_START_FACTOR`` for the stall that made this necessary). Python's
+Both clocks stop only once the case has settled: while the latest quarter
+of the samples runs more than 1.5x faster than all of them, sampling goes on
+(up to ``SETTLE_BUDGETS`` times the budget), and leading samples more than
+twice the median are then dropped as a slow start and counted
+(``slow_start``; see ``stats.SLOW_START_FACTOR`` for the stall that made this
+necessary). Python's
 cyclic garbage collector is paused while a case is sampled, as ``timeit`` and
 ``torch.utils.benchmark`` do: after a torch.compile case a full collection
 of its ~500,000 objects took 265 ms, and it would land in whichever call
