@@ -453,6 +453,22 @@ UNSTABLE_NOTE = (f"{UNSTABLE_MARK} unstable: the IQR exceeds {100 * stats.UNSTAB
                  f"compare it with care.")
 
 
+def slow_start_sentence(timed: pd.DataFrame) -> str:
+    """Which cases started slow and had their first samples dropped (runs
+    older than the column have none recorded)."""
+    if "slow_start" not in timed:
+        return ""
+    dropped = timed[timed["slow_start"].fillna(0) > 0]
+    if dropped.empty:
+        return ""
+    named = ", ".join(f"{r['op']}/{r['strategy']} {params_label(r['params'])} ({int(r['slow_start'])})"
+                      for _, r in dropped.head(8).iterrows())
+    more = f" and {len(dropped) - 8} more" if len(dropped) > 8 else ""
+    return (f"{len(dropped)} of {len(timed)} timed cases started slow: their first samples, each over "
+            f"{stats.SLOW_START_FACTOR:g}× the median, were dropped like warm-up and counted in the `slow_start` "
+            f"column: {md_escape(named)}{more}.")
+
+
 def unstable(row) -> bool:
     return stats.is_unstable(row["iqr_s"], row["median_s"])
 
@@ -857,6 +873,9 @@ def build(dirs, out, name: str = "report", light: bool = False) -> Path:
     if noisy:
         doc.para(f"{noisy} of {len(timed)} timed cases are marked {UNSTABLE_MARK} unstable in the tables below: "
                  f"their IQR exceeds {100 * stats.UNSTABLE_REL_IQR:.0f} % of their median.")
+    slow_started = slow_start_sentence(timed)
+    if slow_started:
+        doc.para(slow_started)
     doc.para("Reproduce each run with:")
     doc.code("\n".join(f"make venv && .venv/bin/python -m harness run {m.get('config_file', '?')}"
                        for m in metas))

@@ -37,3 +37,12 @@ def test_dashboard_marks_unstable_cases_and_says_why(tmp_path):
     quiet = [row for row in rows if "<td>seed_loops</td>" in row]
     assert len(noisy) == 2 and all("class='num unstable'" in row and "⚠" in row for row in noisy)
     assert quiet and not any("unstable" in row for row in quiet)
+
+
+def test_report_names_cases_whose_slow_start_was_dropped(tmp_path):
+    started_slow = {"torch_max_pool2d_indices": {"slow_start": 4}}
+    md = report.build([fixture_run(tmp_path / "run", row_fields=started_slow)], tmp_path / "out").read_text()
+    assert "2 of 6 timed cases started slow" in md
+    assert "maxpool2d/torch_max_pool2d_indices N=" in md and "(4)" in md
+    quiet = report.build([fixture_run(tmp_path / "quiet")], tmp_path / "out2").read_text()
+    assert "started slow" not in quiet
