@@ -39,6 +39,20 @@ class Verdict:
     differences: frozenset = frozenset()
 
 
+def special_integers(rng, shape, bounds: tuple[float, float, float]) -> np.ndarray:
+    """Adversarial values for the index operators: integers in [-3, 3] (ties
+    everywhere), with NaN, +inf and -inf where a uniform draw falls below
+    ``bounds[0]``, in [bounds[0], bounds[1]) and in [bounds[1], bounds[2]),
+    and half the zeros -0.0 (a zero's sign must survive)."""
+    values = rng.integers(-3, 4, size=shape).astype(np.float64)
+    special = rng.random(shape)
+    values[special < bounds[0]] = np.nan
+    values[(special >= bounds[0]) & (special < bounds[1])] = np.inf
+    values[(special >= bounds[1]) & (special < bounds[2])] = -np.inf
+    values[(values == 0) & (rng.random(shape) < 0.5)] = -0.0
+    return values
+
+
 def round_to_dtype(array: np.ndarray, dtype: str) -> np.ndarray:
     """The float64 values an input takes once stored in ``dtype``.
 

@@ -55,12 +55,7 @@ def generate(params, mode: str = "random", seed: int = 0):
     shape = (params["N"], params["C"], params["H"], params["W"])
     if mode == "random":
         return {"x": rng.standard_normal(shape)}
-    x = rng.integers(-3, 4, size=shape).astype(np.float64)
-    special = rng.random(shape)
-    x[special < 0.03] = np.nan
-    x[(special >= 0.03) & (special < 0.06)] = np.inf
-    x[(special >= 0.06) & (special < 0.09)] = -np.inf
-    x[(x == 0) & (rng.random(shape) < 0.5)] = -0.0
+    x = common.special_integers(rng, shape, (0.03, 0.06, 0.09))
     _plant_windows(x, params["k"])
     return {"x": x}
 

@@ -89,14 +89,8 @@ def generate(params, mode: str = "random", seed: int = 0):
 
 
 def _adversarial_values(rng, shape):
-    values = rng.integers(-3, 4, size=shape).astype(np.float64)
-    special = rng.random(shape)
-    values[special < 0.05] = np.nan
-    values[(special >= 0.05) & (special < 0.1)] = np.inf
-    values[(special >= 0.1) & (special < 0.15)] = -np.inf
     # -0.0 must arrive as -0.0: an output built by adding into zeros would lose its sign.
-    values[(values == 0) & (rng.random(shape) < 0.5)] = -0.0
-    return values
+    return common.special_integers(rng, shape, (0.05, 0.1, 0.15))
 
 
 def _scattered(params, rng):

@@ -41,12 +41,17 @@ def _bar_colours(ax):
             if bar.get_height() > 0 and round(bar.get_y() + bar.get_height() / 2) in ticks}
 
 
-def test_each_strategy_has_one_colour_in_every_figure(tmp_path, drawn):
+def _draw_report_and_dashboard(tmp_path):
+    """Two fixture runs; the second's report and the dashboard over both."""
     root = tmp_path / "results"
     fixture_run(root / "a")
     fixture_run(root / "b", start_time="2026-11-23T00:00:00+00:00")
     report.build([root / "b"], tmp_path / "out")
     build_dashboard(root, tmp_path / "site", with_reports=False)
+
+
+def test_each_strategy_has_one_colour_in_every_figure(tmp_path, drawn):
+    _draw_report_and_dashboard(tmp_path)
     seen = {}
     for fig in drawn:
         for ax in fig.axes:
@@ -116,11 +121,7 @@ def test_speedups_print_without_exponents(tmp_path, drawn):
 
 
 def test_log_axes_read_in_plain_units(tmp_path, drawn):
-    root = tmp_path / "results"
-    fixture_run(root / "a")
-    fixture_run(root / "b", start_time="2026-11-23T00:00:00+00:00")
-    report.build([root / "b"], tmp_path / "out")
-    build_dashboard(root, tmp_path / "site", with_reports=False)
+    _draw_report_and_dashboard(tmp_path)
     time_axes = [axis for fig in drawn for ax in fig.axes for axis in (ax.xaxis, ax.yaxis)
                  if axis.get_label().get_text().startswith("median time")]
     assert len(time_axes) >= 5  # the report's time and scaling figures, the dashboard's history plots
