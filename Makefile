@@ -63,10 +63,12 @@ regress: $(STAMP)
 	$(PY) -m harness regress results/baseline-quick configs/quick.yaml -o $(VENV)/regress-new \
 	  --factor $(REGRESS_FACTOR) --no-progress
 
-# Re-measure the committed baseline (on the machine CI runs on).
+# Re-measure this CPU's committed baseline: results/baseline-quick holds one per
+# CPU model, and `regress` picks the one measured on the CPU it runs on.
 baseline: $(STAMP)
-	rm -rf results/baseline-quick
-	$(PY) -m harness run configs/quick.yaml -o results/baseline-quick --no-progress
+	@slug=$$($(PY) -c 'from harness.env import cpu_slug; print(cpu_slug())') && \
+	  rm -rf results/baseline-quick/$$slug && \
+	  $(PY) -m harness run configs/quick.yaml -o results/baseline-quick/$$slug --no-progress
 
 # Everything a GPU machine should do, in one command: the check on the device,
 # the CUDA tests, the gpu.yaml sweep and its report, all under results/.

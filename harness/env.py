@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as dt
 import os
 import platform
+import re
 import socket
 import subprocess
 import sys
@@ -140,6 +141,13 @@ def gpu_details() -> dict | None:
     except (OSError, subprocess.SubprocessError, IndexError, ValueError):
         pass
     return details
+
+
+def cpu_slug() -> str:
+    """This CPU as a directory name (``intel-r-xeon-r-processor-x2``): where
+    ``make baseline`` keeps this machine's baseline."""
+    words = re.findall(r"[a-z0-9]+", cpu_model().lower())
+    return "-".join(words + [f"x{os.cpu_count()}"])
 
 
 def machine_name() -> str:
