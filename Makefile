@@ -64,7 +64,8 @@ regress: $(STAMP)
 	  --factor $(REGRESS_FACTOR) --no-progress
 
 # Re-measure this CPU's committed baseline: results/baseline-quick holds one per
-# CPU model, and `regress` picks the one measured on the CPU it runs on.
+# CPU (model name, family-model, cores), and `regress` picks the one measured on
+# the CPU it runs on (or measures one from the stored baselines' commit).
 baseline: $(STAMP)
 	@slug=$$($(PY) -c 'from harness.env import cpu_slug; print(cpu_slug())') && \
 	  rm -rf results/baseline-quick/$$slug && \

@@ -1,6 +1,8 @@
 """The CI regression gate (``scatterbench regress BASELINE CONFIG``, run by
 ``make regress``): quiet under load, still sharp.
 
+0. Baseline: the stored run measured on this CPU, or else one measured here
+   and now from the stored baselines' commit (`choose_baseline`).
 1. Screen: run CONFIG and compare it with BASELINE, normalised to each
    operator's declared reference strategy (a faster or slower machine
    cancels out), by the one regression rule on 10th percentiles rather than
@@ -29,10 +31,15 @@
 
 from __future__ import annotations
 
+import io
 import json
 import math
 import os
+import shutil
 import statistics
+import subprocess
+import sys
+import tarfile
 import tempfile
 import time
 from dataclasses import dataclass
@@ -52,33 +59,100 @@ PAIRED_ROUNDS = 31
 CALLS_PER_ROUND = 3
 
 
-def choose_baseline(path) -> tuple[Path, str]:
-    """The baseline run to gate against, and a line saying which and why.
+@dataclass
+class BaselineChoice:
+    """The stored baseline run (``run``): the one measured on this CPU, or
+    else the newest, with the commit it was measured at (``commit``), whose
+    code to measure here as the baseline instead; and a line saying which and
+    why."""
+    run: Path
+    commit: str | None
+    line: str
 
-    ``path`` is one result directory, or a directory of them, one per CPU (as
-    asv keeps results per machine): the one measured on this CPU model and
-    core count is chosen. Normalising by a reference strategy cancels a
-    uniformly faster or slower machine, not a different microarchitecture:
-    between the AMD EPYC and the Intel Xeon VMs this project runs on, the
-    ratio of dispersion/numba_fused to the other strategies of its case
-    moved 1.6-1.76x with nothing changed, close to the gate's 2.0x. Without
-    a baseline from this CPU, the newest is used, and the line says so."""
+
+def _hardware(meta: dict) -> dict:
+    return {"cpu_model": meta.get("cpu_model"), "cpu_count": meta.get("cpu_count"), **(meta.get("hardware") or {})}
+
+
+def choose_baseline(path) -> BaselineChoice:
+    """What to gate against.
+
+    ``path`` is one result directory, taken as it is, or a directory of
+    them, one per CPU (as asv keeps results per machine): the one measured on
+    this CPU (`env.same_cpu`) is chosen. Normalising by a reference strategy
+    cancels a uniformly faster or slower machine, not a different
+    microarchitecture: measured on this project's VMs, with nothing changed,
+    the ratio of dispersion/numba_fused to the other strategies of its case
+    was 1.6-1.76x the AMD Zen 3 baseline's on an Intel Xeon, and 2.2x on an
+    AMD Zen 4 that reports the same model name, "AMD EPYC" (a failed CI gate).
+    Without a baseline from this CPU, the baseline is measured here, now,
+    from the code of the commit the newest stored baseline was measured at,
+    as ``asv continuous`` compares two commits on one machine (`run_gate`
+    falls back to the newest stored baseline, saying so, when that cannot be
+    done)."""
     path = Path(path)
     if (path / store.META).exists():
-        return path, f"regress: baseline {path}"
+        return BaselineChoice(path, None, f"regress: baseline {path}")
     runs = [run for run in store.find_runs(path) if run.parent == path]
     if not runs:
         raise ResultError(f"{path}: no baseline result directory (meta.json) in it or directly under it")
-    here = (env.cpu_model(), os.cpu_count())
+    here = env.hardware()
+    described = f"{here['cpu_model']} {here.get('cpu_family_model') or ''} x{here['cpu_count']}".replace("  ", " ")
+    metas = {run: store.read_meta(run) for run in runs}
     for run in reversed(runs):
-        meta = store.read_meta(run)
-        if (meta.get("cpu_model"), meta.get("cpu_count")) == here:
-            return run, f"regress: baseline {run}, measured on this CPU ({here[0]} x{here[1]})"
+        if env.same_cpu(here, _hardware(metas[run])):
+            return BaselineChoice(run, None, f"regress: baseline {run}, measured on this CPU ({described})")
     newest = runs[-1]
-    measured_on = ", ".join(f"{run.name}" for run in runs)
-    return newest, (f"regress: no baseline under {path} was measured on this CPU ({here[0]} x{here[1]}; there are "
-                    f"{measured_on}); using the newest, {newest}: ratios between strategies can shift across CPUs. "
-                    f"`make baseline` measures one for this CPU")
+    commit = str(metas[newest].get("git_commit") or "").removesuffix("-dirty")
+    stored = ", ".join(run.name for run in runs)
+    if not commit:
+        raise ResultError(f"{path}: no baseline was measured on this CPU ({described}; there are {stored}), and "
+                          f"{newest / store.META} records no git commit to measure one from: `make baseline`")
+    return BaselineChoice(newest, commit, (
+        f"regress: no baseline under {path} was measured on this CPU ({described}; there are {stored}): "
+        f"measuring one here from commit {commit[:12]}, which {newest.name} was measured at. "
+        f"`make baseline` stores one for this CPU"))
+
+
+def measure_baseline_at(commit: str, config_path, output: Path) -> Path:
+    """Run ``config_path`` with the code of ``commit`` (its own copy of the
+    config where it has one, so that it names only strategies that code
+    knows), in a subprocess on this machine, into ``output``."""
+    root = Path(__file__).resolve().parents[1]
+    try:
+        found = subprocess.run(["git", "cat-file", "-e", f"{commit}^{{commit}}"], cwd=root, capture_output=True,
+                               timeout=30)
+    except (OSError, subprocess.SubprocessError) as error:
+        raise ResultError(f"cannot run git to measure a baseline at {commit[:12]} ({error})") from None
+    if found.returncode != 0:
+        raise ResultError(f"commit {commit[:12]} is not in the git history of {root}: cannot measure a baseline "
+                          f"from it (`make baseline` stores one for this CPU from the current code)")
+    output = Path(output).resolve()  # the child runs in the source directory
+    source = output.parent / f"{output.name}-source"
+    shutil.rmtree(source, ignore_errors=True)
+    source.mkdir(parents=True)
+    archive = subprocess.run(["git", "archive", "--format=tar", commit], cwd=root, capture_output=True, timeout=120)
+    if archive.returncode != 0:
+        raise ResultError(f"git archive {commit[:12]} failed: {archive.stderr.decode(errors='replace').strip()}")
+    with tarfile.open(fileobj=io.BytesIO(archive.stdout)) as tar:
+        tar.extractall(source, filter="data")
+    config = Path(config_path).resolve()
+    try:
+        own = source / config.relative_to(root)
+        config = own if own.exists() else config
+    except ValueError:
+        pass
+    # The old code first on the path, ahead of an editable install of this checkout.
+    child_env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(source), os.environ.get("PYTHONPATH")])))
+    try:
+        done = subprocess.run([sys.executable, "-m", "harness", "run", str(config), "-o", str(output), "--no-progress"],
+                              cwd=source, env=child_env, stdout=subprocess.DEVNULL)  # errors go to stderr
+    finally:
+        shutil.rmtree(source, ignore_errors=True)
+    if done.returncode != 0:
+        raise ResultError(f"measuring the baseline at commit {commit[:12]} failed (exit {done.returncode}; its "
+                          f"output is above)")
+    return output
 
 
 def screening_factor(factor: float) -> float:
@@ -160,9 +234,18 @@ def confirmed_change(base_rows: pd.DataFrame, base_samples: dict, suspect, partn
 
 def run_gate(baseline, config_path, rule: regression.Rule, output=None, retries: int = 2,
              log=lambda text: None) -> GateResult:
-    baseline, which = choose_baseline(baseline)
-    log(which)
+    choice = choose_baseline(baseline)
+    log(choice.line)
     out_root = Path(output) if output else Path(tempfile.mkdtemp(prefix="scatterbench-regress-"))
+    baseline = choice.run
+    if choice.commit:
+        try:
+            baseline = measure_baseline_at(choice.commit, config_path, out_root / "baseline")
+        except ResultError as error:
+            # A gate that stops CI because git is missing would be worse than
+            # one that may cry wolf across CPUs: warn and use the stored one.
+            log(f"regress: {error}; gating against {choice.run} instead, measured on another CPU: ratios "
+                f"between strategies can shift across CPUs")
     config = load_config(config_path)
     first = out_root / "run"
     plan = sweep.plan_run(str(config_path), output=str(first))

@@ -13,7 +13,7 @@ import pytest
 
 from harness import env
 from harness.errors import ResultError
-from harness.gate import choose_baseline, screening_factor
+from harness.gate import choose_baseline, measure_baseline_at, screening_factor
 
 PLUGINS = Path(__file__).parents[1] / "plugins"
 ROOT = Path(__file__).parents[2]
@@ -69,37 +69,87 @@ def test_screen_is_looser_than_the_gate_and_still_a_threshold(factor):
     assert 1 < screening_factor(factor) < factor
 
 
-def _baseline(directory: Path, cpu_model: str, cpu_count: int, start_time: str) -> Path:
+def _baseline(directory: Path, cpu_model: str, cpu_count: int, start_time: str, git_commit: str | None = None,
+              hardware: dict | None = None) -> Path:
     directory.mkdir(parents=True)
     (directory / "meta.json").write_text(json.dumps({
         "schema_version": 2, "run_id": directory.name, "cpu_model": cpu_model, "cpu_count": cpu_count,
-        "start_time": start_time}))
+        "start_time": start_time, "git_commit": git_commit, "hardware": hardware or {}}))
     return directory
 
 
+def _head() -> str:
+    done = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True)
+    if done.returncode != 0:
+        pytest.skip("not a git checkout: the gate measures a missing baseline from a commit")
+    return done.stdout.strip()
+
+
 def test_gate_picks_the_baseline_measured_on_this_cpu(tmp_path):
-    here = _baseline(tmp_path / "this", env.cpu_model(), os.cpu_count(), "2026-01-01T00:00:00")
+    this = _baseline(tmp_path / "this", env.cpu_model(), os.cpu_count(), "2026-01-01T00:00:00",
+                     hardware=env.hardware())
     _baseline(tmp_path / "newer-other", "Some Other CPU", os.cpu_count(), "2026-06-01T00:00:00")
     _baseline(tmp_path / "same-model-more-cores", env.cpu_model(), os.cpu_count() + 2, "2026-06-02T00:00:00")
-    chosen, line = choose_baseline(tmp_path)
-    assert chosen == here
-    assert "measured on this CPU" in line
+    choice = choose_baseline(tmp_path)
+    assert choice.run == this and choice.commit is None
+    assert "measured on this CPU" in choice.line
 
 
-def test_gate_without_a_baseline_from_this_cpu_uses_the_newest_and_says_so(tmp_path):
-    _baseline(tmp_path / "old", "CPU A", 2, "2026-01-01T00:00:00")
-    newest = _baseline(tmp_path / "new", "CPU B", 2, "2026-06-01T00:00:00")
-    chosen, line = choose_baseline(tmp_path)
-    assert chosen == newest
-    assert "no baseline" in line and "make baseline" in line
+def test_same_model_name_is_not_the_same_cpu_when_the_microarchitecture_differs():
+    # Both report "AMD EPYC": a Zen 3 and a Zen 4, told apart by family-model,
+    # or, in runs recorded before family-model was, by their L2 size.
+    zen3_old = {"cpu_model": "AMD EPYC", "cpu_count": 2, "caches": {"L2": "512K", "L3": "32768K"}}
+    zen4 = {"cpu_model": "AMD EPYC", "cpu_count": 2, "cpu_family_model": "25-17",
+            "caches": {"L2": "1024K", "L3": "32768K"}}
+    zen3 = {**zen3_old, "cpu_family_model": "25-1"}
+    assert not env.same_cpu(zen4, zen3_old)
+    assert not env.same_cpu(zen4, {**zen3, "caches": zen4["caches"]})
+    assert env.same_cpu(zen4, dict(zen4))
+    assert env.same_cpu(zen3, zen3_old)  # what both recorded agrees
+    assert not env.same_cpu(zen4, {**zen4, "cpu_count": 4})
+
+
+def test_gate_without_a_baseline_from_this_cpu_measures_one_from_the_newest_baselines_commit(tmp_path):
+    _baseline(tmp_path / "old", "CPU A", 2, "2026-01-01T00:00:00", git_commit="aaaa")
+    newest = _baseline(tmp_path / "new", "CPU B", 2, "2026-06-01T00:00:00", git_commit="0123456789abcdef-dirty")
+    choice = choose_baseline(tmp_path)
+    assert choice.commit == "0123456789abcdef"
+    assert choice.run == newest  # the fallback where that commit cannot be measured
+    assert "measuring one here from commit 0123456789ab" in choice.line and "make baseline" in choice.line
+
+
+def test_gate_refuses_a_foreign_baseline_without_a_commit_and_a_commit_it_does_not_have(tmp_path):
+    _baseline(tmp_path / "stored" / "other", "CPU B", 2, "2026-06-01T00:00:00")
+    with pytest.raises(ResultError, match="records no git commit"):
+        choose_baseline(tmp_path / "stored")
+    _head()
+    with pytest.raises(ResultError, match="not in the git history"):
+        measure_baseline_at("0" * 40, ROOT / "configs" / "quick.yaml", tmp_path / "baseline")
 
 
 def test_gate_takes_one_result_directory_as_before_and_refuses_an_empty_one(tmp_path):
     single = _baseline(tmp_path / "one", "CPU A", 2, "2026-01-01T00:00:00")
-    assert choose_baseline(single)[0] == single
+    assert choose_baseline(single).run == single
     (tmp_path / "empty").mkdir()
     with pytest.raises(ResultError, match="no baseline result directory"):
         choose_baseline(tmp_path / "empty")
+
+
+@pytest.mark.slow  # two sweeps in subprocesses
+def test_gate_on_a_cpu_without_a_stored_baseline_measures_one_from_that_commit_and_gates(tmp_path):
+    """The CI gate on a CPU the stored baselines were not measured on: it
+    measures the baseline from the commit's own code on this machine, then
+    still catches a planted 3x slowdown."""
+    _baseline(tmp_path / "stored" / "other-cpu", "Some Other CPU", 2, "2026-06-01T00:00:00", git_commit=_head())
+    config = tmp_path / "gate.yaml"
+    config.write_text(GATE_CONFIG.replace("TIMING", BASELINE_TIMING))
+    gated = scatterbench("regress", tmp_path / "stored", config, "-o", tmp_path / "out", "--no-progress",
+                         plant="maxunpool/numpy_put_along_axis:3")
+    assert "measuring one here from commit" in gated.stderr
+    assert (tmp_path / "out" / "baseline" / "rows.csv").exists()
+    assert not (tmp_path / "out" / "baseline-source").exists()  # the old code's copy is removed
+    assert gated.returncode == 1, gated.stdout[-3000:] + gated.stderr[-2000:]
+    assert "FAIL maxunpool/numpy_put_along_axis" in gated.stdout
 
 
 @pytest.mark.parametrize("baseline", sorted(path.name for path in (ROOT / "results" / "baseline-quick").iterdir()))
@@ -114,3 +164,24 @@ def test_each_committed_baseline_holds_every_case_of_the_quick_config_correct(ba
     rows = store.read_rows(ROOT / "results" / "baseline-quick" / baseline)
     correct = set(rows.loc[rows["status"] == "ok", "case_id"])
     assert wanted - correct == set()
+
+
+@pytest.mark.slow  # a sweep
+def test_gate_falls_back_to_the_stored_baseline_when_its_commit_cannot_be_measured(tmp_path):
+    import shutil
+
+    from harness import regression
+    from harness.gate import run_gate
+
+    stored = tmp_path / "stored" / "other-cpu"
+    shutil.copytree(ROOT / "results" / "baseline-quick" / "amd-epyc-x2", stored)
+    meta = json.loads((stored / "meta.json").read_text())
+    meta.update(cpu_model="Some Other CPU", hardware={}, git_commit="0" * 40)
+    (stored / "meta.json").write_text(json.dumps(meta))
+    config = tmp_path / "gate.yaml"
+    config.write_text(GATE_CONFIG.replace("TIMING", GATE_TIMING))
+    lines = []
+    result = run_gate(tmp_path / "stored", config, regression.Rule(2.0, 0.002, "p10"), output=tmp_path / "out",
+                      log=lines.append)
+    assert any("not in the git history" in line and f"gating against {stored} instead" in line for line in lines)
+    assert result.table["base_s"].notna().sum() == 4  # the four strategies compared with the stored run
