@@ -6,6 +6,8 @@ the defects found in libraries."""
 import math
 from dataclasses import dataclass
 
+import pytest
+
 import report
 from test_report import fixture_run
 
@@ -28,9 +30,32 @@ def _fields():
     return fields
 
 
-def _build(tmp_path):
+@dataclass(frozen=True)
+class FakeDefect:
+    strategy: str
+    library: str
+    versions: str
+    condition: str
+    description: str
+    reproduction: str
+
+
+DEFECT = FakeDefect(strategy="maxpool2d/torch_max_pool2d", library="torch", versions=">=1.0",
+                    condition="device in cuda; layout in channels_last",
+                    description="max_pool2d returns index 0 for an all -inf window",
+                    reproduction="import torch\nprint(torch.nn.functional.max_pool2d)  # <b>not html</b>")
+
+
+@pytest.fixture(scope="module")
+def gpu_report(tmp_path_factory):
+    """One report of the three-variant run, with one known defect listed,
+    shared by the tests that read it (a report with figures takes seconds)."""
+    tmp_path = tmp_path_factory.mktemp("gpu-report")
     run = fixture_run(tmp_path / "gpu", entries=ENTRIES, variants=VARIANTS, meta=GPU_META, row_fields=_fields())
-    return report.build([run], tmp_path / "out").read_text()
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(report, "known_defects", lambda: [DEFECT])
+        md = report.build([run], tmp_path / "out").read_text()
+    return md, (tmp_path / "out" / "report.html").read_text()
 
 
 def _section(md: str, heading: str) -> str:
@@ -53,8 +78,8 @@ def _header(section: str) -> list[str]:
     return [cell.strip() for cell in line.strip("|").split("|")]
 
 
-def test_one_section_per_device_and_dtype_with_machine_ceiling_and_conclusion(tmp_path):
-    md = _build(tmp_path)
+def test_one_section_per_device_and_dtype_with_machine_ceiling_and_conclusion(gpu_report):
+    md, _ = gpu_report
     headings = [line for line in md.splitlines() if line.startswith("### maxpool2d · ")]
     assert headings == ["### maxpool2d · cpu: Fixture CPU ×2 · float32",
                         "### maxpool2d · cuda: NVIDIA H100 80GB HBM3 · float32",
@@ -68,8 +93,8 @@ def test_one_section_per_device_and_dtype_with_machine_ceiling_and_conclusion(tm
             in section
 
 
-def test_host_cost_everywhere_and_timer_agreement_on_cuda(tmp_path):
-    md = _build(tmp_path)
+def test_host_cost_everywhere_and_timer_agreement_on_cuda(gpu_report):
+    md, _ = gpu_report
     cpu = _section(md, "### maxpool2d · cpu: Fixture CPU ×2 · float32")
     cuda = _section(md, "### maxpool2d · cuda: NVIDIA H100 80GB HBM3 · float16")
     assert "host/call" in _header(cpu) and "do_bench" not in _header(cpu)
@@ -88,26 +113,8 @@ def test_older_runs_without_host_or_xcheck_columns_keep_their_tables(tmp_path):
     assert "host/call" not in md and "do_bench" not in md
 
 
-@dataclass(frozen=True)
-class FakeDefect:
-    strategy: str
-    library: str
-    versions: str
-    condition: str
-    description: str
-    reproduction: str
-
-
-DEFECT = FakeDefect(strategy="maxpool2d/torch_max_pool2d", library="torch", versions=">=1.0",
-                    condition="device in cuda; layout in channels_last",
-                    description="max_pool2d returns index 0 for an all -inf window",
-                    reproduction="import torch\nprint(torch.nn.functional.max_pool2d)  # <b>not html</b>")
-
-
-def test_defects_found_in_libraries(tmp_path, monkeypatch):
-    monkeypatch.setattr(report, "known_defects", lambda: [DEFECT])
-    md = _build(tmp_path)
-    page = (tmp_path / "out" / "report.html").read_text()
+def test_defects_found_in_libraries(gpu_report):
+    md, page = gpu_report
     section = md[md.index("## Defects found in libraries"):]
     assert "### maxpool2d/torch_max_pool2d: torch \\>=1.0" in section
     assert "Condition: device in cuda; layout in channels_last." in section
