@@ -4,11 +4,13 @@ The verdict per case is the one regression rule (harness/regression.py).
 ``--relative-to`` divides each strategy's samples by a reference strategy's
 median measured in the same run and case, so runs on different or noisy
 machines can still be compared; ``--normalise`` does that with each
-operator's declared reference. The reference itself cannot be judged against
-itself: it is normalised by the other strategies of its case (the
-geometric mean of their medians), or
-compared on absolute time where it is alone, so a slowdown of the reference
-is still seen.
+operator's declared reference. Both runs of a case are divided by the same
+reference, chosen among the strategies correct and timed in both; the
+reference itself, or every strategy of a case that lacks one, is divided by
+the geometric mean of the other strategies both runs timed (reference "*"),
+so a slowdown of the reference is still seen and a strategy added to one run
+changes no other verdict. Each ``--relative-to`` name must be a strategy of
+one of the runs: a typo exits 2 instead of switching the gate off.
 """
 
 from __future__ import annotations
@@ -40,42 +42,64 @@ def references_for(op: str, relative_to: list[str] | None, normalise: bool) -> l
     return []
 
 
-OTHERS = "*"  # a reference's own case is normalised by the other strategies of its case
+OTHERS = "*"  # normalised by the geometric mean of the other strategies of the case
 
 
-def normalised_samples(rows: pd.DataFrame, samples: dict, relative_to: list[str] | None,
-                       normalise: bool = False, statistic: str = "median") -> tuple[dict, dict]:
-    """Per case: samples divided by the reference strategy's median in the
-    same group, and which reference was used (None where the group has none).
+def typical_by_group(rows: pd.DataFrame, samples: dict, statistic: str) -> dict:
+    """{group key: {strategy: (case_id, typical seconds)}} over the rows that
+    are correct and timed."""
+    timed = rows[rows["status"].isin(CORRECT) & rows["median_s"].notna() & (rows["median_s"] > 0)]
+    groups: dict = {}
+    for row in timed.itertuples(index=False):
+        key = tuple(getattr(row, column) for column in GROUP_KEY)
+        case_id = row.case_id
+        typical = regression.typical_s(samples[case_id], statistic) if case_id in samples else float(row.median_s)
+        groups.setdefault(key, {})[row.strategy] = (case_id, typical)
+    return groups
 
-    The reference's own case is divided by the geometric mean of the other
-    correct strategies' medians of its case (``OTHERS``), so a slowdown of the
-    reference shows while a uniformly slower machine still cancels; alone in
-    its case, it is compared on absolute time ("")."""
-    scaled, used = {}, {}
-    for _, group in rows.groupby(GROUP_KEY, sort=False):
-        references = references_for(group["op"].iloc[0], relative_to, normalise)
-        timed = group[group["status"].isin(CORRECT) & group["median_s"].notna() & (group["median_s"] > 0)]
-        medians = {name: (regression.typical_s(samples[case_id], statistic) if case_id in samples else median)
-                   for name, case_id, median in zip(timed["strategy"], timed["case_id"], timed["median_s"].astype(float))}
-        present = [name for name in references if name in medians]
-        for _, row in group.iterrows():
-            name = row["strategy"]
-            if not present:
-                used[row["case_id"]] = None
-                continue
-            if name != present[0]:
-                reference, scale = present[0], medians[present[0]]
+
+def geomean(values: list[float]) -> float:
+    return math.exp(sum(math.log(v) for v in values) / len(values))
+
+
+def normalised_pair(base_rows: pd.DataFrame, base_samples: dict, new_rows: pd.DataFrame, new_samples: dict,
+                    relative_to: list[str] | None, normalise: bool = False,
+                    statistic: str = "median") -> tuple[dict, dict, dict]:
+    """Both runs' samples divided by one reference per case, and which
+    reference each case used.
+
+    Only strategies correct and timed in *both* runs take part, so the two
+    sides are always divided by the same thing: the first of the references
+    timed in both; where none is, or for the reference's own case, the
+    geometric mean of the other common strategies (``OTHERS``), so a slowdown
+    of the reference shows while a uniformly slower machine still cancels,
+    and a strategy added to one run moves nothing. A strategy alone in its
+    case is compared on absolute time ("")."""
+    base_groups = typical_by_group(base_rows, base_samples, statistic)
+    new_groups = typical_by_group(new_rows, new_samples, statistic)
+    base_scaled, new_scaled, used = {}, {}, {}
+    for key, base_typical in base_groups.items():
+        new_typical = new_groups.get(key, {})
+        common = [name for name in base_typical if name in new_typical]
+        references = [name for name in references_for(key[0], relative_to, normalise) if name in common]
+        for name in common:
+            if references and name != references[0]:
+                reference = references[0]
+                base_scale, new_scale = base_typical[reference][1], new_typical[reference][1]
+            elif len(common) > 1:
+                others = [other for other in common if other != name]
+                reference = OTHERS
+                base_scale = geomean([base_typical[other][1] for other in others])
+                new_scale = geomean([new_typical[other][1] for other in others])
             else:
-                others = [value for other, value in medians.items() if other != name]
-                if others:
-                    reference, scale = OTHERS, math.exp(sum(math.log(v) for v in others) / len(others))
-                else:
-                    reference, scale = "", 1.0
-            used[row["case_id"]] = reference
-            if row["case_id"] in samples:
-                scaled[row["case_id"]] = [s / scale for s in samples[row["case_id"]]]
-    return scaled, used
+                reference, base_scale, new_scale = "", 1.0, 1.0
+            base_id, new_id = base_typical[name][0], new_typical[name][0]
+            used[new_id] = reference
+            if base_id in base_samples:
+                base_scaled[base_id] = [s / base_scale for s in base_samples[base_id]]
+            if new_id in new_samples:
+                new_scaled[new_id] = [s / new_scale for s in new_samples[new_id]]
+    return base_scaled, new_scaled, used
 
 
 @dataclass
@@ -94,7 +118,7 @@ def compare_dirs(base_dir, new_dir, rule: regression.Rule = regression.Rule(),
     if relative_to:
         known = set(base_rows["strategy"]) | set(new_rows["strategy"])
         missing = [name for name in relative_to if name not in known]
-        if len(missing) == len(relative_to):
+        if missing:
             raise UsageError(f"--relative-to {', '.join(missing)}: neither run has this strategy")
     table = compare_frames(base_rows, base_samples, new_rows, new_samples, rule, relative_to, normalise)
     return Comparison(table, bool(relative_to or normalise))
@@ -111,11 +135,11 @@ def compare_frames(base_rows, base_samples, new_rows, new_samples, rule=None, re
     if not isinstance(rule, regression.Rule):  # (factor, alpha) positionally, as older callers pass them
         rule = regression.Rule(rule if rule is not None else regression.DEFAULT_FACTOR,
                                alpha if alpha is not None else regression.DEFAULT_ALPHA)
-    base_used = new_used = {}
+    used = {}
     relative = bool(relative_to or normalise)
     if relative:
-        base_samples, base_used = normalised_samples(base_rows, base_samples, relative_to, normalise, rule.statistic)
-        new_samples, new_used = normalised_samples(new_rows, new_samples, relative_to, normalise, rule.statistic)
+        base_samples, new_samples, used = normalised_pair(base_rows, base_samples, new_rows, new_samples,
+                                                          relative_to, normalise, rule.statistic)
     base = base_rows.set_index("case_id")
     new = new_rows.set_index("case_id")
     records = []
@@ -133,14 +157,12 @@ def compare_frames(base_rows, base_samples, new_rows, new_samples, rule=None, re
         by_status = regression.status_change(record["base_status"], record["new_status"])
         if by_status:
             record["verdict"] = by_status
-        elif relative and (base_used.get(case_id) is None or new_used.get(case_id) is None):
-            record["verdict"] = regression.NO_REFERENCE
         elif case_id not in base_samples or case_id not in new_samples:
             record["verdict"] = regression.NOT_TIMED
         else:
             change = regression.timing_change(base_samples[case_id], new_samples[case_id], rule)
             record.update(base_s=change.base_s, new_s=change.new_s, ratio=change.ratio, p_value=change.p_value,
-                          verdict=change.verdict, reference=new_used.get(case_id) or "")
+                          verdict=change.verdict, reference=used.get(case_id, ""))
         records.append(record)
     return pd.DataFrame.from_records(records)
 

@@ -20,7 +20,7 @@ DEFAULT_FACTOR = 1.10
 DEFAULT_ALPHA = 0.002
 
 REGRESSED, IMPROVED, SAME, BROKEN, FIXED, NOT_TIMED = "regressed", "improved", "same", "broken", "fixed", "not timed"
-ONLY_IN_BASE, ONLY_IN_NEW, NO_REFERENCE = "only in base", "only in new", "no reference"
+ONLY_IN_BASE, ONLY_IN_NEW = "only in base", "only in new"
 # Verdicts that fail the gate.
 FAILING = (REGRESSED, BROKEN)
 

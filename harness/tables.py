@@ -25,7 +25,7 @@ from impls.status import CORRECT, ERROR, INEXACT, MISMATCH, OK, SKIPPED, TIMEOUT
 STATUS_STYLE = {OK: "green", INEXACT: "yellow", MISMATCH: "bold red", UPSTREAM_DEFECT: "magenta",
                 ERROR: "red", TIMEOUT: "magenta", SKIPPED: "dim"}
 VERDICT_STYLE = {"regressed": "bold red", "broken": "bold red", "improved": "green", "fixed": "green",
-                 "same": "", "only in base": "dim", "only in new": "dim", "no reference": "yellow",
+                 "same": "", "only in base": "dim", "only in new": "dim",
                  "not timed": "dim"}
 UNSTABLE_MARK = "!"
 

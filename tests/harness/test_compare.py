@@ -168,3 +168,61 @@ benchmarks:
     bad = subprocess.run([sys.executable, "-m", "harness", "run", str(config), "--shard", "3/3"],
                          capture_output=True, text=True)
     assert bad.returncode == 2 and "--shard" in bad.stderr
+
+
+def with_rows(samples: dict, statuses: dict | None = None) -> pd.DataFrame:
+    params = json.dumps({"k": 2})
+    statuses = statuses or {}
+    return frame([(n, "maxpool2d", n, "cpu", "float32", params, statuses.get(n, "ok"), float(np.median(v)))
+                  for n, v in samples.items()])
+
+
+def test_a_reference_missing_from_one_run_does_not_switch_the_gate_off():
+    """The reference is gone from the new run (renamed, deselected): the
+    others are judged against the geometric mean of what both runs timed, so
+    a 10x slowdown still fails."""
+    base_rows, base, _, new = synthetic(1.0, 11)
+    new = {n: ([s * 10 for s in v] if n == "a" else v) for n, v in new.items() if n != "ref"}
+    table = compare_frames(base_rows, base, with_rows(new), new, relative_to=["ref"])
+    verdicts = dict(zip(table["strategy"], table["verdict"]))
+    # b, divided by a, looks faster: that does not fail, a's slowdown does.
+    assert verdicts == {"a": "regressed", "b": "improved", "ref": "only in base"}
+    assert set(regressed(table)["strategy"]) == {"a"}
+
+
+def test_both_runs_are_divided_by_the_same_reference():
+    """--relative-to ref b: ref is missing from the new run only. Dividing the
+    base by ref and the new run by b would call a steady strategy 3x slower."""
+    base_rows, base, _, new = synthetic(1.0, 12)
+    new = {n: ([s * 3 for s in v] if n == "b" else v) for n, v in new.items() if n != "ref"}
+    base = {n: ([s * 3 for s in v] if n == "b" else v) for n, v in base.items()}
+    table = compare_frames(with_rows(base), base, with_rows(new), new, relative_to=["ref", "b"])
+    verdicts = dict(zip(table["strategy"], table["verdict"]))
+    assert verdicts == {"a": "same", "b": "same", "ref": "only in base"}
+    assert dict(zip(table["strategy"], table["reference"]))["a"] == "b"
+
+
+def test_a_strategy_added_to_the_new_run_does_not_flag_the_reference():
+    """The reference is judged against the strategies both runs timed: a much
+    faster newcomer must not make it look slower."""
+    base_rows, base, _, new = synthetic(1.0, 13)
+    new = dict(new, fast=[s / 50 for s in new["a"]])
+    table = compare_frames(base_rows, base, with_rows(new), new, normalise=False, relative_to=["ref"])
+    verdicts = dict(zip(table["strategy"], table["verdict"]))
+    assert verdicts == {"a": "same", "b": "same", "ref": "same", "fast": "only in new"}
+
+
+def test_every_unknown_relative_to_name_is_refused(tmp_path):
+    from harness.compare import compare_dirs
+    from harness.errors import UsageError
+    from harness.store import RunWriter
+
+    base_rows, base, new_rows, new = synthetic(1.0, 14)
+    for name, rows, samples in (("base", base_rows, base), ("new", new_rows, new)):
+        writer = RunWriter(tmp_path / name, {"run_id": name, "status": "complete"})
+        for row in rows.to_dict("records"):
+            writer.append(row, samples[row["case_id"]])
+        writer.close()
+    assert len(compare_dirs(tmp_path / "base", tmp_path / "new", relative_to=["ref"]).table) == 3
+    with pytest.raises(UsageError, match="refx"):
+        compare_dirs(tmp_path / "base", tmp_path / "new", relative_to=["ref", "refx"])
