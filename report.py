@@ -84,7 +84,11 @@ def load(dirs) -> tuple[pd.DataFrame, list[dict]]:
 def device_label(meta: dict, device: str) -> str:
     if device == "cuda":
         return f"cuda: {meta.get('gpu_name') or 'GPU'}"
-    return f"cpu: {meta.get('cpu_model', '?')} ×{meta.get('cpu_count', '?')}"
+    # Two CPUs may share a model name (every AMD EPYC VM reports "AMD EPYC"):
+    # the family-model tells them apart, or their rows would be taken for one machine's.
+    hardware = meta.get("hardware") if isinstance(meta.get("hardware"), dict) else {}
+    family_model = f" ({hardware['cpu_family_model']})" if hardware.get("cpu_family_model") else ""
+    return f"cpu: {meta.get('cpu_model', '?')}{family_model} ×{meta.get('cpu_count', '?')}"
 
 
 def case_title(row) -> str:

@@ -189,6 +189,19 @@ def same_cpu(hardware_a: dict, hardware_b: dict) -> bool:
     return all(caches_a[level] == caches_b[level] for level in ("L2", "L3") if level in caches_a and level in caches_b)
 
 
+def same_machine(meta_a: dict, meta_b: dict) -> bool:
+    """Whether two runs' metadata describe the same hardware: the same CPU
+    (``same_cpu``, or model and core count where a run predates ``hardware``)
+    and the same GPU. Host names are not compared: the shards of one sweep
+    may run on identical nodes."""
+    if meta_a.get("gpu_name") != meta_b.get("gpu_name"):
+        return False
+    hardware_a, hardware_b = meta_a.get("hardware"), meta_b.get("hardware")
+    if isinstance(hardware_a, dict) and isinstance(hardware_b, dict):
+        return same_cpu(hardware_a, hardware_b)
+    return (meta_a.get("cpu_model"), meta_a.get("cpu_count")) == (meta_b.get("cpu_model"), meta_b.get("cpu_count"))
+
+
 def machine_name() -> str:
     """Host, CPU and GPU in one label: what history is grouped by."""
     gpu = gpu_name()

@@ -2,7 +2,11 @@
 or runs on several machines) combined into one result directory.
 
 Rows keep their own run id; the merged metadata lists every source run. A
-case present in more than one input is kept once, from the latest run.
+case present in more than one input is kept once, from the latest run. Rows
+carry no machine of their own, so runs on different hardware are refused
+(their cases would collapse into one and take the first run's machine);
+report.py and the dashboard take several directories and keep each
+machine's rows apart.
 """
 
 from __future__ import annotations
@@ -10,7 +14,14 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from harness import store
+from harness import env, store
+
+
+def machine_text(meta: dict) -> str:
+    hardware = meta.get("hardware") if isinstance(meta.get("hardware"), dict) else {}
+    family_model = hardware.get("cpu_family_model")
+    cpu = f"{meta.get('cpu_model', '?')}" + (f" family-model {family_model}" if family_model else "")
+    return f"{cpu} x{meta.get('cpu_count', '?')}" + (f", {meta['gpu_name']}" if meta.get("gpu_name") else "")
 
 
 def merge_runs(dirs, out) -> Path:
@@ -20,6 +31,12 @@ def merge_runs(dirs, out) -> Path:
     runs = sorted((store.read_run(Path(d)) + (Path(d),) for d in dirs), key=lambda run: run[0].get("start_time", ""))
     if not runs:
         raise store.ResultError("merge: no result directories given")
+    first_meta, *_, first_dir = runs[0]
+    for meta, _rows, _samples, directory in runs[1:]:
+        if not env.same_machine(first_meta, meta):
+            raise store.ResultError(
+                f"merge: {first_dir} ({machine_text(first_meta)}) and {directory} ({machine_text(meta)}) were "
+                f"measured on different hardware; pass both directories to report.py or the dashboard instead")
     # Every key of the first run's metadata, whatever the schema has grown to hold.
     meta = dict(runs[0][0])
     meta.pop("resumed", None)

@@ -65,10 +65,11 @@ def strategies_table(strategies) -> Table:
 
 def with_speedups(rows: pd.DataFrame) -> pd.DataFrame:
     """Adds ``speedup`` over the operator's baseline (the seed's original
-    strategy) measured in the same case group; NaN where it was not measured."""
+    strategy) measured in the same case group, on the same machine where the
+    rows come from several; NaN where it was not measured."""
     rows = rows.copy()
     rows["speedup"] = math.nan
-    keys = ["op", "params", "device", "dtype"]
+    keys = ["op", "params", "device", "dtype"] + (["machine"] if "machine" in rows.columns else [])
     for _, group in rows.groupby(keys, sort=False):
         op = group["op"].iloc[0]
         baseline = OPERATORS[op].baseline if op in OPERATORS else None

@@ -69,3 +69,19 @@ def test_malformed_meta_fields_do_not_break_the_tables():
     assert report.run_warnings(meta) == []
     header, rows = report.hardware_table([meta])
     assert len(rows) == 1 and len(rows[0]) == len(header)
+
+
+def test_two_cpus_sharing_a_model_name_stay_two_machines(tmp_path):
+    """Every AMD EPYC VM reports "AMD EPYC": a Zen 3 and a Zen 4 run of the
+    same cases must not collapse into one machine, and each machine's
+    speedups are over its own seed."""
+    zen3 = dict(QUIET, hardware=dict(HARDWARE, cpu_family_model="25-1"))
+    zen4 = dict(QUIET, hardware=dict(HARDWARE, cpu_family_model="25-17"))
+    first = fixture_run(tmp_path / "zen3", meta=zen3)
+    second = fixture_run(tmp_path / "zen4", meta=zen4, start_time="2026-11-23T00:00:00+00:00",
+                         row_fields={"seed_loops": {"median_s": 8e-3}})
+    rows, _metas = report.load([first, second])
+    assert rows["machine"].nunique() == 2
+    assert len(rows) == 2 * len(report.load([first])[0])
+    fastest = rows[rows["strategy"] == "torch_max_pool2d_indices"].groupby("machine")["speedup"].max()
+    assert fastest.nunique() == 2  # the same numba time over two different seed times

@@ -226,3 +226,28 @@ def test_every_unknown_relative_to_name_is_refused(tmp_path):
     assert len(compare_dirs(tmp_path / "base", tmp_path / "new", relative_to=["ref"]).table) == 3
     with pytest.raises(UsageError, match="refx"):
         compare_dirs(tmp_path / "base", tmp_path / "new", relative_to=["ref", "refx"])
+
+
+def test_merge_refuses_runs_from_different_hardware(tmp_path):
+    """Rows carry no machine: merging a Zen 3 and a Zen 4 run (both "AMD
+    EPYC") would collapse their cases and label the result with one of them."""
+    from harness.store import RunWriter, ResultError
+
+    def run(name, family_model, host):
+        hardware = {"cpu_model": "AMD EPYC", "cpu_count": 2, "cpu_family_model": family_model}
+        writer = RunWriter(tmp_path / name, {"run_id": name, "status": "complete", "cpu_model": "AMD EPYC",
+                                              "cpu_count": 2, "hardware": hardware, "machine": f"{host} / AMD EPYC x2",
+                                              "start_time": f"2026-11-2{len(name)}T00:00:00+00:00"})
+        base_rows, base, _, _ = synthetic(1.0, 15)
+        for row in base_rows.to_dict("records"):
+            writer.append(dict(row, run_id=name), base[row["case_id"]])
+        writer.close()
+        return tmp_path / name
+
+    zen3, zen4, zen4_other_node = run("z3", "25-1", "a"), run("z4", "25-17", "a"), run("z4b", "25-17", "b")
+    with pytest.raises(ResultError, match="different hardware"):
+        merge_runs([zen3, zen4], tmp_path / "merged")
+    cli = subprocess.run([sys.executable, "-m", "harness", "merge", str(zen3), str(zen4), "-o", str(tmp_path / "m2")],
+                         capture_output=True, text=True)
+    assert cli.returncode == 2 and "z3" in cli.stderr and "z4" in cli.stderr and len(cli.stderr.splitlines()) == 1
+    assert len(read_rows(merge_runs([zen4, zen4_other_node], tmp_path / "same"))) == 3
