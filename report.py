@@ -26,7 +26,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from harness import stats, store  # noqa: E402
+from harness import env, stats, store  # noqa: E402
 from harness.errors import ResultError  # noqa: E402
 from harness.format import fmt_num, fmt_ratio, fmt_time, md_escape, params_label  # noqa: E402
 from harness.tables import with_speedups  # noqa: E402
@@ -747,7 +747,7 @@ def hardware_table(metas: list[dict]) -> tuple[list[str], list[list[str]]]:
         gpu = hardware.get("gpu") if isinstance(hardware.get("gpu"), dict) else {}
         caches = hardware.get("caches") if isinstance(hardware.get("caches"), dict) else {}
         clocks = (gpu.get("max_sm_clock_mhz"), gpu.get("max_mem_clock_mhz"))
-        key = (str(meta.get("machine") or meta.get("host") or "?"),
+        key = (env.machine_label(meta),
                str(hardware.get("cpu_model") or meta.get("cpu_model") or "?"), str(cores(meta) or "?"),
                " ".join(f"{level} {size}" for level, size in caches.items()) or "–",
                _bytes(hardware.get("memory_bytes")), str(gpu.get("name") or meta.get("gpu_name") or "–"),

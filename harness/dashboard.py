@@ -22,7 +22,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from harness import regression, stats, store  # noqa: E402
+from harness import env, regression, stats, store  # noqa: E402
 from harness.format import fmt_ratio, fmt_time, ordered_params, params_label  # noqa: E402
 
 STYLE = ("body{font-family:system-ui,sans-serif;max-width:1200px;margin:2em auto;padding:0 1em;color:#222}"
@@ -46,7 +46,7 @@ def load_history(root) -> tuple[pd.DataFrame, dict, list[dict]]:
         rows["run_dir"] = str(directory)
         rows["commit"] = (meta.get("git_commit") or "unknown")[:10]
         rows["start_time"] = meta.get("start_time", "")
-        rows["machine"] = meta.get("machine") or meta.get("host", "?")
+        rows["machine"] = env.machine_label(meta)
         frames.append(rows)
         for case_id, values in run_samples.items():
             samples[(str(directory), case_id)] = values
@@ -262,7 +262,7 @@ def build_dashboard(root, site, rule: regression.Rule = regression.Rule(), with_
         link = run_links.get(meta["directory"])
         body.append(f"<tr><td>{meta['order']}</td><td>{esc(str(meta.get('run_id')))}</td>"
                     f"<td>{esc(str(meta.get('start_time')))}</td><td>{esc(str(meta.get('git_commit'))[:12])}</td>"
-                    f"<td>{esc(str(meta.get('machine')))}</td>"
+                    f"<td>{esc(env.machine_label(meta))}</td>"
                     + (f"<td><a href='{esc(link)}'>report</a></td></tr>" if link else "<td>–</td></tr>"))
     body.append("</table>")
     (site / "index.html").write_text(_page("scatterbench dashboard", body))

@@ -202,6 +202,16 @@ def same_machine(meta_a: dict, meta_b: dict) -> bool:
     return (meta_a.get("cpu_model"), meta_a.get("cpu_count")) == (meta_b.get("cpu_model"), meta_b.get("cpu_count"))
 
 
+def machine_label(meta: dict) -> str:
+    """A run's machine for grouping history: its recorded name, with the CPU's
+    family-model where the run recorded one (two VMs named "vm / AMD EPYC x2"
+    may be a Zen 3 and a Zen 4, whose timings must not form one series)."""
+    label = str(meta.get("machine") or meta.get("host") or "?")
+    hardware = meta.get("hardware") if isinstance(meta.get("hardware"), dict) else {}
+    family_model = hardware.get("cpu_family_model")
+    return f"{label} [{family_model}]" if family_model else label
+
+
 def machine_name() -> str:
     """Host, CPU and GPU in one label: what history is grouped by."""
     gpu = gpu_name()

@@ -85,3 +85,15 @@ def test_two_cpus_sharing_a_model_name_stay_two_machines(tmp_path):
     assert len(rows) == 2 * len(report.load([first])[0])
     fastest = rows[rows["strategy"] == "torch_max_pool2d_indices"].groupby("machine")["speedup"].max()
     assert fastest.nunique() == 2  # the same numba time over two different seed times
+
+
+def test_dashboard_keeps_two_cpus_sharing_a_name_apart(tmp_path):
+    from harness import dashboard
+
+    zen3 = dict(QUIET, hardware=dict(HARDWARE, cpu_family_model="25-1"))
+    zen4 = dict(QUIET, hardware=dict(HARDWARE, cpu_family_model="25-17"))
+    fixture_run(tmp_path / "runs" / "zen3", meta=zen3)
+    fixture_run(tmp_path / "runs" / "zen4", meta=zen4, start_time="2026-11-23T00:00:00+00:00",
+                row_fields={"seed_loops": {"median_s": 8e-3}})
+    history = dashboard.load_history(tmp_path / "runs")[0]
+    assert history["machine"].nunique() == 2
