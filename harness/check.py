@@ -17,8 +17,8 @@ from dataclasses import dataclass, replace
 from functools import lru_cache
 from typing import Any, Callable
 
-from impls.backends import get_backend, to_numpy
-from impls.common import Verdict, round_to_dtype
+from impls.backends import float_dtypes, get_backend, to_numpy
+from impls.common import DTYPE, Verdict, round_to_dtype
 from impls.registry import NotApplicable, Strategy, get_operator
 from impls.status import ERROR, MISMATCH, SKIPPED, UPSTREAM_DEFECT
 
@@ -85,6 +85,10 @@ def judge(strat: Strategy, output: Any, ref: Reference, dtype: str, device: str 
     """A strategy's output against the oracle, by its operator's rule; a
     mismatch a listed upstream defect explains becomes ``upstream-defect``."""
     op = get_operator(strat.op)
+    wrong = [name for name in float_dtypes(output) if name != dtype]
+    if wrong:
+        return Verdict(MISMATCH, f"{strat.op} output: dtype {wrong[0]}, expected {dtype}",
+                       differences=frozenset({DTYPE}))
     verdict = op.compare(to_numpy(output), ref.expected, ref.inputs, dtype, strat)
     return known_defect(strat, verdict, device=device, dtype=dtype, layout=layout, mode=ref.mode)
 

@@ -148,6 +148,19 @@ def convert(inputs: dict, backend: Backend, device: str, dtype: str, layout: str
     return converted
 
 
+FLOAT_DTYPES = ("float16", "bfloat16", "float32", "float64")
+
+
+def float_dtypes(output: Any) -> list[str]:
+    """The dtype names of a strategy's floating outputs as the strategy made
+    them, before ``to_numpy`` widens bfloat16 to float32 (which would let a
+    float32 result pass as bfloat16)."""
+    if isinstance(output, (tuple, list)):
+        return [name for item in output for name in float_dtypes(item)]
+    name = str(getattr(output, "dtype", "")).removeprefix("torch.")
+    return [name] if name in FLOAT_DTYPES else []
+
+
 def to_numpy(output: Any) -> Any:
     """A strategy's output (array, tensor, or tuple of them) as numpy arrays,
     each converted by the backend that owns it."""
@@ -180,7 +193,10 @@ def _is_numpy(value: Any) -> bool:
 def _torch_to_native(array: np.ndarray, device: str, dtype: str, layout: str):
     import torch
 
-    tensor = torch.from_numpy(np.ascontiguousarray(array))
+    # A copy: torch.from_numpy shares memory, and a float64 input or int64
+    # positions would otherwise alias the cached reference's arrays, so a
+    # strategy writing into its inputs would corrupt every later check.
+    tensor = torch.from_numpy(np.array(array, order="C", copy=True))
     tensor = tensor.to(getattr(torch, dtype)) if array.dtype.kind == "f" else tensor.to(torch.int64)
     if layout == "channels_last":
         tensor = tensor.contiguous(memory_format=torch.channels_last)
@@ -351,4 +367,4 @@ register_backend(Backend(
     extra="pytensor"))
 
 __all__ = ["Backend", "BACKENDS", "DEVICES", "DTYPES", "LAYOUTS", "DeviceEvents", "backend_of", "convert",
-           "get_backend", "register_backend", "to_numpy"]
+           "float_dtypes", "get_backend", "register_backend", "to_numpy"]

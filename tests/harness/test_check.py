@@ -236,3 +236,39 @@ benchmarks:
                             capture_output=True, text=True)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "upstream-defect" in result.stdout and "0 failed" in result.stdout
+
+
+def test_a_float32_result_does_not_pass_as_bfloat16(planted):
+    """to_numpy widens bfloat16 to float32, so the dtype must be read from the
+    tensor the strategy returned, before that conversion."""
+    import torch
+
+    def wider(inputs, params):
+        x = inputs["x"].float()
+        return lambda: torch.nn.functional.max_pool2d(x, params["k"], return_indices=True)
+
+    strat = planted("maxpool2d", "float32_for_bf16", wider, backend="torch", returns="values+indices", ties="any",
+                    dtypes=("bfloat16",))
+    verdict = verdict_of(strat, dtype="bfloat16")
+    assert verdict.status == "mismatch" and "dtype float32, expected bfloat16" in verdict.message
+
+
+def test_a_strategy_writing_into_its_inputs_cannot_corrupt_the_cached_reference(planted):
+    """torch.from_numpy shares memory: a float64 input or int64 positions
+    would alias the cached reference's arrays."""
+    import torch
+
+    def vandal(inputs, params):
+        x = inputs["x"]
+
+        def run():
+            values, indices = torch.nn.functional.max_pool2d(x, params["k"], return_indices=True)
+            x.fill_(7.0)  # after computing the right answer: its own check passes
+            return values, indices
+        return run
+
+    strat = planted("maxpool2d", "vandal", vandal, backend="torch", returns="values+indices", ties="any")
+    ref = reference("maxpool2d", PARAMS, "float64", "adversarial", 0)
+    before = ref.inputs["x"].copy()
+    check_strategy(strat, PARAMS, "float64", "cpu", ref)
+    np.testing.assert_array_equal(ref.inputs["x"], before)
