@@ -297,7 +297,7 @@ def cmd_case(args) -> int:
 # ---------------------------------------------------------------------- parser
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="scatterbench", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--debug", action="store_true", help="show tracebacks for usage errors")
+    parser.add_argument("--debug", action="store_true", help="show the traceback of any error")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for declared in COMMANDS:
         p = sub.add_parser(declared.name, help=declared.help, description=declared.help)
@@ -353,6 +353,12 @@ def main(argv: list[str] | None = None) -> int:
         # matplotlib's and some libraries' errors carry no file name: name the output asked for.
         where = error.filename or getattr(args, "output", None) or "output"
         print(f"scatterbench: error: {where}: {describe_os_error(error, where)}", file=sys.stderr)
+        return EXIT_USAGE
+    except Exception as error:  # noqa: BLE001 - a bug (ours or a plugin's) still ends in one line
+        if args.debug:
+            raise
+        print(f"scatterbench: error: unexpected {type(error).__name__}: {_one_line(error)} "
+              f"(rerun with --debug for the traceback)", file=sys.stderr)
         return EXIT_USAGE
 
 

@@ -455,6 +455,8 @@ def read_samples(directory: Path) -> dict[str, list[float]]:
             case_id, values = record["case_id"], record["samples_s"]
         except (json.JSONDecodeError, KeyError, TypeError):
             raise ResultError(f"{path}: line {number}: malformed samples record") from None
+        if not isinstance(case_id, str):
+            raise ResultError(f"{path}: line {number}: case_id is {type(case_id).__name__}, not a string")
         problem = None
         if not isinstance(values, list) or not values:
             problem = "samples_s is not a non-empty list"

@@ -111,3 +111,19 @@ def test_every_subcommand_has_help_and_no_internal_one_shows():
         for action in parser._subparsers._group_actions[0].choices[declared.name]._actions:
             if action.dest not in ("help",):
                 assert action.help, f"{declared.name} {action.dest} has no help text"
+
+
+def test_an_unexpected_exception_is_one_line_and_exit_2(monkeypatch, capsys):
+    """A bug (ours or a plugin's) still ends in one line naming the
+    exception, with the traceback behind --debug."""
+    from harness import cli
+
+    def explode(args):
+        raise TypeError("unhashable type: 'list'")
+
+    monkeypatch.setattr(cli, "COMMANDS", cli.COMMANDS + [cli.Command("explode", "raises", (), explode)])
+    assert cli.main(["explode"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "unexpected TypeError: unhashable type" in err and "--debug" in err
+    with pytest.raises(TypeError):
+        cli.main(["--debug", "explode"])

@@ -598,7 +598,13 @@ def duplicated_row(run: Path):
     return run / ROWS, f"line {len(lines) + 1}", "duplicate", case_id
 
 
-DAMAGES = [rows_not_utf8, samples_not_utf8, meta_not_utf8, meta_a_list, meta_without_run_id, duplicated_row]
+def samples_case_id_not_a_string(run: Path):
+    replace_line(run / SAMPLES, 2, lambda line: (json.dumps(dict(json.loads(line), case_id=[1, 2])) + "\n").encode())
+    return run / SAMPLES, "line 2", "case_id"
+
+
+DAMAGES = [rows_not_utf8, samples_not_utf8, meta_not_utf8, meta_a_list, meta_without_run_id, duplicated_row,
+           samples_case_id_not_a_string]
 TOOLS = ["resume", "compare", "report", "dashboard"]
 
 
