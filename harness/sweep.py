@@ -99,10 +99,14 @@ def execute_case(case: Case, config: Config, run_id: str, ceiling_gbps: float,
                  ref: Reference | None = None, flush=None,
                  on_phase: Callable[[str], None] = lambda phase: None) -> CaseResult:
     """Checks, then times one case. Never raises for a strategy's fault
-    (``Interrupted`` and ``KeyboardInterrupt`` do propagate)."""
+    (``Interrupted`` and ``KeyboardInterrupt`` do propagate). ``flush``: the
+    backend's cache flush for the device, made here unless the caller passes
+    the one it keeps (an isolated case's child has none to pass)."""
     row = base_row(case, run_id, ceiling_gbps)
     strat = get_operator(case.op).strategies[case.strategy]
     backend = get_backend(strat.backend)
+    if flush is None:
+        flush = backend.cache_flush(case.device)
     params = case.params_dict
 
     def finish(status: str, message: str = "", samples=()) -> CaseResult:

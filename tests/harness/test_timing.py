@@ -207,3 +207,48 @@ def test_settling_sees_a_case_that_just_got_faster():
     # one fast sample at the end: a few more samples, not a slow start
     assert stats.settling([0.03, 0.031, 0.029, 0.03, 0.018])
     assert not stats.settling([0.03, 0.031, 0.029, 0.03, 0.018, 0.03, 0.029, 0.031])
+
+
+def test_an_isolated_case_flushes_the_device_cache_like_an_in_process_one(planted, capsys):
+    """--isolate runs each case in a child (sweep.child_main): its timed
+    calls must be preceded by the backend's cache flush, as in-process ones
+    are (a CUDA case in a child was once timed with a warm L2)."""
+    import json
+
+    from harness.sweep import child_main
+    from impls.backends import BACKENDS, DeviceEvents, Backend, register_backend
+    from impls import maxpool2d
+
+    flushes = []
+
+    class HostEvents(DeviceEvents):
+        def start(self):
+            self.begin = time.perf_counter()
+
+        def stop(self):
+            self.end = time.perf_counter()
+
+        def elapsed_s(self):
+            return self.end - self.begin
+
+    numpy_backend = BACKENDS["numpy"]
+    register_backend(Backend(name="flushed", module="numpy", devices=("cpu",), dtypes=("float32",),
+                             layouts=("contiguous",), to_native=numpy_backend.to_native,
+                             to_numpy=numpy_backend.to_numpy, owns=lambda value: False,
+                             events=lambda device: HostEvents(),
+                             cache_flush=lambda device: (lambda: flushes.append(1))))
+    try:
+        planted("maxpool2d", "flushed_pool", lambda inputs, params: (
+            lambda: maxpool2d.oracle({"x": inputs["x"].astype(np.float64)}, params)[0].astype(np.float32)),
+            backend="flushed", returns="values", ties="any", dtypes=("float32",))
+        config = {"timing": {"min_samples": 5, "max_samples": 20, "budget_s": 0.01, "warmup_s": 0},
+                  "benchmarks": [{"op": "maxpool2d", "strategies": ["flushed_pool"],
+                                  "params": {"N": 1, "C": 1, "H": 4, "W": 4, "k": 2}}]}
+        child_main(json.dumps({"config": config, "run_id": "r", "ceiling_gbps": 30.0,
+                               "case": ["maxpool2d", "flushed_pool", "cpu", "float32",
+                                        {"N": 1, "C": 1, "H": 4, "W": 4, "k": 2}]}))
+        answer = json.loads(capsys.readouterr().out.splitlines()[-1])
+        assert answer["row"]["status"] == "ok", answer["row"]["message"]
+        assert len(flushes) >= len(answer["samples_s"]) >= 5
+    finally:
+        BACKENDS.pop("flushed", None)
