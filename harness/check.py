@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import time
 import traceback
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from typing import Any, Callable
 
@@ -29,6 +29,7 @@ class Reference:
     inputs: dict  # float64 numpy, holding exactly the values the dtype can store
     expected: object  # the oracle's output
     mode: str = ""  # the generator mode the inputs were drawn in
+    params: dict = field(default_factory=dict)  # the case's parameters (the compare may need them)
 
 
 def reference(op_name: str, params: dict, dtype: str, mode: str, seed: int) -> Reference:
@@ -36,7 +37,7 @@ def reference(op_name: str, params: dict, dtype: str, mode: str, seed: int) -> R
     raw = op.generate(params, mode, seed)
     inputs = {key: round_to_dtype(value, dtype) if getattr(value, "dtype", None) is not None
               and value.dtype.kind == "f" else value for key, value in raw.items()}
-    return Reference(inputs, op.oracle(inputs, params), mode)
+    return Reference(inputs, op.oracle(inputs, params), mode, dict(params))
 
 
 @lru_cache(maxsize=8)  # check sizes are small, but config points can reach check.max_elements
@@ -89,7 +90,7 @@ def judge(strat: Strategy, output: Any, ref: Reference, dtype: str, device: str 
     if wrong:
         return Verdict(MISMATCH, f"{strat.op} output: dtype {wrong[0]}, expected {dtype}",
                        differences=frozenset({DTYPE}))
-    verdict = op.compare(to_numpy(output), ref.expected, ref.inputs, dtype, strat)
+    verdict = op.compare(to_numpy(output), ref.expected, ref.inputs, dtype, strat, ref.params)
     return known_defect(strat, verdict, device=device, dtype=dtype, layout=layout, mode=ref.mode)
 
 

@@ -68,7 +68,7 @@ def bytes_moved(params, itemsize: int, returns: str = "output") -> int:
     return (B * C * H * W + H * W + B * H * out_width(params)) * itemsize
 
 
-def compare(out, ref, inputs, dtype: str, strat) -> Verdict:
+def compare(out, ref, inputs, dtype: str, strat, params=None) -> Verdict:
     return common.compare_relative("y", out, ref, dtype)
 
 

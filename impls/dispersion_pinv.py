@@ -48,7 +48,7 @@ def bytes_moved(params, itemsize: int, returns: str = "output") -> int:
     return dispersion.bytes_moved(params, itemsize)
 
 
-def compare(out, ref, inputs, dtype: str, strat) -> Verdict:
+def compare(out, ref, inputs, dtype: str, strat, params=None) -> Verdict:
     return common.compare_relative("x", out, ref, dtype)
 
 

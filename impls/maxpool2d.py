@@ -118,7 +118,7 @@ def bytes_moved(params, itemsize: int, returns: str = "values+indices") -> int:
     return N * C * H * W * itemsize + pooled * itemsize + index_bytes
 
 
-def compare(out, ref, inputs, dtype: str, strat) -> Verdict:
+def compare(out, ref, inputs, dtype: str, strat, params: dict) -> Verdict:
     """Values bitwise, then indices exactly (or, with ``ties="any"``, pointing at
     a maximum of their own window); both are judged, so a mismatch names every
     kind of difference it holds (a known defect excuses only its own kinds)."""
@@ -135,10 +135,10 @@ def compare(out, ref, inputs, dtype: str, strat) -> Verdict:
     if out_indices is None:
         return verdict
     return common.merge_verdicts(verdict, _compare_indices(out_indices, ref_indices, ref_values,
-                                                           inputs["x"], strat.ties))
+                                                           inputs["x"], strat.ties, params["k"]))
 
 
-def _compare_indices(got, expected, ref_values, x, ties: str) -> Verdict:
+def _compare_indices(got, expected, ref_values, x, ties: str, k: int) -> Verdict:
     if not isinstance(got, np.ndarray) or got.shape != expected.shape:
         return Verdict("mismatch", f"indices: shape {getattr(got, 'shape', None)}, expected {expected.shape}",
                        differences=frozenset({common.SHAPE}))
@@ -156,7 +156,9 @@ def _compare_indices(got, expected, ref_values, x, ties: str) -> Verdict:
     nan_ok = nan_window & np.isnan(pointed)
     if ties == "any":
         # Must point at an element equal to the maximum, inside its own window.
-        k_rows, k_cols = _window_of(got, W, H // got.shape[2] if got.shape[2] else 1)
+        # k from the case, not H // h: with H=8, k=3 that is 4, and an index in
+        # the next window's first row would pass as this window's.
+        k_rows, k_cols = _window_of(got, W, k)
         own = (k_rows == np.arange(got.shape[2])[:, None]) & (k_cols == np.arange(got.shape[3])[None, :])
         fine = ((pointed == ref_values) & own) | nan_ok
     else:

@@ -107,7 +107,7 @@ def bytes_moved(params, itemsize: int, returns: str = "output") -> int:
     return math.prod(pooled) * (itemsize + 8) + math.prod(out_shape) * itemsize
 
 
-def compare(out, ref, inputs, dtype: str, strat) -> Verdict:
+def compare(out, ref, inputs, dtype: str, strat, params=None) -> Verdict:
     return common.compare_bitwise("output", out, ref, dtype)
 
 

@@ -91,7 +91,7 @@ class Operator:
     generate: Callable  # (params, mode, seed) -> dict[str, np.ndarray]
     oracle: Callable  # (float64 inputs, params) -> output
     bytes_moved: Callable  # (params, itemsize, returns) -> int
-    compare: Callable  # (out, ref, inputs, dtype, strategy) -> Verdict
+    compare: Callable  # (out, ref, inputs, dtype, strategy, params) -> Verdict
     validate: Callable  # (params) -> None, raises ValueError naming the problem
     check_cases: Callable  # () -> list of small adversarial parameter dicts
     # The strategy that regression checks normalise by: present on every

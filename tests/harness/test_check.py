@@ -59,8 +59,32 @@ def test_index_pointing_outside_its_window_is_caught_even_with_any_ties(planted)
     strat = planted("maxpool2d", "wrong_window", oracle_based(shifted), returns="values+indices", ties="any")
     planted_x = {"x": np.array([[[[5, 0, 5, 0], [0, 0, 0, 0]]]], dtype=np.float64)}
     from harness.check import Reference
-    ref = Reference(planted_x, maxpool2d.oracle(planted_x, x_params))
+    ref = Reference(planted_x, maxpool2d.oracle(planted_x, x_params), params=x_params)
     assert check_strategy(strat, x_params, "float32", "cpu", ref).status == "mismatch"
+
+
+def test_an_index_in_the_next_window_is_caught_where_k_does_not_divide_the_plane(planted):
+    """H=8, k=3: two windows of rows 0-2 and 3-5 (rows 6-7 are dropped). An
+    index on row 3 belongs to the second window even though H // h is 4."""
+    def next_window(values, indices, x):
+        wrong = indices.copy()
+        wrong[0, 0, 0, 0] = 3 * 8  # row 3, column 0: equal to window (0, 0)'s maximum, but outside it
+        return values.astype(x.dtype), wrong
+    x_params = dict(N=1, C=1, H=8, W=8, k=3)
+    plane = np.zeros((1, 1, 8, 8))
+    plane[0, 0, 0, 0] = plane[0, 0, 3, 0] = 5.0
+    planted_x = {"x": plane}
+    from harness.check import Reference
+    strat = planted("maxpool2d", "next_window", oracle_based(next_window), returns="values+indices", ties="any")
+    ref = Reference(planted_x, maxpool2d.oracle(planted_x, x_params), params=x_params)
+    verdict = check_strategy(strat, x_params, "float32", "cpu", ref)
+    assert verdict.status == "mismatch" and "1 wrong" in verdict.message
+    # And right answers pass: H // h (4 here, 6 for H=6, k=5) put correct indices in the wrong window.
+    honest = planted("maxpool2d", "honest_any", oracle_based(lambda v, i, x: (v.astype(x.dtype), i)),
+                     returns="values+indices", ties="any")
+    for params in (x_params, dict(N=1, C=2, H=6, W=13, k=5)):
+        for mode in ("random", "adversarial"):
+            assert verdict_of(honest, mode, params=params).status == "ok", (params, mode)
 
 
 def test_cropped_width_in_indices_is_caught(planted):

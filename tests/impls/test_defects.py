@@ -98,7 +98,7 @@ def test_torch_cuda_channels_last_neg_inf_index_is_matched_only_there():
     x = ref.inputs["x"].astype(np.float32)
     out = _neg_inf_index_zero(*maxpool2d.oracle(ref.inputs, PARAMS), x)
     strat = strategy("torch_max_pool2d_indices")
-    verdict = maxpool2d.compare(out, ref.expected, ref.inputs, "float32", strat)
+    verdict = maxpool2d.compare(out, ref.expected, ref.inputs, "float32", strat, ref.params)
     assert verdict.status == "mismatch" and verdict.differences == {"neg-inf-window-index-0"}
     cuda_nhwc = dict(device="cuda", dtype="float32", layout="channels_last", mode="adversarial")
     found = defects.match(strat, verdict, versions=VERSIONS, **cuda_nhwc)
@@ -112,7 +112,7 @@ def test_torch_cuda_channels_last_neg_inf_index_is_matched_only_there():
     values, indices = out
     indices = indices.copy()
     indices[0, 0, 1, 1] = indices[0, 0, 1, 1] + 1 if indices[0, 0, 1, 1] % 8 == 0 else indices[0, 0, 1, 1] - 1
-    worse = maxpool2d.compare((values, indices), ref.expected, ref.inputs, "float32", strat)
+    worse = maxpool2d.compare((values, indices), ref.expected, ref.inputs, "float32", strat, ref.params)
     assert worse.differences >= {"index"}
     assert defects.match(strat, worse, versions=VERSIONS, **cuda_nhwc) is None
 

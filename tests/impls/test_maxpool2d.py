@@ -106,7 +106,7 @@ def test_numpy_max_seeds_are_reported_for_the_sign_of_zero(name):
     params = dict(N=2, C=3, H=8, W=8, k=2)
     ref = reference("maxpool2d", params, "float32", "adversarial", 0)
     out = strat.prepare(get_operator("maxpool2d").to_backend(ref.inputs, "numpy", "cpu", "float32"), params)()
-    verdict = maxpool2d.compare(out, ref.expected, ref.inputs, "float32", strat)
+    verdict = maxpool2d.compare(out, ref.expected, ref.inputs, "float32", strat, ref.params)
     assert verdict.status == "mismatch"
     assert verdict.differences == {"zero-sign"}
     assert "values: sign of zero differs at" in verdict.message

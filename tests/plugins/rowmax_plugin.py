@@ -32,7 +32,7 @@ def validate(params):
         raise ValueError(f"L={params['L']}: rows longer than 2**24 are not supported")
 
 
-def compare(out, ref, inputs, dtype, strat):
+def compare(out, ref, inputs, dtype, strat, params=None):
     return common.compare_bitwise("output", out, ref, dtype)
 
 
