@@ -134,6 +134,10 @@ def execute_case(case: Case, config: Config, run_id: str, ceiling_gbps: float,
             row.update(max_abs_err=verdict.max_abs_err, rel_err=verdict.rel_err)
             if verdict.status not in CORRECT:
                 return finish(verdict.status, verdict.message)
+            if strat.interpreted_on(case.device):
+                # An interpreter's speed says nothing about the compiled kernel's.
+                return finish(SKIPPED, f"checked under the {strat.backend} interpreter ({verdict.status}); "
+                                       "not timed: the interpreter's speed is not the kernel's")
             on_phase(PHASE_TIME)
             timed = timing.time_call(prepared.run, backend, case.device, config.timing, flush,
                                      cross_check=config.timing.cross_check)

@@ -68,6 +68,11 @@ class Strategy:
         backend = get_backend(self.backend)
         return device in self.devices or backend.interpreted(device)
 
+    def interpreted_on(self, device: str) -> bool:
+        """Whether it reaches ``device`` only through an interpreter (Triton on
+        the CPU): checked there, never timed."""
+        return device not in self.devices and get_backend(self.backend).interpreted(device)
+
     def available(self) -> str | None:
         """None when the backend can be imported, else the reason it cannot."""
         return get_backend(self.backend).unavailable()

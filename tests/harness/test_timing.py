@@ -252,3 +252,21 @@ def test_an_isolated_case_flushes_the_device_cache_like_an_in_process_one(plante
         assert len(flushes) >= len(answer["samples_s"]) >= 5
     finally:
         BACKENDS.pop("flushed", None)
+
+
+def test_a_triton_kernel_under_the_cpu_interpreter_is_checked_but_not_timed(monkeypatch):
+    """TRITON_INTERPRET=1 lets `run` reach Triton strategies on the CPU: they
+    are checked there, and never timed (the interpreter's speed would be
+    published as the kernel's)."""
+    pytest.importorskip("triton")
+    from harness.config import Case, parse_config
+    from harness.sweep import execute_case
+
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    params = {"N": 1, "C": 2, "H": 8, "W": 8, "k": 2}
+    config = parse_config({"timing": {"min_samples": 5, "budget_s": 0.01, "warmup_s": 0},
+                           "benchmarks": [{"op": "maxpool2d", "strategies": ["triton_fused"], "params": params}]})
+    result = execute_case(Case("maxpool2d", "triton_fused", "cpu", "float32", tuple(sorted(params.items()))),
+                          config, "r", 30.0)
+    assert result.row["status"] == "skipped" and "not timed" in result.row["message"], result.row["message"]
+    assert "(ok)" in result.row["message"] and not result.samples_s
