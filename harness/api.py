@@ -56,16 +56,21 @@ def bench(op: str, strategies: list[str] | None = None, *, device: str = "cpu", 
                                "dtype": result.item.dtype, "status": result.verdict.status,
                                "message": result.verdict.message})
     ceilings = sweep.measure_ceilings((case.device for case in cases), config.threads)
+    run_id = sweep.new_run_id(config.name)
     if out is not None:
         store.prepare_output_dir(Path(out))
         meta = env.run_metadata(env.apply_threads(config.threads), None, ["scatterbench.bench", op])
-        meta.update(run_id=sweep.new_run_id(config.name), config=config.model_dump(), ceilings_gbps=ceilings,
-                    status="running")
+        meta.update(run_id=run_id, config=config.model_dump(), ceilings_gbps=ceilings, status="running")
         writer = store.RunWriter(Path(out), meta)
     else:
         writer = _MemoryWriter()
     try:
-        sweep.run_sweep(cases, config, writer, "bench", ceilings)
+        sweep.run_sweep(cases, config, writer, run_id, ceilings)
+        # A result directory written by bench() reads like one `run` wrote: finished, with its end.
+        writer.update_meta(status="complete", end_time=env.now_iso(), load_avg_end=env.load_average())
+    except KeyboardInterrupt:
+        writer.update_meta(status="interrupted", interrupted_by="SIGINT")
+        raise
     finally:
         writer.close()
     from harness.tables import with_speedups
@@ -81,6 +86,9 @@ class _MemoryWriter:
 
     def append(self, row: dict, samples_s=None) -> None:
         self.rows.append(dict(row))
+
+    def update_meta(self, **fields) -> None:
+        pass
 
     def close(self) -> None:
         pass

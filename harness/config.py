@@ -10,7 +10,8 @@ from pathlib import Path
 from typing import Any, Literal, Union
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, ValidationError, field_validator
+from pydantic import (BaseModel, ConfigDict, Field, StrictInt, StrictStr, ValidationError, field_validator,
+                      model_validator)
 
 from harness.errors import ConfigError
 from impls.registry import DEVICES, DTYPES, OPERATORS, get_operator
@@ -24,13 +25,20 @@ class Strict(BaseModel):
 
 
 class Timing(Strict):
-    min_samples: int = Field(5, ge=1)
-    max_samples: int = Field(2000, ge=1)
+    # SPEC 3: at least 5 samples, whatever the budget; a median and IQR of fewer say little.
+    min_samples: int = Field(5, ge=5)
+    max_samples: int = Field(2000, ge=5)
     budget_s: float = Field(0.5, gt=0, le=3600)
     warmup_s: float = Field(0.05, ge=0, le=3600)
     timeout_s: float = Field(120.0, gt=0, le=86400)
     # CUDA: also time each case with triton.testing.do_bench and store it (xcheck_s)
     cross_check: bool = True
+
+    @model_validator(mode="after")
+    def _max_at_least_min(self):
+        if self.max_samples < self.min_samples:
+            raise ValueError(f"max_samples {self.max_samples} is below min_samples {self.min_samples}")
+        return self
 
 
 class Threads(Strict):

@@ -17,7 +17,7 @@ SKIPPED = "skipped"  # not applicable by design, not installed, or too big for t
 STATUSES = (OK, INEXACT, MISMATCH, UPSTREAM_DEFECT, ERROR, TIMEOUT, SKIPPED)
 # Results that may be timed and compared: the answer is the operator's.
 CORRECT = (OK, INEXACT)
-# Findings that fail `check`/`run` and the regression gate.
+# Findings: they fail `check` and the regression gate; `run` records them as rows.
 FAILED = (MISMATCH, ERROR, TIMEOUT)
 # Worst first: the status that stands for a group of checks.
 SEVERITY = (MISMATCH, ERROR, TIMEOUT, UPSTREAM_DEFECT, INEXACT, SKIPPED, OK)

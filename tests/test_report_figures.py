@@ -3,6 +3,10 @@ them: one colour per strategy everywhere, titles inside the figure, every bar
 inside the GB/s axis, IQR error bars, speedups without exponents."""
 
 import math
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import matplotlib.figure
 import pytest
@@ -13,6 +17,8 @@ import report
 from harness.dashboard import build_dashboard
 from impls.registry import OPERATORS
 from test_report import fixture_run
+
+ROOT = Path(__file__).parents[1]
 
 
 @pytest.fixture
@@ -67,8 +73,12 @@ def test_each_strategy_has_one_colour_in_every_figure(tmp_path, drawn):
     for op in OPERATORS.values():  # distinct within an operator
         colours = [report.strategy_colour(op.name, name) for name in op.strategies]
         assert len(set(colours)) == len(colours), op.name
-    assert report.strategy_colour("maxpool2d", "not-registered") == report.strategy_colour("maxpool2d",
-                                                                                           "not-registered")
+    # An unregistered name's colour must not depend on the process (Python's str hash is salted per
+    # process): the dashboard draws history figures in runs months apart.
+    code = "import impls, report; print(report.strategy_colour('maxpool2d', 'not-registered'))"
+    colours = {subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT,
+                              env=dict(os.environ, PYTHONHASHSEED=str(seed))).stdout.strip() for seed in (1, 2, 3)}
+    assert colours == {report.strategy_colour("maxpool2d", "not-registered")}
 
 
 def test_titles_stay_inside_the_figure(tmp_path, drawn):

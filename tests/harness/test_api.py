@@ -30,3 +30,6 @@ def test_bench_writes_a_result_directory_when_asked(tmp_path):
                        plot=False, timing={"budget_s": 0.01, "warmup_s": 0}, out=tmp_path / "run")
     meta, rows, samples = read_run(tmp_path / "run")
     assert len(rows) == 1 and rows["status"].iloc[0] == "ok" and len(samples) == 1
+    # It reads like a directory `run` wrote: finished, and its rows carry its run id.
+    assert meta["status"] == "complete" and meta.get("end_time")
+    assert set(rows["run_id"]) == {meta["run_id"]}

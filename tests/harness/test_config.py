@@ -46,6 +46,10 @@ def test_good_config_expands_to_the_cross_product(tiny_config):
     ("benchmarks: [{op: dispersion, params: {B: 1, C: 2, H: 4, W: 4, S: -1}}]", "params.S: -1 is below the minimum 0"),
     ("benchmarks: [{op: maxunpool, params: {form: 3d, B: 1}}]", "params.form: '3d' is not one of 1d, 2d"),
     ("benchmarks: [{op: maxunpool, params: {form: 1d, B: 1, F: 1, L: 2}}]", "missing f"),
+    ("timing: {min_samples: 2}\nbenchmarks: [{op: maxpool2d, params: {N: 1, C: 1, H: 4, W: 4, k: 2}}]",
+     "timing.min_samples"),
+    ("timing: {min_samples: 50, max_samples: 10}\nbenchmarks: [{op: maxpool2d, params: {N: 1, C: 1, H: 4, W: 4, k: 2}}]",
+     "max_samples 10 is below min_samples 50"),
 ])
 def test_bad_configs_are_one_line_errors_naming_the_key(tiny_config, text, expected):
     with pytest.raises(ConfigError) as error:

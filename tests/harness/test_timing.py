@@ -18,7 +18,7 @@ def test_stopping_rule_needs_both_min_count_and_budget():
     assert len(fast) > 100  # the budget, not the count, stopped it
     slow = timing.time_host(lambda: time.sleep(0.02), Timing(min_samples=7, budget_s=0.001, warmup_s=0)).samples_s
     assert len(slow) == 7  # the count, not the budget, stopped it
-    capped = timing.time_host(lambda: None, Timing(min_samples=1, budget_s=10, warmup_s=0, max_samples=50))
+    capped = timing.time_host(lambda: None, Timing(min_samples=5, budget_s=10, warmup_s=0, max_samples=50))
     assert len(capped.samples_s) + capped.slow_start == 50  # calls timed, kept or dropped as a slow start
 
 
