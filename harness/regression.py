@@ -5,7 +5,11 @@ A case regresses when its typical time (the median; the gate uses the 10th
 percentile, see harness/gate.py) grew by more than ``factor`` *and* a
 Mann–Whitney U test on the raw samples says the shift is real (p < ``alpha``):
 the ratio guards against flagging tiny real changes, the test against
-flagging noise. A case that was correct and now fails its check is broken.
+flagging noise. With few samples (5 or 6 a side: a slow case in a 0.5 s
+budget) the test cannot reach ``alpha`` at all, and a 3x slowdown would pass
+as "same"; there the rule asks for what the test would say at its strongest,
+every sample of one run beyond every sample of the other. A case that was
+correct and now fails its check is broken.
 """
 
 from __future__ import annotations
@@ -83,10 +87,14 @@ def timing_change(base_samples, new_samples, rule: Rule) -> Change:
     base_s, new_s = rule.typical(base_samples), rule.typical(new_samples)
     ratio = new_s / base_s if base_s > 0 else math.inf
     p_value = stats.mann_whitney_p(base_samples, new_samples)
+    if stats.smallest_p(len(base_samples), len(new_samples)) >= rule.alpha:
+        shift = stats.separated(base_samples, new_samples)  # too few samples for the test to reach alpha
+    else:
+        shift = 1 if p_value < rule.alpha and ratio > 1 else -1 if p_value < rule.alpha else 0
     verdict = SAME
-    if ratio > rule.factor and p_value < rule.alpha:
+    if ratio > rule.factor and shift > 0:
         verdict = REGRESSED
-    elif ratio < 1 / rule.factor and p_value < rule.alpha:
+    elif ratio < 1 / rule.factor and shift < 0:
         verdict = IMPROVED
     return Change(verdict, base_s, new_s, ratio, p_value)
 

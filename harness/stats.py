@@ -95,6 +95,26 @@ def pct_of_ceiling(bytes_moved: float, median_s: float, ceiling_gbps: float) -> 
     return 100.0 * floor_s(bytes_moved, ceiling_gbps) / median_s if median_s > 0 else float("nan")
 
 
+def smallest_p(n_base: int, n_new: int) -> float:
+    """The smallest two-sided p-value the exact Mann–Whitney test can give
+    for these sample counts (complete separation): 2 / C(n+m, n). With 5 and
+    5 samples it is 0.0079, so no p below 0.002 can ever be reached."""
+    return min(1.0, 2.0 / math.comb(n_base + n_new, n_base)) if n_base and n_new else 1.0
+
+
+def separated(base_s, new_s) -> int:
+    """+1 when every new sample is above every base sample, -1 when every one
+    is below, else 0: the strongest evidence of a shift a rank test can see."""
+    base, new = np.asarray(base_s, float), np.asarray(new_s, float)
+    if base.size == 0 or new.size == 0:
+        return 0
+    if new.min() > base.max():
+        return 1
+    if new.max() < base.min():
+        return -1
+    return 0
+
+
 def mann_whitney_p(base_s, new_s) -> float:
     """Two-sided Mann–Whitney U p-value: do the two sample sets differ in location?"""
     base, new = np.asarray(base_s, float), np.asarray(new_s, float)

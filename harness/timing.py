@@ -122,8 +122,10 @@ def _done(samples: list[float], elapsed_s: float, timing) -> bool:
     return len(samples) - stats.slow_start(samples) >= timing.min_samples
 
 
-def _settled(samples: list[float], host_s: float | None = None, xcheck: float = float("nan")) -> "Timed":
-    dropped = stats.slow_start(samples)
+def _settled(samples: list[float], timing, host_s: float | None = None,
+             xcheck: float = float("nan")) -> "Timed":
+    # A slow start is dropped like warm-up, but never below min_samples (SPEC 3: at least 5).
+    dropped = min(stats.slow_start(samples), max(0, len(samples) - timing.min_samples))
     kept = np.asarray(samples[dropped:])
     return Timed(kept, float(np.median(kept)) if host_s is None else host_s, xcheck, dropped)
 
@@ -178,7 +180,7 @@ def time_host(fn: Callable[[], Any], timing, synchronize: Callable[[], None] = l
             del out  # the next call allocates its output afresh, as users' calls do
             samples.append(t1 - t0)
             if _done(samples, t1 - begin, timing):
-                return _settled(samples)
+                return _settled(samples, timing)
 
 
 def device_delay_s(host_s: float) -> float:
@@ -212,7 +214,7 @@ def _time_device_events(fn, timing, backend, device, flush, synchronize) -> Time
         samples.append(events.elapsed_s())
         del out
         if _done(samples, time.perf_counter() - begin, timing):
-            return _settled(samples, host_s)
+            return _settled(samples, timing, host_s)
 
 
 def xcheck_s(fn: Callable[[], Any], device: str) -> float:

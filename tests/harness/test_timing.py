@@ -270,3 +270,30 @@ def test_a_triton_kernel_under_the_cpu_interpreter_is_checked_but_not_timed(monk
                           config, "r", 30.0)
     assert result.row["status"] == "skipped" and "not timed" in result.row["message"], result.row["message"]
     assert "(ok)" in result.row["message"] and not result.samples_s
+
+
+def test_dropping_a_slow_start_never_leaves_fewer_than_min_samples():
+    """SPEC 3: at least 5 samples. Calls slower than the settling allowance
+    end sampling at 5; the slow start dropped from them may not leave 3."""
+    call = SlowStart(slow_calls=3, slow_s=0.05, fast_s=0.004)  # the warm-up takes one slow call
+    timed = timing.time_host(call, Timing(min_samples=5, budget_s=0.01, warmup_s=0))
+    assert len(timed.samples_s) >= 5, (len(timed.samples_s), timed.slow_start)
+
+
+def test_few_samples_a_side_still_catch_a_3x_slowdown_and_not_noise():
+    """5 vs 5 samples: the exact Mann-Whitney test cannot go below p = 0.0079,
+    above alpha = 0.002; a 3x slowdown must still be flagged, overlapping noise not."""
+    from harness import regression
+
+    rule = regression.Rule()
+    base = [0.200, 0.204, 0.198, 0.210, 0.201]
+    assert stats.smallest_p(5, 5) == pytest.approx(2 / 252)
+    assert regression.timing_change(base, [3 * s for s in base], rule).verdict == "regressed"
+    assert regression.timing_change(base, [s / 3 for s in base], rule).verdict == "improved"
+    assert regression.timing_change(base[:3], [3 * s for s in base[:3]], rule).verdict == "regressed"
+    overlapping = [0.199, 0.26, 0.25, 0.24, 0.27]  # median 1.24x, but one sample among the base's
+    assert regression.timing_change(base, overlapping, rule).verdict == "same"
+    # With enough samples the test decides, as before.
+    rng = np.random.default_rng(0)
+    many = list(0.2 * (1 + 0.02 * rng.standard_normal(30)))
+    assert regression.timing_change(many, [1.3 * s for s in many], rule).verdict == "regressed"
