@@ -113,6 +113,23 @@ def test_a_wrong_shift_is_a_mismatch_not_inexact(planted):
     assert verdict.status == "mismatch"
 
 
+@pytest.mark.parametrize("C", [56, 512])
+def test_a_lost_channel_is_a_mismatch_in_float32(planted, C):
+    """One channel of C dropped is an error of 1.5e-2 (C=512) to 4.6e-2
+    (C=56): rounding never does that in float32, so it is wrong, not inexact."""
+    def drops_last_channel(inputs, params):
+        x = inputs["x"].clone()
+        x[:, -1] = 0
+        return dispersion.seed_loop({"x": x, "mask": inputs["mask"]}, params)
+
+    strat = planted("dispersion", "lost_channel", drops_last_channel, backend="torch")
+    from harness.check import check_strategy
+
+    params = dict(B=1, C=C, H=4, W=16, S=1)
+    verdict = check_strategy(strat, params, "float32", "cpu", reference("dispersion", params, "float32", "random", 0))
+    assert verdict.status == "mismatch", (verdict.status, verdict.rel_err)
+
+
 def test_relative_error_rule_by_dtype():
     ref = np.ones(100)
     assert compare_relative("y", (ref * (1 + 1e-6)).astype(np.float32), ref, "float32").status == "ok"
