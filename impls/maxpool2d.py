@@ -151,15 +151,16 @@ def _compare_indices(got, expected, ref_values, x, ties: str, k: int) -> Verdict
                        differences=frozenset({common.INDEX_OUTSIDE}))
     planes = x.reshape(N, C, H * W)
     pointed = np.take_along_axis(planes, got.reshape(N, C, -1), axis=-1).reshape(got.shape)
+    # k from the case, not H // h: with H=8, k=3 that is 4, and an index in
+    # the next window's first row would pass as this window's.
+    k_rows, k_cols = _window_of(got, W, k)
+    own = (k_rows == np.arange(got.shape[2])[:, None]) & (k_cols == np.arange(got.shape[3])[None, :])
     nan_window = np.isnan(ref_values)
-    # Where the window holds a NaN, any NaN of it will do (libraries differ).
-    nan_ok = nan_window & np.isnan(pointed)
+    # Where the window holds a NaN, any NaN *of that window* will do (libraries
+    # differ); a NaN of another window would send max_unpool's NaN astray.
+    nan_ok = nan_window & np.isnan(pointed) & own
     if ties == "any":
         # Must point at an element equal to the maximum, inside its own window.
-        # k from the case, not H // h: with H=8, k=3 that is 4, and an index in
-        # the next window's first row would pass as this window's.
-        k_rows, k_cols = _window_of(got, W, k)
-        own = (k_rows == np.arange(got.shape[2])[:, None]) & (k_cols == np.arange(got.shape[3])[None, :])
         fine = ((pointed == ref_values) & own) | nan_ok
     else:
         fine = (got == expected) | nan_ok

@@ -296,3 +296,20 @@ def test_a_strategy_writing_into_its_inputs_cannot_corrupt_the_cached_reference(
     before = ref.inputs["x"].copy()
     check_strategy(strat, PARAMS, "float64", "cpu", ref)
     np.testing.assert_array_equal(ref.inputs["x"], before)
+
+
+@pytest.mark.parametrize("ties", ["first", "any"])
+def test_an_index_to_a_nan_of_another_window_is_caught(planted, ties):
+    """A NaN window may point at any NaN of its own (SPEC 1.1), not at a NaN
+    elsewhere in the plane."""
+    def other_nan(values, indices, x):
+        wrong = indices.copy()
+        wrong[0, 0, 0, 0] = 15  # window (1, 1)'s NaN, for window (0, 0)
+        return values.astype(x.dtype), wrong
+    x_params = dict(N=1, C=1, H=4, W=4, k=2)
+    plane = np.arange(16, dtype=np.float64).reshape(1, 1, 4, 4)
+    plane[0, 0, 0, 0] = plane[0, 0, 3, 3] = np.nan
+    from harness.check import Reference
+    strat = planted("maxpool2d", f"other_nan_{ties}", oracle_based(other_nan), returns="values+indices", ties=ties)
+    ref = Reference({"x": plane}, maxpool2d.oracle({"x": plane}, x_params), params=x_params)
+    assert check_strategy(strat, x_params, "float32", "cpu", ref).status == "mismatch"
