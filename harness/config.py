@@ -256,6 +256,31 @@ def expand(config: Config) -> list[Case]:
     return cases
 
 
+# What a case's measurement depends on beyond its own key (op, strategy,
+# device, dtype, params): rows measured under different values of these are
+# not one run, though their case ids match.
+MEASUREMENT_KEYS = ("seed", "threads", "timing")
+
+
+def measurement_differences(recorded: Any, config: Any) -> list[str]:
+    """``key: recorded -> config`` for each measurement setting that differs
+    between two configs as dumped into meta.json (missing on either side:
+    an older run, not a difference)."""
+    if not isinstance(recorded, dict) or not isinstance(config, dict):
+        return []
+    differences = []
+    for key in MEASUREMENT_KEYS:
+        if key not in recorded or key not in config:
+            continue
+        old, new = recorded[key], config[key]
+        if isinstance(old, dict) and isinstance(new, dict):
+            differences += [f"{key}.{name}: {old.get(name)!r} -> {new.get(name)!r}"
+                            for name in sorted(set(old) | set(new)) if old.get(name) != new.get(name)]
+        elif old != new:
+            differences.append(f"{key}: {old!r} -> {new!r}")
+    return differences
+
+
 def shard(cases: list[Case], index: int, count: int) -> list[Case]:
     """The index-th of count slices (0-based), cut between groups of shared inputs."""
     groups: dict[tuple, list[Case]] = {}

@@ -3,8 +3,9 @@ or runs on several machines) combined into one result directory.
 
 Rows keep their own run id; the merged metadata lists every source run. A
 case present in more than one input is kept once, from the latest run. Rows
-carry no machine of their own, so runs on different hardware are refused
-(their cases would collapse into one and take the first run's machine);
+carry no machine or settings of their own, so runs on different hardware or
+under different seed, threads or timing settings are refused (their cases
+would collapse into one and take the first run's metadata);
 report.py and the dashboard take several directories and keep each
 machine's rows apart.
 """
@@ -15,6 +16,7 @@ import sys
 from pathlib import Path
 
 from harness import env, store
+from harness.config import measurement_differences
 
 
 def machine_text(meta: dict) -> str:
@@ -33,6 +35,10 @@ def merge_runs(dirs, out) -> Path:
         raise store.ResultError("merge: no result directories given")
     first_meta, *_, first_dir = runs[0]
     for meta, _rows, _samples, directory in runs[1:]:
+        differences = measurement_differences(first_meta.get("config"), meta.get("config"))
+        if differences:
+            raise store.ResultError(f"merge: {first_dir} and {directory} were measured under different settings "
+                                    f"({'; '.join(differences)}); pass both directories to report.py instead")
         if not env.same_machine(first_meta, meta):
             raise store.ResultError(
                 f"merge: {first_dir} ({machine_text(first_meta)}) and {directory} ({machine_text(meta)}) were "

@@ -26,7 +26,7 @@ from typing import Callable
 
 from harness import env, memory, stats, store, timing
 from harness.check import Reference, describe_error, judge, prepare_case, reference
-from harness.config import Case, Config, expand, load_config, shard
+from harness.config import Case, Config, expand, load_config, measurement_differences, shard
 from harness.errors import ResultError, UsageError
 from impls.backends import get_backend
 from impls.registry import NotApplicable, get_operator
@@ -399,6 +399,11 @@ def plan_run(config_path: str, *, output: str | None = None, resume: str | None 
     if resume:
         out_dir = Path(resume)
         meta = store.read_meta(out_dir)
+        differences = measurement_differences(meta.get("config"), config.model_dump())
+        if differences:
+            raise UsageError(f"--resume {out_dir}: {config_path} measures differently from the run it would "
+                             f"complete ({'; '.join(differences)}); resume with the run's own config "
+                             f"({meta.get('config_file', 'see its meta.json')}) or start a new run")
         store.prepare_output_dir(out_dir, resuming=True)
         run_id = meta["run_id"]
         done = set(store.read_rows(out_dir)["case_id"])

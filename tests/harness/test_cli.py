@@ -80,6 +80,15 @@ def test_run_refuses_to_overwrite_and_resumes(tiny_config, tmp_path):
     assert "1 cases done, 4 to run" in resumed.stderr
     rows = read_rows(out)
     assert len(rows) == 5 and rows["case_id"].is_unique
+    # Completing a run under other settings would mix two measurements under one meta.json.
+    other = tiny_config(TINY.replace("threads: {torch: 1, blas: 1}", "seed: 7\nthreads: {torch: 2, blas: 1}"),
+                        "other.yaml")
+    stopped = tmp_path / "stopped"
+    assert scatterbench("run", config, "-o", stopped, "--no-progress", "--strategy", "seed_loop").returncode == 0
+    refused = scatterbench("run", other, "--resume", stopped, "--no-progress")
+    assert refused.returncode == 2 and len(refused.stderr.strip().splitlines()) == 1, refused.stderr
+    assert "seed: 0 -> 7" in refused.stderr and "threads.torch: 1 -> 2" in refused.stderr
+    assert len(read_rows(stopped)) == 1
 
 
 @pytest.mark.slow

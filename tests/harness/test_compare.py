@@ -251,3 +251,20 @@ def test_merge_refuses_runs_from_different_hardware(tmp_path):
                          capture_output=True, text=True)
     assert cli.returncode == 2 and "z3" in cli.stderr and "z4" in cli.stderr and len(cli.stderr.splitlines()) == 1
     assert len(read_rows(merge_runs([zen4, zen4_other_node], tmp_path / "same"))) == 3
+
+
+def test_merge_refuses_runs_measured_under_different_settings(tmp_path):
+    from harness.store import RunWriter, ResultError
+
+    def run(name, budget_s):
+        writer = RunWriter(tmp_path / name, {"run_id": name, "status": "complete", "cpu_model": "X", "cpu_count": 2,
+                                              "config": {"seed": 0, "timing": {"budget_s": budget_s}},
+                                              "start_time": "2026-11-25T00:00:00+00:00"})
+        rows, samples, _, _ = synthetic(1.0, 16)
+        for row in rows.to_dict("records"):
+            writer.append(dict(row, run_id=name), samples[row["case_id"]])
+        writer.close()
+        return tmp_path / name
+
+    with pytest.raises(ResultError, match=r"timing.budget_s: 0.5 -> 0.01"):
+        merge_runs([run("a", 0.5), run("b", 0.01)], tmp_path / "merged")
