@@ -577,12 +577,27 @@ def _strategy(op: str, name: str):
     return OPERATORS[op].strategies.get(name) if op in OPERATORS else None
 
 
+def partial_output(op: str, name: str) -> bool:
+    """Whether the strategy returns less than its operator's whole output
+    (maxpool2d values without indices): the baseline seed's ``returns`` is the whole."""
+    from impls.registry import OPERATORS
+
+    operator = OPERATORS.get(op)
+    strat = operator.strategies.get(name) if operator else None
+    whole = next((s.returns for s in operator.strategies.values() if s.baseline), None) if operator else None
+    return bool(strat and whole and strat.returns != whole)
+
+
 def verdict(op: str, case: pd.DataFrame, where: str) -> str:
     """The sentence on one case: use the fastest correct strategy, and by how
-    much, only where its lead exceeds the spread; else why it is inconclusive."""
+    much, only where its lead exceeds the spread; else why it is inconclusive.
+    Only strategies returning the operator's whole output are ranked: one
+    that skips part of it (maxpool2d without indices) does less work."""
     ok = case[(case["status"] == OK) & case["median_s"].notna()].sort_values("median_s", kind="stable")
+    partial = ok[ok["strategy"].map(lambda name: partial_output(op, name))]
+    ok = ok.drop(partial.index)
     if ok.empty:
-        return f"{where}: no strategy passed the check."
+        return f"{where}: no strategy returning the whole output passed the check."
     best = ok.iloc[0]
     text = f"{where}: use {best['strategy']} ({best['backend']}), {_median_iqr(best)}"
     if len(ok) == 1:
@@ -612,6 +627,10 @@ def verdict(op: str, case: pd.DataFrame, where: str) -> str:
                  f"loop are bound by the host")
     if stats.is_unstable(best["iqr_s"], best["median_s"]):
         text += f" (its timing is unstable: IQR {100 * stats.rel_iqr(best['iqr_s'], best['median_s']):.0f} % of the median)"
+    if len(partial) and partial.iloc[0]["median_s"] < best["median_s"]:
+        lower = partial.iloc[0]
+        text += (f" ({lower['strategy']}, {fmt_time(lower['median_s'])}, is faster but returns "
+                 f"{_strategy(op, lower['strategy']).returns} only, so it is not ranked)")
     strat = _strategy(op, best["strategy"])
     if strat and strat.doc:
         text += ". Why: " + plain_doc(strat.doc)

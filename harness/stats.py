@@ -99,7 +99,10 @@ def smallest_p(n_base: int, n_new: int) -> float:
     """The smallest two-sided p-value the exact Mann–Whitney test can give
     for these sample counts (complete separation): 2 / C(n+m, n). With 5 and
     5 samples it is 0.0079, so no p below 0.002 can ever be reached."""
-    return min(1.0, 2.0 / math.comb(n_base + n_new, n_base)) if n_base and n_new else 1.0
+    if not (n_base and n_new):
+        return 1.0
+    arrangements = math.comb(n_base + n_new, n_base)
+    return min(1.0, 2.0 / arrangements) if arrangements < 1e300 else 0.0  # thousands of samples: no float holds it
 
 
 def separated(base_s, new_s) -> int:

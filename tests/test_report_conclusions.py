@@ -22,6 +22,20 @@ def test_a_clear_lead_names_the_winner_and_the_margin(tmp_path):
     assert "100× faster than the runner-up" in verdict  # 20 ms / 0.2 ms at the larger size
 
 
+def test_a_values_only_strategy_is_not_recommended_for_values_and_indices(tmp_path):
+    """torch_max_pool2d returns no indices: however fast, it is not the answer
+    to "which way of computing maxpool2d with its indices"; it is mentioned."""
+    from test_report import ENTRIES
+
+    entries = ENTRIES + [("torch_max_pool2d", "torch", "ok", 1e-5)]
+    run = fixture_run(tmp_path / "run", entries=entries, row_fields={
+        "seed_loops": QUICK, "torch_max_pool2d_indices": QUICK, "torch_max_pool2d": QUICK})
+    rows, _ = report.load([run])
+    verdict = report.conclusion("maxpool2d", rows)[0]
+    assert "use torch_max_pool2d_indices (torch)" in verdict, verdict
+    assert "torch_max_pool2d, 20 µs, is faster but returns values only" in verdict, verdict
+
+
 def test_overlapping_spreads_are_inconclusive_with_both_medians_and_iqrs(tmp_path):
     # 0.2 ms ± 25 µs against 0.21 ms ± 25 µs at the larger size: the spreads overlap
     sentences, md = _conclusions(tmp_path, {
