@@ -264,9 +264,12 @@ class FigureDir:
 
 def save(fig, figures: FigureDir, stem: str) -> str:
     figures.path.mkdir(parents=True, exist_ok=True)
-    fig.savefig(figures.path / f"{stem}.png", dpi=DPI)
+    # No date, and SVG ids from the figure's own name: the same data makes the
+    # same files, so re-publishing unchanged runs leaves docs/ unchanged.
+    fig.savefig(figures.path / f"{stem}.png", dpi=DPI, metadata={"Software": None})
     if figures.svg:
-        fig.savefig(figures.path / f"{stem}.svg")
+        with plt.rc_context({"svg.hashsalt": stem}):
+            fig.savefig(figures.path / f"{stem}.svg", metadata={"Date": None})
     plt.close(fig)
     return stem
 

@@ -139,3 +139,16 @@ def test_log_axes_read_in_plain_units(tmp_path, drawn):
         labels = [tick.get_text() for tick in axis.get_ticklabels() if tick.get_text()]
         assert labels and all(label.split()[-1] in ("s", "ms", "µs", "ns") for label in labels), \
             (axis.get_label().get_text(), axis.get_scale(), labels)
+
+
+def test_the_same_runs_make_byte_identical_figures(tmp_path):
+    """Re-publishing unchanged runs must leave docs/ unchanged: no date in
+    the files, SVG ids that do not change from one process to the next."""
+    run = fixture_run(tmp_path / "run")
+    code = f"import impls, report; report.build([{str(run)!r}], __import__('pathlib').Path(__import__('sys').argv[1]))"
+    for out in ("a", "b"):
+        subprocess.run([sys.executable, "-c", code, str(tmp_path / out)], check=True, cwd=ROOT, capture_output=True)
+    first = sorted((tmp_path / "a").rglob("*.svg")) + sorted((tmp_path / "a").rglob("*.png"))
+    assert first
+    for path in first:
+        assert path.read_bytes() == (tmp_path / "b" / path.relative_to(tmp_path / "a")).read_bytes(), path.name
