@@ -523,7 +523,7 @@ def case_table(group: pd.DataFrame) -> tuple[list[str], list[list[str]], int | N
         + ["GB/s", "% of ceiling", "× seed", "rel err", "max abs err", "source", "message"]
     rows, best = [], None
     for index, (_, r) in enumerate(ordered.iterrows()):
-        if best is None and r["status"] == OK:
+        if best is None and r["status"] == OK and not partial_output(r["op"], r["strategy"]):
             best = index
         cells = [r["strategy"], r["backend"], r["status"], fmt_time(r["median_s"]), iqr_cell(r)]
         if with_host:
@@ -581,14 +581,15 @@ def _strategy(op: str, name: str):
 
 
 def partial_output(op: str, name: str) -> bool:
-    """Whether the strategy returns less than its operator's whole output
-    (maxpool2d values without indices): the baseline seed's ``returns`` is the whole."""
     from impls.registry import OPERATORS
 
-    operator = OPERATORS.get(op)
-    strat = operator.strategies.get(name) if operator else None
-    whole = next((s.returns for s in operator.strategies.values() if s.baseline), None) if operator else None
-    return bool(strat and whole and strat.returns != whole)
+    return op in OPERATORS and OPERATORS[op].partial(name)
+
+
+def _whole_output(op: str) -> str | None:
+    from impls.registry import OPERATORS
+
+    return OPERATORS[op].whole_output if op in OPERATORS else None
 
 
 def verdict(op: str, case: pd.DataFrame, where: str) -> str:
@@ -599,12 +600,14 @@ def verdict(op: str, case: pd.DataFrame, where: str) -> str:
     ok = case[(case["status"] == OK) & case["median_s"].notna()].sort_values("median_s", kind="stable")
     partial = ok[ok["strategy"].map(lambda name: partial_output(op, name))]
     ok = ok.drop(partial.index)
+    whole = _whole_output(op)
     if ok.empty:
-        return f"{where}: no strategy returning the whole output passed the check."
+        return f"{where}: no strategy returning {whole or 'the whole output'} passed the check."
     best = ok.iloc[0]
     text = f"{where}: use {best['strategy']} ({best['backend']}), {_median_iqr(best)}"
     if len(ok) == 1:
-        text += ", the only strategy that passed the check"
+        text += (f", the only strategy returning {whole} that passed the check" if len(partial)
+                 else ", the only strategy that passed the check")
     else:
         runner = ok.iloc[1]
         if not clearly_faster(best, runner):
@@ -630,10 +633,9 @@ def verdict(op: str, case: pd.DataFrame, where: str) -> str:
                  f"loop are bound by the host")
     if stats.is_unstable(best["iqr_s"], best["median_s"]):
         text += f" (its timing is unstable: IQR {100 * stats.rel_iqr(best['iqr_s'], best['median_s']):.0f} % of the median)"
-    if len(partial) and partial.iloc[0]["median_s"] < best["median_s"]:
-        lower = partial.iloc[0]
-        text += (f" ({lower['strategy']}, {fmt_time(lower['median_s'])}, is faster but returns "
-                 f"{_strategy(op, lower['strategy']).returns} only, so it is not ranked)")
+    if len(partial):
+        names = ", ".join(f"{r['strategy']} ({fmt_time(r['median_s'])})" for _, r in partial.iterrows())
+        text += f"; not ranked, as they return less than {whole}: {names}"
     strat = _strategy(op, best["strategy"])
     if strat and strat.doc:
         text += ". Why: " + plain_doc(strat.doc)

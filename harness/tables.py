@@ -28,6 +28,12 @@ VERDICT_STYLE = {"regressed": "bold red", "broken": "bold red", "improved": "gre
                  "same": "", "only in base": "dim", "only in new": "dim",
                  "not timed": "dim"}
 UNSTABLE_MARK = "!"
+BEST_MARK = "*"  # beside the bold, which a log or a pipe does not show
+PARTIAL_MARK = "(part)"
+
+
+def _partial(op: str, name: str) -> bool:
+    return op in OPERATORS and OPERATORS[op].partial(name)
 
 
 def console(stderr: bool = False, **kwargs) -> Console:
@@ -121,11 +127,12 @@ def case_tables(rows: pd.DataFrame) -> list:
         for column in ("status", "median", "IQR", "GB/s", "% ceil", "×"):
             table.add_column(column, justify="left" if column == "status" else "right", no_wrap=True)
         ordered = group.assign(_key=group["median_s"].fillna(math.inf)).sort_values("_key")
-        best = ordered[ordered["status"] == OK]["strategy"].head(1).tolist()
+        ranked = ordered[(ordered["status"] == OK) & ~ordered["strategy"].map(lambda name: _partial(op, name))]
+        best = ranked["strategy"].head(1).tolist()
         notes = []
         for _, r in ordered.iterrows():
             name = escape(r["strategy"])
-            table.add_row(f"[bold]{name}[/]" if r["strategy"] in best else name,
+            table.add_row(f"[bold]{name} {BEST_MARK}[/]" if r["strategy"] in best else name,
                           f"[{STATUS_STYLE.get(r['status'], '')}]{escape(r['status'])}[/]",
                           fmt_time(r["median_s"]), _iqr_text(r), fmt_num(r["gbps"]),
                           fmt_num(r["pct_of_ceiling"], 3), fmt_ratio(r["speedup"]))
@@ -160,16 +167,22 @@ def grid_tables(rows: pd.DataFrame) -> list:
         columns = list(dict.fromkeys(group["params"]))
         labels = {p: _varying_label(p, varying) for p in columns}
         baseline = OPERATORS[op].baseline if op in OPERATORS else "?"
+        has_baseline = baseline in set(group["strategy"])
+        partial = [name for name in dict.fromkeys(group["strategy"]) if _partial(op, name)]
         table = Table(title=f"{op}  {device} {dtype}", title_justify="left",
-                      caption=f"median per call (× {baseline}); bold: fastest correct; "
-                              f"{UNSTABLE_MARK}: IQR > {100 * stats.UNSTABLE_REL_IQR:.0f} % of the median",
+                      caption=f"median per call{f' (× {baseline})' if has_baseline else ''}; "
+                              f"{BEST_MARK} bold: fastest correct; "
+                              f"{UNSTABLE_MARK}: IQR > {100 * stats.UNSTABLE_REL_IQR:.0f} % of the median"
+                              + (f"; {PARTIAL_MARK}: returns less than {OPERATORS[op].whole_output}, not ranked"
+                                 if partial else ""),
                       caption_justify="left")
         table.add_column("strategy", no_wrap=True)
         for p in columns:
             table.add_column(labels[p], justify="right")
         best = {}
         for p, cell_group in group.groupby("params"):
-            correct = cell_group[cell_group["status"].isin(CORRECT) & cell_group["median_s"].notna()]
+            correct = cell_group[cell_group["status"].isin(CORRECT) & cell_group["median_s"].notna()
+                                 & ~cell_group["strategy"].isin(partial)]
             if len(correct):
                 best[p] = correct.loc[correct["median_s"].idxmin(), "strategy"]
         for name, by_strategy in group.groupby("strategy", sort=False):
@@ -187,8 +200,8 @@ def grid_tables(rows: pd.DataFrame) -> list:
                 text = f"{fmt_time(r['median_s'])}{mark}"
                 if math.isfinite(r["speedup"]):
                     text += f" ({fmt_ratio(r['speedup'])})"
-                cells.append(f"[bold green]{text}[/]" if best.get(p) == name else text)
-            table.add_row(escape(name), *cells)
+                cells.append(f"[bold green]{text} {BEST_MARK}[/]" if best.get(p) == name else text)
+            table.add_row(escape(name) + (f" {PARTIAL_MARK}" if name in partial else ""), *cells)
         out.append(table)
     return out
 

@@ -124,6 +124,18 @@ class Operator:
         """The strategy marked ``baseline=True`` (the seed's original)."""
         return next((s.name for s in self.strategies.values() if s.baseline), None)
 
+    @property
+    def whole_output(self) -> str | None:
+        """What the operator returns in full: its baseline's ``returns``."""
+        return next((s.returns for s in self.strategies.values() if s.baseline), None)
+
+    def partial(self, name: str) -> bool:
+        """Whether strategy ``name`` returns less than the whole output
+        (maxpool2d values without indices): it does less work, so it is
+        never ranked against the others as the fastest."""
+        strat = self.strategies.get(name)
+        return bool(strat and self.whole_output and strat.returns != self.whole_output)
+
     def layouts(self, backend: str) -> tuple[str, ...]:
         offered = get_backend(backend).layouts
         return tuple(layout for layout in self.check_layouts if layout in offered)

@@ -136,3 +136,29 @@ def test_an_unexpected_exception_is_one_line_and_exit_2(monkeypatch, capsys):
     assert err.count("\n") == 1 and "unexpected TypeError: unhashable type" in err and "--debug" in err
     with pytest.raises(TypeError):
         cli.main(["--debug", "explode"])
+
+
+def test_the_grid_marks_the_fastest_in_text_and_never_ranks_a_partial_output():
+    """Bold does not survive a log or a pipe: the fastest cell carries a '*'.
+    A values-only maxpool2d strategy is marked and never starred."""
+    import json
+
+    import pandas as pd
+    from rich.console import Console
+
+    from harness.tables import grid_tables
+
+    params = json.dumps({"N": 1, "C": 1, "H": 8, "W": 8, "k": 2})
+    rows = pd.DataFrame([dict(op="maxpool2d", strategy=name, device="cpu", dtype="float32", params=params,
+                              status="ok", median_s=median, iqr_s=median / 100, gbps=1.0, pct_of_ceiling=1.0,
+                              message="", case_id=name)
+                         for name, median in (("seed_loops", 1e-2), ("torch_max_pool2d", 1e-5),
+                                              ("torch_max_pool2d_indices", 1e-4))])
+    console = Console(width=100, record=True, color_system=None, force_terminal=False)
+    for table in grid_tables(rows):
+        console.print(table)
+    text = console.export_text()
+    lines = {line.split()[1]: line for line in text.splitlines() if line.startswith("│")}
+    assert "*" in lines["torch_max_pool2d_indices"], text
+    assert "*" not in lines["torch_max_pool2d"] and "(part)" in lines["torch_max_pool2d"], text
+    assert "returns less than values+indices" in text
