@@ -98,7 +98,7 @@ DEFECTS: tuple[KnownDefect, ...] = tuple(
         reproduction=_NUMPY_MAX_ZERO_SIGN,
         reference="seen with numpy 2.4.6; numpy documents NaN propagation for max, no rule for which "
                   "of equal elements it returns")
-    for key in ("maxpool2d/seed_loops", "maxpool2d/seed_reshape_max")
+    for key in ("maxpool2d/seed_loops", "maxpool2d/seed_loop_max", "maxpool2d/seed_reshape_max")
 ) + (
     KnownDefect(
         id="torch-cuda-nhwc-maxpool-neg-inf-index", strategy="maxpool2d/torch_max_pool2d_indices",

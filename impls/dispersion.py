@@ -188,15 +188,20 @@ def numpy_loop(inputs, params):
 
 
 def seed_loop_fn(x, mask, S: int):
-    """The question's ``A``, parameterised by x's shape instead of globals."""
+    """The question's ``A``, parameterised by x's shape instead of globals.
+
+    The seed's ``torch.zeros(...)`` takes torch's default dtype, float32 (its
+    data's): for half-type x the slice-adds promote into a float32 y, so the
+    port sums in ``accumulator(x.dtype)`` too and returns x's dtype, as the
+    result contract asks (one more pass over y for the half types only)."""
     import torch
 
     B, C, H, W = x.shape
     z = x * mask
-    y = torch.zeros(B, 1, H, W + (C - 1) * S, dtype=x.dtype, device=x.device)
+    y = torch.zeros(B, 1, H, W + (C - 1) * S, dtype=accumulator(x.dtype), device=x.device)
     for i in range(C):
         y[..., (i * S):(i * S + W)] += z[:, (i):(i + 1)]
-    return y
+    return y if y.dtype == x.dtype else y.to(x.dtype)
 
 
 @strategy("dispersion", backend="torch", source=f"{SEED} A", baseline=True)
@@ -226,9 +231,10 @@ def _conv2d(inputs, params, tf32: bool):
 @strategy("dispersion", backend="torch", source=f"{SEED} A_fast")
 def seed_conv2d(inputs, params):
     """The question's ``A_fast``: conv2d with the one-hot (1, C, 1, (C-1)S+1)
-    kernel — (C-1)S+1 taps per output of which C are non-zero, so ~S× the
-    arithmetic; under cuDNN's default TF32 on recent GPUs it rounds inputs to
-    10 mantissa bits."""
+    kernel over the padded, (C-1)S wider output: C·((C-1)S+1) taps per output
+    of which C are non-zero, about ((C-1)S+1)× the needed arithmetic (67× at
+    the seed's C=28, S=2, by torch's flop counter); under cuDNN's default TF32
+    on recent GPUs it rounds inputs to 10 mantissa bits."""
     return _conv2d(inputs, params, tf32=True)
 
 

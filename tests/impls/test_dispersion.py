@@ -163,11 +163,36 @@ def _verdict(name, dtype, op="dispersion", params=MANY):
     return check_strategy(strat, params, dtype, "cpu", reference(op, params, dtype, "random", 0))
 
 
-def test_the_seed_loop_sums_in_bfloat16_and_is_reported_inexact_with_its_error():
-    verdict = _verdict("seed_loop", "bfloat16")
+def test_a_bfloat16_accumulator_over_300_channels_is_reported_inexact_with_its_error(planted):
+    """The class the half-type check cases exist for: the seed's loop with y
+    in x's dtype (what this port did before it followed the seed's float32
+    zeros) sums 300 terms in bfloat16."""
+    def bf16_sum(inputs, params):
+        x, mask, S = inputs["x"], inputs["mask"], params["S"]
+
+        def run():
+            B, C, H, W = x.shape
+            z = x * mask
+            y = torch.zeros(B, 1, H, W + (C - 1) * S, dtype=x.dtype)
+            for i in range(C):
+                y[..., i * S:i * S + W] += z[:, i:i + 1]
+            return y
+        return run
+
+    planted("dispersion", "bf16_accumulator", bf16_sum, backend="torch", dtypes=("bfloat16",))
+    verdict = _verdict("bf16_accumulator", "bfloat16")
     assert verdict.status == "inexact"
     assert 1e-2 < verdict.rel_err < 5e-2
     assert "over the bfloat16 bound" in verdict.message
+
+
+def test_the_seed_loop_sums_in_float32_as_the_seeds_default_dtype_zeros_do():
+    """The seed's ``torch.zeros(...)`` is float32: half-type slice-adds promote into it."""
+    verdict = _verdict("seed_loop", "bfloat16")
+    assert verdict.status == "ok", verdict.message
+    assert get_operator("dispersion").strategies["seed_loop"].prepare(
+        {"x": torch.ones(1, 2, 1, 3, dtype=torch.bfloat16), "mask": torch.ones(1, 3, dtype=torch.bfloat16)},
+        dict(B=1, C=2, H=1, W=3, S=1))().dtype == torch.bfloat16
 
 
 @pytest.mark.parametrize("name", ["torch_fold", "torch_index_add", "torch_shift_then_sum"])
