@@ -184,6 +184,8 @@ def cmd_compare(args) -> int:
 
     rule = _rule(args)
     result = compare.compare_dirs(args.base, args.new, rule, args.relative_to, args.normalise)
+    for warning in result.warnings:
+        print(warning, file=sys.stderr)
     table = result.table
     relative = result.normalised
     if args.format == "md":

@@ -17,12 +17,12 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
 
-from harness import regression, store
+from harness import env, regression, store
 from harness.errors import UsageError
 from harness.format import fmt_num, fmt_ratio, fmt_time, md_escape, params_label
 from impls.status import CORRECT
@@ -106,12 +106,13 @@ def normalised_pair(base_rows: pd.DataFrame, base_samples: dict, new_rows: pd.Da
 class Comparison:
     table: pd.DataFrame
     normalised: bool
+    warnings: list[str] = field(default_factory=list)
 
 
 def compare_dirs(base_dir, new_dir, rule: regression.Rule = regression.Rule(),
                  relative_to: list[str] | None = None, normalise: bool = False) -> Comparison:
-    _, base_rows, base_samples = store.read_run(Path(base_dir))
-    _, new_rows, new_samples = store.read_run(Path(new_dir))
+    base_meta, base_rows, base_samples = store.read_run(Path(base_dir))
+    new_meta, new_rows, new_samples = store.read_run(Path(new_dir))
     common = set(base_rows["case_id"]) & set(new_rows["case_id"])
     if not common:
         raise UsageError(f"{base_dir} and {new_dir} have no case in common: nothing to compare")
@@ -121,7 +122,13 @@ def compare_dirs(base_dir, new_dir, rule: regression.Rule = regression.Rule(),
         if missing:
             raise UsageError(f"--relative-to {', '.join(missing)}: neither run has this strategy")
     table = compare_frames(base_rows, base_samples, new_rows, new_samples, rule, relative_to, normalise)
-    return Comparison(table, bool(relative_to or normalise))
+    normalised = bool(relative_to or normalise)
+    warnings = []
+    if not normalised and not env.same_machine(base_meta, new_meta):
+        warnings.append(f"warning: {base_dir} ({env.machine_label(base_meta)}) and {new_dir} "
+                        f"({env.machine_label(new_meta)}) were measured on different hardware: their absolute "
+                        f"times differ by machine as much as by code; compare with --normalise")
+    return Comparison(table, normalised, warnings)
 
 
 def compare_runs(base_dir, new_dir, factor: float = regression.DEFAULT_FACTOR,

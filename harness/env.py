@@ -237,7 +237,9 @@ def ceiling_history(out_dir, ceilings: dict, meta: dict) -> dict:
     import statistics
     from pathlib import Path
 
-    machine = meta.get("machine")
+    # The label with the CPU's family-model: every AMD EPYC VM is named "vm / AMD EPYC x2",
+    # and a Zen 5's ceiling against a Zen 3's history read as +116 %.
+    machine = machine_label(meta)
     history: dict[str, list[float]] = {}
     root = Path(out_dir).resolve().parent
     try:
@@ -251,7 +253,7 @@ def ceiling_history(out_dir, ceilings: dict, meta: dict) -> dict:
             other = json.loads((path / "meta.json").read_text())
         except (OSError, ValueError, UnicodeDecodeError):
             continue
-        if not isinstance(other, dict) or other.get("machine") != machine:
+        if not isinstance(other, dict) or machine_label(other) != machine:
             continue
         for device, gbps in (other.get("ceilings_gbps") or {}).items():
             if isinstance(gbps, (int, float)):

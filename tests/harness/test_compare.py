@@ -268,3 +268,41 @@ def test_merge_refuses_runs_measured_under_different_settings(tmp_path):
 
     with pytest.raises(ResultError, match=r"timing.budget_s: 0.5 -> 0.01"):
         merge_runs([run("a", 0.5), run("b", 0.01)], tmp_path / "merged")
+
+
+def test_compare_warns_when_the_runs_come_from_different_cpus(tmp_path):
+    from harness.compare import compare_dirs
+    from harness.store import RunWriter
+
+    def run(name, family_model):
+        writer = RunWriter(tmp_path / name, {"run_id": name, "status": "complete", "cpu_model": "AMD EPYC",
+                                              "cpu_count": 2, "machine": "vm / AMD EPYC x2",
+                                              "hardware": {"cpu_model": "AMD EPYC", "cpu_count": 2,
+                                                           "cpu_family_model": family_model}})
+        rows, samples, _, _ = synthetic(1.0, 17)
+        for row in rows.to_dict("records"):
+            writer.append(dict(row, run_id=name), samples[row["case_id"]])
+        writer.close()
+        return tmp_path / name
+
+    zen3, zen5, zen5_again = run("zen3", "25-1"), run("zen5", "26-2"), run("zen5b", "26-2")
+    (warning,) = compare_dirs(zen3, zen5).warnings
+    assert "different hardware" in warning and "[25-1]" in warning and "[26-2]" in warning
+    assert compare_dirs(zen5, zen5_again).warnings == [] and compare_dirs(zen3, zen5, normalise=True).warnings == []
+
+
+def test_ceiling_history_counts_only_runs_on_the_same_cpu(tmp_path):
+    """A Zen 5's ceiling against a Zen 3's history read as +116 %: both VMs
+    are named "vm / AMD EPYC x2"."""
+    from harness import env
+
+    def meta(family_model, gbps):
+        return {"machine": "vm / AMD EPYC x2", "ceilings_gbps": {"cpu": gbps},
+                "hardware": {"cpu_model": "AMD EPYC", "cpu_count": 2, "cpu_family_model": family_model}}
+
+    for name, family_model, gbps in (("a", "25-1", 30.0), ("b", "25-1", 32.0), ("c", "26-2", 70.0)):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "meta.json").write_text(json.dumps(meta(family_model, gbps)))
+    (tmp_path / "new").mkdir()
+    history = env.ceiling_history(tmp_path / "new", {"cpu": 71.0}, meta("26-2", 71.0))
+    assert history["cpu"]["runs"] == 1 and history["cpu"]["history_median_gbps"] == 70.0
