@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import math
 import sys
+from dataclasses import dataclass
 
 import pandas as pd
 from rich.console import Console
@@ -36,6 +37,72 @@ def _partial(op: str, name: str) -> bool:
     return op in OPERATORS and OPERATORS[op].partial(name)
 
 
+@dataclass(frozen=True)
+class Column:
+    name: str
+    priority: int  # the lowest stays longest when the table does not fit
+    justify: str = "left"
+    flexible: bool = False  # long free text (params, messages): cut with "…" before anything is dropped
+
+
+FLEXIBLE_MIN = 16  # what a flexible column is cut down to before columns are dropped
+FLEXIBLE_CAP = 48  # a dropped column comes back only if flexible ones keep this much
+
+
+def fitted_table(title: str, columns: list[Column], rows: list[list[str]], width: int | None,
+                 caption: str = "") -> Table:
+    """A table that fits ``width`` columns: no cell wraps. Columns of lowest
+    priority are left out (the caption names them) until the rest fit with
+    flexible ones (params, messages) up to FLEXIBLE_CAP wide; flexible text
+    beyond what is left is cut with "…". The strategy, status and verdict
+    (priority 0) always stay."""
+    def cell_width(text: str) -> int:
+        return Text.from_markup(text).cell_len
+
+    natural = [max([len(column.name)] + [cell_width(row[index]) for row in rows])
+               for index, column in enumerate(columns)]
+    kept = list(range(len(columns)))
+
+    def needed(indices, flexible_width: int = FLEXIBLE_MIN) -> int:  # box-drawn: "│ a │ b │"
+        return sum(min(natural[i], flexible_width) if columns[i].flexible else natural[i] for i in indices) \
+            + 3 * len(indices) + 1
+
+    if width:
+        while needed(kept, FLEXIBLE_CAP) > width:
+            droppable = [i for i in kept if columns[i].priority > 0]
+            if not droppable:
+                break
+            kept.remove(max(droppable, key=lambda i: (columns[i].priority, i)))
+        # Dropping one wide column may leave room for a narrower one dropped before it, if
+        # the flexible columns kept keep their text too (up to FLEXIBLE_CAP); a flexible
+        # column comes back wherever FLEXIBLE_MIN of it fits.
+        for i in sorted(set(range(len(columns))) - set(kept), key=lambda i: (columns[i].priority, i)):
+            if needed(sorted(kept + [i]), FLEXIBLE_MIN if columns[i].flexible else FLEXIBLE_CAP) <= width:
+                kept = sorted(kept + [i])
+    left_out = [columns[i].name for i in range(len(columns)) if i not in kept]
+    if left_out:
+        caption = (caption + "; " if caption else "") + \
+            f"left out at {width} columns: {', '.join(left_out)} (widen the terminal or set COLUMNS)"
+    flexible = [i for i in kept if columns[i].flexible]
+    budget = None
+    if width and flexible:  # what the fixed columns leave, shared by the flexible ones
+        fixed = sum(natural[i] + 3 for i in kept if not columns[i].flexible) + 1
+        budget = max(FLEXIBLE_MIN, (width - fixed) // len(flexible) - 3)
+    table = Table(title=title, title_justify="left", caption=caption or None, caption_justify="left")
+    for i in kept:
+        flex = columns[i].flexible
+        table.add_column(columns[i].name, justify=columns[i].justify, no_wrap=True, overflow="ellipsis",
+                         min_width=None if flex else natural[i],
+                         max_width=min(natural[i], budget) if flex and budget else None)
+    for row in rows:
+        table.add_row(*(row[i] for i in kept))
+    return table
+
+
+def _width(width: int | None) -> int | None:
+    return width if width is not None else console().width
+
+
 def console(stderr: bool = False, **kwargs) -> Console:
     """A console as wide as $COLUMNS says, else the terminal, else 180
     columns when writing to a file or a CI log."""
@@ -56,17 +123,17 @@ def progress_bar(disable: bool = False, console: Console | None = None) -> Progr
                     console=console or make_console(stderr=True), disable=disable, transient=False)
 
 
-def strategies_table(strategies) -> Table:
-    table = Table(title="strategies", show_lines=False)
-    for column in ("op", "strategy", "backend", "devices", "dtypes", "returns", "ties", "requires", "role",
-                   "source"):
-        table.add_column(column, no_wrap=column in ("strategy", "op"))
+def strategies_table(strategies, width: int | None = None) -> Table:
+    columns = [Column("op", 1), Column("strategy", 0), Column("backend", 3), Column("devices", 2),
+               Column("dtypes", 5), Column("returns", 4), Column("ties", 7), Column("requires", 8),
+               Column("role", 6), Column("source", 9, flexible=True)]
+    rows = []
     for s in strategies:
         role = ", ".join(name for name, flag in (("baseline", s.baseline), ("built-in", s.builtin),
                                                  ("reference", OPERATORS[s.op].reference == s.name)) if flag)
-        table.add_row(s.op, escape(s.name), s.backend, ",".join(s.devices), ",".join(s.dtypes),
-                      s.returns, s.ties, ",".join(s.requires) or "–", role, escape(s.source))
-    return table
+        rows.append([s.op, escape(s.name), s.backend, ",".join(s.devices), ",".join(s.dtypes),
+                     s.returns, s.ties, ",".join(s.requires) or "–", role, escape(s.source)])
+    return fitted_table("strategies", columns, rows, _width(width))
 
 
 def with_speedups(rows: pd.DataFrame) -> pd.DataFrame:
@@ -226,39 +293,40 @@ def run_summary(rows: pd.DataFrame, grid: bool = True) -> list:
     return renderables
 
 
-def check_table(results) -> Table:
+def check_table(results, width: int | None = None) -> Table:
     """One row per strategy and device/dtype with counts, failures spelled out."""
-    table = Table(title="check against the float64 oracle", title_justify="left")
-    for column in ("op", "strategy", "device", "dtype", "cases", "status", "first problem"):
-        table.add_column(column, no_wrap=column in ("strategy",))
+    columns = [Column("op", 2), Column("strategy", 0), Column("device", 4), Column("dtype", 3),
+               Column("cases", 5, "right"), Column("status", 0), Column("first problem", 1, flexible=True)]
     grouped: dict = {}
     for result in results:
         item, verdict = result.item, result.verdict
         key = (item.strategy.op, item.strategy.name, item.device, item.dtype)
         grouped.setdefault(key, []).append((item, verdict))
+    rows = []
     for (op, name, device, dtype), entries in grouped.items():
         status = worst(v.status for _, v in entries)
         problem = next((f"{i.label}: {v.message}" for i, v in entries if v.status == status and v.message), "")
-        table.add_row(op, escape(name), device, dtype, str(len(entries)),
-                      f"[{STATUS_STYLE.get(status, '')}]{status}[/]", escape(problem[:160]))
-    return table
+        problem = problem if len(problem) <= 160 else problem[:159] + "…"
+        rows.append([op, escape(name), device, dtype, str(len(entries)),
+                     f"[{STATUS_STYLE.get(status, '')}]{status}[/]", escape(problem)])
+    return fitted_table("check against the float64 oracle", columns, rows, _width(width))
 
 
-def compare_table(table: pd.DataFrame, relative: bool = False) -> Table:
+def compare_table(table: pd.DataFrame, relative: bool = False, width: int | None = None) -> Table:
     from harness.compare import value_text
 
-    out = Table(title="compare" + (" (normalised to a reference strategy)" if relative else ""),
-                title_justify="left")
-    for column in ("op", "strategy", "device", "dtype", "params", "base", "new", "ratio", "p", "verdict"):
-        out.add_column(column, justify="right" if column in ("base", "new", "ratio", "p") else "left",
-                       no_wrap=column == "strategy")
+    columns = [Column("op", 2), Column("strategy", 0), Column("device", 6), Column("dtype", 5),
+               Column("params", 3, flexible=True), Column("base", 5, "right"), Column("new", 4, "right"),
+               Column("ratio", 0, "right"), Column("p", 7, "right"), Column("verdict", 0)]
+    rows = []
     for _, r in table.iterrows():
         style = VERDICT_STYLE.get(r["verdict"], "")
-        out.add_row(escape(r["op"]), escape(r["strategy"]), r["device"], r["dtype"],
-                    escape(params_label(r["params"])), value_text(r["base_s"], relative),
-                    value_text(r["new_s"], relative), fmt_ratio(r["ratio"]), fmt_num(r["p_value"], 2),
-                    f"[{style}]{escape(r['verdict'])}[/]" if style else escape(r["verdict"]))
-    return out
+        rows.append([escape(r["op"]), escape(r["strategy"]), r["device"], r["dtype"],
+                     escape(params_label(r["params"])), value_text(r["base_s"], relative),
+                     value_text(r["new_s"], relative), fmt_ratio(r["ratio"]), fmt_num(r["p_value"], 2),
+                     f"[{style}]{escape(r['verdict'])}[/]" if style else escape(r["verdict"])])
+    return fitted_table("compare" + (" (normalised to a reference strategy)" if relative else ""), columns, rows,
+                        _width(width))
 
 
 __all__ = ["CORRECT", "STATUS_STYLE", "check_table", "compare_table", "console", "fmt_num", "fmt_time",

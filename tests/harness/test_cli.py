@@ -162,3 +162,44 @@ def test_the_grid_marks_the_fastest_in_text_and_never_ranks_a_partial_output():
     assert "*" in lines["torch_max_pool2d_indices"], text
     assert "*" not in lines["torch_max_pool2d"] and "(part)" in lines["torch_max_pool2d"], text
     assert "returns less than values+indices" in text
+
+
+@pytest.mark.parametrize("width", [80, 100, 200])
+def test_list_compare_and_check_tables_fit_the_width_and_keep_names_whole(width):
+    """At 80 columns every cell after the strategy read '…' and params wrapped
+    over five lines: the tables now leave out the least important columns
+    (and say which) instead of cutting names, statuses and verdicts."""
+    import json
+
+    import pandas as pd
+    from rich.console import Console
+
+    from harness.check import CheckItem, CheckResult
+    from harness.tables import check_table, compare_table, strategies_table
+    from impls.common import Verdict
+    from impls.registry import all_strategies
+
+    strategies = all_strategies()
+    params = json.dumps({"N": 16, "C": 16, "H": 32, "W": 32, "k": 2})
+    compared = pd.DataFrame([dict(op=s.op, strategy=s.name, device="cpu", dtype="float32", params=params,
+                                  base_s=1e-3, new_s=2e-3, ratio=2.0, p_value=1e-9, verdict="regressed")
+                             for s in strategies])
+    results = [CheckResult(CheckItem(s, (("C", 3), ("N", 2)), "float32", "cpu", "adversarial", "contiguous"),
+                           Verdict("mismatch", "values: sign of zero differs at (0, 2, 2, 2) " * 4), 0.01)
+               for s in strategies]
+    for table in (strategies_table(strategies, width), compare_table(compared, width=width),
+                  check_table(results, width)):
+        console = Console(width=width, record=True, color_system=None)
+        console.print(table)
+        text = console.export_text()
+        lines = text.splitlines()
+        assert max(len(line) for line in lines) <= width, text
+        body = [line for line in lines if line.startswith("│")]
+        for s in strategies:
+            assert any(f"│ {s.name} " in line for line in body), (s.name, text)
+        if "verdict" in text:
+            assert all("regressed" in line for line in body)
+        if "first problem" in text or "cases" in text:
+            assert all("mismatch" in line for line in body)
+        if width == 80:
+            assert "left out at 80 columns" in text
