@@ -116,11 +116,19 @@ def console(stderr: bool = False, **kwargs) -> Console:
 
 def progress_bar(disable: bool = False, console: Console | None = None) -> Progress:
     """Phase and case on the left, count, elapsed time and an ETA on the right."""
+    from rich.table import Column as TableColumn
+
     from harness.tables import console as make_console
 
-    return Progress(TextColumn("{task.description}", markup=False), BarColumn(), MofNCompleteColumn(),
-                    TimeElapsedColumn(), TextColumn("eta"), TimeRemainingColumn(),
-                    console=console or make_console(stderr=True), disable=disable, transient=False)
+    out = console or make_console(stderr=True)
+    # The count, times and ETA take about 30 columns and the bar at least 10: the
+    # description (phase and case) gets the rest, cut with "…", so that at 80
+    # columns a long strategy name cannot squeeze them out.
+    bar_width = max(10, min(40, out.width - 80 + 10))
+    description = TableColumn(no_wrap=True, overflow="ellipsis", max_width=max(20, out.width - bar_width - 32))
+    return Progress(TextColumn("{task.description}", markup=False, table_column=description),
+                    BarColumn(bar_width=bar_width), MofNCompleteColumn(), TimeElapsedColumn(), TextColumn("eta"),
+                    TimeRemainingColumn(), console=out, disable=disable, transient=False)
 
 
 def strategies_table(strategies, width: int | None = None) -> Table:

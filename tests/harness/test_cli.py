@@ -203,3 +203,19 @@ def test_list_compare_and_check_tables_fit_the_width_and_keep_names_whole(width)
             assert all("mismatch" in line for line in body)
         if width == 80:
             assert "left out at 80 columns" in text
+
+
+@pytest.mark.parametrize("width", [80, 120])
+def test_the_progress_line_keeps_its_count_and_eta_at_any_width(width):
+    from rich.console import Console
+
+    from harness.tables import progress_bar
+
+    console = Console(width=width, record=True, color_system=None, force_terminal=False)
+    with progress_bar(console=console) as progress:
+        task = progress.add_task("x", total=82)
+        progress.update(task, advance=7, description="prepare/compile dispersion_pinv/torch_compile_unfold_view "
+                                                     "cpu float32")
+        progress.refresh()
+    line = [line for line in console.export_text().splitlines() if "7/82" in line][-1]
+    assert len(line) <= width and "eta" in line and "7/82" in line, line
