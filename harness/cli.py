@@ -336,6 +336,7 @@ def load_plugins() -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    previous = _terminate_like_interrupt()
     try:
         load_plugins()
         return args.func(args)
@@ -344,8 +345,9 @@ def main(argv: list[str] | None = None) -> int:
             raise
         print(f"scatterbench: error: {_one_line(error)}", file=sys.stderr)
         return error.exit_status
-    except KeyboardInterrupt:
-        print("\nscatterbench: interrupted", file=sys.stderr)
+    except KeyboardInterrupt as interrupt:
+        by = f" by {interrupt.args[0]}" if interrupt.args else ""
+        print(f"\nscatterbench: interrupted{by}", file=sys.stderr)
         return EXIT_INTERRUPTED
     except OSError as error:  # an output we could not write, named by the OS
         if args.debug:
@@ -362,6 +364,26 @@ def main(argv: list[str] | None = None) -> int:
         print(f"scatterbench: error: unexpected {type(error).__name__}: {_one_line(error)} "
               f"(rerun with --debug for the traceback)", file=sys.stderr)
         return EXIT_USAGE
+    finally:
+        if previous is not None:
+            import signal
+
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _terminate_like_interrupt():
+    """SIGTERM (timeout, Slurm, Docker) ends every command as Ctrl-C does:
+    one line, exit 130 (`check` died silently with 143). `run` installs its
+    own handlers on top, which also mark its results interrupted."""
+    import signal
+
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt(signal.Signals(signum).name)
+
+    try:
+        return signal.signal(signal.SIGTERM, interrupt)
+    except ValueError:  # not the main thread (an embedding application): leave it alone
+        return None
 
 
 def _one_line(error: BaseException) -> str:

@@ -528,6 +528,29 @@ def test_ctrl_c_very_early_is_a_clean_130(tmp_path, module):
     assert not out.exists()
 
 
+def catches(pid: int, signum: int) -> bool:
+    """Whether the process has a handler installed for ``signum`` (/proc's SigCgt mask)."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return False
+    mask = next((line.split()[1] for line in status.splitlines() if line.startswith("SigCgt:")), "0")
+    return bool(int(mask, 16) & (1 << (signum - 1)))
+
+
+@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="needs /proc to see the handler installed")
+def test_sigterm_during_check_is_one_line_and_130():
+    """`check` under `timeout` or Slurm: SIGTERM ended it with 143 and no word."""
+    process = spawn("check", HERE.parents[1] / "configs" / "default.yaml", "--no-progress", env=plugin_env())
+    wait_for(lambda: catches(process.pid, signal.SIGTERM), "the SIGTERM handler", process=process)
+    time.sleep(0.5)
+    process.send_signal(signal.SIGTERM)
+    result = finish(process)
+    assert result.returncode == 130, (result.returncode, result.stderr[-2000:])
+    assert stderr_lines(result.stderr)[-1] == "scatterbench: interrupted by SIGTERM", result.stderr[-2000:]
+    assert "Traceback" not in result.stderr
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
 def test_signal_mid_sweep_then_resume_runs_every_case_once(tmp_path, signum):
