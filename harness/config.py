@@ -127,14 +127,25 @@ def parse_config(data: Any, source: str = "<config>") -> Config:
     try:
         config = Config.model_validate(data)
     except ValidationError as error:
-        first = error.errors()[0]
+        errors = error.errors()
+        # A misspelt key also makes the real one missing: name the misspelling, and what it should be.
+        first = next((e for e in errors if e["type"] == "extra_forbidden"), errors[0])
         message = first["msg"]
         if first["type"] == "extra_forbidden":
-            message = "unknown key"
+            missing = [str(e["loc"][-1]) for e in errors
+                       if e["type"] == "missing" and tuple(e["loc"][:-1]) == tuple(first["loc"][:-1])]
+            message = "unknown key" + _did_you_mean(str(first["loc"][-1]), missing)
         raise ConfigError(f"{source}: {_location(first['loc'])}: {message}") from None
     for index, bench in enumerate(config.benchmarks):
         _check_benchmark(config, bench, f"{source}: benchmarks[{index}]")
     return config
+
+
+def _did_you_mean(word: str, candidates) -> str:
+    import difflib
+
+    close = difflib.get_close_matches(word, list(candidates), n=1)
+    return f" (did you mean {close[0]!r}?)" if close else ""
 
 
 def _check_benchmark(config: Config, bench: Benchmark, where: str) -> None:
@@ -146,8 +157,8 @@ def _check_benchmark(config: Config, bench: Benchmark, where: str) -> None:
     for key, listed in (("strategies", names), ("exclude", bench.exclude)):
         for name in listed:
             if name not in known:
-                raise ConfigError(f"{where}.{key}: unknown strategy {name!r} for {bench.op} "
-                                  f"(see `scatterbench list --op {bench.op}`)")
+                hint = _did_you_mean(name, known) or f" (see `scatterbench list --op {bench.op}`)"
+                raise ConfigError(f"{where}.{key}: unknown strategy {name!r} for {bench.op}{hint}")
     if not [n for n in names if n not in bench.exclude]:
         raise ConfigError(f"{where}.strategies: no strategy left after exclude")
     for device in bench.devices or []:
