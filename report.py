@@ -412,6 +412,17 @@ def one_parameter_families(rows: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]
     return families
 
 
+def categorical_families(rows: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
+    """The rows split by the values of their non-numeric parameters
+    ("form=1d", "form=2d"), or one family ("", rows) where there are none."""
+    params = rows["params"].map(json.loads)
+    keys = sorted({key for p in params for key, value in p.items() if isinstance(value, str)})
+    if not keys:
+        return [("", rows)]
+    labels = params.map(lambda p: " ".join(f"{key}={p.get(key)}" for key in keys))
+    return [(label_text, rows[labels == label_text]) for label_text in dict.fromkeys(labels)]
+
+
 def figure_scaling(rows: pd.DataFrame, figures: FigureDir, stem: str, title: str) -> str | None:
     """Time against problem size per strategy, log-log, with the bandwidth floor."""
     ok = rows[rows["status"].isin(CORRECT) & rows["median_s"].notna()].copy()
@@ -518,14 +529,18 @@ def case_table(group: pd.DataFrame) -> tuple[list[str], list[list[str]], int | N
     ordered = group.assign(_k=group["median_s"].fillna(math.inf)).sort_values("_k")
     with_host = bool(ordered["host_s"].map(_finite).any())
     with_xcheck = bool((ordered["device"] == "cuda").any() and ordered["xcheck_s"].map(_finite).any())
-    header = ["strategy", "backend", "status", "median", "IQR"] + (["host/call"] if with_host else []) \
+    header = ["strategy", "backend", "status", "median", "IQR", "n"] + (["host/call"] if with_host else []) \
         + (["do_bench", "ours / do_bench"] if with_xcheck else []) \
         + ["GB/s", "% of ceiling", "× seed", "rel err", "max abs err", "source", "message"]
     rows, best = [], None
     for index, (_, r) in enumerate(ordered.iterrows()):
         if best is None and r["status"] == OK and not partial_output(r["op"], r["strategy"]):
             best = index
-        cells = [r["strategy"], r["backend"], r["status"], fmt_time(r["median_s"]), iqr_cell(r)]
+        # n: the samples the median and IQR rest on (a slow case gets few in its budget).
+        samples = r.get("n_samples")
+        n_text = str(int(samples)) if isinstance(samples, (int, float)) and math.isfinite(samples) and samples > 0 \
+            else "–"
+        cells = [r["strategy"], r["backend"], r["status"], fmt_time(r["median_s"]), iqr_cell(r), n_text]
         if with_host:
             cells.append(fmt_time(r["host_s"]))
         if with_xcheck:
@@ -934,9 +949,14 @@ def build(dirs, out, name: str = "report", light: bool = False) -> Path:
                 speed = figure_speedup(group, figures, stem + "-speedup", baseline)
                 if speed:
                     doc.figure(speed, f"speedup over {baseline}, {title}")
-            if section["params"].nunique() > 1:
-                title = f"{op} scaling · {machine} · {dtype}"
-                stem = figure_scaling(section, figures, slug(f"{op}-scaling-{machine}-{dtype}"), title)
+            # One scaling figure per value of the categorical parameters (maxunpool's form):
+            # a line through a 1-D and a 2-D case joins two different problems.
+            for kind, family in categorical_families(section):
+                if family["params"].nunique() < 2:
+                    continue
+                title = f"{op}{' ' + kind if kind else ''} scaling · {machine} · {dtype}"
+                stem = figure_scaling(family, figures, slug(f"{op}-scaling-{kind + '-' if kind else ''}{machine}-{dtype}"),
+                                      title)
                 if stem:
                     doc.heading(4, title)
                     doc.figure(stem, title)

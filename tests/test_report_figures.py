@@ -2,6 +2,7 @@
 them: one colour per strategy everywhere, titles inside the figure, every bar
 inside the GB/s axis, IQR error bars, speedups without exponents."""
 
+import json
 import math
 import os
 import subprocess
@@ -152,3 +153,19 @@ def test_the_same_runs_make_byte_identical_figures(tmp_path):
     assert first
     for path in first:
         assert path.read_bytes() == (tmp_path / "b" / path.relative_to(tmp_path / "a")).read_bytes(), path.name
+
+
+def test_scaling_figures_never_join_two_forms_of_an_operator():
+    """maxunpool's 1-D and 2-D cases are different problems: a line through
+    both (against bytes moved) read as one strategy's scaling."""
+    import pandas as pd
+
+    params = [json.dumps(p) for p in ({"form": "1d", "B": 8, "F": 4, "L": 64, "f": 5},
+                                      {"form": "1d", "B": 64, "F": 4, "L": 64, "f": 5},
+                                      {"form": "2d", "N": 1, "C": 2, "H": 8, "W": 8, "k": 2})]
+    rows = pd.DataFrame({"params": params, "strategy": ["a", "a", "a"]})
+    families = report.categorical_families(rows)
+    assert [kind for kind, _ in families] == ["form=1d", "form=2d"]
+    assert [len(family) for _, family in families] == [2, 1]
+    maxpool = pd.DataFrame({"params": [json.dumps({"N": 1, "k": 2}), json.dumps({"N": 2, "k": 2})]})
+    assert [(kind, len(family)) for kind, family in report.categorical_families(maxpool)] == [("", 2)]
