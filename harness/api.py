@@ -19,6 +19,7 @@ import pandas as pd
 from harness import check, env, store, sweep
 from harness.config import expand, parse_config
 from harness.errors import UsageError
+from harness.format import fmt_time
 
 
 @dataclass
@@ -117,9 +118,13 @@ def _figure(rows: pd.DataFrame, op: str):
         ax.barh(range(len(ordered)), ordered["median_s"], xerr=ordered["iqr_s"] / 2)
         ax.set_yticks(range(len(ordered)), [str(n).replace("$", r"\$") for n in ordered["strategy"]], fontsize=8)
     ax.set_yscale("log") if len(varying) == 1 else ax.set_xscale("log")
-    ax.set_title(f"{op}: median time per call (bars: IQR)", fontsize=10)
+    # Times in µs/ms, as the report prints them, not "4×10⁻⁵" seconds; bars span median ± IQR/2.
+    from matplotlib.ticker import FuncFormatter
+
+    (ax.yaxis if len(varying) == 1 else ax.xaxis).set_major_formatter(FuncFormatter(lambda s, _: fmt_time(s)))
+    ax.set_title(f"{op}: median time per call (bars: median ± IQR/2)", fontsize=10)
     if len(varying) == 1:
-        ax.set_ylabel("seconds")
+        ax.set_ylabel("median time per call")
         ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     ax.grid(True, alpha=0.3, which="both")
     return fig

@@ -24,7 +24,7 @@ import pandas as pd
 
 from harness import env, regression, store
 from harness.errors import UsageError
-from harness.format import fmt_num, fmt_ratio, fmt_time, md_escape, params_label
+from harness.format import fmt_num, fmt_p, fmt_ratio, fmt_time, md_escape, params_label
 from impls.status import CORRECT
 
 CASE_KEY = ["op", "strategy", "device", "dtype", "params"]
@@ -195,7 +195,7 @@ def as_markdown(table: pd.DataFrame, relative: bool = False) -> str:
         verdict = f"**{r['verdict']}**" if r["verdict"] in regression.FAILING else r["verdict"]
         cells = [md_escape(r["op"]), md_escape(r["strategy"]), r["device"], r["dtype"],
                  md_escape(params_label(r["params"])), value_text(r["base_s"], relative),
-                 value_text(r["new_s"], relative), fmt_ratio(r["ratio"]), fmt_num(r["p_value"], 2), verdict]
+                 value_text(r["new_s"], relative), fmt_ratio(r["ratio"]), fmt_p(r["p_value"]), verdict]
         lines.append("| " + " | ".join(cells) + " |")
     lines += ["", counts_line(table)]
     return "\n".join(lines)

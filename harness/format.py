@@ -22,6 +22,14 @@ def fmt_num(value: float | None, digits: int = 3, suffix: str = "") -> str:
     return f"{value:.{digits}g}{suffix}"
 
 
+def fmt_p(value: float | None) -> str:
+    """A p-value: two significant figures; one that underflowed to 0 is
+    shown as the bound it is below, never as a certainty."""
+    if value is None or not math.isfinite(value):
+        return "–"
+    return "< 1e-300" if value == 0 else f"{value:.2g}"
+
+
 def fmt_ratio(value: float | None, suffix: str = "×") -> str:
     """A speedup or ratio with three significant figures and no exponent:
     ``5.76e+03×`` reads worse than ``5760×``."""

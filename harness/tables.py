@@ -19,7 +19,8 @@ from rich.table import Table
 from rich.text import Text
 
 from harness import stats
-from harness.format import fmt_num, fmt_ratio, fmt_time, md_escape, ordered_params, params_label  # noqa: F401
+from harness.format import (fmt_num, fmt_p, fmt_ratio, fmt_time, md_escape, ordered_params,  # noqa: F401
+                            params_label)
 from impls.registry import OPERATORS
 from impls.status import CORRECT, ERROR, INEXACT, MISMATCH, OK, SKIPPED, TIMEOUT, UPSTREAM_DEFECT, worst
 
@@ -331,7 +332,7 @@ def compare_table(table: pd.DataFrame, relative: bool = False, width: int | None
         style = VERDICT_STYLE.get(r["verdict"], "")
         rows.append([escape(r["op"]), escape(r["strategy"]), r["device"], r["dtype"],
                      escape(params_label(r["params"])), value_text(r["base_s"], relative),
-                     value_text(r["new_s"], relative), fmt_ratio(r["ratio"]), fmt_num(r["p_value"], 2),
+                     value_text(r["new_s"], relative), fmt_ratio(r["ratio"]), fmt_p(r["p_value"]),
                      f"[{style}]{escape(r['verdict'])}[/]" if style else escape(r["verdict"])])
     return fitted_table("compare" + (" (normalised to a reference strategy)" if relative else ""), columns, rows,
                         _width(width))

@@ -33,3 +33,7 @@ def test_bench_writes_a_result_directory_when_asked(tmp_path):
     # It reads like a directory `run` wrote: finished, and its rows carry its run id.
     assert meta["status"] == "complete" and meta.get("end_time")
     assert set(rows["run_id"]) == {meta["run_id"]}
+    result.figure.canvas.draw()
+    ticks = [label.get_text() for label in axes.get_yticklabels() if label.get_text()]
+    assert ticks and all(unit in " ".join(ticks) for unit in ("s",)) and "10^" not in " ".join(ticks), ticks
+    assert any(text.endswith(("µs", "ms", "ns")) for text in ticks), ticks

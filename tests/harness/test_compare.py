@@ -306,3 +306,9 @@ def test_ceiling_history_counts_only_runs_on_the_same_cpu(tmp_path):
     (tmp_path / "new").mkdir()
     history = env.ceiling_history(tmp_path / "new", {"cpu": 71.0}, meta("26-2", 71.0))
     assert history["cpu"]["runs"] == 1 and history["cpu"]["history_median_gbps"] == 70.0
+
+
+def test_a_p_value_that_underflowed_is_shown_as_a_bound():
+    from harness.format import fmt_p
+
+    assert fmt_p(0.0) == "< 1e-300" and fmt_p(0.00123) == "0.0012" and fmt_p(float("nan")) == "–"
