@@ -20,6 +20,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from harness import env, regression, stats, store  # noqa: E402
@@ -78,6 +79,30 @@ def mark_regressions(history: pd.DataFrame, samples: dict, rule: regression.Rule
     history["verdict"] = pd.Series(verdicts)
     history["change"] = pd.Series(changes, dtype=float)
     return history
+
+
+SPARK_LEVELS = "▁▂▃▄▅▆▇█"
+SPARK_MIN_SPAN = math.log(1.5)  # the least change that spans the full height: ±50 %
+
+
+def sparkline(medians) -> str:
+    """One character per run, its height the median's log-ratio to the
+    series' own median, scaled to the largest such ratio but never to less
+    than ±50 %: a 0.1 % change stays flat (min-max scaling drew it as a full
+    drop, like a real 1.7× move); '·' where a run has no time."""
+    finite = [m for m in medians if isinstance(m, (int, float)) and math.isfinite(m) and m > 0]
+    if not finite:
+        return "·" * len(medians)
+    centre = float(np.median(finite))
+    span = max([SPARK_MIN_SPAN] + [abs(math.log(m / centre)) for m in finite])
+    out = []
+    for m in medians:
+        if not (isinstance(m, (int, float)) and math.isfinite(m) and m > 0):
+            out.append("·")
+            continue
+        level = round(3.5 + 3.5 * math.log(m / centre) / span)
+        out.append(SPARK_LEVELS[min(7, max(0, level))])
+    return "".join(out)
 
 
 def _unstable(row) -> bool:
@@ -242,8 +267,7 @@ def build_dashboard(root, site, rule: regression.Rule = regression.Rule(), with_
     for _, row in latest.iterrows():
         series = history[(history["machine"] == row["machine"]) & (history["case_id"] == row["case_id"])]
         medians = series.sort_values("run_order")["median_s"].tolist()
-        trend = "".join("▁▂▃▄▅▆▇█"[min(7, int(8 * (m - min(medians)) / (max(medians) - min(medians) + 1e-30)))]
-                        if isinstance(m, float) and math.isfinite(m) else "·" for m in medians)
+        trend = sparkline(medians)
         change = fmt_ratio(row["change"])
         css = f" class='{row['verdict']}'" if row["verdict"] else ""
         body.append(f"<tr{css}><td><a href='{esc(_slug(row['op']))}.html'>{esc(row['op'])}</a></td>"

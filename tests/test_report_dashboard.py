@@ -96,3 +96,16 @@ def test_report_cli_writes_the_light_kind_on_request(tmp_path):
     assert report.main([str(run), "-o", str(tmp_path / "out"), "--light"]) == 0
     figures = sorted(p.name for p in (tmp_path / "out" / "figures").iterdir())
     assert figures == ["maxpool2d-scaling-cpu-fixture-cpu-2-float32.png"]
+
+
+def test_sparklines_draw_noise_flat_and_a_real_change_tall():
+    from harness.dashboard import SPARK_LEVELS, sparkline
+
+    def SPARK(char):
+        return SPARK_LEVELS.index(char)
+
+    flat = sparkline([1.0, 0.999])
+    assert abs(SPARK(flat[0]) - SPARK(flat[1])) <= 1, flat
+    tall = sparkline([1.0, 1.74])
+    assert tall[0] in "▁▂" and tall[1] in "▇█"
+    assert sparkline([1.0, float("nan"), 1.0]) [1] == "·" and sparkline([]) == ""
