@@ -158,7 +158,7 @@ def render_html(doc: Doc, figures: Path, title: str, embed: bool = True) -> str:
              "color:#222}table{border-collapse:collapse;margin:1em 0;font-size:13px}"
              "td,th{border:1px solid #ccc;padding:3px 8px;text-align:right}td:first-child,th:first-child"
              "{text-align:left}tr.best td{font-weight:bold;background:#eef7ee}img{max-width:100%}"
-             "pre{background:#f4f4f4;padding:8px;overflow-x:auto}</style></head><body>"]
+             "pre{background:#f4f4f4;padding:8px;overflow-x:auto}div.wide{overflow-x:auto}</style></head><body>"]
     for block in doc.blocks:
         kind = block[0]
         if kind == "h":
@@ -169,11 +169,12 @@ def render_html(doc: Doc, figures: Path, title: str, embed: bool = True) -> str:
             parts.append(f"<pre>{esc(block[1])}</pre>")
         elif kind == "table":
             _, header, rows, bold = block
-            parts.append("<table><tr>" + "".join(f"<th>{esc(h)}</th>" for h in header) + "</tr>")
+            # A wide table scrolls in its own box instead of pushing the page sideways.
+            parts.append("<div class='wide'><table><tr>" + "".join(f"<th>{esc(h)}</th>" for h in header) + "</tr>")
             for index, row in enumerate(rows):
                 css = " class='best'" if index == bold else ""
                 parts.append(f"<tr{css}>" + "".join(f"<td>{esc(str(c))}</td>" for c in row) + "</tr>")
-            parts.append("</table>")
+            parts.append("</table></div>")
         elif kind == "fig":
             _, stem, caption = block
             if embed:
@@ -763,7 +764,7 @@ def environment_table(metas: list[dict]) -> tuple[list[str], list[list[str]]]:
         rows.append([meta.get("run_id", "?"), meta.get("machine", "?"), meta.get("start_time", "?"),
                      str(meta.get("git_commit") or "?")[:12], meta.get("python", "?"),
                      versions.get("numpy") or "–", versions.get("torch") or "–", versions.get("triton") or "–",
-                     versions.get("numba") or "–", json.dumps(meta.get("threads", {})),
+                     versions.get("numba") or "–", threads_text(meta.get("threads")),
                      ", ".join(f"{d} {fmt_ratio(_number(g), '')}" for d, g in ceilings.items()),
                      ceiling_cell(meta), load_cell(meta),
                      ", ".join(f"{a} {fmt_ratio(_number(g), '')}" for a, g in fresh.items()) or "–"])
@@ -773,6 +774,14 @@ def environment_table(metas: list[dict]) -> tuple[list[str], list[list[str]]]:
 def _bytes(value) -> str:
     value = _number(value)
     return f"{value / 2**30:.1f} GiB" if value else "–"
+
+
+def threads_text(threads) -> str:
+    """``torch 2, blas default, numba default``: what each pool was set to
+    (None: left at the library's default), not the raw JSON."""
+    if not isinstance(threads, dict) or not threads:
+        return "–"
+    return ", ".join(f"{pool} {count if count is not None else 'default'}" for pool, count in threads.items())
 
 
 def hardware_table(metas: list[dict]) -> tuple[list[str], list[list[str]]]:

@@ -97,3 +97,10 @@ def test_dashboard_keeps_two_cpus_sharing_a_name_apart(tmp_path):
                 row_fields={"seed_loops": {"median_s": 8e-3}})
     history = dashboard.load_history(tmp_path / "runs")[0]
     assert history["machine"].nunique() == 2
+
+
+def test_runs_table_says_threads_in_words_and_wide_tables_scroll(tmp_path):
+    run = fixture_run(tmp_path / "run", meta=dict(QUIET, threads={"torch": 2, "blas": None, "numba": None}))
+    md = report.build([run], tmp_path / "out").read_text()
+    assert "torch 2, blas default, numba default" in md and '"blas": null' not in md
+    assert "<div class='wide'><table>" in (tmp_path / "out" / "report.html").read_text()
