@@ -781,7 +781,8 @@ def threads_text(threads) -> str:
     (None: left at the library's default), not the raw JSON."""
     if not isinstance(threads, dict) or not threads:
         return "–"
-    return ", ".join(f"{pool} {count if count is not None else 'default'}" for pool, count in threads.items())
+    pools = sorted(threads, key=lambda pool: (("torch", "blas", "numba") + (pool,)).index(pool))
+    return ", ".join(f"{pool} {threads[pool] if threads[pool] is not None else 'default'}" for pool in pools)
 
 
 def hardware_table(metas: list[dict]) -> tuple[list[str], list[list[str]]]:
