@@ -317,12 +317,14 @@ def figure_times(group: pd.DataFrame, figures: FigureDir, stem: str) -> str:
     _bars(ax, timed, timed_positions, timed["median_s"], [lo for lo, _ in spreads], [hi for _, hi in spreads])
     for position, (_, row), (_, hi) in zip(timed_positions, timed.iterrows(), spreads):
         pct = row["pct_of_ceiling"]
-        note = f" {pct:.3g} % of ceiling" if math.isfinite(pct) else ""
+        # Short notes, clipped to the axes: a long one ran under the legend and off the figure.
+        # The xlabel says what "unstable" means.
+        notes = [f"{pct:.3g} % of ceiling"] if math.isfinite(pct) else []
         if row["status"] == INEXACT:
-            note += f"  inexact (rel err {row['rel_err']:.2g})"
+            notes.append(f"inexact {row['rel_err']:.1g}")
         if unstable(row):
-            note += f"  unstable (IQR > {100 * stats.UNSTABLE_REL_IQR:.0f} % of the median)"
-        ax.text(hi, position, note, va="center", fontsize=8)
+            notes.append("unstable")
+        ax.text(hi, position, " " + " · ".join(notes), va="center", fontsize=8, clip_on=True)
         labels.append(label(row["strategy"]))
         positions.append(position)
     xcheck = [(row["xcheck_s"], position) for position, (_, row) in zip(timed_positions, timed.iterrows())
@@ -343,7 +345,9 @@ def figure_times(group: pd.DataFrame, figures: FigureDir, stem: str) -> str:
     for tick, position in zip(ax.get_yticklabels(), positions):
         if position < offset:
             tick.set_color("red")
-    ax.set_xlabel("median time per call (log scale); error bars: median ± IQR/2")
+    ax.set_xlabel("median time per call (log scale); error bars: median ± IQR/2"
+                  + (f"; unstable: IQR > {100 * stats.UNSTABLE_REL_IQR:.0f} % of the median"
+                     if any(unstable(row) for _, row in timed.iterrows()) else ""))
     set_title(ax, case_title(group.iloc[0]))
     diamond = plt.Line2D([], [], linestyle="none", marker="D", markersize=4, color="black")
     _legend_backends(ax, sorted(group["backend"].unique()), [(diamond, "do_bench median")] if xcheck else ())
