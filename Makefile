@@ -49,7 +49,9 @@ report: $(STAMP)
 	$(PY) report.py $(patsubst %/meta.json,%,$(RESULTS)) -o $(REPORT_OUT)
 
 # docs/REPORT.md from the committed runs of the suite itself.
+# docs/figures holds only the published report's figures: old ones would linger unreferenced.
 publish: $(STAMP)
+	rm -rf docs/figures
 	$(PY) report.py $$(cat docs/RUNS) -o docs --name REPORT
 
 dashboard: $(STAMP)
