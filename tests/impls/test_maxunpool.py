@@ -150,7 +150,7 @@ def test_gather_formulation_declares_the_precondition_and_list_shows_it():
     # every scatter formulation handles any distinct positions: it declares nothing
     assert [s.name for s in strategies.values() if s.requires] == ["triton_gather"]
     console = Console(width=250, record=True)
-    console.print(strategies_table(strategies.values()))
+    console.print(strategies_table(strategies.values(), width=250))
     text = console.export_text()
     assert "requires" in text and "positions-in-window" in text
 
