@@ -105,8 +105,6 @@ def execute_case(case: Case, config: Config, run_id: str, ceiling_gbps: float,
     row = base_row(case, run_id, ceiling_gbps)
     strat = get_operator(case.op).strategies[case.strategy]
     backend = get_backend(strat.backend)
-    if flush is None:
-        flush = backend.cache_flush(case.device)
     params = case.params_dict
 
     def finish(status: str, message: str = "", samples=()) -> CaseResult:
@@ -139,6 +137,8 @@ def execute_case(case: Case, config: Config, run_id: str, ceiling_gbps: float,
                 return finish(SKIPPED, f"checked under the {strat.backend} interpreter ({verdict.status}); "
                                        "not timed: the interpreter's speed is not the kernel's")
             on_phase(PHASE_TIME)
+            if flush is None:  # made only now: an unavailable backend's flush may not even import
+                flush = backend.cache_flush(case.device)
             timed = timing.time_call(prepared.run, backend, case.device, config.timing, flush,
                                      cross_check=config.timing.cross_check)
     except NotApplicable as reason:
