@@ -29,7 +29,7 @@ import pandas as pd  # noqa: E402
 from harness import env, stats, store  # noqa: E402
 from harness.errors import ResultError  # noqa: E402
 from harness.format import fmt_num, fmt_ratio, fmt_time, md_escape, params_label  # noqa: E402
-from harness.tables import with_speedups  # noqa: E402
+from harness.tables import partial_output, with_speedups  # noqa: E402
 from impls.backends import BACKENDS  # noqa: E402
 from impls.status import CORRECT, FAILED, INEXACT, OK, UPSTREAM_DEFECT  # noqa: E402
 
@@ -598,12 +598,6 @@ def _strategy(op: str, name: str):
     from impls.registry import OPERATORS
 
     return OPERATORS[op].strategies.get(name) if op in OPERATORS else None
-
-
-def partial_output(op: str, name: str) -> bool:
-    from impls.registry import OPERATORS
-
-    return op in OPERATORS and OPERATORS[op].partial(name)
 
 
 def _whole_output(op: str) -> str | None:

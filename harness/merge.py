@@ -19,13 +19,6 @@ from harness import env, store
 from harness.config import measurement_differences
 
 
-def machine_text(meta: dict) -> str:
-    hardware = meta.get("hardware") if isinstance(meta.get("hardware"), dict) else {}
-    family_model = hardware.get("cpu_family_model")
-    cpu = f"{meta.get('cpu_model', '?')}" + (f" family-model {family_model}" if family_model else "")
-    return f"{cpu} x{meta.get('cpu_count', '?')}" + (f", {meta['gpu_name']}" if meta.get("gpu_name") else "")
-
-
 def merge_runs(dirs, out) -> Path:
     out = Path(out)
     if (out / store.META).exists():
@@ -41,7 +34,7 @@ def merge_runs(dirs, out) -> Path:
                                     f"({'; '.join(differences)}); pass both directories to report.py instead")
         if not env.same_machine(first_meta, meta):
             raise store.ResultError(
-                f"merge: {first_dir} ({machine_text(first_meta)}) and {directory} ({machine_text(meta)}) were "
+                f"merge: {first_dir} ({env.machine_label(first_meta)}) and {directory} ({env.machine_label(meta)}) were "
                 f"measured on different hardware; pass both directories to report.py or the dashboard instead")
     # Every key of the first run's metadata, whatever the schema has grown to hold.
     meta = dict(runs[0][0])

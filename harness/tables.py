@@ -34,7 +34,8 @@ BEST_MARK = "*"  # beside the bold, which a log or a pipe does not show
 PARTIAL_MARK = "(part)"
 
 
-def _partial(op: str, name: str) -> bool:
+def partial_output(op: str, name: str) -> bool:
+    """Whether ``name`` returns less than its operator's whole output (never ranked fastest)."""
     return op in OPERATORS and OPERATORS[op].partial(name)
 
 
@@ -203,7 +204,7 @@ def case_tables(rows: pd.DataFrame) -> list:
         for column in ("status", "median", "IQR", "GB/s", "% ceil", "×"):
             table.add_column(column, justify="left" if column == "status" else "right", no_wrap=True)
         ordered = group.assign(_key=group["median_s"].fillna(math.inf)).sort_values("_key")
-        ranked = ordered[(ordered["status"] == OK) & ~ordered["strategy"].map(lambda name: _partial(op, name))]
+        ranked = ordered[(ordered["status"] == OK) & ~ordered["strategy"].map(lambda name: partial_output(op, name))]
         best = ranked["strategy"].head(1).tolist()
         notes = []
         for _, r in ordered.iterrows():
@@ -244,7 +245,7 @@ def grid_tables(rows: pd.DataFrame) -> list:
         labels = {p: _varying_label(p, varying) for p in columns}
         baseline = OPERATORS[op].baseline if op in OPERATORS else "?"
         has_baseline = baseline in set(group["strategy"])
-        partial = [name for name in dict.fromkeys(group["strategy"]) if _partial(op, name)]
+        partial = [name for name in dict.fromkeys(group["strategy"]) if partial_output(op, name)]
         table = Table(title=f"{op}  {device} {dtype}", title_justify="left",
                       caption=f"median per call{f' (× {baseline})' if has_baseline else ''}; "
                               f"{BEST_MARK} bold: fastest correct; "
@@ -339,4 +340,5 @@ def compare_table(table: pd.DataFrame, relative: bool = False, width: int | None
 
 
 __all__ = ["CORRECT", "STATUS_STYLE", "check_table", "compare_table", "console", "fmt_num", "fmt_time",
-           "grid_tables", "params_label", "progress_bar", "run_summary", "strategies_table", "with_speedups"]
+           "grid_tables", "params_label", "partial_output", "progress_bar", "run_summary", "strategies_table",
+           "with_speedups"]
