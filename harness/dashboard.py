@@ -23,14 +23,14 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from harness import env, regression, stats, store  # noqa: E402
-from harness.format import fmt_ratio, fmt_time, ordered_params, params_label  # noqa: E402
+from harness import analysis, env, regression, report, stats, store  # noqa: E402
+from harness.format import fmt_ratio, fmt_time, ordered_params, params_label, slug  # noqa: E402
 
 STYLE = ("body{font-family:system-ui,sans-serif;max-width:1200px;margin:2em auto;padding:0 1em;color:#222}"
          "table{border-collapse:collapse;font-size:13px}td,th{border:1px solid #ccc;padding:3px 8px}"
          "td.num{text-align:right}.regressed{color:#b00;font-weight:bold}.improved{color:#070}"
          "img{max-width:100%}nav a{margin-right:1em}td.unstable{color:#a60;font-weight:bold}")
-UNSTABLE_MARK = "⚠"
+UNSTABLE_MARK = analysis.UNSTABLE.mark
 
 
 def load_history(root) -> tuple[pd.DataFrame, dict, list[dict]]:
@@ -106,20 +106,13 @@ def sparkline(medians) -> str:
 
 
 def _unstable(row) -> bool:
-    return stats.is_unstable(row["iqr_s"], row["median_s"])
+    return analysis.unstable(row)
 
 
 def _page(title: str, body: list[str]) -> str:
     return ("<!doctype html><html><head><meta charset='utf-8'>"
             f"<title>{html.escape(title)}</title><style>{STYLE}</style></head><body>"
             + "\n".join(body) + "</body></html>")
-
-
-def _slug(text: str) -> str:
-    """A file name; a long one keeps a hash of the whole text (two machines
-    whose names differ only past the cut must not share a plot)."""
-    name = "".join(ch if ch.isalnum() else "-" for ch in text.lower()).strip("-")
-    return name if len(name) <= 90 else f"{name[:81]}-{hashlib.sha256(text.encode()).hexdigest()[:8]}"
 
 
 # ------------------------------------------------------------------ caching
@@ -134,13 +127,13 @@ PLOT_DPI = 80  # 800 × 320 px history plots
 @functools.lru_cache(maxsize=1)
 def code_key() -> str:
     """The drawing code's own hash: a change to it redraws everything."""
-    import report
-
     from harness import format as format_module
 
     digest = hashlib.sha256()
-    for module in (report, format_module, stats, sys.modules[__name__]):
-        digest.update(Path(module.__file__).read_bytes())
+    sources = sorted(Path(report.__file__).parent.glob("*.py")) + \
+        [Path(module.__file__) for module in (format_module, stats, analysis, sys.modules[__name__])]
+    for source in sources:
+        digest.update(source.read_bytes())
     return digest.hexdigest()
 
 
@@ -156,8 +149,6 @@ def run_report(directory: Path, target: Path) -> bool:
     """The run's light report under ``target``, rebuilt only when its key
     changed; False when the run has nothing to report."""
     import shutil
-
-    import report
 
     key = _key("report", (directory / store.META).read_bytes(), (directory / store.ROWS).read_bytes())
     if (target / "report.html").exists() and (target / KEY_FILE).exists() \
@@ -177,25 +168,25 @@ PLOT_COLUMNS = ["run_order", "commit", "op", "strategy", "status", "median_s", "
 
 
 def _history_plot(series: pd.DataFrame, path: Path, title: str) -> None:
-    import report  # the figures' shared vocabulary (labels drawn as written)
-
-    _draw_history(series, path, title, report)
+    _draw_history(series, path, title)
 
 
-def _draw_history(series: pd.DataFrame, path: Path, title: str, report) -> None:
-    label = report.label
+def _draw_history(series: pd.DataFrame, path: Path, title: str) -> None:
+    from harness.report import figures  # the figures' shared vocabulary (labels drawn as written)
+
+    label = figures.label
     fig, ax = plt.subplots(figsize=(10, 4), layout="constrained")
     orders = sorted(series["run_order"].unique())
     position = {order: i for i, order in enumerate(orders)}
     for name, line in series.groupby("strategy"):
         line = line.sort_values("run_order")
         xs = [position[o] for o in line["run_order"]]
-        colour = report.strategy_colour(line["op"].iloc[0], name)
+        colour = figures.strategy_colour(line["op"].iloc[0], name)
         ax.plot(xs, line["median_s"], marker="o", markersize=3, label=label(name), color=colour)
-        bounds = [report.spread(row) for _, row in line.iterrows()]
+        bounds = [analysis.spread(row) for _, row in line.iterrows()]
         ax.fill_between(xs, [lo for lo, _ in bounds], [hi for _, hi in bounds], color=colour, alpha=0.15,
                         linewidth=0)
-        noisy = line[[stats.is_unstable(iqr, median) for iqr, median in zip(line["iqr_s"], line["median_s"])]]
+        noisy = line[[analysis.is_unstable(iqr, median) for iqr, median in zip(line["iqr_s"], line["median_s"])]]
         ax.scatter([position[o] for o in noisy["run_order"]], noisy["median_s"], marker="x", s=60, color=colour,
                    linewidths=2, zorder=6)
         bad = line[line["verdict"] == "regressed"]
@@ -207,10 +198,10 @@ def _draw_history(series: pd.DataFrame, path: Path, title: str, report) -> None:
     ax.set_yscale("log")
     ax.set_ylabel("median time per call\nband: median ± IQR/2", fontsize=9)
     ax.set_xlabel(f"run (commit), oldest first; red rings: regressions; ×: unstable "
-                  f"(IQR > {100 * stats.UNSTABLE_REL_IQR:.0f} % of the median)")
-    report.set_title(ax, title, width_in=10)
+                  f"(IQR > {100 * analysis.UNSTABLE_REL_IQR:.0f} % of the median)")
+    figures.set_title(ax, title, width_in=10)
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))  # beside the plot, never over a line
-    report.log_axis(ax.yaxis, "time")
+    figures.log_axis(ax.yaxis, "time")
     ax.grid(True, alpha=0.3)
     fig.savefig(path, dpi=PLOT_DPI)
     plt.close(fig)
@@ -230,12 +221,12 @@ def build_dashboard(root, site, rule: regression.Rule = regression.Rule(), with_
     run_links, kept = {}, set()
     for meta in metas:
         run_id = str(meta.get("run_id", Path(meta["directory"]).name))
-        target = site / "runs" / _slug(run_id)
+        target = site / "runs" / slug(run_id)
         kept.add(target.name)
         if with_reports and not run_report(Path(meta["directory"]), target):
             continue
         if (target / "report.html").exists():
-            run_links[meta["directory"]] = f"runs/{_slug(run_id)}/report.html"
+            run_links[meta["directory"]] = f"runs/{slug(run_id)}/report.html"
     if (site / "runs").is_dir():  # reports of runs no longer under the root
         import shutil
 
@@ -244,14 +235,14 @@ def build_dashboard(root, site, rule: regression.Rule = regression.Rule(), with_
                 shutil.rmtree(stale)
 
     nav = "<nav><a href='index.html'>overview</a>" + "".join(
-        f"<a href='{esc(_slug(op))}.html'>{esc(op)}</a>" for op in ops) + "</nav>"
+        f"<a href='{esc(slug(op))}.html'>{esc(op)}</a>" for op in ops) + "</nav>"
     latest = history.sort_values("run_order").groupby(["machine", "case_id"], sort=False).tail(1)
     body = [nav, "<h1>scatterbench dashboard</h1>",
             f"<p>{len(metas)} runs, {history['machine'].nunique()} machine(s). A change is flagged when the median "
             f"moved by more than {factor:g}× and a Mann–Whitney U test on the raw samples gives p &lt; {alpha:g}, "
             f"or when a correct case started failing its check.</p>",
             f"<p class='unstable-legend'>{UNSTABLE_MARK} unstable: the latest run's IQR exceeds "
-            f"{100 * stats.UNSTABLE_REL_IQR:.0f} % of its median (the threshold at which torch.utils.benchmark "
+            f"{100 * analysis.UNSTABLE_REL_IQR:.0f} % of its median (the threshold at which torch.utils.benchmark "
             f"warns): the machine was busy or the case is noisy, so its value and trend are uncertain. "
             f"{int(latest.apply(_unstable, axis=1).sum()) if len(latest) else 0} of {len(latest)} cases are "
             f"unstable; in the plots they are crossed (×).</p>",
@@ -270,11 +261,11 @@ def build_dashboard(root, site, rule: regression.Rule = regression.Rule(), with_
         trend = sparkline(medians)
         change = fmt_ratio(row["change"])
         css = f" class='{row['verdict']}'" if row["verdict"] else ""
-        body.append(f"<tr{css}><td><a href='{esc(_slug(row['op']))}.html'>{esc(row['op'])}</a></td>"
+        body.append(f"<tr{css}><td><a href='{esc(slug(row['op']))}.html'>{esc(row['op'])}</a></td>"
                     f"<td>{esc(row['strategy'])}</td><td>{esc(params_label(row['params']))}</td>"
                     f"<td>{esc(row['device'])}</td><td>{esc(row['dtype'])}</td><td>{esc(row['machine'])}</td>"
                     + (f"<td class='num unstable' title='unstable: IQR above "
-                       f"{100 * stats.UNSTABLE_REL_IQR:.0f} % of the median'>"
+                       f"{100 * analysis.UNSTABLE_REL_IQR:.0f} % of the median'>"
                        f"{esc(fmt_time(row['median_s']))} {UNSTABLE_MARK}</td>" if _unstable(row) else
                        f"<td class='num'>{esc(fmt_time(row['median_s']))}</td>")
                     + f"<td>{esc(row['status'])}</td>"
@@ -312,13 +303,13 @@ def build_dashboard(root, site, rule: regression.Rule = regression.Rule(), with_
             page.append("</ul>")
         for (params, device, dtype, machine), series in on_op.groupby(["params", "device", "dtype", "machine"]):
             title = f"{op} {params_label(params)} · {device} {dtype} · {machine}"
-            stem = _slug(title) + ".png"
+            stem = slug(title) + ".png"
             key = _key("plot", title, series[PLOT_COLUMNS].sort_values(["run_order", "strategy"]).to_csv())
             if plot_keys.get(stem) != key or not (site / "plots" / stem).exists():
                 _history_plot(series, site / "plots" / stem, title)
             drawn[stem] = key
             page.append(f"<h2>{esc(title)}</h2><img src='plots/{esc(stem)}' alt='{esc(title)}'>")
-        (site / f"{_slug(op)}.html").write_text(_page(f"scatterbench · {op}", page))
+        (site / f"{slug(op)}.html").write_text(_page(f"scatterbench · {op}", page))
     for stale in (site / "plots").glob("*.png"):  # plots of cases no longer in the history
         if stale.name not in drawn:
             stale.unlink()
