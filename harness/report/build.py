@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
@@ -12,8 +11,7 @@ from harness import analysis, store
 from harness.errors import ResultError
 from harness.format import params_label, slug
 from harness.report.document import Doc, render_html, render_markdown
-from harness.report.figures import (FigureDir, categorical_families, figure_gbps, figure_scaling, figure_speedup,
-                                    figure_times, one_parameter_families)
+from harness.report.figures import FigureDir, figure_gbps, figure_speedup, figure_times, scaling_figures
 from harness.report.load import case_title, load
 from harness.report.sections import (UNSTABLE_MARK, case_table, conclusion, defects_section, environment_table,
                                      hardware_table, run_warnings, section_intro, sections, slow_start_sentence)
@@ -21,43 +19,36 @@ from harness.report.sections import (UNSTABLE_MARK, case_table, conclusion, defe
 DOC = """The comparison report: ``python report.py RESULT_DIR [RESULT_DIR ...] [-o OUT]``."""
 
 
-def build(dirs, out, name: str = "report", light: bool = False) -> Path:
-    """Writes ``OUT/<name>.md`` and ``.html``. ``light`` (the dashboard's
-    per-run reports): no per-case figures, PNG only, the HTML links its
-    figures instead of embedding them."""
-    out = store.writable_dir(Path(out), "the report")  # before any work: one line if it cannot be written
-    figures = FigureDir(out / "figures", svg=not light)
-    rows, metas = load(dirs)
-    doc = Doc()
-    doc.heading(1, "scatterbench report")
-    doc.para("Every number below was measured by scatterbench on the machine named beside it: the median "
-             "of per-call timings (SPEC 3), % of ceiling = bytes the operator must move / that device's "
-             "measured copy bandwidth / median time. Strategies that failed the float64-oracle check are "
-             "listed with their status, never dropped; inexact ones are hatched in the figures. % of ceiling "
-             "above 100 means the case's working set stayed in cache (the ceiling is a DRAM copy). A case "
-             "measured by several runs on one machine shows the latest run's measurement. The timed call "
-             "allocates its outputs afresh, as a user's call does: on the CPU the OS zeroes a fresh output's "
-             "pages on first touch, which the copy ceiling (measured into a buffer already touched) does not "
-             "pay, so strategies with outputs of tens of MB stay well below 100 % even when their loop runs at "
-             "the copy bandwidth. The runs table gives that cost as each run measured it: 'fresh output' is "
-             "the write bandwidth into a newly allocated 256 MiB buffer, from numpy's allocator (which asks "
-             "for huge pages) and from torch's.")
-    if light:
-        doc.para("This is the light version the dashboard keeps per run: tables, conclusions and scaling plots, "
-                 "without the per-case figures; python report.py RESULT_DIR writes the full report.")
-    doc.heading(2, "Runs")
-    header, table_rows = environment_table(metas)
-    doc.table(header, table_rows)
-    doc.para("Ceiling vs history: each device's copy ceiling against the median of the earlier runs on the same "
+INTRO = ("Every number below was measured by scatterbench on the machine named beside it: the median "
+         "of per-call timings (SPEC 3), % of ceiling = bytes the operator must move / that device's "
+         "measured copy bandwidth / median time. Strategies that failed the float64-oracle check are "
+         "listed with their status, never dropped; inexact ones are hatched in the figures. % of ceiling "
+         "above 100 means the case's working set stayed in cache (the ceiling is a DRAM copy). A case "
+         "measured by several runs on one machine shows the latest run's measurement. The timed call "
+         "allocates its outputs afresh, as a user's call does: on the CPU the OS zeroes a fresh output's "
+         "pages on first touch, which the copy ceiling (measured into a buffer already touched) does not "
+         "pay, so strategies with outputs of tens of MB stay well below 100 % even when their loop runs at "
+         "the copy bandwidth. The runs table gives that cost as each run measured it: 'fresh output' is "
+         "the write bandwidth into a newly allocated 256 MiB buffer, from numpy's allocator (which asks "
+         "for huge pages) and from torch's.")
+LIGHT_NOTE = ("This is the light version the dashboard keeps per run: tables, conclusions and scaling plots, "
+              "without the per-case figures; python report.py RESULT_DIR writes the full report.")
+RUNS_NOTE = ("Ceiling vs history: each device's copy ceiling against the median of the earlier runs on the same "
              "machine. Load: the machine's 1, 5 and 15-minute load averages when the run started and ended, and "
              "the highest 1-minute load any case finished under; at or above the core count, other work competed "
              "with the timed calls.")
+
+
+def runs_section(doc: Doc, rows, metas: list[dict]) -> None:
+    """Where the numbers come from: runs, their warnings, the hardware, how noisy they were, how to rerun them."""
+    doc.heading(2, "Runs")
+    doc.table(*environment_table(metas))
+    doc.para(RUNS_NOTE)
     for meta in metas:
         for warning in run_warnings(meta):
             doc.para(warning)
     doc.heading(2, "Hardware")
-    header, table_rows = hardware_table(metas)
-    doc.table(header, table_rows)
+    doc.table(*hardware_table(metas))
     timed = rows[rows["median_s"].notna()]
     noisy = int(sum(analysis.unstable(row) for _, row in timed.iterrows()))
     if noisy:
@@ -69,51 +60,60 @@ def build(dirs, out, name: str = "report", light: bool = False) -> Path:
     doc.para("Reproduce each run with:")
     doc.code("\n".join(f"make venv && .venv/bin/python -m harness run {m.get('config_file', '?')}"
                        for m in metas))
+
+
+def case_section(doc: Doc, group, figures: FigureDir | None) -> None:
+    """One case: its table, the notes its marks need, and (full report) its three figures."""
+    first = group.iloc[0]
+    title = case_title(first)
+    doc.heading(4, title)
+    header, table_rows, best, notes = case_table(group)
+    doc.table(header, table_rows, best)
+    for note in notes:
+        doc.para(note)
+    if figures is None:
+        return
+    stem = slug(f"{first['op']}-{params_label(first['params'])}-{first['machine']}-{first['dtype']}")
+    baseline = analysis.baseline_name(first["op"]) or "seed"
+    doc.figure(figure_times(group, figures, stem + "-time"), f"median time, {title}")
+    doc.figure(figure_gbps(group, figures, stem + "-gbps"), f"achieved GB/s against the ceiling, {title}")
+    speed = figure_speedup(group, figures, stem + "-speedup", baseline)
+    if speed:
+        doc.figure(speed, f"speedup over {baseline}, {title}")
+
+
+def operator_section(doc: Doc, op: str, op_rows, metas: list[dict], figures: FigureDir, light: bool) -> None:
+    """Per machine and dtype: where the numbers come from, the conclusion, each case, the scaling figures."""
+    doc.heading(2, op)
+    for (machine, dtype), section in sections(op_rows):
+        doc.heading(3, f"{op} · {machine} · {dtype}")
+        doc.para(section_intro(section, metas))
+        verdict_text, *failures = conclusion(op, section)
+        doc.para("Conclusion: " + verdict_text)
+        for sentence in failures:
+            doc.para(sentence)
+        for _, group in section.groupby("params", sort=False):
+            case_section(doc, group, None if light else figures)
+        for title, stem in scaling_figures(section, figures):
+            doc.heading(4, title)
+            doc.figure(stem, title)
+
+
+def build(dirs, out, name: str = "report", light: bool = False) -> Path:
+    """Writes ``OUT/<name>.md`` and ``.html``. ``light`` (the dashboard's
+    per-run reports): no per-case figures, PNG only, the HTML links its
+    figures instead of embedding them."""
+    out = store.writable_dir(Path(out), "the report")  # before any work: one line if it cannot be written
+    figures = FigureDir(out / "figures", svg=not light)
+    rows, metas = load(dirs)
+    doc = Doc()
+    doc.heading(1, "scatterbench report")
+    doc.para(INTRO)
+    if light:
+        doc.para(LIGHT_NOTE)
+    runs_section(doc, rows, metas)
     for op, op_rows in rows.groupby("op", sort=False):
-        doc.heading(2, op)
-        baseline = analysis.baseline_name(op) or "seed"
-        for (machine, dtype), section in sections(op_rows):
-            doc.heading(3, f"{op} · {machine} · {dtype}")
-            doc.para(section_intro(section, metas))
-            verdict_text, *failures = conclusion(op, section)
-            doc.para("Conclusion: " + verdict_text)
-            for sentence in failures:
-                doc.para(sentence)
-            for params, group in section.groupby("params", sort=False):
-                title = case_title(group.iloc[0])
-                doc.heading(4, title)
-                header, table_rows, best, notes = case_table(group)
-                doc.table(header, table_rows, best)
-                for note in notes:
-                    doc.para(note)
-                stem = slug(f"{op}-{params_label(params)}-{machine}-{dtype}")
-                if light:
-                    continue
-                doc.figure(figure_times(group, figures, stem + "-time"), f"median time, {title}")
-                doc.figure(figure_gbps(group, figures, stem + "-gbps"), f"achieved GB/s against the ceiling, {title}")
-                speed = figure_speedup(group, figures, stem + "-speedup", baseline)
-                if speed:
-                    doc.figure(speed, f"speedup over {baseline}, {title}")
-            # One scaling figure per value of the categorical parameters (maxunpool's form):
-            # a line through a 1-D and a 2-D case joins two different problems.
-            for kind, family in categorical_families(section):
-                if family["params"].nunique() < 2:
-                    continue
-                title = f"{op}{' ' + kind if kind else ''} scaling · {machine} · {dtype}"
-                stem = figure_scaling(family, figures, slug(f"{op}-scaling-{kind + '-' if kind else ''}{machine}-{dtype}"),
-                                      title)
-                if stem:
-                    doc.heading(4, title)
-                    doc.figure(stem, title)
-                for key, family in one_parameter_families(section):
-                    fixed = {k: v for k, v in json.loads(family["params"].iloc[0]).items() if k != key}
-                    fixed_text = " ".join(f"{k}={v}" for k, v in fixed.items())
-                    title = f"{op} against {key} ({fixed_text}) · {machine} · {dtype}"
-                    stem = figure_scaling(family, figures, slug(f"{op}-sweep-{key}-{fixed_text}-{machine}-{dtype}"),
-                                          title)
-                    if stem:
-                        doc.heading(4, title)
-                        doc.figure(stem, title)
+        operator_section(doc, op, op_rows, metas, figures, light)
     defects_section(doc, rows, metas)
     out.mkdir(parents=True, exist_ok=True)
     (out / f"{name}.md").write_text(render_markdown(doc, "figures"))

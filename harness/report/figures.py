@@ -20,7 +20,7 @@ import pandas as pd  # noqa: E402
 
 from harness import analysis  # noqa: E402
 from harness.analysis import finite, spread, unstable  # noqa: E402
-from harness.format import fmt_ratio, fmt_time  # noqa: E402
+from harness.format import fmt_ratio, fmt_time, slug  # noqa: E402
 from harness.report.load import case_title  # noqa: E402
 from impls.backends import BACKENDS  # noqa: E402
 from impls.status import CORRECT, INEXACT  # noqa: E402
@@ -321,3 +321,26 @@ def figure_scaling(rows: pd.DataFrame, figures: FigureDir, stem: str, title: str
     ax.grid(True, alpha=0.3)
     return save(fig, figures, stem)
 
+
+
+def scaling_figures(section: pd.DataFrame, figures: FigureDir) -> list[tuple[str, str]]:
+    """A section's (one operator, machine and dtype) scaling figures as
+    (title, stem): one against bytes moved per value of the categorical
+    parameters (maxunpool's form: a line through a 1-D and a 2-D case joins
+    two different problems), one against each parameter that alone varies in
+    a family of cases."""
+    op, machine, dtype = (section[key].iloc[0] for key in ("op", "machine", "dtype"))
+    drawn = []
+    for kind, family in categorical_families(section):
+        if family["params"].nunique() < 2:
+            continue
+        title = f"{op}{' ' + kind if kind else ''} scaling · {machine} · {dtype}"
+        stem = slug(f"{op}-scaling-{kind + '-' if kind else ''}{machine}-{dtype}")
+        drawn.append((title, figure_scaling(family, figures, stem, title)))
+    for key, family in one_parameter_families(section):
+        fixed = {k: v for k, v in json.loads(family["params"].iloc[0]).items() if k != key}
+        fixed_text = " ".join(f"{k}={v}" for k, v in fixed.items())
+        title = f"{op} against {key} ({fixed_text}) · {machine} · {dtype}"
+        stem = slug(f"{op}-sweep-{key}-{fixed_text}-{machine}-{dtype}")
+        drawn.append((title, figure_scaling(family, figures, stem, title)))
+    return [(title, stem) for title, stem in drawn if stem]
