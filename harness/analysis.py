@@ -227,3 +227,60 @@ def clearly_faster(fast, slow) -> bool:
 
 def inexact(row) -> bool:
     return row["status"] == INEXACT
+
+
+# ------------------------------------------------------------------ the answer
+@dataclass(frozen=True)
+class Answer:
+    """One case's answer to the suite's question on one machine: the fastest
+    rankable strategy (a row), and how much faster it is than the seed's
+    original and than the fastest library built-in (NaN where either was not
+    measured correct, 1.0 where the fastest is that strategy itself)."""
+    best: pd.Series
+    over_seed: float
+    over_builtin: float
+    builtin: str | None  # the fastest correct built-in's name
+
+
+def answer(case: pd.DataFrame) -> Answer | None:
+    """The answer for one case on one machine, or None when nothing is rankable."""
+    order = ranked(case)
+    if order.empty:
+        return None
+    best = order.iloc[0]
+    op = best["op"]
+    correct = case[case["status"].isin(CORRECT) & case["median_s"].map(finite)]
+    seed = correct[correct["strategy"] == baseline_name(op)]
+    builtins = correct[correct["strategy"].map(lambda name: is_builtin(op, name) and not partial_output(op, name))] \
+        .sort_values("median_s", kind="stable")
+    over_seed = float(seed["median_s"].iloc[0]) / best["median_s"] if len(seed) else math.nan
+    over_builtin = float(builtins["median_s"].iloc[0]) / best["median_s"] if len(builtins) else math.nan
+    return Answer(best, over_seed, over_builtin, str(builtins["strategy"].iloc[0]) if len(builtins) else None)
+
+
+def ranks(case: pd.DataFrame) -> dict[str, int]:
+    """Each rankable strategy's place (1 = fastest) within one case on one machine."""
+    return {str(name): place for place, name in enumerate(ranked(case)["strategy"], start=1)}
+
+
+def rank_flips(by_machine: dict[str, pd.DataFrame], top: int = 3) -> list[tuple[str, str, str, str]]:
+    """Pairs of strategies whose order differs between machines, as
+    (faster on first, faster on second, first machine, second machine): only
+    pairs that reach the ``top`` places on some machine (a swap of two slow
+    strategies answers nobody's question), and only where both machines' data
+    support their order (``clearly_faster`` on each)."""
+    machines = list(by_machine)
+    flips = []
+    for i, first in enumerate(machines):
+        for second in machines[i + 1:]:
+            a_rows, b_rows = ranked(by_machine[first]), ranked(by_machine[second])
+            common = [name for name in a_rows["strategy"] if name in set(b_rows["strategy"])]
+            leaders = set(a_rows["strategy"].head(top)) | set(b_rows["strategy"].head(top))
+            a_by, b_by = a_rows.set_index("strategy"), b_rows.set_index("strategy")
+            for x_index, x in enumerate(common):
+                for y in common[x_index + 1:]:  # x before y on the first machine
+                    if not ({x, y} & leaders):
+                        continue
+                    if clearly_faster(a_by.loc[x], a_by.loc[y]) and clearly_faster(b_by.loc[y], b_by.loc[x]):
+                        flips.append((x, y, first, second))
+    return flips

@@ -30,7 +30,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from harness.errors import ResultError
+from harness.errors import ResultError, ResultWarning
 from impls.status import STATUSES
 
 SCHEMA_VERSION = 2
@@ -393,7 +393,7 @@ def read_rows(directory: Path) -> pd.DataFrame:
     text = _read_text(path)
     complete = text if text.endswith("\n") or not text else text[: text.rfind("\n") + 1]
     if complete != text:
-        warnings.warn(f"{path}: ignoring an unfinished last line (a case cut off mid-write)")
+        warnings.warn(f"{path}: ignoring an unfinished last line (a case cut off mid-write)", ResultWarning)
     records = []
     reader = csv.reader(io.StringIO(complete, newline=""))
     header = next(reader, None)
@@ -465,7 +465,7 @@ def read_samples(directory: Path) -> dict[str, list[float]]:
         elif not all(math.isfinite(v) and v >= 0 for v in values):
             problem = "samples_s holds NaN, infinite or negative times"
         if problem:
-            warnings.warn(f"{path}: line {number}: {problem}; case {case_id} has no usable samples")
+            warnings.warn(f"{path}: line {number}: {problem}; case {case_id} has no usable samples", ResultWarning)
             samples.pop(case_id, None)
             continue
         samples[case_id] = [float(v) for v in values]

@@ -13,8 +13,9 @@ from harness.format import params_label, slug
 from harness.report.document import Doc, render_html, render_markdown
 from harness.report.figures import FigureDir, figure_gbps, figure_speedup, figure_times, scaling_figures
 from harness.report.load import case_title, load
-from harness.report.sections import (UNSTABLE_MARK, case_table, conclusion, defects_section, environment_table,
-                                     hardware_table, run_warnings, section_intro, sections, slow_start_sentence)
+from harness.report.sections import (ANSWER_NOTE, UNSTABLE_MARK, answer_table, case_table, conclusion, defects_section,
+                                     environment_table, hardware_table, machines_sentence, machines_table,
+                                     run_warnings, section_intro, sections, slow_start_sentence)
 
 DOC = """The comparison report: ``python report.py RESULT_DIR [RESULT_DIR ...] [-o OUT]``."""
 
@@ -82,9 +83,31 @@ def case_section(doc: Doc, group, figures: FigureDir | None) -> None:
         doc.figure(speed, f"speedup over {baseline}, {title}")
 
 
+def answer_section(doc: Doc, rows) -> None:
+    """The answer first: per operator and size, per machine side by side, the fastest correct strategy."""
+    doc.heading(2, "The answer")
+    doc.table(*answer_table(rows))
+    doc.para(ANSWER_NOTE)
+
+
+def machines_section(doc: Doc, op: str, op_rows) -> None:
+    """Where an operator ran on several machines (or devices): each size's strategies side by side."""
+    for (params, dtype), case in op_rows.groupby(["params", "dtype"], sort=False):
+        if case["machine"].nunique() < 2:
+            continue
+        doc.heading(4, f"{op} {params_label(params)} {dtype} · machines side by side")
+        doc.table(*machines_table(case))
+        doc.para(machines_sentence(case) + " Each cell: median · % of that machine's copy ceiling · rank on "
+                 "that machine among the exact strategies returning the whole output.")
+
+
 def operator_section(doc: Doc, op: str, op_rows, metas: list[dict], figures: FigureDir, light: bool) -> None:
-    """Per machine and dtype: where the numbers come from, the conclusion, each case, the scaling figures."""
+    """Machines side by side, then per machine and dtype: where the numbers
+    come from, the conclusion, each case, the scaling figures."""
     doc.heading(2, op)
+    if op_rows["machine"].nunique() > 1:
+        doc.heading(3, f"{op} across machines")
+        machines_section(doc, op, op_rows)
     for (machine, dtype), section in sections(op_rows):
         doc.heading(3, f"{op} · {machine} · {dtype}")
         doc.para(section_intro(section, metas))
@@ -108,6 +131,8 @@ def build(dirs, out, name: str = "report", light: bool = False) -> Path:
     rows, metas = load(dirs)
     doc = Doc()
     doc.heading(1, "scatterbench report")
+    answer_section(doc, rows)
+    doc.heading(2, "How to read it")
     doc.para(INTRO)
     if light:
         doc.para(LIGHT_NOTE)

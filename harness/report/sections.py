@@ -369,3 +369,120 @@ def defects_section(doc: Doc, rows: pd.DataFrame, metas: list[dict]) -> None:
                   [[r["op"], r["strategy"], params_label(r["params"]), r["machine"], r["dtype"],
                     str(r["message"])[:300]] for _, r in observed.iterrows()])
 
+
+
+# ------------------------------------------------------------------ the answer, across machines
+def machine_order(rows: pd.DataFrame) -> list[str]:
+    """The machines of the rows, CPU before GPU, then by name."""
+    first = rows.drop_duplicates("machine")
+    key = {m: (DEVICE_ORDER.index(d) if d in DEVICE_ORDER else len(DEVICE_ORDER), m)
+           for m, d in zip(first["machine"], first["device"])}
+    return sorted(key, key=key.get)
+
+
+def _size_order(rows: pd.DataFrame) -> list[tuple[str, str, str]]:
+    """(op, params, dtype) in the rows' order, float32 first within an operator and size."""
+    keys = list(dict.fromkeys(zip(rows["op"], rows["params"], rows["dtype"])))
+    ops = list(dict.fromkeys(rows["op"]))
+    return sorted(keys, key=lambda k: (ops.index(k[0]), DTYPE_ORDER.index(k[2]) if k[2] in DTYPE_ORDER
+                                       else len(DTYPE_ORDER), keys.index(k)))
+
+
+def _answer_cells(case: pd.DataFrame) -> list[str]:
+    found = analysis.answer(case)
+    if found is None:
+        return ["none passed", "–", "–", "–", "–"]
+    best = found.best
+    median = fmt_time(best["median_s"]) + (f" {UNSTABLE.mark}" if unstable(best) else "")
+    faster_inexact = case[(case["status"] == INEXACT) & case["median_s"].map(finite)
+                          & (case["median_s"] < best["median_s"])]
+    name = best["strategy"] + (f" (faster but inexact: {', '.join(faster_inexact['strategy'])})"
+                               if len(faster_inexact) else "")
+    builtin = "is one" if found.builtin == best["strategy"] else fmt_ratio(found.over_builtin)
+    return [name, median, fmt_num(best["pct_of_ceiling"], 3, " %"), fmt_ratio(found.over_seed), builtin]
+
+
+ANSWER_NOTE = (f"Per operator, size and dtype, the fastest strategy that passed the float64-oracle check exactly "
+               f"and returns the operator's whole output, on each machine: its median time, its % of that "
+               f"machine's copy ceiling, and how many times faster it is than the seed's original and than the "
+               f"fastest library built-in ('is one' where it is that built-in; – where it was not measured). "
+               f"{UNSTABLE.mark}: unstable ({UNSTABLE.meaning}). A faster strategy that is only inexact is named "
+               f"beside it. Details, spreads and every other strategy follow below.")
+
+
+def answer_table(rows: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
+    """The suite's question answered in one table: per operator and size, and
+    per machine side by side, the fastest correct strategy and by how much."""
+    machines = machine_order(rows)
+    # One machine: a column per quantity. Several: a column per machine, side
+    # by side, each cell the same five quantities in a line.
+    header = ["operator", "size", "dtype"] + (
+        ["fastest", "median", "% of ceiling", "× seed", "× best built-in"] if len(machines) == 1 else machines)
+    table = []
+    for op, params, dtype in _size_order(rows):
+        case = rows[(rows["op"] == op) & (rows["params"] == params) & (rows["dtype"] == dtype)]
+        cells = [op, params_label(params), dtype]
+        for machine in machines:
+            on_machine = case[case["machine"] == machine]
+            found = _answer_cells(on_machine) if len(on_machine) else None
+            if len(machines) == 1:
+                cells += found
+            elif found is None:
+                cells.append("not run")
+            else:
+                name, median, pct, seed, builtin = found
+                cells.append(name if median == "–" else
+                             f"{name}: {median}, {pct} of ceiling, "
+                             + ("seed not timed" if seed == "–" else f"{seed} the seed") + ", "
+                             + ("the fastest built-in" if builtin == "is one" else
+                                "no built-in timed" if builtin == "–" else f"{builtin} the best built-in"))
+        table.append(cells)
+    return header, table
+
+
+def machines_table(case: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
+    """One case on several machines: strategy × machine, each cell the
+    median, the % of that machine's ceiling and the rank there."""
+    machines = machine_order(case)
+    ranks = {machine: analysis.ranks(case[case["machine"] == machine]) for machine in machines}
+    header = ["strategy"] + [f"{machine}" for machine in machines]
+    # In the first machine's order, then the strategies it did not rank in the next one's.
+    order = sorted(dict.fromkeys(case["strategy"]),
+                   key=lambda name: tuple(ranks[m].get(name, 10**6) for m in machines))
+    table = []
+    for name in order:
+        cells = [name]
+        for machine in machines:
+            found = case[(case["machine"] == machine) & (case["strategy"] == name)]
+            if found.empty:
+                cells.append("–")
+                continue
+            row = found.iloc[0]
+            if not finite(row["median_s"]):
+                cells.append(str(row["status"]))
+                continue
+            place = ranks[machine].get(name)
+            rank_text = f"rank {place}" if place else ("not ranked" if row["status"] == "ok" else row["status"])
+            cells.append(f"{fmt_time(row['median_s'])}{' ' + UNSTABLE.mark if unstable(row) else ''} · "
+                         f"{fmt_num(row['pct_of_ceiling'], 3, ' %')} · {rank_text}")
+        table.append(cells)
+    return header, table
+
+
+def machines_sentence(case: pd.DataFrame) -> str:
+    """Which strategy wins where, and where the ranking flips."""
+    machines = machine_order(case)
+    by_machine = {machine: case[case["machine"] == machine] for machine in machines}
+    winners = [(machine, analysis.fastest(rows)) for machine, rows in by_machine.items()]
+    text = "Fastest: " + "; ".join(f"{name} on {machine}" if name else f"none passed on {machine}"
+                                   for machine, name in winners) + "."
+    if len({name for _, name in winners if name}) == 1 and all(name for _, name in winners):
+        text = f"Fastest on every machine: {winners[0][1]}."
+    flips = analysis.rank_flips(by_machine)
+    if flips:
+        text += " The ranking flips: " + "; ".join(
+            f"{x} beats {y} on {first} but {y} beats {x} on {second}" for x, y, first, second in flips[:3]) \
+            + (f" (and {len(flips) - 3} more pairs)" if len(flips) > 3 else "") + "."
+    elif len(machines) > 1:
+        text += " No pair of leading strategies changes order with the machine beyond their spread."
+    return text
