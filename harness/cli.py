@@ -56,11 +56,14 @@ STRATEGY = arg("--strategy", action="append", metavar="NAME", help="only this st
 # ------------------------------------------------------------------------ list
 @command("list", "list registered strategies, their backends, dtypes and preconditions",
          arg("--op", help="only this operator"),
-         arg("--device", choices=("cpu", "cuda"), help="only strategies that run on this device"))
+         arg("--device", help="only strategies that run on this device (cpu, cuda, or any a backend adds)"))
 def cmd_list(args) -> int:
     import impls
     from harness.tables import console, strategies_table
+    from impls.backends import devices
 
+    if args.device is not None and args.device not in devices():
+        raise UsageError(f"--device {args.device!r}: unknown device (known: {', '.join(devices())})")
     try:
         strategies = impls.all_strategies(args.op, args.device)
     except KeyError as error:

@@ -19,9 +19,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
-from impls.backends import BACKENDS, DEVICES, DTYPES, LAYOUTS, convert, get_backend
+from impls.backends import BACKENDS, DTYPES, LAYOUTS, convert, devices, get_backend
 
-__all__ = ["BACKENDS", "DEVICES", "DTYPES", "NotApplicable", "Operator", "ParamSpec", "Strategy",
+__all__ = ["BACKENDS", "DTYPES", "devices", "NotApplicable", "Operator", "ParamSpec", "Strategy",
            "all_strategies", "check_registry", "compiled", "get_operator", "register_operator", "strategy"]
 
 
