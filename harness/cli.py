@@ -320,18 +320,10 @@ def load_plugins() -> None:
     """Imports the modules named in SCATTERBENCH_PLUGINS (comma-separated),
     which register extra backends, operators and strategies; isolated cases
     inherit the variable."""
-    import importlib
+    from impls.registry import load_plugins as load
 
-    import impls  # noqa: F401  (the built-in strategies first)
-    from impls.registry import check_registry
-
-    for name in filter(None, (part.strip() for part in os.environ.get("SCATTERBENCH_PLUGINS", "").split(","))):
-        try:
-            importlib.import_module(name)
-        except ImportError as error:
-            raise UsageError(f"SCATTERBENCH_PLUGINS: cannot import {name!r}: {error}") from None
     try:
-        check_registry()
+        load()
     except ValueError as error:
         raise UsageError(f"SCATTERBENCH_PLUGINS: {error}") from None
 

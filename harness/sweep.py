@@ -251,6 +251,8 @@ def measure_machine(devices, threads=None) -> tuple[dict, dict]:
         return {}, {}
     request = {"devices": devices, "threads": dict(threads or {})}
     code = ("import json, sys\n"
+            "from impls.registry import load_plugins\n"
+            "load_plugins()  # a plugin's backend copies for the ceiling too\n"
             "from harness import sweep\n"
             "request = json.loads(sys.stdin.read())\n"
             "print(json.dumps(sweep._measure_machine_here(request)))\n")

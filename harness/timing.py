@@ -156,14 +156,14 @@ class Clock:
         self.backend, self.device, self.flush = backend, device, flush
         self.has_events = backend.events(device) is not None
 
-    def wait(self) -> None:
-        """Until every call queued on the device has finished."""
-        self.backend.synchronize(self.device)
+    def wait(self, output: Any = None) -> None:
+        """Until ``output`` and every call queued on the device have finished."""
+        self.backend.wait(self.device, output)
 
     def call(self, fn: Callable[[], Any]) -> Any:
         """``fn()`` to completion: the unit every host-clock sample times."""
         out = fn()
-        self.wait()
+        self.wait(out)
         return out
 
     def sample_s(self, fn: Callable[[], Any], delay_s: float = 0.0) -> float:
@@ -206,7 +206,7 @@ def host_cost_s(fn: Callable[[], Any], clock: Clock, calls: int = HOST_COST_CALL
         t0 = time.perf_counter()
         out = fn()
         t1 = time.perf_counter()
-        clock.wait()
+        clock.wait(out)
         del out
         costs.append(t1 - t0)
     return statistics.median(costs)

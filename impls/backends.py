@@ -104,6 +104,10 @@ class Backend:
     # reads the host clock calls it after each call, so an asynchronous
     # backend is timed to completion, not to dispatch.
     synchronize: Callable[[str], None] = _no_sync
+    # output -> waits until that one call's output is computed, for a library
+    # whose device queue cannot be waited on as a whole (JAX's
+    # block_until_ready); every timer calls it after the call, before synchronize.
+    block_until_ready: Callable[[Any], Any] | None = None
     # device -> DeviceEvents, or None where only the host clock can time it
     events: Callable[[str], DeviceEvents | None] = lambda device: None
     # device -> a callable that evicts the device's last-level cache, or None
@@ -145,6 +149,12 @@ class Backend:
             hint = f" (pip install '.[{self.extra}]')" if self.extra else ""
             return f"backend {self.name!r} is not installed{hint}"
         return None
+
+    def wait(self, device: str, output: Any = None) -> None:
+        """Until ``output`` (a call's result) and all work queued on ``device`` are done."""
+        if output is not None and self.block_until_ready is not None:
+            self.block_until_ready(output)
+        self.synchronize(device)
 
     def version_text(self) -> str | None:
         """What reports show as this backend's version; None when not installed."""

@@ -199,6 +199,29 @@ def check_registry() -> None:
                              f"strategies ({', '.join(op.strategies)})")
 
 
+PLUGINS_VARIABLE = "SCATTERBENCH_PLUGINS"
+
+
+def load_plugins() -> None:
+    """Imports the built-in operators, then the modules named in
+    SCATTERBENCH_PLUGINS (comma-separated), which register extra backends,
+    operators and strategies, and checks the registry. Every process of a run
+    calls it (the CLI, an isolated case's child, the ceiling's child), so a
+    plugin's backend is known wherever it is measured. Raises ValueError
+    naming the module or the registry's problem."""
+    import importlib
+    import os
+
+    import impls  # noqa: F401  (the built-in strategies first)
+
+    for name in filter(None, (part.strip() for part in os.environ.get(PLUGINS_VARIABLE, "").split(","))):
+        try:
+            importlib.import_module(name)
+        except ImportError as error:
+            raise ValueError(f"cannot import {name!r}: {error}") from None
+    check_registry()
+
+
 def get_operator(name: str) -> Operator:
     try:
         return OPERATORS[name]
