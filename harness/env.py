@@ -26,6 +26,10 @@ def apply_threads(threads: Mapping[str, int | None]) -> dict:
     for backend in knobs:
         if threads.get(backend.name):
             backend.threads.set(threads[backend.name])
+        # Read at its turn too: reading can start a library's threading layer
+        # (numba's resets the OpenMP runtime), which must not happen after the
+        # knobs set later in the order (torch's went from 1 back to 2).
+        backend.threads.get()
     return {backend.name: backend.threads.get() for backend in knobs}
 
 
