@@ -93,20 +93,17 @@ def test_device_delay_covers_the_host_cost():
 
 
 def test_a_backend_without_events_is_timed_by_the_host_clock_with_its_synchronize():
-    calls = []
+    import dataclasses
 
-    class Recorder:
-        name = "recorder"
-        device_delay = None
+    from impls.backends import get_backend
 
-        def events(self, device):
-            return None
-
-        def synchronize(self, device):
-            calls.append(device)
-
-    timed = timing.time_call(lambda: None, Recorder(), "cpu", Timing(min_samples=5, budget_s=0.001, warmup_s=0))
+    calls, outputs = [], []
+    recorder = dataclasses.replace(get_backend("numpy"), name="recorder", synchronize=calls.append,
+                                   block_until_ready=outputs.append)
+    timed = timing.time_call(lambda: "out", recorder, "cpu", Timing(min_samples=5, budget_s=0.001, warmup_s=0))
     assert len(timed.samples_s) >= 5 and len(calls) >= len(timed.samples_s)
+    # each call's own output is waited for too (JAX's block_until_ready)
+    assert len(outputs) == len(calls) and set(outputs) == {"out"}
     assert timed.host_s == np.median(timed.samples_s)
 
 
