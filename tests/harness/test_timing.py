@@ -123,6 +123,11 @@ def test_thread_settings_hold_once_all_are_applied():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
     # an older config's keys (blas) read as the backends' (numpy); each knob read back once all are set
     assert out == ["1", "1", "1", "1", "1"]
+    # torch alone: reading numba's knob back (which starts its threading layer) must not undo it
+    code = ("import torch; from harness import env; applied = env.apply_threads({'torch': 1}); "
+            "print(applied['torch'], torch.get_num_threads())")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    assert out == ["1", "1"]
 
 
 # ------------------------------------------------ slow starts and the collector
