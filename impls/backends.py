@@ -53,6 +53,12 @@ class ThreadKnob:
     why: str = ""
 
 
+class NotApplicable(Exception):
+    """Raised by a strategy's ``prepare`` (or by the conversion of its inputs)
+    when it cannot run this case by design: the case is recorded as
+    ``skipped`` with the message, not as an error."""
+
+
 class DeviceEvents:
     """A pair of device-side timestamps: ``start``/``stop`` are queued on the
     device's stream, ``elapsed_s`` waits for ``stop`` and returns the device
@@ -254,6 +260,9 @@ def convert(inputs: dict, backend: Backend, device: str, dtype: str, layout: str
     ones), and channels-last only to 4-D arrays of a backend that has it."""
     if dtype not in backend.dtypes:
         raise TypeError(f"{backend.name} has no {dtype}")
+    if not backend.present(device):
+        # installed, but not for this device (a CPU-only JAX on a GPU machine)
+        raise NotApplicable(f"backend {backend.name!r} finds no {device} device here")
     converted: dict[str, Any] = {}
     for key, value in inputs.items():
         if not isinstance(value, np.ndarray):
@@ -708,6 +717,6 @@ register_backend(Backend(
     block_until_ready=_jax_block, is_oom=_jax_is_oom, compiles=True, version=_jax_version,
     colour="#c44e52", extra="jax"))
 
-__all__ = ["Backend", "BACKENDS", "DTYPES", "ITEMSIZE", "LAYOUTS", "DeviceEvents", "ThreadKnob", "backend_of",
-           "convert", "device_info", "device_present", "devices", "float_dtypes", "get_backend", "itemsize",
+__all__ = ["Backend", "BACKENDS", "DTYPES", "ITEMSIZE", "LAYOUTS", "DeviceEvents", "NotApplicable", "ThreadKnob",
+           "backend_of", "convert", "device_info", "device_present", "devices", "float_dtypes", "get_backend", "itemsize",
            "register_backend", "thread_knobs", "threads_text", "to_numpy", "versions"]

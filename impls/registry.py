@@ -19,17 +19,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
-from impls.backends import BACKENDS, DTYPES, LAYOUTS, convert, devices, get_backend
+from impls.backends import BACKENDS, DTYPES, LAYOUTS, NotApplicable, convert, devices, get_backend
 
 __all__ = ["BACKENDS", "DTYPES", "devices", "NotApplicable", "Operator", "ParamSpec", "Strategy",
            "all_strategies", "check_registry", "compiled", "get_operator", "register_operator", "strategy"]
-
-
-class NotApplicable(Exception):
-    """Raised by ``prepare`` when a strategy cannot run this case by design.
-
-    The case is recorded as ``skipped`` with the message, not as an error.
-    """
 
 
 @dataclass(frozen=True)

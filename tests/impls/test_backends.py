@@ -151,3 +151,23 @@ def test_the_toy_stays_out_of_the_test_sessions_registry():
     from impls.backends import BACKENDS, devices
 
     assert "toy" not in BACKENDS and "toy" not in devices()
+
+
+def test_a_backend_installed_without_the_device_skips_its_cases(planted):
+    """A backend whose library is installed but finds no such device here (a
+    CPU-only JAX on a GPU machine) is skipped with the reason, not an error."""
+    import dataclasses
+
+    from harness.check import cached_reference, check_strategy
+    from impls.backends import BACKENDS, get_backend
+
+    BACKENDS["absent"] = dataclasses.replace(get_backend("numpy"), name="absent", present=lambda device: False)
+    try:
+        strat = planted("maxpool2d", "absent_pool", lambda inputs, params: lambda: None, backend="absent",
+                        returns="values")
+        params = dict(N=1, C=1, H=4, W=4, k=2)
+        verdict = check_strategy(strat, params, "float32", "cpu", cached_reference("maxpool2d", params, "float32",
+                                                                                    "random", 0))
+    finally:
+        BACKENDS.pop("absent")
+    assert verdict.status == "skipped" and "finds no cpu device here" in verdict.message
