@@ -53,12 +53,13 @@ def _threads_by_backend(value):
         return {backend.name: value for backend in thread_knobs()}
     if not isinstance(value, dict):
         return value
-    renamed = {}
+    renamed, given = {}, {}
     for key, count in value.items():
         name = LEGACY_THREAD_KEYS.get(key, key)
         if name in renamed:
-            raise ValueError(f"{key!r} and {name!r} both set {name}'s threads ({key!r} is the older name)")
-        renamed[name] = count
+            older = key if key != name else given[name]
+            raise ValueError(f"{given[name]!r} and {key!r} both set {name}'s threads ({older!r} is the older name)")
+        renamed[name], given[name] = count, key
     return renamed
 
 
