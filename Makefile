@@ -6,7 +6,7 @@ PYTHON     ?= python3
 VENV       ?= .venv
 VENV_ARGS  ?=
 TORCH_SPEC ?= torch==2.13.0
-EXTRAS     ?= test,numba,triton,pytensor
+EXTRAS     ?= test,numba,triton,pytensor,jax
 CONFIG     ?= configs/default.yaml
 RESULTS    ?= $(lastword $(sort $(wildcard results/*/meta.json)))
 PY         := $(VENV)/bin/python

@@ -11,7 +11,6 @@ regression), 2 bad input or data (one line on stderr, no traceback unless
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from dataclasses import dataclass
 from typing import Callable
@@ -56,11 +55,14 @@ STRATEGY = arg("--strategy", action="append", metavar="NAME", help="only this st
 # ------------------------------------------------------------------------ list
 @command("list", "list registered strategies, their backends, dtypes and preconditions",
          arg("--op", help="only this operator"),
-         arg("--device", choices=("cpu", "cuda"), help="only strategies that run on this device"))
+         arg("--device", help="only strategies that run on this device (cpu, cuda, or any a backend adds)"))
 def cmd_list(args) -> int:
     import impls
     from harness.tables import console, strategies_table
+    from impls.backends import devices
 
+    if args.device is not None and args.device not in devices():
+        raise UsageError(f"--device {args.device!r}: unknown device (known: {', '.join(devices())})")
     try:
         strategies = impls.all_strategies(args.op, args.device)
     except KeyError as error:
@@ -317,18 +319,10 @@ def load_plugins() -> None:
     """Imports the modules named in SCATTERBENCH_PLUGINS (comma-separated),
     which register extra backends, operators and strategies; isolated cases
     inherit the variable."""
-    import importlib
+    from impls.registry import load_plugins as load
 
-    import impls  # noqa: F401  (the built-in strategies first)
-    from impls.registry import check_registry
-
-    for name in filter(None, (part.strip() for part in os.environ.get("SCATTERBENCH_PLUGINS", "").split(","))):
-        try:
-            importlib.import_module(name)
-        except ImportError as error:
-            raise UsageError(f"SCATTERBENCH_PLUGINS: cannot import {name!r}: {error}") from None
     try:
-        check_registry()
+        load()
     except ValueError as error:
         raise UsageError(f"SCATTERBENCH_PLUGINS: {error}") from None
 
