@@ -277,31 +277,38 @@ def cmd_launch(args) -> int:
     options = launch.parse_options(args.config, args.executor, args.shards, partition=args.partition,
                                    gpus_per_task=args.gpus_per_task, time_min=args.time_min,
                                    slurm_args=args.slurm_arg)
+    plan = launch.plan_launch(options, args.output)
     err = console(stderr=True)
+    # The bar starts with the first state of the shards, after the submission
+    # (a refused one is then one line, not a line under an empty bar).
+    progress = progress_bar(disable=args.no_progress, console=err)
+    task = progress.add_task("shards", total=sum(plan.sizes))
+    seen = {}
+
+    def on_update(shards):
+        if not progress.live.is_started:
+            progress.start()
+        states = " · ".join(f"{s.index} {s.state} {s.finished}/{s.cases}" for s in shards)
+        progress.update(task, description=f"shards {states}", completed=sum(s.finished for s in shards))
+        if args.no_progress:  # a CI log gets a line per change instead of a bar
+            for s in shards:
+                if seen.get(s.index) != (s.state, s.job_id):
+                    seen[s.index] = (s.state, s.job_id)
+                    print(f"shard {s.index}/{len(shards)} {s.state} (job {s.job_id}, {s.finished}/{s.cases} "
+                          f"cases)", file=sys.stderr)
+
     try:
-        with progress_bar(disable=args.no_progress, console=err) as progress:
-            task = progress.add_task("submitting", total=None)
-            seen = {}
-
-            def on_update(shards):
-                states = " · ".join(f"{s.index} {s.state} {s.finished}/{s.cases}" for s in shards)
-                progress.update(task, description=f"shards {states}", total=sum(s.cases for s in shards),
-                                completed=sum(s.finished for s in shards))
-                if args.no_progress:  # a CI log gets a line per change instead of a bar
-                    for s in shards:
-                        if seen.get(s.index) != (s.state, s.job_id):
-                            seen[s.index] = (s.state, s.job_id)
-                            print(f"shard {s.index}/{len(shards)} {s.state} (job {s.job_id}, "
-                                  f"{s.finished}/{s.cases} cases)", file=sys.stderr)
-
-            out = launch.launch(options, args.output, on_update=on_update,
-                                log=lambda text: err.print(text, highlight=False, markup=False))
+        out = launch.execute_launch(plan, on_update=on_update,
+                                    log=lambda text: err.print(text, highlight=False, markup=False))
     except KeyboardInterrupt:
-        print(f"\nlaunch interrupted: finished cases are on disk under {args.output}/shards; the same command "
-              f"again follows the running jobs (resubmitting any that stopped, with --resume) and merges",
+        progress.stop()
+        print(f"\nlaunch interrupted: finished cases are on disk under {plan.out_dir / launch.SHARDS_DIR}; the same "
+              f"command again follows the running jobs (resubmitting any that stopped, with --resume) and merges",
               file=sys.stderr)
         return EXIT_INTERRUPTED
-    print(f"merged {args.shards} shards into {out}")
+    finally:
+        progress.stop()
+    print(f"{args.shards} shards merged in {out}")
     return EXIT_OK
 
 

@@ -34,9 +34,15 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+import psutil
+
 from harness import store
 from harness.config import load_config, shard
 from harness.errors import LaunchError, ResultError, UsageError
+
+# Each job imports this module to unpickle its ShardJob: what needs torch
+# (the case selection, the merge) is imported where it is used, so a job does
+# not pay that import a second time before its sweep does.
 
 LAUNCH_FILE, SHARDS_DIR, SUBMITIT_DIR = "launch.json", "shards", "submitit"
 EXECUTORS = ("slurm", "local")
@@ -153,7 +159,7 @@ class ShardJob:
         print(shlex.join(argv), flush=True)
         code = subprocess.run(argv, preexec_fn=_ignore_usr2).returncode
         if code != 0:
-            raise ShardFailed(f"{self.name}: `{shlex.join(argv[1:])}` {_exit_text(code)}")
+            raise ShardFailed(f"the sweep {_exit_text(code)}: {shlex.join(['scatterbench', *argv[3:]])}")
         return len(store.read_rows(Path(self.directory)))
 
 
@@ -237,8 +243,6 @@ class LocalQueue:
         self.error = ""
 
     def live(self, job_ids: list[str]) -> dict[str, str]:
-        import psutil
-
         states = {}
         for job_id in job_ids:
             try:
@@ -298,30 +302,52 @@ def _differences(recorded: dict, options: LaunchOptions) -> list[str]:
 
 
 # ------------------------------------------------------------------- launch
-def launch(options: LaunchOptions, out_dir, *, on_update=None, log=print, poll_s: float | None = None) -> Path:
-    """Submits the shards (or follows those recorded in ``out_dir``), waits,
-    resubmits a failed shard once with ``--resume``, and merges. Returns
-    ``out_dir``; raises LaunchError naming a shard that failed twice."""
+@dataclass
+class LaunchPlan:
+    """Everything decided before anything is submitted."""
+
+    options: LaunchOptions
+    out_dir: Path
+    sizes: list[int]  # cases per shard
+    recorded: dict | None  # DIR/launch.json of an earlier invocation of the same command
+    merged: bool = False  # that invocation merged already: nothing is left to do
+
+    @property
+    def tasks(self) -> list[ShardJob]:
+        n = self.options.shards
+        return [ShardJob(self.options.config, i, n, str(shard_dir(self.out_dir, i, n))) for i in range(n)]
+
+
+def plan_launch(options: LaunchOptions, out_dir) -> LaunchPlan:
+    """Checks the config, the shard count and DIR: new or empty, or holding
+    the launch of this same command (one line, exit 2, otherwise)."""
     out_dir = Path(out_dir)
     sizes = shard_sizes(options)
     recorded = read_launch(out_dir)
     if recorded is None:
         _require_empty(out_dir)
-    else:
-        differences = _differences(recorded.get("options") or {}, options)
-        if differences:
-            raise UsageError(f"-o {out_dir}: holds another launch ({'; '.join(differences)}); repeat its own "
-                             f"command to follow it, or launch into another -o")
-        if recorded.get("merged") and (out_dir / store.META).exists():
-            log(f"{out_dir}: every shard was done and merged already")
-            return out_dir
+        return LaunchPlan(options, out_dir, sizes, None)
+    differences = _differences(recorded.get("options") or {}, options)
+    if differences:
+        raise UsageError(f"-o {out_dir}: holds another launch ({'; '.join(differences)}); repeat its own "
+                         f"command to follow it, or launch into another -o")
+    merged = bool(recorded.get("merged")) and (out_dir / store.META).exists()
+    return LaunchPlan(options, out_dir, sizes, recorded, merged)
+
+
+def execute_launch(plan: LaunchPlan, *, on_update=None, log=print, poll_s: float | None = None) -> Path:
+    """Submits the shards (or follows those recorded), waits, resubmits a
+    failed shard once with ``--resume``, and merges into the plan's DIR.
+    Raises LaunchError naming a shard that failed again."""
+    options, out_dir, tasks = plan.options, plan.out_dir, plan.tasks
+    if plan.merged:
+        log(f"{out_dir}: every shard was done and merged already")
+        return out_dir
     store.writable_dir(out_dir, "the launch")
     lock = store.DirectoryLock(out_dir)  # one launcher follows a directory at a time
     try:
         executor = make_executor(options, out_dir / SUBMITIT_DIR)
-        tasks = [ShardJob(options.config, i, options.shards, str(shard_dir(out_dir, i, options.shards)))
-                 for i in range(options.shards)]
-        if recorded is None:
+        if plan.recorded is None:
             jobs = _submit(executor, tasks)
             shards = [Shard(i, job.job_id) for i, job in enumerate(jobs)]
             write_launch(out_dir, options, shards)
@@ -329,10 +355,10 @@ def launch(options: LaunchOptions, out_dir, *, on_update=None, log=print, poll_s
                 f"job {_describe_ids(shards)}; state in {out_dir / LAUNCH_FILE}")
         else:
             shards = [Shard(int(r["index"]), str(r["job_id"]), int(r.get("submissions", 1)),
-                            r.get("state", QUEUED), r.get("reason", "")) for r in recorded["shards"]]
+                            r.get("state", QUEUED), r.get("reason", "")) for r in plan.recorded["shards"]]
             jobs = [executor.job_class(folder=executor.folder, job_id=s.job_id) for s in shards]
             log(f"following job {_describe_ids(shards)} recorded in {out_dir / LAUNCH_FILE}")
-        for s, size in zip(shards, sizes):
+        for s, size in zip(shards, plan.sizes):
             s.cases = size
         queue = SlurmQueue() if options.executor == "slurm" else LocalQueue(executor.folder)
         _follow(shards, jobs, tasks, executor, queue, options, out_dir, on_update, log,
@@ -352,12 +378,17 @@ def launch(options: LaunchOptions, out_dir, *, on_update=None, log=print, poll_s
 
 
 def _submit(executor, tasks):
+    import contextlib
+    import io
+
     submitit = submitit_module()
+    printed = io.StringIO()  # submitit prints a refusing sbatch's stderr too: it goes into the one line
     try:
-        return executor.submit_array(tasks)
+        with contextlib.redirect_stderr(printed):
+            return executor.submit_array(tasks)
     except (submitit.core.utils.FailedJobError, submitit.core.utils.FailedSubmissionError,
             subprocess.CalledProcessError) as error:
-        lines = [line for line in str(error).splitlines() if line.strip()]
+        lines = [line for line in (str(error) or printed.getvalue()).splitlines() if line.strip()]
         raise UsageError(f"the scheduler refused the job array: {lines[-1] if lines else error}") from None
 
 
@@ -384,9 +415,11 @@ def _follow(shards, jobs, tasks, executor, queue, options, out_dir, on_update, l
                 _update(s, jobs[s.index], live)
             if s.state == FAILED and budget[s.index] > 0:
                 budget[s.index] -= 1
-                jobs[s.index] = executor.submit(tasks[s.index])
-                log(f"{tasks[s.index].name} {s.reason}; resubmitted with --resume {tasks[s.index].directory} "
-                    f"as job {jobs[s.index].job_id}")
+                task = tasks[s.index]
+                jobs[s.index] = executor.submit(task)
+                how = (f"with --resume {task.directory}" if (Path(task.directory) / store.META).exists()
+                       else "from the start (it had written no run)")
+                log(f"{task.name}: {s.reason}; resubmitted {how} as job {jobs[s.index].job_id}")
                 s.job_id, s.state, s.submissions, s.left_queue_at = jobs[s.index].job_id, QUEUED, s.submissions + 1, None
             changed |= (s.state, s.job_id) != before
         for s in shards:

@@ -1,14 +1,14 @@
 """A one-node Slurm cluster on localhost for the end-to-end test of `launch`.
 
-Everything lives in one private directory: a generated munge key and socket,
-``slurm.conf`` (select/cons_tres, proctrack/linuxproc, task/none, this node's
+Everything lives in one directory: ``slurm.conf`` (select/cons_tres, proctrack/linuxproc, task/none, this node's
 CPUs and memory as ``slurmd -C`` reports them), the controller's state and each
 daemon's log. munged runs as user ``munge``; slurmctld and slurmd run in the
 foreground (``-D``) as root. Ports are picked free, so a second cluster (or a
 system one) on the machine is not disturbed. Every daemon started is stopped
 by its pid. Slurm commands find the cluster through ``SLURM_CONF``.
 
-There is no accounting database: ``sacct`` fails here, which is what the test
+The munge key and socket sit in a directory of their own (user munge must
+reach it). There is no accounting database: ``sacct`` fails here, which is what the test
 wants to show `launch` does not depend on.
 """
 
@@ -20,11 +20,12 @@ import shutil
 import signal
 import socket
 import subprocess
+import tempfile
 import time
 from contextlib import contextmanager
 from pathlib import Path
 
-TOOLS = ("munged", "slurmctld", "slurmd", "sbatch", "squeue", "sinfo", "srun")
+TOOLS = ("munged", "slurmctld", "slurmd", "sbatch", "squeue", "sinfo", "srun", "scancel")
 START_TIMEOUT_S = 60
 
 
@@ -131,10 +132,11 @@ def local_cluster(root: Path):
     """Starts munged, slurmctld and slurmd under ``root``; yields the
     environment (``SLURM_CONF``) for Slurm commands and clients; stops them."""
     root = Path(root)
-    os.chmod(root, 0o755)  # munged, as user munge, must reach its own directory inside
-    munge_dir = root / "munge"
-    for sub in ("state", "spool", "munge"):
+    for sub in ("state", "spool"):
         (root / sub).mkdir(parents=True, exist_ok=True)
+    # munged runs as user munge, who must reach its directory: not under
+    # pytest's private (0700) temporary root, so a directory of its own.
+    munge_dir = Path(tempfile.mkdtemp(prefix="scatterbench-munge-"))
     munge_user = pwd.getpwnam("munge")
     key = munge_dir / "munge.key"
     key.write_bytes(os.urandom(1024))
@@ -163,7 +165,22 @@ def local_cluster(root: Path):
         _wait_for(lambda: _node_idle(env), "the node to come up idle", processes, logs)
         yield env
     finally:
+        if "slurmctld" in processes:
+            _drain(env)
         _stop(processes)
+        shutil.rmtree(munge_dir, ignore_errors=True)
+
+
+def _drain(env: dict) -> None:
+    """Cancels every job of the cluster and waits (30 s at most) until slurmd
+    has ended their steps, so no slurmstepd outlives the daemons."""
+    subprocess.run([_tool("scancel"), "--partition=debug"], env=env, capture_output=True)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        queue = subprocess.run([_tool("squeue"), "--noheader"], env=env, capture_output=True, text=True)
+        if queue.returncode != 0 or not queue.stdout.strip():
+            return
+        time.sleep(0.5)
 
 
 def _node_idle(env: dict) -> bool:
