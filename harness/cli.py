@@ -297,9 +297,11 @@ def cmd_launch(args) -> int:
                     print(f"shard {s.index}/{len(shards)} {s.state} (job {s.job_id}, {s.finished}/{s.cases} "
                           f"cases)", file=sys.stderr)
 
+    def log(text):  # paths and commands whole, never wrapped: they are copied
+        err.print(text, highlight=False, markup=False, soft_wrap=True)
+
     try:
-        out = launch.execute_launch(plan, on_update=on_update,
-                                    log=lambda text: err.print(text, highlight=False, markup=False))
+        out = launch.execute_launch(plan, on_update=on_update, log=log)
     except KeyboardInterrupt:
         progress.stop()
         print(f"\nlaunch interrupted: finished cases are on disk under {plan.out_dir / launch.SHARDS_DIR}; the same "

@@ -415,12 +415,7 @@ def _follow(shards, jobs, tasks, executor, queue, options, out_dir, on_update, l
                 _update(s, jobs[s.index], live)
             if s.state == FAILED and budget[s.index] > 0:
                 budget[s.index] -= 1
-                task = tasks[s.index]
-                jobs[s.index] = executor.submit(task)
-                how = (f"with --resume {task.directory}" if (Path(task.directory) / store.META).exists()
-                       else "from the start (it had written no run)")
-                log(f"{task.name}: {s.reason}; resubmitted {how} as job {jobs[s.index].job_id}")
-                s.job_id, s.state, s.submissions, s.left_queue_at = jobs[s.index].job_id, QUEUED, s.submissions + 1, None
+                jobs[s.index] = _resubmit(s, tasks[s.index], executor, log)
             changed |= (s.state, s.job_id) != before
         for s in shards:
             s.finished = _rows_on_disk(Path(tasks[s.index].directory), s.finished)
@@ -431,6 +426,15 @@ def _follow(shards, jobs, tasks, executor, queue, options, out_dir, on_update, l
         if all(s.state in (DONE, FAILED) for s in shards):
             return
         time.sleep(poll_s)
+
+
+def _resubmit(s: Shard, task: ShardJob, executor, log):
+    job = executor.submit(task)
+    how = (f"with --resume {task.directory}" if (Path(task.directory) / store.META).exists()
+           else "from the start (it had written no run)")
+    log(f"{task.name}: {s.reason}; resubmitted {how} as job {job.job_id}")
+    s.job_id, s.state, s.submissions, s.left_queue_at = job.job_id, QUEUED, s.submissions + 1, None
+    return job
 
 
 def _update(s: Shard, job, live: dict | None) -> None:
