@@ -185,12 +185,20 @@ def make_executor(options: LaunchOptions, folder: Path):
     submitit = submitit_module()
     if options.executor == "local":
         executor = submitit.LocalExecutor(folder=folder)
-        executor.update_parameters(timeout_min=options.time_min, gpus_per_node=options.gpus_per_task or 0)
+        if options.gpus_per_task is not None:
+            executor.update_parameters(timeout_min=options.time_min, gpus_per_node=options.gpus_per_task)
+        else:
+            # submitit hides every GPU from a local job that asks for none: the
+            # shards see the devices this launcher sees instead
+            visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+            keep = ("unset CUDA_VISIBLE_DEVICES" if visible is None
+                    else f"export CUDA_VISIBLE_DEVICES={shlex.quote(visible)}")
+            executor.update_parameters(timeout_min=options.time_min, setup=[keep])
         return executor
     executor = submitit.SlurmExecutor(folder=folder)
     extra = dict(options.slurm_args)
     parameters = dict(job_name=f"scatterbench-{Path(options.config).stem}", time=options.time_min)
-    if not {"cpus-per-task", "cpus_per_task", "c"} & set(extra):
+    if not {"cpus-per-task", "cpus_per_task"} & set(extra):
         # the threads the sweep will use: fewer CPUs would time a crowded sweep
         parameters["cpus_per_task"] = sweep_threads(options.config)
     if options.partition:
@@ -235,8 +243,9 @@ class SlurmQueue:
 
 
 class LocalQueue:
-    """Local jobs are processes (submitit's job id is the controller's pid):
-    alive, not a zombie, and still the controller of this launch's folder."""
+    """Local jobs are processes (submitit's job id is the pid of the shell
+    that starts its controller): alive, not a zombie, and still naming this
+    launch's folder on its command line."""
 
     def __init__(self, folder: Path):
         self.folder = str(folder)
@@ -247,7 +256,8 @@ class LocalQueue:
         for job_id in job_ids:
             try:
                 process = psutil.Process(int(job_id))
-                if process.status() != psutil.STATUS_ZOMBIE and self.folder in process.cmdline():
+                if process.status() != psutil.STATUS_ZOMBIE and any(self.folder in part
+                                                                    for part in process.cmdline()):
                     states[job_id] = RUNNING
             except (psutil.Error, ValueError):
                 pass

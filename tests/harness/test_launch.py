@@ -130,6 +130,20 @@ def test_slurm_args_reach_sbatch_unchanged(tmp_path, monkeypatch):
 
 
 @needs_submitit
+@pytest.mark.parametrize("visible", [None, "1,3"])
+def test_local_shards_see_the_gpus_the_launcher_sees(visible, tmp_path, monkeypatch):
+    """submitit's LocalExecutor sets CUDA_VISIBLE_DEVICES="" for a job that
+    asks for no GPU: a local launch of a CUDA config would find none."""
+    if visible is None:
+        monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    else:
+        monkeypatch.setenv("CUDA_VISIBLE_DEVICES", visible)
+    options = launch.parse_options(str(QUICK), "local", 2)
+    job = launch.make_executor(options, tmp_path / "submitit").submit(os.environ.get, "CUDA_VISIBLE_DEVICES")
+    assert job.result() == visible
+
+
+@needs_submitit
 def test_a_refused_submission_is_one_line(tmp_path, monkeypatch, capsys):
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
