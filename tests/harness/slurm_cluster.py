@@ -1,15 +1,16 @@
 """A one-node Slurm cluster on localhost for the end-to-end test of `launch`.
 
-Everything lives in one directory: ``slurm.conf`` (select/cons_tres, proctrack/linuxproc, task/none, this node's
-CPUs and memory as ``slurmd -C`` reports them), the controller's state and each
-daemon's log. munged runs as user ``munge``; slurmctld and slurmd run in the
-foreground (``-D``) as root. Ports are picked free, so a second cluster (or a
-system one) on the machine is not disturbed. Every daemon started is stopped
-by its pid. Slurm commands find the cluster through ``SLURM_CONF``.
+One directory holds ``slurm.conf`` (select/cons_tres, proctrack/linuxproc,
+task/none, this node's CPUs and memory as ``slurmd -C`` reports them), the
+controller's state and each daemon's log; the munge key and socket sit in a
+directory of their own, which user ``munge`` can reach. munged runs as
+``munge``; slurmctld and slurmd run in the foreground (``-D``) as root. Ports
+are picked free, so a second cluster (or a system one) is not disturbed.
+Every job is cancelled and every daemon started is stopped by its pid. Slurm
+commands find the cluster through ``SLURM_CONF``.
 
-The munge key and socket sit in a directory of their own (user munge must
-reach it). There is no accounting database: ``sacct`` fails here, which is what the test
-wants to show `launch` does not depend on.
+There is no accounting database: ``sacct`` fails here, and the test shows
+that `launch` does not depend on it.
 """
 
 from __future__ import annotations

@@ -378,7 +378,7 @@ def test_launch_through_slurm_end_to_end(slurm, tmp_path, tiny_config, monkeypat
     err = capsys.readouterr().err
     assert code == 0, err
     assert not [r for r in caplog.records if "may be inaccurate" in r.getMessage()]
-    assert f"shard 1/2: ended without a result (cancelled, pre-empted, out of memory or killed; log: " in err
+    assert "shard 1/2: ended without a result (cancelled, pre-empted, out of memory or killed; log: " in err
     assert f"; resubmitted with --resume {shard1} as job " in err
 
     recorded = launch.read_launch(out)
