@@ -548,11 +548,14 @@ def read_run(directory) -> tuple[dict, pd.DataFrame, dict]:
 
 
 def find_runs(root) -> list[Path]:
-    """Every result directory under ``root`` (itself included), oldest first."""
+    """Every result directory under ``root`` (itself included), oldest first.
+    One inside another is part of it, not a run of its own: the shards that
+    `launch` merged into their launch's directory would count every case twice."""
     root = Path(root)
     if not root.exists():
         raise ResultError(f"{root}: no such directory")
-    found = [path.parent for path in root.rglob(META)]
+    every = {path.parent for path in root.rglob(META)}
+    found = [path for path in every if not every.intersection(path.parents)]
     return sorted(found, key=lambda path: (read_meta(path).get("start_time", ""), str(path)))
 
 
