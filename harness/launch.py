@@ -211,8 +211,8 @@ def make_executor(options: LaunchOptions, folder: Path):
 
 
 def sweep_threads(config_path: str) -> int:
-    threads = load_config(config_path).threads
-    return max([n for n in (threads.torch, threads.blas, threads.numba) if n] or [1])
+    """The CPUs a shard asks for: the most threads any backend's pool is set to (1 when none is pinned)."""
+    return max([n for n in load_config(config_path).threads.values() if n] or [1])
 
 
 class SlurmQueue:

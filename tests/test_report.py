@@ -28,7 +28,8 @@ def fixture_run(directory, machine_cpu="Fixture CPU", entries=ENTRIES, meta=None
                                    "config_file": "configs/x.yaml",
                                    "fresh_write_gbps": {"numpy": 17.5, "torch": 4.25},
                                    "start_time": start_time, "threads": {"torch": 2},
-                                   "versions": {"torch": "2.13.0"}, **(meta or {})})
+                                   "versions": {"torch": "2.13.0"}, "backend_versions": {"torch": "2.13.0"},
+                                   **(meta or {})})
     for device, dtype in variants:
         suffix = "" if (device, dtype) == ("cpu", "float32") else f"-{device}-{dtype}"
         ceiling = CEILINGS[device]
