@@ -87,7 +87,7 @@ def cmd_check(args) -> int:
         def advance(item):
             progress.update(task, advance=1, description=f"check {item.strategy.key} {item.device} {item.dtype}")
 
-        results = check.run_checks(items, config.seed, on_item=advance)
+        results = check.run_checks(items, config.seed, on_item=advance, timeout_s=config.timing.timeout_s)
     console().print(check_table(results))
     summary = check.summarize_checks(results)
     for line in summary.failure_lines[:20]:

@@ -25,18 +25,19 @@ from pathlib import Path
 from typing import Callable
 
 from harness import env, memory, stats, store, timing
-from harness.check import Reference, describe_error, judge, prepare_case, reference
+from harness import check
+from harness.check import PHASE_CHECK, Reference, reference
 from harness.config import Case, Config, expand, load_config, measurement_differences, shard
 from harness.errors import ResultError, UsageError
 from impls.backends import get_backend
-from impls.registry import NotApplicable, get_operator
+from impls.registry import get_operator
 from impls.status import CORRECT, ERROR, SKIPPED, TIMEOUT
 
 ITEMSIZE = {"float16": 2, "bfloat16": 2, "float32": 4, "float64": 8}
 # Fraction of the free memory a case may plan to use before it is skipped.
 MEMORY_HEADROOM = 0.8
-# Phases of a case, as the progress display names them.
-PHASE_CHECK, PHASE_PREPARE, PHASE_TIME = "check", "prepare/compile", "time"
+# Phases of a case, as the progress display names them (check and prepare: harness/check.py).
+PHASE_TIME = "time"
 
 
 class Interrupted(BaseException):
@@ -105,7 +106,6 @@ def execute_case(case: Case, config: Config, run_id: str, ceiling_gbps: float,
     row = base_row(case, run_id, ceiling_gbps)
     strat = get_operator(case.op).strategies[case.strategy]
     backend = get_backend(strat.backend)
-    params = case.params_dict
 
     def finish(status: str, message: str = "", samples=()) -> CaseResult:
         row.update(status=status, message=message, load_avg=_load_avg())
@@ -121,15 +121,11 @@ def execute_case(case: Case, config: Config, run_id: str, ceiling_gbps: float,
         with timing.deadline(config.timing.timeout_s):
             on_phase(PHASE_CHECK)
             if ref is None:
-                ref = reference(case.op, params, case.dtype, "random", config.seed)
-            on_phase(PHASE_PREPARE)
-            prepared = prepare_case(strat, ref, params, case.dtype, case.device)
-            row["setup_s"] = prepared.setup_s
-            on_phase(PHASE_CHECK)
-            out, row["peak_mem_bytes"] = memory.call_with_peak(prepared.run, backend, case.device)
-            verdict = judge(strat, out, ref, case.dtype, case.device)
-            del out
-            row.update(max_abs_err=verdict.max_abs_err, rel_err=verdict.rel_err)
+                ref = reference(case.op, case.params_dict, case.dtype, "random", config.seed)
+            tried = check.attempt(strat, ref, case.dtype, case.device, peak=True, on_phase=on_phase)
+            verdict = tried.verdict
+            row.update(setup_s=tried.setup_s, peak_mem_bytes=tried.peak_mem_bytes,
+                       max_abs_err=verdict.max_abs_err, rel_err=verdict.rel_err)
             if verdict.status not in CORRECT:
                 return finish(verdict.status, verdict.message)
             if strat.interpreted_on(case.device):
@@ -139,22 +135,11 @@ def execute_case(case: Case, config: Config, run_id: str, ceiling_gbps: float,
             on_phase(PHASE_TIME)
             if flush is None:  # made only now: an unavailable backend's flush may not even import
                 flush = backend.cache_flush(case.device)
-            timed = timing.time_call(prepared.run, backend, case.device, config.timing, flush,
+            timed = timing.time_call(tried.prepared.run, backend, case.device, config.timing, flush,
                                      cross_check=config.timing.cross_check)
-    except NotApplicable as reason:
-        return finish(SKIPPED, str(reason))
-    except timing.CaseTimeout as error:
-        return finish(TIMEOUT, str(error))
-    except (KeyboardInterrupt, Interrupted):
-        raise
-    except SystemExit as error:  # a strategy that exits is an error like any other
-        return finish(ERROR, f"the strategy called sys.exit({error.code!r})")
-    except Exception as error:
-        if backend.is_oom(error):
-            backend.release_memory(case.device)
-            text = str(error).splitlines()[0] if str(error) else "host"
-            return finish(ERROR, "out of memory" + (f": {text}" if text != "host" else " (host)"))
-        return finish(ERROR, describe_error(error))
+    except check.STRATEGY_FAULTS as error:  # a reference too big, a flush failing, a timing call raising
+        failed = check.failure_verdict(error, strat, case.device)
+        return finish(failed.status, failed.message)
     summary = stats.summarize(timed.samples_s)
     row.update(median_s=summary.median_s, iqr_s=summary.iqr_s, min_s=summary.min_s,
                mean_s=summary.mean_s, n_samples=summary.n_samples, host_s=timed.host_s,
