@@ -344,6 +344,57 @@ def run_checks(items: list[CheckItem], seed: int, on_item=None, timeout_s: float
     return results
 
 
+class StrategyGate:
+    """What the sweep asks before it times a case: has this strategy, on this
+    device and in this dtype, passed its ``adversarial_items``? Each is asked
+    once per run (each item is run once, whichever key it serves), and the
+    first failing item closes the gate for that key; ``results`` keeps every
+    item run, ``seconds`` what they cost."""
+
+    def __init__(self, seed: int, timeout_s: float | None = None):
+        self.seed, self.timeout_s = seed, timeout_s
+        self.results: list[CheckResult] = []
+        self.seconds = 0.0
+        self._items: dict[CheckItem, Verdict] = {}
+        self._failures: dict[tuple, Verdict | None] = {}
+
+    @staticmethod
+    def key(strat: Strategy, device: str, dtype: str) -> tuple:
+        return strat.op, strat.name, device, dtype
+
+    def failure(self, strat: Strategy, device: str, dtype: str) -> Verdict | None:
+        """The first adversarial failure of ``strat`` (its status, and the
+        case in its message), or None once every item passed."""
+        key = self.key(strat, device, dtype)
+        if key not in self._failures:
+            self._failures[key] = self._first_failure(strat, device, dtype)
+        return self._failures[key]
+
+    def known(self, strat: Strategy, device: str, dtype: str) -> tuple[bool, Verdict | None]:
+        """(asked already, its answer): what a child process need not ask again."""
+        key = self.key(strat, device, dtype)
+        return key in self._failures, self._failures.get(key)
+
+    def remember(self, strat: Strategy, device: str, dtype: str, failure: Verdict | None) -> None:
+        self._failures[self.key(strat, device, dtype)] = failure
+
+    def _first_failure(self, strat: Strategy, device: str, dtype: str) -> Verdict | None:
+        from impls.status import FAILED
+
+        for item in adversarial_items(strat, device, dtype):
+            if item not in self._items:
+                start = time.perf_counter()
+                self._items[item] = run_one_check(item, self.seed, self.timeout_s)
+                elapsed = time.perf_counter() - start
+                self.seconds += elapsed
+                self.results.append(CheckResult(item, self._items[item], elapsed))
+            verdict = self._items[item]
+            if verdict.status in FAILED:
+                where = item.label + (f" {item.dtype}" if item.dtype != dtype else "")
+                return Verdict(verdict.status, f"adversarial check {where}: {verdict.message}")
+        return None
+
+
 @dataclass(frozen=True)
 class CheckSummary:
     failed: int

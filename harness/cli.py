@@ -11,7 +11,6 @@ regression), 2 bad input or data (one line on stderr, no traceback unless
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from dataclasses import dataclass
 from typing import Callable
@@ -70,8 +69,13 @@ def cmd_list(args) -> int:
 
 
 # ----------------------------------------------------------------------- check
+# `check` prints this many FAIL lines unless --all is given; the rest are counted.
+FAIL_LINES_SHOWN = 20
+
+
 @command("check", "check strategies against the float64 oracle (no timing)",
-         CONFIG, OP, STRATEGY, NO_PROGRESS)
+         CONFIG, OP, STRATEGY, NO_PROGRESS,
+         arg("--all", action="store_true", help=f"print every FAIL line (default: the first {FAIL_LINES_SHOWN})"))
 def cmd_check(args) -> int:
     from harness import check
     from harness.config import load_config
@@ -90,8 +94,11 @@ def cmd_check(args) -> int:
         results = check.run_checks(items, config.seed, on_item=advance, timeout_s=config.timing.timeout_s)
     console().print(check_table(results))
     summary = check.summarize_checks(results)
-    for line in summary.failure_lines[:20]:
+    shown = summary.failure_lines if args.all else summary.failure_lines[:FAIL_LINES_SHOWN]
+    for line in shown:
         print(line)
+    if len(summary.failure_lines) > len(shown):
+        print(f"…and {len(summary.failure_lines) - len(shown)} more failures (see --all)")
     for line in summary.defect_lines:
         print(line)
     print(summary.text)
@@ -140,8 +147,11 @@ def cmd_run(args) -> int:
         def on_phase(phase):
             progress.update(task, description=f"{phase:<15} {current['label']}")
 
+        def on_warning(text):
+            err.print(f"warning: {text}", highlight=False, markup=False, soft_wrap=True)
+
         outcome = sweep.execute_run(plan, sys.argv, isolate=args.isolate, on_start=on_start,
-                                    on_case=on_case, on_phase=on_phase)
+                                    on_case=on_case, on_phase=on_phase, on_warning=on_warning)
     resume_hint = f"scatterbench run {args.config} --resume {plan.out_dir}"
     if outcome.interrupted:
         print(f"\ninterrupted ({outcome.interrupted}): every finished case is in {plan.out_dir} "
@@ -313,31 +323,13 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def load_plugins() -> None:
-    """Imports the modules named in SCATTERBENCH_PLUGINS (comma-separated),
-    which register extra backends, operators and strategies; isolated cases
-    inherit the variable."""
-    import importlib
-
-    import impls  # noqa: F401  (the built-in strategies first)
-    from impls.registry import check_registry
-
-    for name in filter(None, (part.strip() for part in os.environ.get("SCATTERBENCH_PLUGINS", "").split(","))):
-        try:
-            importlib.import_module(name)
-        except ImportError as error:
-            raise UsageError(f"SCATTERBENCH_PLUGINS: cannot import {name!r}: {error}") from None
-    try:
-        check_registry()
-    except ValueError as error:
-        raise UsageError(f"SCATTERBENCH_PLUGINS: {error}") from None
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     previous = _terminate_like_interrupt()
     try:
+        from harness.plugins import load_plugins
+
         load_plugins()
         return args.func(args)
     except ScatterbenchError as error:

@@ -29,3 +29,8 @@ class ConfigError(ScatterbenchError):
 
 class ResultError(ScatterbenchError):
     """A result directory that cannot be read or written: names the file and line."""
+
+
+class UnpinnedThreadsWarning(RuntimeWarning):
+    """Thread pools left at every core on a machine already loaded to its core
+    count: the timings that follow may be far too slow (harness/env.py)."""
