@@ -268,6 +268,19 @@ def check_registry() -> None:
                                  f"outputs ({', '.join(map(repr, op.outputs))})")
 
 
+def speedup_note(op: str, statuses: Mapping[str, str]) -> str | None:
+    """Why a case of ``op`` has no speedups over the seed's original (its
+    strategies' statuses by name), or None when it has them."""
+    if op not in OPERATORS:
+        return f"{op} is not registered here (its plugin is not loaded), so its seed's original is unknown"
+    return OPERATORS[op].missing_baseline(statuses)
+
+
+def unranked_reason(op: str, name: str) -> str | None:
+    """Why ``op``'s strategy ``name`` is not ranked (``Operator.unranked_reason``); None when it is."""
+    return OPERATORS[op].unranked_reason(name) if op in OPERATORS else None
+
+
 def get_operator(name: str) -> Operator:
     try:
         return OPERATORS[name]
