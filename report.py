@@ -26,7 +26,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from harness import env, stats, store  # noqa: E402
+from harness import env, plugins, stats, store  # noqa: E402
 from harness.errors import ResultError  # noqa: E402
 from harness.format import fmt_num, fmt_ratio, fmt_time, md_escape, params_label  # noqa: E402
 from harness.tables import partial_output, with_speedups  # noqa: E402
@@ -63,6 +63,9 @@ def load(dirs) -> tuple[pd.DataFrame, list[dict]]:
     for directory in dirs:
         meta, rows, _samples = store.read_run(directory)
         meta = dict(meta, directory=str(directory))
+        meta["plugins_missing"] = plugins.load_recorded(meta)  # before the registry is asked anything
+        for line in meta["plugins_missing"]:
+            print(f"report: {line}", file=sys.stderr)
         metas.append(meta)
         if rows.empty:
             continue
@@ -537,6 +540,9 @@ def case_table(group: pd.DataFrame) -> tuple[list[str], list[list[str]], int | N
     header = ["strategy", "backend", "status", "median", "IQR", "n"] + (["host/call"] if with_host else []) \
         + (["do_bench", "ours / do_bench"] if with_xcheck else []) \
         + ["GB/s", "% of ceiling", "× seed", "rel err", "max abs err", "source", "message"]
+    from impls.registry import speedup_note
+
+    no_speedup = speedup_note(group["op"].iloc[0], dict(zip(group["strategy"], group["status"])))
     rows, best = [], None
     for index, (_, r) in enumerate(ordered.iterrows()):
         if best is None and r["status"] == OK and not partial_output(r["op"], r["strategy"]):
@@ -552,10 +558,13 @@ def case_table(group: pd.DataFrame) -> tuple[list[str], list[list[str]], int | N
             ratio = xcheck_ratio(r)
             cells += [fmt_time(r["xcheck_s"]),
                       fmt_num(ratio, 3) + (f" {UNSTABLE_MARK}" if timers_disagree(r) else "")]
-        rows.append(cells + [fmt_num(r["gbps"]), fmt_num(r["pct_of_ceiling"], 3, " %"), fmt_ratio(r["speedup"]),
+        rows.append(cells + [fmt_num(r["gbps"]), fmt_num(r["pct_of_ceiling"], 3, " %"),
+                             "" if no_speedup else fmt_ratio(r["speedup"]),
                              fmt_num(r["rel_err"], 2), fmt_num(r["max_abs_err"], 2), r["source"],
                              str(r["message"])[:120]])
     notes = [UNSTABLE_NOTE] if any(unstable(r) for _, r in ordered.iterrows()) else []
+    if no_speedup:
+        notes.append(f"× seed is blank: {no_speedup}.")
     if with_xcheck and any(timers_disagree(r) for _, r in ordered.iterrows()):
         notes.append(XCHECK_NOTE)
     return header, rows, best, notes
@@ -648,8 +657,10 @@ def verdict(op: str, case: pd.DataFrame, where: str) -> str:
     if stats.is_unstable(best["iqr_s"], best["median_s"]):
         text += f" (its timing is unstable: IQR {100 * stats.rel_iqr(best['iqr_s'], best['median_s']):.0f} % of the median)"
     if len(partial):
-        names = ", ".join(f"{r['strategy']} ({fmt_time(r['median_s'])})" for _, r in partial.iterrows())
-        text += f"; not ranked, as they return less than {whole}: {names}"
+        from impls.registry import unranked_reason
+
+        text += "; not ranked: " + "; ".join(f"{r['strategy']} ({fmt_time(r['median_s'])}), as "
+                                             f"{unranked_reason(op, r['strategy'])}" for _, r in partial.iterrows())
     strat = _strategy(op, best["strategy"])
     if strat and strat.doc:
         text += ". Why: " + plain_doc(strat.doc)
@@ -724,8 +735,9 @@ CEILING_DROP_PCT = 20.0  # a ceiling this far below its history: the machine was
 
 
 def run_warnings(meta: dict) -> list[str]:
-    """Why a run's numbers may be pessimistic: a busy machine, a low ceiling."""
-    run, warnings = meta.get("run_id", "?"), []
+    """Why a run's numbers may be pessimistic: a busy machine, a low ceiling;
+    and what the report lacks for a run whose plugins are not here."""
+    run, warnings = meta.get("run_id", "?"), [f"Warning: {line}." for line in meta.get("plugins_missing", [])]
     count = cores(meta)
     loads = [("at the start", (_loads(meta.get("load_avg_start")) or [None])[0]),
              ("at the end", (_loads(meta.get("load_avg_end")) or [None])[0]),
@@ -837,18 +849,18 @@ def section_intro(section: pd.DataFrame, metas: list[dict]) -> str:
     return text
 
 
-def known_defects() -> list:
-    """The registry of known library defects (impls/defects.py)."""
+def known_defects(ops=None) -> list:
+    """The registry of known library defects (impls/defects.py), of ``ops`` only when given."""
     from impls import defects
 
-    return list(defects.DEFECTS)
+    return list(defects.DEFECTS) if ops is None else defects.for_operators(ops)
 
 
 def defects_section(doc: Doc, rows: pd.DataFrame, metas: list[dict]) -> None:
     """Every known library defect with its condition, the affected and the
     installed versions, a description and a minimal reproduction; then the
     rows these runs recorded as upstream-defect, with their messages."""
-    registry = known_defects() or []
+    registry = known_defects(set(rows["op"])) or []
     observed = rows[rows["status"] == UPSTREAM_DEFECT]
     if not registry and observed.empty:
         return
@@ -928,8 +940,8 @@ def build(dirs, out, name: str = "report", light: bool = False) -> Path:
     if slow_started:
         doc.para(slow_started)
     doc.para("Reproduce each run with:")
-    doc.code("\n".join(f"make venv && .venv/bin/python -m harness run {m.get('config_file', '?')}"
-                       for m in metas))
+    doc.code("\n".join(f"make venv && {(plugins.env_setting(m) + ' ') if plugins.env_setting(m) else ''}"
+                       f".venv/bin/python -m harness run {m.get('config_file', '?')}" for m in metas))
     from impls.registry import OPERATORS
 
     for op, op_rows in rows.groupby("op", sort=False):
