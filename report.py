@@ -849,18 +849,20 @@ def section_intro(section: pd.DataFrame, metas: list[dict]) -> str:
     return text
 
 
-def known_defects(ops=None) -> list:
-    """The registry of known library defects (impls/defects.py), of ``ops`` only when given."""
+def known_defects() -> list:
+    """The registry of known library defects (impls/defects.py)."""
     from impls import defects
 
-    return list(defects.DEFECTS) if ops is None else defects.for_operators(ops)
+    return list(defects.DEFECTS)
 
 
 def defects_section(doc: Doc, rows: pd.DataFrame, metas: list[dict]) -> None:
     """Every known library defect with its condition, the affected and the
     installed versions, a description and a minimal reproduction; then the
     rows these runs recorded as upstream-defect, with their messages."""
-    registry = known_defects(set(rows["op"])) or []
+    from impls.defects import for_operators
+
+    registry = for_operators(set(rows["op"]), known_defects() or [])
     observed = rows[rows["status"] == UPSTREAM_DEFECT]
     if not registry and observed.empty:
         return
