@@ -59,7 +59,7 @@ def test_run_writes_every_spec_column_and_a_summary(tiny_config, tmp_path):
                 "versions", "threads", "config_file", "ceilings_gbps"):
         assert key in meta, key
     assert meta["threads"]["torch"] == 1 and meta["status"] == "complete"
-    assert set(meta["phase_s"]) >= {"ceilings", "check", "prepare/compile", "time"}
+    assert set(meta["phase_s"]) >= {"ceilings", "adversarial", "check", "prepare/compile", "time"}
     assert meta["hardware"]["cpu_model"] and meta["load_avg_start"] is not None
     assert rows["host_s"].notna().all() and rows["load_avg"].notna().all()
     assert set(meta["fresh_write_gbps"]) == {"numpy", "torch"}
