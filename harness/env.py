@@ -118,8 +118,9 @@ def competing_load(samples: int = 5, interval_s: float = 0.02) -> float:
 def oversubscription_warning(threads, load: float | None = None, cores: int | None = None) -> str | None:
     """One line when some thread pools are unpinned and the machine is at or
     above its core count at the start: a pool sized to every core then waits
-    for cores the other work holds (on the 2-core VM a 7 µs max_pool2d call
-    measured 8 ms that way, 7 µs with torch at one thread). None otherwise."""
+    for cores the other work holds (on the 2-core VM with a CPU hog per core,
+    a 5.5 µs max_pool2d call measured 34 ms that way unpinned, 5.5-6.0 µs
+    with every pool at one thread). None otherwise."""
     unpinned = unpinned_threads(threads)
     if not unpinned:
         return None
