@@ -207,3 +207,15 @@ def test_compare_says_which_plugins_it_could_not_load(tmp_path, registry):
     result = compare.compare_dirs(base, new, normalise=True)
     assert result.warnings == [f"warning: {base}: made with plugin gone_plugin ({tmp_path / 'gone_plugin.py'} is "
                                f"not here): without it this lacks {plugins.COMPARE_LACKS}"]
+
+
+def test_merged_runs_keep_every_runs_plugins(tmp_path):
+    from harness.merge import merge_runs
+    from harness.store import read_meta
+
+    first = {"module": "first_plugin", "file": "/x/first_plugin.py", "sha256": "1" * 64}
+    second = {"module": "second_plugin", "file": "/x/second_plugin.py", "sha256": "2" * 64}
+    a = one_case_run(tmp_path / "a", meta={"plugins": [first], "start_time": "1"})
+    b = one_case_run(tmp_path / "b", meta={"plugins": [first, second], "start_time": "2"})
+    merged = merge_runs([a, b], tmp_path / "merged")
+    assert read_meta(merged)["plugins"] == [first, second]
