@@ -154,6 +154,19 @@ def test_an_operator_registered_again_from_its_module_keeps_its_strategies(regis
                                              "define": define})
 
 
+def test_a_backend_registered_again_from_its_module_replaces_it(registry):
+    from dataclasses import replace
+
+    from impls.backends import register_backend
+
+    copy = replace(BACKENDS["numpy"], name="numpy_again")
+    register_backend(copy)
+    register_backend(replace(copy, colour="black"))  # the cell run again
+    assert BACKENDS["numpy_again"].colour == "black"
+    with pytest.raises(ValueError, match="backend 'numpy_again' registered twice: by .*test_plugins and by elsewhere"):
+        exec("register_backend(copy)", {"__name__": "elsewhere", "register_backend": register_backend, "copy": copy})
+
+
 def test_returns_defaults_to_the_whole_output_and_must_name_an_output(registry):
     from impls.registry import strategy
 

@@ -132,6 +132,10 @@ def test_bench_applies_records_and_restores_thread_settings(planted):
                                 threads=PINNED, plot=False)
     assert seen == {"torch": 1, "blas": {1}}
     assert result.threads == PINNED
+    # No seed's original among the strategies: speedup is NaN, and the result says why.
+    assert result.rows["speedup"].isna().all()
+    assert result.notes == ["speedup is blank for maxpool2d: the seed's original, seed_loops, was not among the "
+                            "strategies run"]
     assert torch.get_num_threads() == 2
     assert [pool["num_threads"] for pool in threadpool_info()][:len(blas_before)] == blas_before
     with pytest.raises(Exception, match=r"bench\(\): threads.torch"):
