@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from harness.errors import (EXIT_FINDINGS, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, ResultError,
-                            ScatterbenchError, UsageError)
+                            ScatterbenchError, UsageError, retried_after_import)
 
 __all__ = ["EXIT_FINDINGS", "EXIT_INTERRUPTED", "EXIT_OK", "EXIT_USAGE", "UsageError", "main"]
 
@@ -370,6 +370,8 @@ def _terminate_like_interrupt():
     import signal
 
     def interrupt(signum, frame):
+        if retried_after_import(signum, frame):
+            return
         raise KeyboardInterrupt(signal.Signals(signum).name)
 
     try:

@@ -6,7 +6,10 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-from scipy import stats as scipy_stats
+
+# scipy.stats is imported in the functions that use it: it takes most of a
+# second to import, and commands that never compare or time (`check`, `list`)
+# should not pay for it, nor be inside it when a SIGTERM arrives.
 
 
 # A case whose IQR exceeds this fraction of its median is flagged unstable,
@@ -65,6 +68,8 @@ def summarize(samples_s) -> Summary:
     samples = np.asarray(samples_s, dtype=np.float64)
     if samples.size == 0:
         raise ValueError("no samples to summarize")
+    from scipy import stats as scipy_stats  # imported where used: see the note at the top
+
     return Summary(median_s=float(np.median(samples)), iqr_s=float(scipy_stats.iqr(samples)),
                    min_s=float(samples.min()), mean_s=float(samples.mean()), n_samples=int(samples.size))
 
@@ -125,4 +130,6 @@ def mann_whitney_p(base_s, new_s) -> float:
         return float("nan")
     if np.all(base == base[0]) and np.all(new == new[0]) and base[0] == new[0]:
         return 1.0
+    from scipy import stats as scipy_stats
+
     return float(scipy_stats.mannwhitneyu(base, new, alternative="two-sided").pvalue)

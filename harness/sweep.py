@@ -28,7 +28,7 @@ from harness import env, memory, plugins, stats, store, timing
 from harness import check
 from harness.check import PHASE_CHECK, Reference, reference
 from harness.config import Case, Config, expand, load_config, measurement_differences, shard
-from harness.errors import ResultError, UsageError
+from harness.errors import ResultError, UsageError, retried_after_import
 from impls.backends import get_backend
 from impls.registry import get_operator
 from impls.status import CORRECT, ERROR, SKIPPED, TIMEOUT
@@ -512,6 +512,8 @@ class _Signals:
 
     @staticmethod
     def _raise(signum, frame):
+        if retried_after_import(signum, frame):
+            return
         raise Interrupted(signal.Signals(signum).name)
 
     def __exit__(self, *exc):
