@@ -18,10 +18,10 @@ import time
 import traceback
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
-from pathlib import Path
 from typing import Any, Callable
 
 from harness import memory, timing
+from harness.plugins import project_path
 from impls.backends import float_dtypes, get_backend, to_numpy
 from impls.common import DTYPE, Verdict, round_to_dtype
 from impls.registry import NotApplicable, Strategy, get_operator
@@ -35,7 +35,7 @@ PHASE_CHECK, PHASE_PREPARE = "check", "prepare/compile"
 # it), and a strategy calling sys.exit is an error like any other. Ctrl-C and
 # the sweep's own Interrupted are not in this list: they stop the run.
 STRATEGY_FAULTS = (Exception, SystemExit, timing.CaseTimeout)
-ROOT = Path(__file__).resolve().parents[1]
+
 
 @dataclass(frozen=True)
 class Reference:
@@ -62,14 +62,6 @@ def cached_reference(op_name: str, params: dict, dtype: str, mode: str, seed: in
     return _cached_reference(op_name, tuple(sorted(params.items())), dtype, mode, seed)
 
 
-def _where(filename: str) -> str:
-    path = Path(filename)
-    try:
-        return str(path.resolve().relative_to(ROOT))
-    except ValueError:  # a plugin outside the project: its full path
-        return filename
-
-
 def strategy_file(strat: Strategy | None) -> str | None:
     """The file that defines ``strat``'s prepare function (a plugin's own file)."""
     code = getattr(getattr(strat, "prepare", None), "__code__", None)
@@ -85,7 +77,7 @@ def describe_error(error: BaseException, strat: Strategy | None = None) -> str:
     chosen = next((frame for frame in reversed(frames) if own and frame.filename == own), None) \
         or next((frame for frame in reversed(frames)
                  if "/impls/" in frame.filename or "/harness/" in frame.filename), None)
-    where = f" (at {_where(chosen.filename)}:{chosen.lineno})" if chosen else ""
+    where = f" (at {project_path(chosen.filename)}:{chosen.lineno})" if chosen else ""
     text = str(error).strip().splitlines()[0] if str(error).strip() else ""
     return f"{type(error).__name__}: {text}{where}"
 

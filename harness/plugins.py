@@ -170,6 +170,15 @@ def recorded() -> list[dict]:
     return [_record(name) for name in registering_modules()]
 
 
+def project_path(filename) -> str:
+    """A file as messages name it: relative to the project when inside it
+    (``impls/maxpool2d.py``), else in full (a plugin's own file)."""
+    try:
+        return str(Path(filename).resolve().relative_to(ROOT))
+    except (ValueError, OSError):
+        return str(filename)
+
+
 def env_setting(meta: dict) -> str:
     """``SCATTERBENCH_PLUGINS=...`` for a run's "Reproduce" line (its plugins'
     files, relative to the project when inside it), or "" without plugins."""
@@ -178,12 +187,7 @@ def env_setting(meta: dict) -> str:
         if not isinstance(record, dict):
             continue
         file = record.get("file")
-        if file:
-            try:
-                file = str(Path(file).relative_to(ROOT))
-            except ValueError:
-                pass
-        files.append(file or record.get("module", "?"))
+        files.append(project_path(file) if file else record.get("module", "?"))
     return f"{ENV}={','.join(files)}" if files else ""
 
 

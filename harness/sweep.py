@@ -24,8 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from harness import env, memory, plugins, stats, store, timing
-from harness import check
+from harness import check, env, memory, plugins, stats, store, timing
 from harness.check import PHASE_CHECK, Reference, reference
 from harness.config import Case, Config, expand, load_config, measurement_differences, shard
 from harness.errors import ResultError, UsageError, retried_after_import
