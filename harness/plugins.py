@@ -99,9 +99,7 @@ def import_plugin(entry: str):
             return _import_file(path)
         except UsageError:
             raise
-        except BaseException as error:  # noqa: BLE001 - a plugin's SystemExit too
-            if isinstance(error, KeyboardInterrupt):
-                raise
+        except (Exception, SystemExit) as error:  # anything a plugin's code raises, sys.exit included
             raise _failure(entry, error, str(path)) from None
     try:
         spec = importlib.util.find_spec(entry)
@@ -112,9 +110,7 @@ def import_plugin(entry: str):
                          f"(add its folder to PYTHONPATH, or name the file: path/to/{entry.rsplit('.', 1)[-1]}.py)")
     try:
         return importlib.import_module(entry)
-    except BaseException as error:  # noqa: BLE001
-        if isinstance(error, KeyboardInterrupt):
-            raise
+    except (Exception, SystemExit) as error:
         raise _failure(entry, error, spec.origin) from None
 
 
