@@ -12,6 +12,7 @@ the swept parameter, or a bar per strategy). Nothing is written to disk unless
 
 from __future__ import annotations
 
+import html
 import json
 import warnings
 from dataclasses import dataclass, field
@@ -38,7 +39,7 @@ class BenchResult:
     def _repr_html_(self):  # a notebook shows the table, and why a column is blank
         table = self.rows[["strategy", "params", "status", "median_s", "iqr_s", "pct_of_ceiling",
                            "speedup"]]._repr_html_()
-        return table + "".join(f"<p>{note}</p>" for note in self.notes)
+        return table + "".join(f"<p>{html.escape(note)}</p>" for note in self.notes)
 
 
 def bench(op: str, strategies: list[str] | None = None, *, device: str = "cpu", dtype: str = "float32",
