@@ -136,6 +136,7 @@ def test_bench_applies_records_and_restores_thread_settings(planted):
     assert result.rows["speedup"].isna().all()
     assert result.notes == ["speedup is blank for maxpool2d: the seed's original, seed_loops, was not among the "
                             "strategies run"]
+    assert "<p>speedup is blank for maxpool2d: the seed&#x27;s original" in result._repr_html_()
     assert torch.get_num_threads() == 2
     assert [pool["num_threads"] for pool in threadpool_info()][:len(blas_before)] == blas_before
     with pytest.raises(Exception, match=r"bench\(\): threads.torch"):
@@ -167,8 +168,6 @@ benchmarks:
 
 
 def test_unpinned_threads_on_a_loaded_machine_are_said_in_one_line(cpu_hogs, tmp_path):
-    import warnings
-
     import scatterbench
 
     small = dict(N=1, C=1, H=4, W=4, k=2, timing=TINY_TIMING, plot=False)
@@ -176,9 +175,12 @@ def test_unpinned_threads_on_a_loaded_machine_are_said_in_one_line(cpu_hogs, tmp
                                                     r"threads: \{torch: 1, blas: 1, numba: 1\}") as caught:
         scatterbench.bench("maxpool2d", ["torch_max_pool2d_indices"], **small)
     assert len(caught) == 1 and "\n" not in str(caught[0].message)
-    with warnings.catch_warnings():
-        warnings.simplefilter("error", UnpinnedThreadsWarning)
-        scatterbench.bench("maxpool2d", ["torch_max_pool2d_indices"], threads=PINNED, **small)
+    # Pinned, the same load says nothing; unpinned on a quiet machine neither.
+    from harness.config import Threads
+
+    assert env.oversubscription_warning(Threads(**PINNED), load=10.0, cores=2) is None
+    assert env.oversubscription_warning(Threads(), load=1.0, cores=2) is None
+    assert "threads.blas, threads.numba are unpinned" in env.oversubscription_warning(Threads(torch=1), 2.0, 2)
     config = tmp_path / "unpinned.yaml"
     config.write_text(UNPINNED_CONFIG)
     ran = cli("run", config, "-o", tmp_path / "out", "--no-progress")
