@@ -1,24 +1,29 @@
 """One call from a notebook: ``scatterbench.bench("dispersion", C=[4, 8, 16])``.
 
-Builds the config the CLI would read, checks each strategy against the float64
-oracle on the operator's adversarial cases, times every case with the same
-timer as ``scatterbench run``, and returns the rows as a DataFrame plus a
-figure (time against the swept parameter, or a bar per strategy). Nothing is
-written to disk unless ``out`` names a result directory.
+Builds the config the CLI would read and runs it as ``scatterbench run`` does:
+each strategy first passes its operator's adversarial check (per device and
+dtype), and only then is each case checked on its own inputs and timed with
+the same timer; a strategy that fails is a row with its status and message,
+never timed. Thread settings are the config's, applied for the call and
+undone afterwards. Returns the rows as a DataFrame plus a figure (time against
+the swept parameter, or a bar per strategy). Nothing is written to disk unless
+``out`` names a result directory.
 """
 
 from __future__ import annotations
 
+import html
 import json
-from dataclasses import dataclass
+import warnings
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
-from harness import check, env, store, sweep
+from harness import check, env, plugins, store, sweep
 from harness.config import expand, parse_config
-from harness.errors import UsageError
+from harness.errors import UnpinnedThreadsWarning, UsageError
 from harness.format import fmt_time
 
 
@@ -26,59 +31,97 @@ from harness.format import fmt_time
 class BenchResult:
     rows: pd.DataFrame  # one row per case, the result schema's columns plus ``speedup``
     figure: Any  # a matplotlib Figure, or None with plot=False
-    checks: pd.DataFrame  # one row per (strategy, check case, mode, layout)
+    checks: pd.DataFrame  # the adversarial check: one row per (strategy, check case, mode, layout, dtype)
+    threads: dict = field(default_factory=dict)  # the thread counts in force while it measured
+    phase_s: dict = field(default_factory=dict)  # seconds per phase (ceilings, adversarial, check, time, ...)
+    notes: list = field(default_factory=list)  # why a column is blank (speedup without the seed's original)
 
-    def _repr_html_(self):  # a notebook shows the table
-        return self.rows[["strategy", "params", "status", "median_s", "iqr_s", "pct_of_ceiling",
-                          "speedup"]]._repr_html_()
+    def _repr_html_(self):  # a notebook shows the table, and why a column is blank
+        table = self.rows[["strategy", "params", "status", "median_s", "iqr_s", "pct_of_ceiling",
+                           "speedup"]]._repr_html_()
+        return table + "".join(f"<p>{html.escape(note)}</p>" for note in self.notes)
 
 
 def bench(op: str, strategies: list[str] | None = None, *, device: str = "cpu", dtype: str = "float32",
-          timing: dict | None = None, check_first: bool = True, plot: bool = True, out: str | Path | None = None,
-          seed: int = 0, **params) -> BenchResult:
+          timing: dict | None = None, threads: dict | None = None, plot: bool = True,
+          out: str | Path | None = None, seed: int = 0, **params) -> BenchResult:
     """Checks and times ``op`` over the grid ``params`` (a list is swept).
 
     ``strategies``: names, or None for every strategy that runs on ``device``.
     ``timing``: the config's timing keys (default: 5 samples, 0.2 s budget).
+    ``threads``: the config's thread settings, e.g. ``{"torch": 1, "blas": 1,
+    "numba": 1}``: applied while measuring, recorded in ``result.threads``
+    (and ``meta.json``), the caller's own settings restored afterwards. Left
+    unpinned on a machine loaded to its core count, an
+    ``UnpinnedThreadsWarning`` says so in one line.
+    Each strategy passes its operator's adversarial check first (the rows of
+    ``result.checks``); one that fails is recorded with its status and
+    message and never timed.
     """
-    import impls  # noqa: F401  (registers the strategies)
-
+    plugins.load_plugins()  # the built-in strategies, and those SCATTERBENCH_PLUGINS names
     config = parse_config({
         "name": f"bench-{op}", "seed": seed, "devices": [device], "dtypes": [dtype],
         "timing": {"min_samples": 5, "budget_s": 0.2, "warmup_s": 0.02, **(timing or {})},
+        **({"threads": threads} if threads is not None else {}),
         "benchmarks": [{"op": op, "strategies": strategies or "all", "params": params}]}, "bench()")
     cases = expand(config)
     if not cases:
         raise UsageError(f"bench({op!r}): no strategy runs on {device} in {dtype}")
-    check_rows = []
-    if check_first:
-        for result in check.run_checks(check.check_plan(config, cases), seed):
-            check_rows.append({"strategy": result.item.strategy.name, "case": result.item.label,
-                               "dtype": result.item.dtype, "status": result.verdict.status,
-                               "message": result.verdict.message})
+    warning = env.oversubscription_warning(config.threads)
+    if warning:
+        warnings.warn(warning, UnpinnedThreadsWarning, stacklevel=2)
+    gate = check.StrategyGate(seed, config.timing.timeout_s)
+    clock = sweep.PhaseClock()
+    with env.threads_applied(config.threads) as applied:
+        rows = _measure(cases, config, gate, clock, applied, op, out)
+    from harness.analysis import with_speedups
+
+    rows = with_speedups(rows)
+    figure = _figure(rows, op) if plot else None
+    checks = pd.DataFrame.from_records(
+        [{"strategy": r.item.strategy.name, "case": r.item.label, "dtype": r.item.dtype, "status": r.verdict.status,
+          "message": r.verdict.message} for r in gate.results],
+        columns=["strategy", "case", "dtype", "status", "message"])
+    return BenchResult(rows, figure, checks, applied, clock.totals(), speedup_notes(rows))
+
+
+def _measure(cases, config, gate, clock, threads_applied: dict, op: str, out) -> pd.DataFrame:
+    """The sweep, into ``out`` when given (read back from there) or memory."""
+    clock("ceilings")
     ceilings = sweep.measure_ceilings((case.device for case in cases), config.threads)
     run_id = sweep.new_run_id(config.name)
     if out is not None:
         store.prepare_output_dir(Path(out))
-        meta = env.run_metadata(env.apply_threads(config.threads), None, ["scatterbench.bench", op])
-        meta.update(run_id=run_id, config=config.model_dump(), ceilings_gbps=ceilings, status="running")
+        meta = env.run_metadata(threads_applied, None, ["scatterbench.bench", op])
+        meta.update(run_id=run_id, config=config.model_dump(), ceilings_gbps=ceilings, status="running",
+                    plugins=plugins.recorded())
         writer = store.RunWriter(Path(out), meta)
     else:
         writer = _MemoryWriter()
     try:
-        sweep.run_sweep(cases, config, writer, run_id, ceilings)
+        sweep.run_sweep(cases, config, writer, run_id, ceilings, on_phase=clock, gate=gate)
         # A result directory written by bench() reads like one `run` wrote: finished, with its end.
-        writer.update_meta(status="complete", end_time=env.now_iso(), load_avg_end=env.load_average())
+        writer.update_meta(status="complete", end_time=env.now_iso(), load_avg_end=env.load_average(),
+                           phase_s=clock.totals())
     except KeyboardInterrupt:
         writer.update_meta(status="interrupted", interrupted_by="SIGINT")
         raise
     finally:
         writer.close()
-    from harness.analysis import with_speedups
+    return pd.DataFrame.from_records(writer.rows) if out is None else store.read_rows(Path(out))
 
-    rows = with_speedups(pd.DataFrame.from_records(writer.rows) if out is None else store.read_rows(Path(out)))
-    figure = _figure(rows, op) if plot else None
-    return BenchResult(rows, figure, pd.DataFrame.from_records(check_rows))
+
+def speedup_notes(rows: pd.DataFrame) -> list[str]:
+    """Why ``speedup`` is blank (NaN) where it is: one line per reason."""
+    from impls.registry import OPERATORS
+
+    notes = []
+    for (op, _params, _device, _dtype), group in rows.groupby(["op", "params", "device", "dtype"], sort=False):
+        reason = OPERATORS[op].missing_baseline(dict(zip(group["strategy"], group["status"])))
+        note = f"speedup is blank for {op}: {reason}" if reason else None
+        if note and note not in notes:
+            notes.append(note)
+    return notes
 
 
 class _MemoryWriter:
@@ -87,6 +130,14 @@ class _MemoryWriter:
 
     def append(self, row: dict, samples_s=None) -> None:
         self.rows.append(dict(row))
+
+    # Rows kept in memory leave nothing on disk for a later --resume: no case
+    # in flight to record, no metadata to update, nothing to close.
+    def begin_case(self, case: dict) -> None:
+        pass
+
+    def end_case(self) -> None:
+        pass
 
     def update_meta(self, **fields) -> None:
         pass

@@ -1,28 +1,41 @@
 """Correctness: a strategy's output against the float64 oracle (SPEC 1, 2).
 
-The one path from a case to a verdict, used by ``check``, the sweep and the
-pytest-benchmark view: ``reference`` makes a case's inputs (rounded to the
-dtype) and the oracle's answer; ``prepare_case`` converts them to the
-strategy's backend and device and prepares the strategy (its setup time is
-measured); ``judge`` compares one output with the oracle.
-``check_strategy`` is the three in a row; ``check_plan`` lists what
-``scatterbench check`` runs for a config.
+The one path from a case to a verdict, used by ``check``, the sweep (before it
+times a case) and the pytest-benchmark view: ``reference`` makes a case's
+inputs (rounded to the dtype) and the oracle's answer; ``attempt`` converts
+them to the strategy's backend and device, prepares the strategy (its setup
+time is measured, ``prepare_case``), calls it once and judges the output
+(``judge``); whatever the strategy raises becomes the case's verdict
+(``failure_verdict``). ``check_plan`` lists what ``scatterbench check`` runs
+for a config, ``adversarial_items`` what one strategy is held to per device and
+dtype, and ``run_one_check`` runs one item of either.
 """
 
 from __future__ import annotations
 
+import math
 import time
 import traceback
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from typing import Any, Callable
 
+from harness import memory, timing
+from harness.plugins import project_path
 from impls.backends import float_dtypes, get_backend, to_numpy
 from impls.common import DTYPE, Verdict, round_to_dtype
 from impls.registry import NotApplicable, Strategy, get_operator
-from impls.status import ERROR, MISMATCH, SKIPPED, UPSTREAM_DEFECT
+from impls.status import ERROR, MISMATCH, SKIPPED, TIMEOUT, UPSTREAM_DEFECT
 
 MODES = ("random", "adversarial")
+# Phases of checking one case, as the sweep's progress display and phase_s name them.
+PHASE_CHECK, PHASE_PREPARE = "check", "prepare/compile"
+# What a strategy may raise that is a finding about it, not a crash of the suite:
+# CaseTimeout is a BaseException (libraries catching Exception must not swallow
+# it), and a strategy calling sys.exit is an error like any other. Ctrl-C and
+# the sweep's own Interrupted are not in this list: they stop the run.
+STRATEGY_FAULTS = (Exception, SystemExit, timing.CaseTimeout)
+
 
 @dataclass(frozen=True)
 class Reference:
@@ -49,16 +62,43 @@ def cached_reference(op_name: str, params: dict, dtype: str, mode: str, seed: in
     return _cached_reference(op_name, tuple(sorted(params.items())), dtype, mode, seed)
 
 
-def describe_error(error: BaseException) -> str:
-    """One line: the exception and the innermost frame of ours that raised it."""
+def strategy_file(strat: Strategy | None) -> str | None:
+    """The file that defines ``strat``'s prepare function (a plugin's own file)."""
+    code = getattr(getattr(strat, "prepare", None), "__code__", None)
+    return code.co_filename if code else None
+
+
+def describe_error(error: BaseException, strat: Strategy | None = None) -> str:
+    """One line: the exception and where it was raised: the innermost frame
+    in the strategy's own file (a plugin's line, not the harness's call of
+    it), else the innermost frame of ours."""
     frames = traceback.extract_tb(error.__traceback__)
-    where = ""
-    for frame in reversed(frames):
-        if "/impls/" in frame.filename or "/harness/" in frame.filename:
-            where = f" (at {frame.filename.rsplit('/', 2)[-2]}/{frame.filename.rsplit('/', 1)[-1]}:{frame.lineno})"
-            break
+    own = strategy_file(strat)
+    chosen = next((frame for frame in reversed(frames) if own and frame.filename == own), None) \
+        or next((frame for frame in reversed(frames)
+                 if "/impls/" in frame.filename or "/harness/" in frame.filename), None)
+    where = f" (at {project_path(chosen.filename)}:{chosen.lineno})" if chosen else ""
     text = str(error).strip().splitlines()[0] if str(error).strip() else ""
     return f"{type(error).__name__}: {text}{where}"
+
+
+def failure_verdict(error: BaseException, strat: Strategy, device: str) -> Verdict:
+    """What one of ``STRATEGY_FAULTS`` makes of its case: ``skipped`` when the
+    strategy declared it not applicable, ``timeout`` past the case's time
+    limit, ``error`` otherwise (out of memory said so, the device's cache
+    released), with the strategy's own file and line."""
+    if isinstance(error, NotApplicable):
+        return Verdict(SKIPPED, str(error))
+    if isinstance(error, timing.CaseTimeout):
+        return Verdict(TIMEOUT, str(error))
+    if isinstance(error, SystemExit):
+        return Verdict(ERROR, f"the strategy called sys.exit({error.code!r})")
+    backend = get_backend(strat.backend)
+    if backend.is_oom(error):
+        backend.release_memory(device)
+        text = str(error).splitlines()[0] if str(error) else ""
+        return Verdict(ERROR, "out of memory" + (f": {text}" if text else " (host)"))
+    return Verdict(ERROR, describe_error(error, strat))
 
 
 @dataclass(frozen=True)
@@ -94,18 +134,41 @@ def judge(strat: Strategy, output: Any, ref: Reference, dtype: str, device: str 
     return known_defect(strat, verdict, device=device, dtype=dtype, layout=layout, mode=ref.mode)
 
 
+@dataclass(frozen=True)
+class Attempt:
+    """One strategy on one case, called once and judged."""
+    verdict: Verdict
+    prepared: Prepared | None = None  # None when prepare or the call failed
+    setup_s: float = math.nan
+    peak_mem_bytes: float = math.nan
+
+
+def attempt(strat: Strategy, ref: Reference, dtype: str, device: str, layout: str = "contiguous", *,
+            peak: bool = False, on_phase: Callable[[str], None] = lambda phase: None) -> Attempt:
+    """Prepares ``strat`` on the reference inputs, calls it once (measuring
+    its peak memory when ``peak``) and judges the output. Never raises for a
+    strategy's fault (``STRATEGY_FAULTS``); Ctrl-C and the caller's own
+    interruptions do propagate. The one path of ``check`` and of the sweep."""
+    setup_s = math.nan
+    try:
+        on_phase(PHASE_PREPARE)
+        prepared = prepare_case(strat, ref, ref.params, dtype, device, layout)
+        setup_s = prepared.setup_s
+        on_phase(PHASE_CHECK)
+        if peak:
+            output, peak_bytes = memory.call_with_peak(prepared.run, get_backend(strat.backend), device)
+        else:
+            output, peak_bytes = prepared.run(), math.nan
+        verdict = judge(strat, output, ref, dtype, device, layout)
+    except STRATEGY_FAULTS as error:
+        return Attempt(failure_verdict(error, strat, device), setup_s=setup_s)
+    return Attempt(verdict, prepared, setup_s, peak_bytes)
+
+
 def check_strategy(strat: Strategy, params: dict, dtype: str, device: str, ref: Reference,
                    layout: str = "contiguous") -> Verdict:
     """Runs ``strat`` once on the reference inputs and judges its output."""
-    try:
-        output = prepare_case(strat, ref, params, dtype, device, layout).run()
-    except NotApplicable as reason:
-        return Verdict(SKIPPED, str(reason))
-    except Exception as error:  # a strategy's failure is a finding, not a crash
-        return Verdict(ERROR, describe_error(error))
-    except SystemExit as error:  # a strategy that exits is an error like any other
-        return Verdict(ERROR, f"SystemExit({error.code!r}) raised by the strategy")
-    return judge(strat, output, ref, dtype, device, layout)
+    return attempt(strat, replace(ref, params=dict(params)), dtype, device, layout).verdict
 
 
 def known_defect(strat: Strategy, verdict: Verdict, *, device: str, dtype: str, layout: str,
@@ -179,30 +242,36 @@ def extra_set(op, strat, dtype: str) -> list[tuple[dict, str, str, str]]:
     return found
 
 
+def adversarial_items(strat: Strategy, device: str, dtype: str) -> list[CheckItem]:
+    """What ``strat`` is held to on ``device`` in ``dtype``, by ``check`` and
+    before the sweep times it: the operator's small adversarial cases in both
+    modes and every layout its backend has, then its extra checks (other
+    modes, other dtypes; kept out of those that break a precondition the
+    strategy declares)."""
+    op = get_operator(strat.op)
+    check_cases, layouts = adversarial_set(op, strat)
+    items = [CheckItem(strat, tuple(sorted(params.items())), dtype, device, mode, layout)
+             for params in check_cases for mode in MODES for layout in layouts]
+    items += [CheckItem(strat, tuple(sorted(params.items())), this_dtype, device, mode, layout)
+              for params, this_dtype, mode, layout in extra_set(op, strat, dtype)]
+    return items
+
+
 def check_plan(config, cases) -> list[CheckItem]:
-    """The operator's own small adversarial cases in both modes and every layout
-    its backend has, its extra checks (other modes, other dtypes; a strategy is
-    kept out of those that break a precondition it declares), plus each config
-    point small enough (``check.max_elements``)."""
+    """Each selected strategy's ``adversarial_items`` per device and dtype,
+    plus each config point small enough (``check.max_elements``) in both modes."""
     items: list[CheckItem] = []
-    seen: set = set()
-    extras_seen: set = set()
+    seen, listed = set(), set()
     for case in cases:
         op = get_operator(case.op)
         strat = op.strategies[case.strategy]
         key = (case.op, case.strategy, case.device, case.dtype)
         if key not in seen:
             seen.add(key)
-            check_cases, layouts = adversarial_set(op, strat)
-            for params in check_cases:
-                for mode in MODES:
-                    for layout in layouts:
-                        items.append(CheckItem(strat, tuple(sorted(params.items())), case.dtype,
-                                               case.device, mode, layout))
-            for params, dtype, mode, layout in extra_set(op, strat, case.dtype):
-                item = CheckItem(strat, tuple(sorted(params.items())), dtype, case.device, mode, layout)
-                if item not in extras_seen:  # half-type cases come once, whatever dtypes the config has
-                    extras_seen.add(item)
+            # half-type extra cases come once, whatever dtypes the config has
+            for item in adversarial_items(strat, case.device, case.dtype):
+                if item not in listed:
+                    listed.add(item)
                     items.append(item)
         if op.bytes_moved(case.params_dict, 1) <= config.check.max_elements:
             for mode in MODES:
@@ -235,7 +304,10 @@ def check_memory_guard(item: CheckItem) -> str | None:
     return None
 
 
-def run_one_check(item: CheckItem, seed: int) -> Verdict:
+def run_one_check(item: CheckItem, seed: int, timeout_s: float | None = None) -> Verdict:
+    """One item: skipped when its backend is missing or its float64 reference
+    would not fit; else ``attempt``, within ``timeout_s`` (a hang is a
+    ``timeout`` verdict, not a hung check)."""
     unavailable = item.strategy.available()
     if unavailable:
         return Verdict(SKIPPED, unavailable)
@@ -246,18 +318,73 @@ def run_one_check(item: CheckItem, seed: int) -> Verdict:
         ref = cached_reference(item.strategy.op, dict(item.params), item.dtype, item.mode, seed)
     except MemoryError:
         return Verdict(SKIPPED, "out of memory while building the float64 reference")
-    return check_strategy(item.strategy, dict(item.params), item.dtype, item.device, ref, item.layout)
+    try:
+        with timing.deadline(timeout_s):
+            return attempt(item.strategy, ref, item.dtype, item.device, item.layout).verdict
+    except timing.CaseTimeout as error:  # fired between the attempt's end and the deadline's
+        return Verdict(TIMEOUT, str(error))
 
 
-def run_checks(items: list[CheckItem], seed: int, on_item=None) -> list[CheckResult]:
+def run_checks(items: list[CheckItem], seed: int, on_item=None, timeout_s: float | None = None) -> list[CheckResult]:
     results = []
     for item in items:
         start = time.perf_counter()
-        verdict = run_one_check(item, seed)
+        verdict = run_one_check(item, seed, timeout_s)
         results.append(CheckResult(item, verdict, time.perf_counter() - start))
         if on_item:
             on_item(item)
     return results
+
+
+class StrategyGate:
+    """What the sweep asks before it times a case: has this strategy, on this
+    device and in this dtype, passed its ``adversarial_items``? Each is asked
+    once per run (each item is run once, whichever key it serves), and the
+    first failing item closes the gate for that key; ``results`` keeps every
+    item run, ``seconds`` what they cost."""
+
+    def __init__(self, seed: int, timeout_s: float | None = None):
+        self.seed, self.timeout_s = seed, timeout_s
+        self.results: list[CheckResult] = []
+        self.seconds = 0.0
+        self._items: dict[CheckItem, Verdict] = {}
+        self._failures: dict[tuple, Verdict | None] = {}
+
+    @staticmethod
+    def key(strat: Strategy, device: str, dtype: str) -> tuple:
+        return strat.op, strat.name, device, dtype
+
+    def failure(self, strat: Strategy, device: str, dtype: str) -> Verdict | None:
+        """The first adversarial failure of ``strat`` (its status, and the
+        case in its message), or None once every item passed."""
+        key = self.key(strat, device, dtype)
+        if key not in self._failures:
+            self._failures[key] = self._first_failure(strat, device, dtype)
+        return self._failures[key]
+
+    def known(self, strat: Strategy, device: str, dtype: str) -> tuple[bool, Verdict | None]:
+        """(asked already, its answer): what a child process need not ask again."""
+        key = self.key(strat, device, dtype)
+        return key in self._failures, self._failures.get(key)
+
+    def remember(self, strat: Strategy, device: str, dtype: str, failure: Verdict | None) -> None:
+        self._failures[self.key(strat, device, dtype)] = failure
+
+    def _first_failure(self, strat: Strategy, device: str, dtype: str) -> Verdict | None:
+        from impls.status import FAILED
+
+        for item in adversarial_items(strat, device, dtype):
+            if item not in self._items:
+                start = time.perf_counter()
+                self._items[item] = run_one_check(item, self.seed, self.timeout_s)
+                elapsed = time.perf_counter() - start
+                self.seconds += elapsed
+                self.results.append(CheckResult(item, self._items[item], elapsed))
+            verdict = self._items[item]
+            if verdict.status in FAILED:
+                where = item.label + (f" {item.dtype}" if item.dtype != dtype else "")
+                return Verdict(verdict.status, f"adversarial check {where}: {verdict.message}")
+        return None
 
 
 @dataclass(frozen=True)

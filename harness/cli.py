@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from harness.errors import (EXIT_FINDINGS, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, ResultError,
-                            ScatterbenchError, UsageError)
+                            ScatterbenchError, UsageError, retried_after_import)
 
 __all__ = ["EXIT_FINDINGS", "EXIT_INTERRUPTED", "EXIT_OK", "EXIT_USAGE", "UsageError", "main"]
 
@@ -72,8 +72,13 @@ def cmd_list(args) -> int:
 
 
 # ----------------------------------------------------------------------- check
+# `check` prints this many FAIL lines unless --all is given; the rest are counted.
+FAIL_LINES_SHOWN = 20
+
+
 @command("check", "check strategies against the float64 oracle (no timing)",
-         CONFIG, OP, STRATEGY, NO_PROGRESS)
+         CONFIG, OP, STRATEGY, NO_PROGRESS,
+         arg("--all", action="store_true", help=f"print every FAIL line (default: the first {FAIL_LINES_SHOWN})"))
 def cmd_check(args) -> int:
     from harness import check
     from harness.config import load_config
@@ -89,11 +94,14 @@ def cmd_check(args) -> int:
         def advance(item):
             progress.update(task, advance=1, description=f"check {item.strategy.key} {item.device} {item.dtype}")
 
-        results = check.run_checks(items, config.seed, on_item=advance)
+        results = check.run_checks(items, config.seed, on_item=advance, timeout_s=config.timing.timeout_s)
     console().print(check_table(results))
     summary = check.summarize_checks(results)
-    for line in summary.failure_lines[:20]:
+    shown = summary.failure_lines if args.all else summary.failure_lines[:FAIL_LINES_SHOWN]
+    for line in shown:
         print(line)
+    if len(summary.failure_lines) > len(shown):
+        print(f"…and {len(summary.failure_lines) - len(shown)} more failures (see --all)")
     for line in summary.defect_lines:
         print(line)
     print(summary.text)
@@ -142,8 +150,11 @@ def cmd_run(args) -> int:
         def on_phase(phase):
             progress.update(task, description=f"{phase:<15} {current['label']}")
 
+        def on_warning(text):
+            err.print(f"warning: {text}", highlight=False, markup=False, soft_wrap=True)
+
         outcome = sweep.execute_run(plan, sys.argv, isolate=args.isolate, on_start=on_start,
-                                    on_case=on_case, on_phase=on_phase)
+                                    on_case=on_case, on_phase=on_phase, on_warning=on_warning)
     resume_hint = f"scatterbench run {args.config} --resume {plan.out_dir}"
     if outcome.interrupted:
         print(f"\ninterrupted ({outcome.interrupted}): every finished case is in {plan.out_dir} "
@@ -374,23 +385,13 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def load_plugins() -> None:
-    """Imports the modules named in SCATTERBENCH_PLUGINS (comma-separated),
-    which register extra backends, operators and strategies; isolated cases
-    inherit the variable."""
-    from impls.registry import load_plugins as load
-
-    try:
-        load()
-    except ValueError as error:
-        raise UsageError(f"SCATTERBENCH_PLUGINS: {error}") from None
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     previous = _terminate_like_interrupt()
     try:
+        from harness.plugins import load_plugins
+
         load_plugins()
         return args.func(args)
     except ScatterbenchError as error:
@@ -431,6 +432,8 @@ def _terminate_like_interrupt():
     import signal
 
     def interrupt(signum, frame):
+        if retried_after_import(signum, frame):
+            return
         raise KeyboardInterrupt(signal.Signals(signum).name)
 
     try:

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from harness import env, regression, store
+from harness import env, plugins, regression, store
 from harness.errors import UsageError
 from harness.format import fmt_num, fmt_p, fmt_ratio, fmt_time, md_escape, params_label
 from impls.status import CORRECT
@@ -113,6 +113,9 @@ def compare_dirs(base_dir, new_dir, rule: regression.Rule = regression.Rule(),
                  relative_to: list[str] | None = None, normalise: bool = False) -> Comparison:
     base_meta, base_rows, base_samples = store.read_run(Path(base_dir))
     new_meta, new_rows, new_samples = store.read_run(Path(new_dir))
+    # The runs' plugins before the registry is asked for references (--normalise).
+    missing = [f"warning: {line}" for meta, where in ((base_meta, base_dir), (new_meta, new_dir))
+               for line in plugins.load_recorded(meta, str(where), plugins.COMPARE_LACKS)]
     common = set(base_rows["case_id"]) & set(new_rows["case_id"])
     if not common:
         raise UsageError(f"{base_dir} and {new_dir} have no case in common: nothing to compare")
@@ -123,7 +126,7 @@ def compare_dirs(base_dir, new_dir, rule: regression.Rule = regression.Rule(),
             raise UsageError(f"--relative-to {', '.join(missing)}: neither run has this strategy")
     table = compare_frames(base_rows, base_samples, new_rows, new_samples, rule, relative_to, normalise)
     normalised = bool(relative_to or normalise)
-    warnings = []
+    warnings = missing
     if not normalised and not env.same_machine(base_meta, new_meta):
         warnings.append(f"warning: {base_dir} ({env.machine_label(base_meta)}) and {new_dir} "
                         f"({env.machine_label(new_meta)}) were measured on different hardware: their absolute "

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import os
 import platform
@@ -31,6 +32,91 @@ def apply_threads(threads: Mapping[str, int | None]) -> dict:
         # knobs set later in the order (torch's went from 1 back to 2).
         backend.threads.get()
     return {backend.name: backend.threads.get() for backend in knobs}
+
+
+def threads_in_force() -> dict:
+    """What each thread pool runs now, enough to put it back
+    (``restore_threads``): torch's count, the BLAS/OpenMP pools' limiter
+    (threadpoolctl, which remembers every loaded pool), numba's count when
+    numba is loaded."""
+    import torch
+    from threadpoolctl import threadpool_limits
+
+    numba = sys.modules.get("numba")
+    return {"torch": torch.get_num_threads(), "blas": threadpool_limits(limits=None),
+            "numba": numba.get_num_threads() if numba is not None else None}
+
+
+def restore_threads(saved: dict) -> None:
+    """Puts back what ``threads_in_force`` saw, in apply_threads's order (numba,
+    BLAS, torch: starting numba's threading layer resets torch's OpenMP)."""
+    import torch
+
+    numba = sys.modules.get("numba")
+    if numba is not None:
+        numba.set_num_threads(saved["numba"] or numba.config.NUMBA_NUM_THREADS)
+    saved["blas"].restore_original_limits()
+    torch.set_num_threads(saved["torch"])
+
+
+@contextlib.contextmanager
+def threads_applied(threads):
+    """``apply_threads(threads)`` for the block (yields what is in force),
+    and the caller's own settings back afterwards: how ``bench()`` pins a
+    notebook's thread pools without leaving them pinned."""
+    saved = threads_in_force()
+    try:
+        yield apply_threads(threads)
+    finally:
+        restore_threads(saved)
+
+
+def unpinned_threads(threads) -> list[str]:
+    """The thread settings left to the libraries' defaults (every core)."""
+    return [name for name, count in threads.model_dump().items() if count is None]
+
+
+def competing_load(samples: int = 5, interval_s: float = 0.02) -> float:
+    """How much other work competes for the cores now: the 1-minute load
+    average, or the tasks runnable at this moment besides this one (median
+    of a few looks at /proc/loadavg), whichever is higher. The average lags
+    a minute behind work that just started; the count does not."""
+    import statistics
+    import time
+
+    average = (load_average() or [0.0])[0]
+    runnable = []
+    for index in range(samples):
+        try:
+            with open("/proc/loadavg") as handle:
+                running = int(handle.read().split()[3].split("/")[0])
+        except (OSError, ValueError, IndexError):
+            break
+        runnable.append(running - 1)  # this process is running while it reads
+        if index + 1 < samples:
+            time.sleep(interval_s)
+    return max(average, statistics.median(runnable) if runnable else 0.0)
+
+
+def oversubscription_warning(threads, load: float | None = None, cores: int | None = None) -> str | None:
+    """One line when some thread pools are unpinned and the machine is at or
+    above its core count at the start: a pool sized to every core then waits
+    for cores the other work holds (on the 2-core VM with a CPU hog per core,
+    a 5.5 µs max_pool2d call measured 34 ms that way unpinned, 5.5-6.0 µs
+    with every pool at one thread). None otherwise."""
+    unpinned = unpinned_threads(threads)
+    if not unpinned:
+        return None
+    cores = cores or os.cpu_count() or 1
+    load = competing_load() if load is None else load
+    if load < cores:
+        return None
+    names = ", ".join(f"threads.{name}" for name in unpinned)
+    return (f"the machine is loaded ({load:.1f} runnable against {cores} cores) and {names} "
+            f"{'is' if len(unpinned) == 1 else 'are'} unpinned, so each pool starts one thread per core and "
+            f"waits for cores the other work holds: timings may be many times too slow; pin them, e.g. "
+            f"threads: {{torch: 1, blas: 1, numba: 1}} in the config (bench(..., threads={{'torch': 1, "
+            f"'blas': 1, 'numba': 1}}))")
 
 
 def cpu_model() -> str:

@@ -39,3 +39,27 @@ class ResultWarning(UserWarning):
     """Something in a result directory was skipped (an unusable samples record,
     a line cut off mid-write): the rest still reads. The test suite turns it
     into an error, so every test that provokes one must assert it."""
+
+
+class UnpinnedThreadsWarning(RuntimeWarning):
+    """Thread pools left at every core on a machine already loaded to its core
+    count: the timings that follow may be far too slow (harness/env.py)."""
+
+
+def retried_after_import(signum: int, frame) -> bool:
+    """Whether a signal handler about to raise (Ctrl-C, SIGTERM) caught the
+    process inside an import, and so has sent the signal again for 50 ms
+    later instead. An exception raised inside a library's import may be
+    swallowed by it (measured: ``import torch`` interrupted 0.35 s in went on
+    as if nothing had happened, and a `check` sent SIGTERM then ran to the
+    end with exit 0) or leave it half-imported ("cannot load module more than
+    once per process"). Plain standard library: callable from any handler."""
+    import os
+    import threading
+
+    while frame is not None:
+        if frame.f_code.co_filename.startswith("<frozen importlib"):
+            threading.Timer(0.05, os.kill, (os.getpid(), signum)).start()
+            return True
+        frame = frame.f_back
+    return False

@@ -242,7 +242,8 @@ def run_gate(baseline, config_path, rule: regression.Rule, output=None, retries:
     config = load_config(config_path)
     first = out_root / "run"
     plan = sweep.plan_run(str(config_path), output=str(first))
-    outcome = sweep.execute_run(plan, ["scatterbench", "regress", str(config_path)])
+    outcome = sweep.execute_run(plan, ["scatterbench", "regress", str(config_path)],
+                                on_warning=lambda text: log(f"warning: {text}"))
     if outcome.interrupted:
         raise KeyboardInterrupt
     # Without re-measurement the screen's verdict is final, so it keeps the full factor.

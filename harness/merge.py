@@ -12,6 +12,7 @@ machine's rows apart.
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
@@ -44,6 +45,9 @@ def merge_runs(dirs, out) -> Path:
                               "git_commit": m.get("git_commit"), "shard": m.get("shard")} for m, _, _, d in runs],
                 ceilings_gbps={k: v for m, *_ in runs for k, v in m.get("ceilings_gbps", {}).items()},
                 fresh_write_gbps={k: v for m, *_ in runs for k, v in (m.get("fresh_write_gbps") or {}).items()},
+                # every run's plugins, once each: the merged report needs them all
+                plugins=list({json.dumps(p, sort_keys=True): p for m, *_ in runs for p in m.get("plugins") or []
+                              if isinstance(p, dict)}.values()),
                 status="complete")
     kept: dict[str, tuple] = {}
     for _meta, rows, samples, _directory in runs:

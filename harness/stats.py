@@ -6,7 +6,10 @@ import math
 from dataclasses import asdict, make_dataclass
 
 import numpy as np
-from scipy import stats as scipy_stats
+
+# scipy.stats is imported in the functions that use it: it takes most of a
+# second to import, and commands that never compare or time (`check`, `list`)
+# should not pay for it, nor be inside it when a SIGTERM arrives.
 
 
 # A slow start: the first samples of a case more than this many times slower
@@ -53,7 +56,8 @@ def slow_start(samples_s, factor: float = SLOW_START_FACTOR) -> int:
 # statistic is one entry here, and a schema version (store.SCHEMA_VERSION).
 STAT_FIELDS = (
     ("median_s", np.median),
-    ("iqr_s", scipy_stats.iqr),
+    # scipy.stats.iqr's default (linear interpolation), without importing scipy.stats
+    ("iqr_s", lambda samples: np.percentile(samples, 75) - np.percentile(samples, 25)),
     ("min_s", np.min),
     ("mean_s", np.mean),
     ("n_samples", np.size),
@@ -131,4 +135,6 @@ def mann_whitney_p(base_s, new_s) -> float:
         return float("nan")
     if np.all(base == base[0]) and np.all(new == new[0]) and base[0] == new[0]:
         return 1.0
+    from scipy import stats as scipy_stats
+
     return float(scipy_stats.mannwhitneyu(base, new, alternative="two-sided").pvalue)

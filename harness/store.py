@@ -42,6 +42,10 @@ from impls.status import STATUSES
 
 SCHEMA_VERSION = 3
 META, ROWS, SAMPLES, LOCK = "meta.json", "rows.csv", "samples.jsonl", ".lock"
+# The case being measured, written before it starts and removed once its row is
+# written: what a run that died without a word (a segfault without --isolate,
+# kill -9) was doing, for --resume to treat with care.
+IN_FLIGHT = "in-flight.json"
 PROBE = ".write-probe-"
 
 # A row cannot be read without these.
@@ -335,6 +339,20 @@ class RunWriter:
         csv.writer(buffer).writerow([_format(row.get(column)) for column in self.columns])
         self._write(self._rows, buffer.getvalue())
         self.written += 1
+        self.end_case()
+
+    def begin_case(self, case: dict) -> None:
+        """Records ``case`` (its case_id and what identifies its strategy) as
+        in flight, before anything of it runs; its row clears it."""
+        write_json_atomic(self.directory / IN_FLIGHT, dict(case, pid=os.getpid()))
+
+    def end_case(self) -> None:
+        """No case in flight: its row is written, or the run stopped in an
+        orderly way (Ctrl-C, SIGTERM, a full disk) rather than crashing."""
+        try:
+            (self.directory / IN_FLIGHT).unlink()
+        except FileNotFoundError:
+            pass
 
     def update_meta(self, **fields) -> None:
         self.meta.update(fields)
@@ -348,6 +366,16 @@ class RunWriter:
                 except OSError:  # a full disk can fail the final flush; every row was fsynced already
                     pass
         self.lock.release()
+
+
+def read_in_flight(directory) -> dict | None:
+    """The case a run was measuring when it died, or None (none recorded, or
+    the record is unreadable: a crash while writing it)."""
+    try:
+        record = json.loads((Path(directory) / IN_FLIGHT).read_text())
+    except (OSError, ValueError, UnicodeDecodeError):
+        return None
+    return record if isinstance(record, dict) and isinstance(record.get("case_id"), str) else None
 
 
 def _header(path: Path) -> tuple[str, ...]:

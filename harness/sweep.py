@@ -24,18 +24,23 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from harness import env, memory, stats, store, timing
-from harness.check import Reference, describe_error, judge, prepare_case, reference
+from harness import check, env, memory, plugins, stats, store, timing
+from harness.check import PHASE_CHECK, Reference, reference
 from harness.config import Case, Config, expand, load_config, measurement_differences, shard
-from harness.errors import ResultError, UsageError
+from harness.errors import ResultError, UsageError, retried_after_import
 from impls.backends import device_present, get_backend, itemsize
-from impls.registry import NotApplicable, get_operator
+from impls.registry import get_operator
 from impls.status import CORRECT, ERROR, SKIPPED, TIMEOUT
 
 # Fraction of the free memory a case may plan to use before it is skipped.
 MEMORY_HEADROOM = 0.8
-# Phases of a case, as the progress display names them.
-PHASE_CHECK, PHASE_PREPARE, PHASE_TIME = "check", "prepare/compile", "time"
+# Phases of a case, as the progress display and phase_s name them (check and
+# prepare/compile: harness/check.py). "adversarial": the strategy's adversarial
+# check, once per strategy, device and dtype in a run, before its first case is timed.
+PHASE_ADVERSARIAL, PHASE_TIME = "adversarial", "time"
+# --isolate: the parent's share of a case (starting the child process, importing);
+# the child's own phases are added to theirs.
+PHASE_ISOLATED = "isolated process"
 
 
 class Interrupted(BaseException):
@@ -96,15 +101,18 @@ def _load_avg() -> float:
 
 def execute_case(case: Case, config: Config, run_id: str, ceiling_gbps: float,
                  ref: Reference | None = None, flush=None,
-                 on_phase: Callable[[str], None] = lambda phase: None) -> CaseResult:
+                 on_phase: Callable[[str], None] = lambda phase: None,
+                 gate: check.StrategyGate | None = None) -> CaseResult:
     """Checks, then times one case. Never raises for a strategy's fault
     (``Interrupted`` and ``KeyboardInterrupt`` do propagate). ``flush``: the
     backend's cache flush for the device, made here unless the caller passes
-    the one it keeps (an isolated case's child has none to pass)."""
+    the one it keeps (an isolated case's child has none to pass). ``gate``:
+    the run's adversarial check; a strategy that fails it is recorded with
+    that failure and never timed (a strategy only interpreted on the device
+    is never timed, so it is not held up by it)."""
     row = base_row(case, run_id, ceiling_gbps)
     strat = get_operator(case.op).strategies[case.strategy]
     backend = get_backend(strat.backend)
-    params = case.params_dict
 
     def finish(status: str, message: str = "", samples=()) -> CaseResult:
         row.update(status=status, message=message, load_avg=_load_avg())
@@ -116,19 +124,20 @@ def execute_case(case: Case, config: Config, run_id: str, ceiling_gbps: float,
     too_big = memory_guard(case)
     if too_big:
         return finish(SKIPPED, too_big)
+    if gate is not None and not strat.interpreted_on(case.device):
+        on_phase(PHASE_ADVERSARIAL)
+        failed = gate.failure(strat, case.device, case.dtype)
+        if failed is not None:
+            return finish(failed.status, failed.message)
     try:
         with timing.deadline(config.timing.timeout_s):
             on_phase(PHASE_CHECK)
             if ref is None:
-                ref = reference(case.op, params, case.dtype, "random", config.seed)
-            on_phase(PHASE_PREPARE)
-            prepared = prepare_case(strat, ref, params, case.dtype, case.device)
-            row["setup_s"] = prepared.setup_s
-            on_phase(PHASE_CHECK)
-            out, row["peak_mem_bytes"] = memory.call_with_peak(prepared.run, backend, case.device)
-            verdict = judge(strat, out, ref, case.dtype, case.device)
-            del out
-            row.update(max_abs_err=verdict.max_abs_err, rel_err=verdict.rel_err)
+                ref = reference(case.op, case.params_dict, case.dtype, "random", config.seed)
+            tried = check.attempt(strat, ref, case.dtype, case.device, peak=True, on_phase=on_phase)
+            verdict = tried.verdict
+            row.update(setup_s=tried.setup_s, peak_mem_bytes=tried.peak_mem_bytes,
+                       max_abs_err=verdict.max_abs_err, rel_err=verdict.rel_err)
             if verdict.status not in CORRECT:
                 return finish(verdict.status, verdict.message)
             if strat.interpreted_on(case.device):
@@ -138,22 +147,11 @@ def execute_case(case: Case, config: Config, run_id: str, ceiling_gbps: float,
             on_phase(PHASE_TIME)
             if flush is None:  # made only now: an unavailable backend's flush may not even import
                 flush = backend.cache_flush(case.device)
-            timed = timing.time_call(prepared.run, backend, case.device, config.timing, flush,
+            timed = timing.time_call(tried.prepared.run, backend, case.device, config.timing, flush,
                                      cross_check=config.timing.cross_check)
-    except NotApplicable as reason:
-        return finish(SKIPPED, str(reason))
-    except timing.CaseTimeout as error:
-        return finish(TIMEOUT, str(error))
-    except (KeyboardInterrupt, Interrupted):
-        raise
-    except SystemExit as error:  # a strategy that exits is an error like any other
-        return finish(ERROR, f"the strategy called sys.exit({error.code!r})")
-    except Exception as error:
-        if backend.is_oom(error):
-            backend.release_memory(case.device)
-            text = str(error).splitlines()[0] if str(error) else "host"
-            return finish(ERROR, "out of memory" + (f": {text}" if text != "host" else " (host)"))
-        return finish(ERROR, describe_error(error))
+    except check.STRATEGY_FAULTS as error:  # a reference too big, a flush failing, a timing call raising
+        failed = check.failure_verdict(error, strat, case.device)
+        return finish(failed.status, failed.message)
     summary = stats.summarize(timed.samples_s)
     row.update(summary.as_row(), host_s=timed.host_s, xcheck_s=timed.xcheck_s, slow_start=timed.slow_start, gbps=stats.gbps(row["bytes"], summary.median_s),
                pct_of_ceiling=stats.pct_of_ceiling(row["bytes"], summary.median_s, ceiling_gbps))
@@ -161,10 +159,19 @@ def execute_case(case: Case, config: Config, run_id: str, ceiling_gbps: float,
 
 
 # ------------------------------------------------------------------ isolation
-def execute_isolated(case: Case, config: Config, run_id: str, ceiling_gbps: float) -> CaseResult:
-    """Runs ``execute_case`` in a fresh interpreter; a crash or hang costs only this case."""
+def execute_isolated(case: Case, config: Config, run_id: str, ceiling_gbps: float,
+                     gate: check.StrategyGate | None = None) -> tuple[CaseResult, dict]:
+    """Runs ``execute_case`` in a fresh interpreter; a crash or hang costs only
+    this case. The child asks ``gate``'s question only when the parent has no
+    answer yet, and its answer comes back into ``gate``. Returns the result
+    and the seconds the child spent per phase."""
     request = {"case": [case.op, case.strategy, case.device, case.dtype, case.params_dict],
-               "config": config.model_dump(), "run_id": run_id, "ceiling_gbps": ceiling_gbps}
+               "config": config.model_dump(), "run_id": run_id, "ceiling_gbps": ceiling_gbps,
+               "gate": None}
+    strat = get_operator(case.op).strategies[case.strategy]
+    if gate is not None:
+        asked, failure = gate.known(strat, case.device, case.dtype)
+        request["gate"] = {"asked": asked, "failure": _verdict_json(failure)}
     # The child's own deadline fires first; this one catches a native hang.
     limit = config.timing.timeout_s + 60
     try:
@@ -174,7 +181,7 @@ def execute_isolated(case: Case, config: Config, run_id: str, ceiling_gbps: floa
     except subprocess.TimeoutExpired:
         result = CaseResult(base_row(case, run_id, ceiling_gbps), [])
         result.row.update(status=TIMEOUT, message=f"isolated case killed after {limit:g} s")
-        return result
+        return result, {}
     lines = [line for line in child.stdout.splitlines() if line.startswith("{")]
     if child.returncode != 0 or not lines:
         result = CaseResult(base_row(case, run_id, ceiling_gbps), [])
@@ -182,9 +189,21 @@ def execute_isolated(case: Case, config: Config, run_id: str, ceiling_gbps: floa
                   else f"exited with status {child.returncode}")
         tail = (child.stderr.strip().splitlines() or [""])[-1][:300]
         result.row.update(status=ERROR, message=f"isolated case {reason}" + (f": {tail}" if tail else ""))
-        return result
+        return result, {}
     answer = json.loads(lines[-1])
-    return CaseResult(answer["row"], answer["samples_s"])
+    if gate is not None and answer.get("gate", {}).get("asked"):
+        gate.remember(strat, case.device, case.dtype, _verdict_of_json(answer["gate"]["failure"]))
+    return CaseResult(answer["row"], answer["samples_s"]), answer.get("phase_s", {})
+
+
+def _verdict_json(verdict) -> dict | None:
+    return None if verdict is None else {"status": verdict.status, "message": verdict.message}
+
+
+def _verdict_of_json(data: dict | None):
+    from impls.common import Verdict
+
+    return None if data is None else Verdict(data["status"], data["message"])
 
 
 def child_main(stdin_text: str) -> None:
@@ -196,24 +215,52 @@ def child_main(stdin_text: str) -> None:
     env.apply_threads(config.threads)
     op, strategy, device, dtype, params = request["case"]
     case = Case(op, strategy, device, dtype, tuple(sorted(params.items())))
-    result = execute_case(case, config, request["run_id"], request["ceiling_gbps"])
+    strat = get_operator(op).strategies[strategy]
+    gate = None
+    if request.get("gate") is not None:
+        gate = check.StrategyGate(config.seed, config.timing.timeout_s)
+        if request["gate"]["asked"]:
+            gate.remember(strat, device, dtype, _verdict_of_json(request["gate"]["failure"]))
+    clock = PhaseClock()
+    result = execute_case(case, config, request["run_id"], request["ceiling_gbps"], on_phase=clock, gate=gate)
     clean = {key: (None if isinstance(value, float) and math.isnan(value) else value)
              for key, value in result.row.items()}
-    print(json.dumps({"row": clean, "samples_s": [float(s) for s in result.samples_s]}), flush=True)
+    answer = {"row": clean, "samples_s": [float(s) for s in result.samples_s], "phase_s": clock.totals()}
+    if gate is not None:
+        asked, failure = gate.known(strat, device, dtype)
+        answer["gate"] = {"asked": asked, "failure": _verdict_json(failure)}
+    print(json.dumps(answer), flush=True)
 
 
 # ---------------------------------------------------------------------- sweep
+def strategy_key(case: Case) -> tuple[str, str, str, str]:
+    """What a crash is blamed on: the strategy, on one device, in one dtype."""
+    return case.op, case.strategy, case.device, case.dtype
+
+
 def run_sweep(cases: list[Case], config: Config, writer, run_id: str, ceilings: dict,
-              isolate: bool = False, on_case=None, on_phase=None) -> list[dict]:
-    """Runs ``cases`` in order, appending each finished case to ``writer``."""
+              isolate: bool = False, on_case=None, on_phase=None,
+              gate: check.StrategyGate | None = None, isolate_keys=frozenset()) -> list[dict]:
+    """Runs ``cases`` in order, appending each finished case to ``writer``;
+    each strategy passes ``gate`` (the run's adversarial check, made here
+    unless the caller keeps its own) before its first case is timed. Each
+    case is recorded in flight before it starts; a case whose
+    ``strategy_key`` is in ``isolate_keys`` (one that crashed the run before)
+    runs in its own process even without ``isolate``."""
     rows = []
     current_group, ref, flushes = None, None, {}
+    gate = gate if gate is not None else check.StrategyGate(config.seed, config.timing.timeout_s)
+    on_phase = on_phase or (lambda phase: None)
     for case in cases:
         if on_case:
             on_case(case, "start")
         ceiling = ceilings.get(case.device, math.nan)
-        if isolate:
-            result = execute_isolated(case, config, run_id, ceiling)
+        writer.begin_case({"case_id": case.case_id, "strategy_key": list(strategy_key(case))})
+        if isolate or strategy_key(case) in isolate_keys:
+            on_phase(PHASE_ISOLATED)
+            result, child_phases = execute_isolated(case, config, run_id, ceiling, gate)
+            if isinstance(on_phase, PhaseClock):
+                on_phase.absorb(child_phases)
         else:
             if case.group != current_group:
                 current_group, ref = case.group, None  # let the previous inputs go first
@@ -226,8 +273,7 @@ def run_sweep(cases: list[Case], config: Config, writer, run_id: str, ceilings: 
             key = (backend.name, case.device)
             if key not in flushes:
                 flushes[key] = backend.cache_flush(case.device)
-            result = execute_case(case, config, run_id, ceiling, ref, flushes[key],
-                                  on_phase or (lambda phase: None))
+            result = execute_case(case, config, run_id, ceiling, ref, flushes[key], on_phase, gate)
         writer.append(result.row, result.samples_s)
         rows.append(result.row)
         if on_case:
@@ -251,7 +297,7 @@ def measure_machine(devices, threads=None) -> tuple[dict, dict]:
         return {}, {}
     request = {"devices": devices, "threads": dict(threads or {})}
     code = ("import json, sys\n"
-            "from impls.registry import load_plugins\n"
+            "from harness.plugins import load_plugins\n"
             "load_plugins()  # a plugin's backend copies for the ceiling too\n"
             "from harness import sweep\n"
             "request = json.loads(sys.stdin.read())\n"
@@ -310,6 +356,9 @@ class RunPlan:
     shard_spec: tuple[int, int] | None = None
     done: int = 0
     notes: list[str] = field(default_factory=list)
+    # Strategies (op, strategy, device, dtype) whose case was in flight when an
+    # earlier attempt at this run died: their cases run isolated from now on.
+    crashed: list[tuple] = field(default_factory=list)
 
 
 def select_cases(config: Config, op: str | None = None, strategies: list[str] | None = None,
@@ -356,6 +405,19 @@ def _why_empty(config: Config) -> str:
             elif not set(strat.dtypes) & set(bench.dtypes or config.dtypes):
                 reasons.append(f"{name} takes {', '.join(strat.dtypes)}")
     return "the selection holds no case" + (f" ({'; '.join(reasons[:3])})" if reasons else "")
+
+
+def crashed_strategies(out_dir: Path, meta: dict, done: set) -> list[tuple]:
+    """The strategies that crashed earlier attempts at a run: those recorded
+    in its meta, and the one whose case was left in flight (unless that
+    case's row was written after all)."""
+    crashed = [tuple(key) for key in meta.get("crashed") or [] if isinstance(key, list) and len(key) == 4]
+    in_flight = store.read_in_flight(out_dir)
+    if in_flight and in_flight["case_id"] not in done:
+        key = in_flight.get("strategy_key")
+        if isinstance(key, list) and len(key) == 4 and tuple(key) not in crashed:
+            crashed.append(tuple(key))
+    return crashed
 
 
 def parse_shard(text: str | None) -> tuple[int, int] | None:
@@ -405,6 +467,11 @@ def plan_run(config_path: str, *, output: str | None = None, resume: str | None 
         cases = [c for c in cases if c.case_id not in done]
         plan = RunPlan(str(config_path), config, cases, out_dir, run_id, True, shard_spec, len(done))
         plan.notes.append(f"resuming {out_dir}: {len(done)} cases done, {len(cases)} to run")
+        plan.crashed = crashed_strategies(out_dir, meta, done)
+        for op, name, device, dtype in plan.crashed:
+            plan.notes.append(f"{op}/{name} ({device}, {dtype}) was running when an earlier attempt at this run "
+                              f"died without a word (a crash in native code, or kill -9): its cases run each in "
+                              f"its own process, as with --isolate")
         return plan
     suffix = f"-shard{shard_spec[0]}of{shard_spec[1]}" if shard_spec else ""
     run_id = new_run_id((config.name or "run") + suffix)
@@ -439,6 +506,8 @@ class _Signals:
 
     @staticmethod
     def _raise(signum, frame):
+        if retried_after_import(signum, frame):
+            return
         raise Interrupted(signal.Signals(signum).name)
 
     def __exit__(self, *exc):
@@ -464,27 +533,40 @@ class PhaseClock:
         if phase and self.forward:
             self.forward(phase)
 
+    def absorb(self, phase_s: dict) -> None:
+        """Adds a child process's seconds per phase, taking them out of the
+        phase in progress (which spanned the child's whole life)."""
+        for phase, seconds in phase_s.items():
+            self.seconds[phase] = self.seconds.get(phase, 0.0) + seconds
+        self.since += sum(phase_s.values())
+
     def totals(self) -> dict:
         self(None)
         return {phase: round(seconds, 3) for phase, seconds in self.seconds.items()}
 
 
 def execute_run(plan: RunPlan, argv: list[str], *, isolate: bool = False, on_start=None, on_case=None,
-                on_phase=None) -> RunOutcome:
+                on_phase=None, on_warning=None) -> RunOutcome:
     """Writes the metadata, measures the ceilings and runs the plan's cases.
     Ctrl-C and SIGTERM end it as ``interrupted``; a full disk ends it with
-    every case written so far intact. Returns what happened."""
+    every case written so far intact. ``on_warning`` hears, in one line, of
+    unpinned thread pools on a loaded machine. Returns what happened."""
     outcome = RunOutcome(plan.out_dir, plan.run_id)
     writer = None
     clock = PhaseClock(on_phase)
     with _Signals():
         try:
             threads = env.apply_threads(plan.config.threads)
+            warning = env.oversubscription_warning(plan.config.threads)
+            if warning and on_warning:
+                on_warning(warning)
             meta = env.run_metadata(threads, plan.config_path, argv)
             meta.update(run_id=plan.run_id, config=plan.config.model_dump(),
                         shard=list(plan.shard_spec) if plan.shard_spec else None, n_cases=len(plan.cases),
-                        isolate=bool(isolate), status="starting")
+                        isolate=bool(isolate), status="starting", plugins=plugins.recorded())
             writer = store.RunWriter(plan.out_dir, meta)
+            if plan.crashed:
+                writer.update_meta(crashed=[list(key) for key in plan.crashed])
             devices = [c.device for c in plan.cases]
             clock("ceilings")
             ceilings, fresh_writes = measure_machine(devices, plan.config.threads)
@@ -495,17 +577,19 @@ def execute_run(plan: RunPlan, argv: list[str], *, isolate: bool = False, on_sta
             if on_start:
                 on_start(ceilings, fresh_writes)
             run_sweep(plan.cases, plan.config, writer, plan.run_id, ceilings, isolate=isolate,
-                      on_case=on_case, on_phase=clock)
+                      on_case=on_case, on_phase=clock, isolate_keys=frozenset(plan.crashed))
             writer.update_meta(status="complete", end_time=env.now_iso(), load_avg_end=env.load_average(),
                                phase_s=clock.totals())
         except (KeyboardInterrupt, Interrupted) as signal_error:
             outcome.interrupted = getattr(signal_error, "signal_name", "SIGINT")
             if writer is not None:
+                _safely(writer.end_case)  # stopped in an orderly way: the case was not a crash
                 _safely(writer.update_meta, status="interrupted", interrupted_by=outcome.interrupted)
         except OSError as error:
             if error.errno not in (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EIO) or writer is None:
                 raise ResultError(f"{plan.out_dir}: {store.describe_os_error(error, plan.out_dir)}") from None
             outcome.disk_full = store.describe_os_error(error, plan.out_dir)
+            _safely(writer.end_case)
             _safely(writer.update_meta, status="interrupted", interrupted_by=outcome.disk_full)
         finally:
             if writer is not None:

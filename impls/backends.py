@@ -22,6 +22,7 @@ from __future__ import annotations
 import functools
 import importlib.util
 import os
+import sys
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
@@ -180,13 +181,21 @@ class Backend:
 BACKENDS: dict[str, Backend] = {}
 
 
+# The module that registered each backend: registering again from the same one
+# (a notebook cell re-run, importlib.reload) replaces it; from another, it clashes.
+BACKEND_MODULES: dict[str, str] = {}
+
+
 def register_backend(backend: Backend) -> Backend:
-    if backend.name in BACKENDS:
-        raise ValueError(f"backend {backend.name!r} registered twice")
+    module = sys._getframe(1).f_globals.get("__name__", "?")
+    if backend.name in BACKENDS and BACKEND_MODULES.get(backend.name) != module:
+        raise ValueError(f"backend {backend.name!r} registered twice: by {BACKEND_MODULES.get(backend.name, '?')} "
+                         f"and by {module}; rename one")
     unknown = [d for d in backend.dtypes if d not in DTYPES]
     if unknown:
         raise ValueError(f"backend {backend.name!r}: unknown dtypes {unknown}")
     BACKENDS[backend.name] = backend
+    BACKEND_MODULES[backend.name] = module
     return backend
 
 

@@ -144,3 +144,10 @@ def match(strategy, verdict, *, device: str, dtype: str, layout: str, mode: str,
                                            layout=layout, mode=mode)):
             return defect
     return None
+
+
+def for_operators(ops, records=DEFECTS) -> list:
+    """The defects among ``records`` of strategies of ``ops`` (what a report
+    covering only those operators lists)."""
+    wanted = set(ops)
+    return [defect for defect in records if str(getattr(defect, "strategy", "")).split("/", 1)[0] in wanted]

@@ -172,7 +172,8 @@ def _compare_indices(got, expected, ref_values, x, ties: str, k: int) -> Verdict
                                                   (common.INDEX, wrong & ~zero_for_neg_inf)) if mask.any())
         detail = (" (index 0 for an all -inf window away from the origin)"
                   if kinds == {common.NEG_INF_WINDOW_INDEX_0} else "")
-        return Verdict("mismatch", f"indices ({ties} ties): {int(wrong.sum())} wrong{detail}; "
+        rule = "any" if ties == "any" else "first"  # undeclared ties are held to the contract's first maximum
+        return Verdict("mismatch", f"indices ({rule} ties): {int(wrong.sum())} wrong{detail}; "
                        + common.first_difference(got, expected, wrong), differences=kinds)
     return Verdict("ok")
 
@@ -212,7 +213,7 @@ OP = register_operator(Operator(
             ParamSpec("k", doc="window and stride")),
     generate=generate, oracle=oracle, bytes_moved=bytes_moved, compare=compare,
     validate=validate, reference="torch_max_pool2d_indices", layout_keys=("x",),
-    check_cases=check_cases))
+    check_cases=check_cases, outputs=("values+indices", "values")))
 
 
 def _cropped(x, k):

@@ -16,10 +16,12 @@ optional backend (triton, numba, pytensor), which strategies load lazily.
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
 from impls.backends import BACKENDS, DTYPES, LAYOUTS, NotApplicable, convert, devices, get_backend
+from impls.status import CORRECT
 
 __all__ = ["BACKENDS", "DTYPES", "devices", "NotApplicable", "Operator", "ParamSpec", "Strategy",
            "all_strategies", "check_registry", "compiled", "get_operator", "register_operator", "strategy"]
@@ -34,8 +36,10 @@ class Strategy:
     source: str  # "seed 000 updateOutput", or "added"
     devices: tuple[str, ...]
     dtypes: tuple[str, ...]
-    returns: str = "output"  # maxpool2d: "values" or "values+indices"
-    ties: str = "n/a"  # maxpool2d: "first" or "any"
+    # Which of the operator's outputs it returns (``Operator.outputs``); the
+    # decorator's default is the whole output, so only a partial one is declared.
+    returns: str = "output"  # maxpool2d: "values+indices" (whole) or "values"
+    ties: str = "n/a"  # maxpool2d: "first" (the contract) or "any"
     seed: bool = False  # one of the seeds' own strategies
     doc: str = ""
     # Extra bytes of temporaries per byte of operator traffic, for the memory guard.
@@ -100,6 +104,12 @@ class Operator:
     layout_keys: tuple[str, ...] = ()
     check_layouts: tuple[str, ...] = LAYOUTS
     strategies: dict[str, Strategy] = field(default_factory=dict)
+    # What a strategy may return, the whole output first: every strategy
+    # returns the whole output unless it declares ``returns=`` one of the others
+    # (maxpool2d: ("values+indices", "values")). A partial one does less work
+    # and is never ranked against the others.
+    outputs: tuple[str, ...] = ("output",)
+    module: str = ""  # the module that registered it (set by register_operator)
     # Check cases beyond check_cases x MODES: () -> list of dicts with keys
     #   params   the parameter dict;
     #   modes    the generator modes to draw inputs in (a mode may be the operator's own,
@@ -118,16 +128,35 @@ class Operator:
         return next((s.name for s in self.strategies.values() if s.baseline), None)
 
     @property
-    def whole_output(self) -> str | None:
-        """What the operator returns in full: its baseline's ``returns``."""
-        return next((s.returns for s in self.strategies.values() if s.baseline), None)
+    def whole_output(self) -> str:
+        """What the operator returns in full: the first of its ``outputs``."""
+        return self.outputs[0]
 
     def partial(self, name: str) -> bool:
         """Whether strategy ``name`` returns less than the whole output
         (maxpool2d values without indices): it does less work, so it is
         never ranked against the others as the fastest."""
+        return self.unranked_reason(name) is not None
+
+    def unranked_reason(self, name: str) -> str | None:
+        """Why strategy ``name`` is never ranked against the others, in words
+        a report can print after its name; None for a ranked strategy."""
         strat = self.strategies.get(name)
-        return bool(strat and self.whole_output and strat.returns != self.whole_output)
+        if strat is None or strat.returns == self.whole_output:
+            return None
+        return (f"it returns {strat.returns} only, not {self.whole_output} (declared returns={strat.returns!r}), "
+                f"so it does less work")
+
+    def missing_baseline(self, statuses: Mapping[str, str]) -> str | None:
+        """Why a case's speedups over the seed's original cannot be given,
+        from its strategies' statuses (name -> status); None when the
+        baseline ran and passed, so they can."""
+        status = statuses.get(self.baseline)
+        if status is None:
+            return f"the seed's original, {self.baseline}, was not among the strategies run"
+        if status not in CORRECT:
+            return f"the seed's original, {self.baseline}, is {status} here"
+        return None
 
     def layouts(self, backend: str) -> tuple[str, ...]:
         offered = get_backend(backend).layouts
@@ -140,35 +169,71 @@ class Operator:
 OPERATORS: dict[str, Operator] = {}
 
 
+def defined_at(fn) -> str:
+    """Where a function was defined, as ``module (file:line)``: what a
+    registration clash names."""
+    code = getattr(fn, "__code__", None)
+    where = f" ({code.co_filename}:{code.co_firstlineno})" if code else ""
+    return f"{getattr(fn, '__module__', '?')}{where}"
+
+
+def _same_source(old, new) -> bool:
+    """Two functions from the same module under the same name: the same
+    definition run again (a notebook cell re-run, ``importlib.reload``)."""
+    return (getattr(old, "__module__", None), getattr(old, "__qualname__", None)) == \
+        (getattr(new, "__module__", None), getattr(new, "__qualname__", None))
+
+
 def register_operator(op: Operator) -> Operator:
-    if op.name in OPERATORS:
-        raise ValueError(f"operator {op.name!r} registered twice")
+    """Registers ``op``. Registering it again from the same module (a notebook
+    cell re-run, ``importlib.reload``) replaces it and keeps its strategies;
+    the same name from another module is an error naming both."""
+    op.module = sys._getframe(1).f_globals.get("__name__", "?")
+    old = OPERATORS.get(op.name)
+    if old is not None:
+        if old.module != op.module:
+            raise ValueError(f"operator {op.name!r} registered twice: by {old.module} and by "
+                             f"{op.module}; rename one")
+        op.strategies.update({name: strat for name, strat in old.strategies.items() if name not in op.strategies})
+    if not op.outputs:
+        raise ValueError(f"operator {op.name!r}: outputs is empty (give at least the whole output's name)")
     OPERATORS[op.name] = op
     return op
 
 
 def strategy(op: str, *, backend: str, source: str = "added", devices=None,
-             dtypes=None, returns: str = "output", ties: str = "n/a",
+             dtypes=None, returns: str | None = None, ties: str = "n/a",
              name: str | None = None, temp_factor: float = 1.0, quick_check: bool = False,
              baseline: bool = False, builtin: bool = False, requires: tuple[str, ...] = ()):
-    """Decorator registering ``prepare`` as a strategy of operator ``op``."""
+    """Decorator registering ``prepare`` as a strategy of operator ``op``.
+
+    ``returns``: which of the operator's ``outputs`` it returns; left out, the
+    whole output (the check then holds it to all of it). Registering the same
+    function again from the same module replaces it; another function under
+    a name already taken is an error naming both."""
 
     def decorate(prepare):
         if backend not in BACKENDS:
             raise ValueError(f"unknown backend {backend!r}; known: {', '.join(sorted(BACKENDS))}")
         operator = get_operator(op)
         strategy_name = name or prepare.__name__
-        if strategy_name in operator.strategies:
-            raise ValueError(f"strategy {op}/{strategy_name} registered twice")
-        if baseline and operator.baseline:
+        old = operator.strategies.get(strategy_name)
+        if old is not None and not _same_source(old.prepare, prepare):
+            raise ValueError(f"strategy {op}/{strategy_name} registered twice: by {defined_at(old.prepare)} and by "
+                             f"{defined_at(prepare)}; rename one (name=...)")
+        if baseline and operator.baseline not in (None, strategy_name):
             raise ValueError(f"strategy {op}/{strategy_name}: {op} already has a baseline "
                              f"({operator.baseline}); an operator has exactly one")
+        output = returns or operator.whole_output
+        if output not in operator.outputs:
+            raise ValueError(f"strategy {op}/{strategy_name}: returns={output!r} is not one of {op}'s outputs "
+                             f"({', '.join(map(repr, operator.outputs))})")
         record = get_backend(backend)
         doc = (prepare.__doc__ or "").strip()
         operator.strategies[strategy_name] = Strategy(
             op=op, name=strategy_name, backend=backend, prepare=prepare,
             source=source, devices=tuple(devices or record.devices),
-            dtypes=tuple(dtypes or record.dtypes), returns=returns,
+            dtypes=tuple(dtypes or record.dtypes), returns=output,
             ties=ties, seed=source.startswith("seed"), doc=doc,
             temp_factor=temp_factor, quick_check=quick_check, baseline=baseline, builtin=builtin,
             requires=tuple(requires))
@@ -190,29 +255,23 @@ def check_registry() -> None:
         if op.reference not in op.strategies:
             raise ValueError(f"operator {op.name!r}: reference strategy {op.reference!r} is not one of its "
                              f"strategies ({', '.join(op.strategies)})")
+        for strat in op.strategies.values():
+            if strat.returns not in op.outputs:
+                raise ValueError(f"strategy {strat.key}: returns={strat.returns!r} is not one of {op.name}'s "
+                                 f"outputs ({', '.join(map(repr, op.outputs))})")
 
 
-PLUGINS_VARIABLE = "SCATTERBENCH_PLUGINS"
+def speedup_note(op: str, statuses: Mapping[str, str]) -> str | None:
+    """Why a case of ``op`` has no speedups over the seed's original (its
+    strategies' statuses by name), or None when it has them."""
+    if op not in OPERATORS:
+        return f"{op} is not registered here (its plugin is not loaded), so its seed's original is unknown"
+    return OPERATORS[op].missing_baseline(statuses)
 
 
-def load_plugins() -> None:
-    """Imports the built-in operators, then the modules named in
-    SCATTERBENCH_PLUGINS (comma-separated), which register extra backends,
-    operators and strategies, and checks the registry. Every process of a run
-    calls it (the CLI, an isolated case's child, the ceiling's child), so a
-    plugin's backend is known wherever it is measured. Raises ValueError
-    naming the module or the registry's problem."""
-    import importlib
-    import os
-
-    import impls  # noqa: F401  (the built-in strategies first)
-
-    for name in filter(None, (part.strip() for part in os.environ.get(PLUGINS_VARIABLE, "").split(","))):
-        try:
-            importlib.import_module(name)
-        except ImportError as error:
-            raise ValueError(f"cannot import {name!r}: {error}") from None
-    check_registry()
+def unranked_reason(op: str, name: str) -> str | None:
+    """Why ``op``'s strategy ``name`` is not ranked (``Operator.unranked_reason``); None when it is."""
+    return OPERATORS[op].unranked_reason(name) if op in OPERATORS else None
 
 
 def get_operator(name: str) -> Operator:

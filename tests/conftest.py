@@ -47,7 +47,8 @@ def planted():
 
     def plant(op: str, name: str, prepare, backend: str = "numpy", **fields):
         operator = get_operator(op)
-        defaults = dict(source="test", devices=("cpu",), dtypes=("float32", "float64"))
+        # returns: the whole output unless declared, as @strategy does
+        defaults = dict(source="test", devices=("cpu",), dtypes=("float32", "float64"), returns=operator.whole_output)
         defaults.update(fields)
         operator.strategies[name] = Strategy(op=op, name=name, backend=backend, prepare=prepare, **defaults)
         added.append((operator, name))

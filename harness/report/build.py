@@ -7,7 +7,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from harness import analysis, store
+from harness import analysis, plugins, store
 from harness.errors import ResultError
 from harness.format import params_label, slug
 from harness.report.document import Doc, render_html, render_markdown
@@ -59,8 +59,8 @@ def runs_section(doc: Doc, rows, metas: list[dict]) -> None:
     if slow_started:
         doc.para(slow_started)
     doc.para("Reproduce each run with:")
-    doc.code("\n".join(f"make venv && .venv/bin/python -m harness run {m.get('config_file', '?')}"
-                       for m in metas))
+    doc.code("\n".join(f"make venv && {(plugins.env_setting(m) + ' ') if plugins.env_setting(m) else ''}"
+                       f".venv/bin/python -m harness run {m.get('config_file', '?')}" for m in metas))
 
 
 def case_section(doc: Doc, group, figures: FigureDir | None) -> None:

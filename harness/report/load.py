@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import sys
+
 import pandas as pd
 
-from harness import store
+from harness import plugins, store
 from harness.analysis import with_speedups
 from harness.errors import ResultError
 from harness.format import params_label
@@ -16,6 +18,9 @@ def load(dirs) -> tuple[pd.DataFrame, list[dict]]:
     for directory in dirs:
         meta, rows, _samples = store.read_run(directory)
         meta = dict(meta, directory=str(directory))
+        meta["plugins_missing"] = plugins.load_recorded(meta)  # before the registry is asked anything
+        for line in meta["plugins_missing"]:
+            print(f"report: {line}", file=sys.stderr)
         metas.append(meta)
         if rows.empty:
             continue

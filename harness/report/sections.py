@@ -15,6 +15,8 @@ from harness.analysis import (TIMERS_DISAGREE, UNSTABLE, XCHECK_TOLERANCE, clear
 from harness.format import fmt_num, fmt_ratio, fmt_time, md_escape, params_label
 from harness.report.document import Doc
 from harness.runmeta import RunMeta
+from impls.defects import for_operators
+from impls.registry import speedup_note, unranked_reason
 from impls.backends import BACKENDS, devices, threads_text
 from impls.status import FAILED, INEXACT, UPSTREAM_DEFECT
 
@@ -61,6 +63,7 @@ def case_table(group: pd.DataFrame) -> tuple[list[str], list[list[str]], int | N
     header = ["strategy", "backend", "status", "median", "IQR", "n"] + (["host/call"] if with_host else []) \
         + (["do_bench", "ours / do_bench"] if with_xcheck else []) \
         + ["GB/s", "% of ceiling", "× seed", "rel err", "max abs err", "source", "message"]
+    no_speedup = speedup_note(group["op"].iloc[0], dict(zip(group["strategy"], group["status"])))
     rows, best = [], None
     fastest = analysis.fastest(group)
     for index, (_, r) in enumerate(ordered.iterrows()):
@@ -77,10 +80,13 @@ def case_table(group: pd.DataFrame) -> tuple[list[str], list[list[str]], int | N
             ratio = xcheck_ratio(r)
             cells += [fmt_time(r["xcheck_s"]),
                       fmt_num(ratio, 3) + (f" {TIMERS_DISAGREE.mark}" if timers_disagree(r) else "")]
-        rows.append(cells + [fmt_num(r["gbps"]), fmt_num(r["pct_of_ceiling"], 3, " %"), fmt_ratio(r["speedup"]),
+        rows.append(cells + [fmt_num(r["gbps"]), fmt_num(r["pct_of_ceiling"], 3, " %"),
+                             "" if no_speedup else fmt_ratio(r["speedup"]),
                              fmt_num(r["rel_err"], 2), fmt_num(r["max_abs_err"], 2), r["source"],
                              str(r["message"])[:120]])
     notes = [UNSTABLE_NOTE] if any(unstable(r) for _, r in ordered.iterrows()) else []
+    if no_speedup:
+        notes.append(f"× seed is blank: {no_speedup}.")
     if with_xcheck and any(timers_disagree(r) for _, r in ordered.iterrows()):
         notes.append(XCHECK_NOTE)
     return header, rows, best, notes
@@ -147,8 +153,8 @@ def verdict(op: str, case: pd.DataFrame, where: str) -> str:
     if unstable(best):
         text += f" (its timing is unstable: IQR {100 * stats.rel_iqr(best['iqr_s'], best['median_s']):.0f} % of the median)"
     if len(partial):
-        names = ", ".join(f"{r['strategy']} ({fmt_time(r['median_s'])})" for _, r in partial.iterrows())
-        text += f"; not ranked, as they return less than {whole}: {names}"
+        text += "; not ranked: " + "; ".join(f"{r['strategy']} ({fmt_time(r['median_s'])}), as "
+                                             f"{unranked_reason(op, r['strategy'])}" for _, r in partial.iterrows())
     strat = analysis.strategy(op, best["strategy"])
     if strat and strat.doc:
         text += ". Why: " + plain_doc(strat.doc)
@@ -214,8 +220,9 @@ def ceiling_cell(meta: dict) -> str:
 
 
 def run_warnings(meta: dict) -> list[str]:
-    """Why a run's numbers may be pessimistic: a busy machine, a low ceiling."""
-    run, warnings = meta.get("run_id", "?"), []
+    """Why a run's numbers may be pessimistic: a busy machine, a low ceiling;
+    and what the report lacks for a run whose plugins are not here."""
+    run, warnings = meta.get("run_id", "?"), [f"Warning: {line}." for line in meta.get("plugins_missing", [])]
     count = analysis.cores(meta)
     loads = [("at the start", (_loads(meta.get("load_avg_start")) or [None])[0]),
              ("at the end", (_loads(meta.get("load_avg_end")) or [None])[0]),
@@ -340,7 +347,7 @@ def defects_section(doc: Doc, rows: pd.DataFrame, metas: list[dict]) -> None:
     """Every known library defect with its condition, the affected and the
     installed versions, a description and a minimal reproduction; then the
     rows these runs recorded as upstream-defect, with their messages."""
-    registry = known_defects() or []
+    registry = for_operators(set(rows["op"]), known_defects() or [])
     observed = rows[rows["status"] == UPSTREAM_DEFECT]
     if not registry and observed.empty:
         return

@@ -6,12 +6,15 @@ import pytest
 
 import scatterbench
 
+# Pinned: unpinned threads on the shared VM would (rightly) warn, nondeterministically.
+PINNED = {"torch": 1, "blas": 1, "numba": 1}
+
 pytestmark = pytest.mark.slow  # subprocesses, sweeps or compiles: `make test` runs them, `make test-fast` does not
 
 
 def test_bench_checks_times_and_plots_a_sweep():
     result = scatterbench.bench("dispersion", ["seed_loop", "torch_index_add", "numpy_loop"], B=1, C=[2, 4, 8],
-                                H=8, W=8, S=1, timing={"budget_s": 0.01, "warmup_s": 0})
+                                H=8, W=8, S=1, timing={"budget_s": 0.01, "warmup_s": 0}, threads=PINNED)
     assert len(result.rows) == 9 and set(result.rows["status"]) == {"ok"}
     assert result.rows["median_s"].gt(0).all()
     assert sorted({json.loads(p)["C"] for p in result.rows["params"]}) == [2, 4, 8]
@@ -30,10 +33,12 @@ def test_bench_checks_times_and_plots_a_sweep():
 def test_bench_writes_a_result_directory_when_asked(tmp_path):
     from harness.store import read_run
 
-    scatterbench.bench("maxpool2d", ["torch_max_pool2d_indices"], N=1, C=1, H=8, W=8, k=2, check_first=False,
+    scatterbench.bench("maxpool2d", ["torch_max_pool2d_indices"], N=1, C=1, H=8, W=8, k=2, threads=PINNED,
                        plot=False, timing={"budget_s": 0.01, "warmup_s": 0}, out=tmp_path / "run")
     meta, rows, samples = read_run(tmp_path / "run")
     assert len(rows) == 1 and rows["status"].iloc[0] == "ok" and len(samples) == 1
     # It reads like a directory `run` wrote: finished, and its rows carry its run id.
     assert meta["status"] == "complete" and meta.get("end_time")
+    # Its thread settings and its adversarial check's cost, as a run records them.
+    assert meta["threads"] == PINNED and meta["phase_s"]["adversarial"] > 0
     assert set(rows["run_id"]) == {meta["run_id"]}

@@ -313,3 +313,30 @@ def test_an_index_to_a_nan_of_another_window_is_caught(planted, ties):
     strat = planted("maxpool2d", f"other_nan_{ties}", oracle_based(other_nan), returns="values+indices", ties=ties)
     ref = Reference({"x": plane}, maxpool2d.oracle({"x": plane}, x_params), params=x_params)
     assert check_strategy(strat, x_params, "float32", "cpu", ref).status == "mismatch"
+
+
+def test_check_says_how_many_failures_it_did_not_print(planted, tiny_config, capsys, monkeypatch):
+    """At most 20 FAIL lines, then how many more and how to see them (21 of 41 were hidden without a word)."""
+    from harness import cli
+
+    def broken(inputs, params):
+        def run():
+            raise RuntimeError("kernel exploded")
+        return run
+
+    planted("maxpool2d", "broken_everywhere", broken)
+    monkeypatch.setattr(cli, "_terminate_like_interrupt", lambda: None)  # leave pytest's SIGTERM alone
+    config = tiny_config("""
+benchmarks:
+  - op: maxpool2d
+    strategies: [broken_everywhere]
+    params: {N: 1, C: 1, H: 4, W: 4, k: 2}
+""")
+    assert cli.main(["check", str(config), "--no-progress"]) == 1
+    out = capsys.readouterr().out
+    failed = int(out.split(" checks, ")[1].split(" failed")[0])
+    assert failed > 20 and out.count("\nFAIL maxpool2d/broken_everywhere") == 20
+    assert f"…and {failed - 20} more failures (see --all)" in out
+    assert cli.main(["check", str(config), "--no-progress", "--all"]) == 1
+    out = capsys.readouterr().out
+    assert out.count("\nFAIL maxpool2d/broken_everywhere") == failed and "more failures" not in out

@@ -59,7 +59,7 @@ def test_run_writes_every_spec_column_and_a_summary(tiny_config, tmp_path):
                 "versions", "threads", "config_file", "ceilings_gbps"):
         assert key in meta, key
     assert meta["threads"]["torch"] == 1 and meta["status"] == "complete"
-    assert set(meta["phase_s"]) >= {"ceilings", "check", "prepare/compile", "time"}
+    assert set(meta["phase_s"]) >= {"ceilings", "adversarial", "check", "prepare/compile", "time"}
     assert meta["hardware"]["cpu_model"] and meta["load_avg_start"] is not None
     assert rows["host_s"].notna().all() and rows["load_avg"].notna().all()
     assert set(meta["fresh_write_gbps"]) == {"numpy", "torch"}
@@ -219,3 +219,32 @@ def test_the_progress_line_keeps_its_count_and_eta_at_any_width(width):
         progress.refresh()
     line = [line for line in console.export_text().splitlines() if "7/82" in line][-1]
     assert len(line) <= width and "eta" in line and "7/82" in line, line
+
+
+def test_sigterm_inside_an_import_is_raised_once_the_import_is_done(tmp_path, monkeypatch):
+    """A library's import may swallow the KeyboardInterrupt a SIGTERM raises
+    in it (``import torch`` does), and `check` then ran to the end with exit 0.
+    The handler sends the signal again once the import is over."""
+    import signal
+    import time
+
+    from harness import cli
+
+    (tmp_path / "swallowing_import.py").write_text(
+        "import os, signal, time\n"
+        "try:\n"
+        "    os.kill(os.getpid(), signal.SIGTERM)\n"
+        "    time.sleep(0.3)\n"
+        "except BaseException:  # what a library's import may do\n"
+        "    pass\n"
+        "DONE = True\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    previous = cli._terminate_like_interrupt()
+    try:
+        with pytest.raises(KeyboardInterrupt, match="SIGTERM"):
+            import swallowing_import  # noqa: F401
+            time.sleep(5)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        module = sys.modules.pop("swallowing_import", None)
+    assert module is not None and module.DONE

@@ -1,0 +1,234 @@
+"""Plugins as an outside author writes them (issue 24): loaded by module name
+or file path, failures naming the plugin and its line, a strategy's error
+naming its own line, re-registration from a notebook or importlib.reload,
+clashes between two sources, and the record a run keeps of its plugins."""
+
+import importlib
+import sys
+import textwrap
+
+import pytest
+
+import impls  # noqa: F401  (the built-in strategies)
+from harness import plugins
+from harness.check import check_strategy, reference
+from harness.errors import UsageError
+from impls.backends import BACKEND_MODULES, BACKENDS
+from impls.registry import OPERATORS, get_operator
+
+MAXPOOL_STRATEGY = '''
+from impls import maxpool2d
+from impls.registry import strategy
+
+
+@strategy("maxpool2d", backend="numpy", source="test")
+def {name}(inputs, params):
+    """Correct: the suite's own window view."""
+    return maxpool2d.numpy_sliding_window(inputs, params)
+'''
+
+
+@pytest.fixture
+def registry(tmp_path):
+    """Whatever a test registers, and the plugins it imports, are gone afterwards."""
+    operators = {name: (op, dict(op.strategies)) for name, op in OPERATORS.items()}
+    backends, backend_modules, modules = dict(BACKENDS), dict(BACKEND_MODULES), set(sys.modules)
+    yield
+    OPERATORS.clear()
+    for name, (op, strategies) in operators.items():
+        op.strategies.clear()
+        op.strategies.update(strategies)
+        OPERATORS[name] = op
+    BACKENDS.clear()
+    BACKENDS.update(backends)
+    BACKEND_MODULES.clear()
+    BACKEND_MODULES.update(backend_modules)
+    for name in set(sys.modules) - modules:
+        if str(getattr(sys.modules[name], "__file__", None) or "").startswith(str(tmp_path)):
+            del sys.modules[name]
+
+
+def write(path, text):
+    path.write_text(textwrap.dedent(text).lstrip())
+    return path
+
+
+def test_a_plugin_loads_from_a_file_path_and_is_recorded_with_its_hash(tmp_path, registry, monkeypatch):
+    plugin = write(tmp_path / "by_path_plugin.py", MAXPOOL_STRATEGY.format(name="by_path_max"))
+    monkeypatch.setenv(plugins.ENV, str(plugin))
+    plugins.load_plugins()
+    assert "by_path_max" in get_operator("maxpool2d").strategies
+    record = next(r for r in plugins.recorded() if r["module"] == "by_path_plugin")
+    assert record["file"] == str(plugin.resolve()) and record["sha256"] == plugins.sha256(plugin)
+    assert plugins.env_setting({"plugins": [record]}) == f"SCATTERBENCH_PLUGINS={plugin.resolve()}"
+    plugins.load_plugins()  # a second load (an isolated child, bench() after the CLI) is a no-op
+
+
+@pytest.mark.parametrize("body,line,error", [
+    ("import numpy\n\nVALUE = undefined_name\n", 3, "NameError: name 'undefined_name' is not defined"),
+    ("import numpy\n\ndef broken(:\n    pass\n", 3, "SyntaxError"),
+    ("x = {}\ny = x['missing']\n", 2, "KeyError: 'missing'"),
+])
+def test_a_plugin_that_fails_to_import_is_named_with_its_line(tmp_path, registry, body, line, error):
+    plugin = write(tmp_path / "failing_plugin.py", body)
+    with pytest.raises(UsageError) as raised:
+        plugins.load_plugins(str(plugin))
+    message = str(raised.value)
+    assert message.startswith(f"SCATTERBENCH_PLUGINS: plugin '{plugin}' failed to import: "), message
+    assert error in message and f"(at {plugin.resolve()}:{line})" in message, message
+    assert "failing_plugin" not in sys.modules  # a half-imported plugin is not left behind
+
+
+def test_a_plugin_registering_a_taken_name_is_named_with_its_line(tmp_path, registry):
+    plugin = write(tmp_path / "clash_plugin.py", MAXPOOL_STRATEGY.format(name="seed_loops"))
+    with pytest.raises(UsageError) as raised:
+        plugins.load_plugins(str(plugin))
+    message = str(raised.value)
+    assert "strategy maxpool2d/seed_loops registered twice: by impls.maxpool2d" in message, message
+    assert "and by clash_plugin" in message and f"(at {plugin.resolve()}:5)" in message, message
+
+
+def test_a_missing_plugin_says_what_would_be_found_and_how(tmp_path, registry):
+    with pytest.raises(UsageError, match=r"cannot import 'no_such_module_x': no module named 'no_such_module_x' "
+                                         r"on the import path \(add its folder to PYTHONPATH, or name the file"):
+        plugins.load_plugins("no_such_module_x")
+    with pytest.raises(UsageError, match="cannot import '.*/nowhere.py': no such file"):
+        plugins.load_plugins(str(tmp_path / "nowhere.py"))
+
+
+def test_a_strategys_exception_names_the_strategys_own_file_and_line(tmp_path, registry):
+    plugin = write(tmp_path / "raising_plugin.py", '''
+        from impls.registry import strategy
+
+
+        @strategy("maxpool2d", backend="numpy", source="test")
+        def raising(inputs, params):
+            def run():
+                return inputs["x"] / inputs["no such input"]
+            return run
+        ''')
+    plugins.load_plugins(str(plugin))
+    params = dict(N=1, C=1, H=4, W=4, k=2)
+    verdict = check_strategy(get_operator("maxpool2d").strategies["raising"], params, "float32", "cpu",
+                             reference("maxpool2d", params, "float32", "random", 0))
+    assert verdict.status == "error"
+    assert verdict.message == f"KeyError: 'no such input' (at {plugin.resolve()}:7)", verdict.message
+
+
+def test_reloading_a_plugin_or_rerunning_a_notebook_cell_replaces_its_strategy(tmp_path, registry, monkeypatch):
+    plugin = write(tmp_path / "reloaded_plugin.py", MAXPOOL_STRATEGY.format(name="reloaded_max"))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    module = importlib.import_module("reloaded_plugin")
+    first = get_operator("maxpool2d").strategies["reloaded_max"].prepare
+    importlib.reload(module)
+    assert get_operator("maxpool2d").strategies["reloaded_max"].prepare is not first
+    # A notebook cell run twice: the same function name in the same module (__main__ there).
+    cell = compile(MAXPOOL_STRATEGY.format(name="cell_max"), "<cell 1>", "exec")
+    namespace = {"__name__": "notebook_main"}
+    exec(cell, namespace)
+    exec(cell, namespace)
+    assert get_operator("maxpool2d").strategies["cell_max"].prepare is namespace["cell_max"]
+
+
+def test_the_same_name_from_two_sources_is_still_an_error_naming_both(tmp_path, registry):
+    cell = MAXPOOL_STRATEGY.format(name="twice_max")
+    exec(compile(cell, "<a>", "exec"), {"__name__": "module_a"})
+    with pytest.raises(ValueError, match=r"strategy maxpool2d/twice_max registered twice: by module_a \(<a>:6\) "
+                                         r"and by module_b \(<b>:6\); rename one"):
+        exec(compile(cell, "<b>", "exec"), {"__name__": "module_b"})
+
+
+def test_an_operator_registered_again_from_its_module_keeps_its_strategies(registry):
+    from impls.registry import Operator, ParamSpec, register_operator, strategy
+
+    def define():
+        return Operator(name="toy", doc="", params=(ParamSpec("n"),), generate=None, oracle=None,
+                        bytes_moved=None, compare=None, validate=None, check_cases=list, reference="toy_one")
+
+    register_operator(define())
+    strategy("toy", backend="numpy")(lambda inputs, params: None)
+    register_operator(define())  # the cell defining the operator, run again
+    assert list(get_operator("toy").strategies) == ["<lambda>"]
+    with pytest.raises(ValueError, match="operator 'toy' registered twice: by .*test_plugins and by elsewhere"):
+        exec("register_operator(define())", {"__name__": "elsewhere", "register_operator": register_operator,
+                                             "define": define})
+
+
+def test_a_backend_registered_again_from_its_module_replaces_it(registry):
+    from dataclasses import replace
+
+    from impls.backends import register_backend
+
+    copy = replace(BACKENDS["numpy"], name="numpy_again")
+    register_backend(copy)
+    register_backend(replace(copy, colour="black"))  # the cell run again
+    assert BACKENDS["numpy_again"].colour == "black"
+    with pytest.raises(ValueError, match="backend 'numpy_again' registered twice: by .*test_plugins and by elsewhere"):
+        exec("register_backend(copy)", {"__name__": "elsewhere", "register_backend": register_backend, "copy": copy})
+
+
+def test_returns_defaults_to_the_whole_output_and_must_name_an_output(registry):
+    from impls.registry import strategy
+
+    op = get_operator("maxpool2d")
+    strategy("maxpool2d", backend="numpy", name="undeclared")(lambda inputs, params: None)
+    assert op.strategies["undeclared"].returns == "values+indices" and not op.partial("undeclared")
+    assert op.unranked_reason("torch_max_pool2d") == ("it returns values only, not values+indices "
+                                                      "(declared returns='values'), so it does less work")
+    with pytest.raises(ValueError, match=r"returns='values,indices' is not one of maxpool2d's outputs "
+                                         r"\('values\+indices', 'values'\)"):
+        strategy("maxpool2d", backend="numpy", name="typo", returns="values,indices")(lambda inputs, params: None)
+
+
+def test_recorded_plugins_load_for_a_report_or_say_in_one_line_what_is_missing(tmp_path, registry):
+    plugin = write(tmp_path / "recorded_plugin.py", MAXPOOL_STRATEGY.format(name="recorded_max"))
+    record = {"module": "recorded_plugin", "file": str(plugin), "sha256": plugins.sha256(plugin)}
+    # Same file, same hash: loaded.
+    assert plugins.load_recorded({"plugins": [record]}, "run-a") == []
+    assert "recorded_max" in get_operator("maxpool2d").strategies
+    # A file changed since the run is not run: the result directory names code that did not make it.
+    changed = dict(record, module="changed_plugin", sha256="0" * 64)
+    [line] = plugins.load_recorded({"plugins": [changed]}, "run-b")
+    assert line.startswith(f"run-b: made with plugin changed_plugin ({plugin} changed since the run")
+    assert "changed_plugin" not in sys.modules
+    gone = {"module": "gone_plugin", "file": str(tmp_path / "gone_plugin.py"), "sha256": "1" * 64}
+    [line] = plugins.load_recorded({"plugins": [gone]}, "run-c")
+    assert line == (f"run-c: made with plugin gone_plugin ({tmp_path / 'gone_plugin.py'} is not here): without it "
+                    f"this lacks {plugins.REPORT_LACKS}")
+
+
+def one_case_run(directory, meta=None):
+    """A result directory holding one timed maxpool2d case."""
+    from harness.store import COLUMNS, RunWriter
+
+    writer = RunWriter(directory, {"run_id": directory.name, **(meta or {})})
+    row = {column: "" for column in COLUMNS}
+    row.update(run_id=directory.name, case_id="c", op="maxpool2d", strategy="torch_max_pool2d_indices",
+               backend="torch", device="cpu", dtype="float32", params='{"C": 1, "H": 4, "N": 1, "W": 4, "k": 2}',
+               status="ok", median_s=1e-5, n_samples=5)
+    writer.append(row, [1e-5] * 5)
+    writer.close()
+    return directory
+
+
+def test_compare_says_which_plugins_it_could_not_load(tmp_path, registry):
+    from harness import compare
+
+    gone = {"module": "gone_plugin", "file": str(tmp_path / "gone_plugin.py"), "sha256": "1" * 64}
+    base = one_case_run(tmp_path / "base", meta={"plugins": [gone]})
+    new = one_case_run(tmp_path / "new")
+    result = compare.compare_dirs(base, new, normalise=True)
+    assert result.warnings == [f"warning: {base}: made with plugin gone_plugin ({tmp_path / 'gone_plugin.py'} is "
+                               f"not here): without it this lacks {plugins.COMPARE_LACKS}"]
+
+
+def test_merged_runs_keep_every_runs_plugins(tmp_path):
+    from harness.merge import merge_runs
+    from harness.store import read_meta
+
+    first = {"module": "first_plugin", "file": "/x/first_plugin.py", "sha256": "1" * 64}
+    second = {"module": "second_plugin", "file": "/x/second_plugin.py", "sha256": "2" * 64}
+    a = one_case_run(tmp_path / "a", meta={"plugins": [first], "start_time": "1"})
+    b = one_case_run(tmp_path / "b", meta={"plugins": [first, second], "start_time": "2"})
+    merged = merge_runs([a, b], tmp_path / "merged")
+    assert read_meta(merged)["plugins"] == [first, second]

@@ -1,0 +1,221 @@
+"""What a plugin author and a notebook user get (issue 24): every timed
+strategy passed its adversarial check in `run`, `bench()` and `regress`;
+bench() pins, records and restores thread settings, and a loaded machine
+with unpinned threads is said in one line; a strategy that crashes the
+process is run isolated on --resume instead of crashing it again."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from harness import env
+from harness.plugins import sha256
+from harness.errors import UnpinnedThreadsWarning
+from harness.store import IN_FLIGHT, read_meta, read_rows, read_samples
+
+pytestmark = pytest.mark.slow  # subprocesses and sweeps: `make test` runs them, `make test-fast` does not
+
+ROOT = Path(__file__).parents[2]
+LAST_TIE = ROOT / "tests" / "plugins" / "last_tie_plugin.py"
+FAULTS = Path(__file__).parent / "fault_plugin.py"
+PINNED = {"torch": 1, "blas": 1, "numba": 1}
+TINY_TIMING = {"min_samples": 5, "budget_s": 0.01, "warmup_s": 0}
+
+
+def cli(*args, plugins=(), timeout=600):
+    environment = dict(os.environ, SCATTERBENCH_PLUGINS=",".join(map(str, plugins)))
+    return subprocess.run([sys.executable, "-m", "harness", *map(str, args)], capture_output=True, text=True,
+                          env=environment, timeout=timeout, cwd=ROOT)
+
+
+def by_strategy(directory) -> dict:
+    return {row["strategy"]: row for _, row in read_rows(directory).iterrows()}
+
+
+def assert_wrong_and_untimed(directory):
+    rows = by_strategy(directory)
+    tie = rows["last_tie_argmax"]
+    assert tie["status"] == "mismatch", tie["message"]
+    assert tie["message"].startswith("adversarial check adversarial/") and "(first ties)" in tie["message"]
+    assert tie["median_s"] != tie["median_s"]  # NaN: never timed
+    assert tie["case_id"] not in read_samples(directory)
+    assert rows["torch_max_pool2d_indices"]["status"] == "ok" and rows["torch_max_pool2d_indices"]["median_s"] > 0
+
+
+TIE_CONFIG = """
+timing: {min_samples: 5, budget_s: 0.01, warmup_s: 0}
+threads: {torch: 1, blas: 1, numba: 1}
+benchmarks:
+  - op: maxpool2d
+    strategies: [last_tie_argmax, torch_max_pool2d_indices]
+    params: {N: 1, C: 2, H: 8, W: 8, k: 2}
+"""
+
+
+@pytest.fixture(scope="module")
+def tie_runs(tmp_path_factory):
+    """One `run` and one `regress` against it, with the last-tie plugin named by its file."""
+    root = tmp_path_factory.mktemp("tie")
+    config = root / "tie.yaml"
+    config.write_text(TIE_CONFIG)
+    ran = cli("run", config, "-o", root / "run", "--no-progress", plugins=[LAST_TIE])
+    gated = cli("regress", root / "run", config, "-o", root / "gate", "--factor", "5", "--no-progress",
+                         plugins=[LAST_TIE])
+    return root, ran, gated
+
+
+def test_run_records_a_last_tie_strategy_wrong_and_never_times_it(tie_runs):
+    root, ran, _ = tie_runs
+    assert ran.returncode == 0, ran.stderr
+    assert_wrong_and_untimed(root / "run")
+    meta = read_meta(root / "run")
+    assert meta["phase_s"]["adversarial"] > 0
+    assert meta["plugins"] == [{"module": "last_tie_plugin", "file": str(LAST_TIE), "sha256": sha256(LAST_TIE)}]
+
+
+def test_regress_records_a_last_tie_strategy_wrong_and_never_times_it(tie_runs):
+    root, _, gated = tie_runs
+    assert gated.returncode == 0, gated.stdout + gated.stderr
+    assert_wrong_and_untimed(root / "gate" / "run")
+
+
+@pytest.fixture
+def last_tie():
+    """The last-tie strategy registered in this process for one test."""
+    from harness import plugins
+    from impls.registry import get_operator
+
+    plugins.load_plugins(str(LAST_TIE))
+    yield
+    get_operator("maxpool2d").strategies.pop("last_tie_argmax", None)
+    sys.modules.pop("last_tie_plugin", None)
+
+
+def test_bench_records_a_last_tie_strategy_wrong_and_never_times_it(last_tie):
+    import scatterbench
+
+    result = scatterbench.bench("maxpool2d", ["last_tie_argmax", "torch_max_pool2d_indices"], N=1, C=2, H=8,
+                                W=8, k=2, timing=TINY_TIMING, threads=PINNED, plot=False)
+    rows = {row["strategy"]: row for _, row in result.rows.iterrows()}
+    assert rows["last_tie_argmax"]["status"] == "mismatch"
+    assert rows["last_tie_argmax"]["message"].startswith("adversarial check")
+    assert rows["last_tie_argmax"]["median_s"] != rows["last_tie_argmax"]["median_s"]
+    assert rows["torch_max_pool2d_indices"]["median_s"] > 0
+    checked = result.checks[result.checks["strategy"] == "last_tie_argmax"]
+    assert "mismatch" in set(checked["status"])  # where it failed, with the rest of what ran
+    assert result.phase_s["adversarial"] > 0
+
+
+def test_bench_applies_records_and_restores_thread_settings(planted):
+    import scatterbench
+    import torch
+    from threadpoolctl import threadpool_info
+
+    from impls import maxpool2d
+
+    seen = {}
+
+    def recording(inputs, params):
+        seen.update(torch=torch.get_num_threads(), blas={pool["num_threads"] for pool in threadpool_info()})
+        return maxpool2d.numpy_sliding_window(inputs, params)
+
+    planted("maxpool2d", "thread_recorder", recording)
+    torch.set_num_threads(2)
+    blas_before = [pool["num_threads"] for pool in threadpool_info()]
+    result = scatterbench.bench("maxpool2d", ["thread_recorder"], N=1, C=1, H=8, W=8, k=2, timing=TINY_TIMING,
+                                threads=PINNED, plot=False)
+    assert seen == {"torch": 1, "blas": {1}}
+    assert result.threads == PINNED
+    # No seed's original among the strategies: speedup is NaN, and the result says why.
+    assert result.rows["speedup"].isna().all()
+    assert result.notes == ["speedup is blank for maxpool2d: the seed's original, seed_loops, was not among the "
+                            "strategies run"]
+    assert "<p>speedup is blank for maxpool2d: the seed&#x27;s original" in result._repr_html_()
+    assert torch.get_num_threads() == 2
+    assert [pool["num_threads"] for pool in threadpool_info()][:len(blas_before)] == blas_before
+    with pytest.raises(Exception, match=r"bench\(\): threads.torch"):
+        scatterbench.bench("maxpool2d", ["thread_recorder"], N=1, C=1, H=8, W=8, k=2, threads={"torch": 0})
+
+
+@pytest.fixture
+def cpu_hogs():
+    """One busy process per core (two on the 2-core VM), until the machine reads loaded."""
+    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(os.cpu_count() or 1)]
+    try:
+        deadline = time.time() + 30
+        while env.competing_load() < (os.cpu_count() or 1) and time.time() < deadline:
+            time.sleep(0.2)
+        yield
+    finally:
+        for hog in hogs:
+            hog.kill()
+            hog.wait()
+
+
+UNPINNED_CONFIG = """
+timing: {min_samples: 5, budget_s: 0.01, warmup_s: 0}
+benchmarks:
+  - op: maxpool2d
+    strategies: [torch_max_pool2d_indices]
+    params: {N: 1, C: 1, H: 4, W: 4, k: 2}
+"""
+
+
+def test_unpinned_threads_on_a_loaded_machine_are_said_in_one_line(cpu_hogs, tmp_path):
+    import scatterbench
+
+    small = dict(N=1, C=1, H=4, W=4, k=2, timing=TINY_TIMING, plot=False)
+    with pytest.warns(UnpinnedThreadsWarning, match=r"threads\.torch, threads\.blas, threads\.numba are unpinned.*"
+                                                    r"threads: \{torch: 1, blas: 1, numba: 1\}") as caught:
+        scatterbench.bench("maxpool2d", ["torch_max_pool2d_indices"], **small)
+    assert len(caught) == 1 and "\n" not in str(caught[0].message)
+    # Pinned, the same load says nothing; unpinned on a quiet machine neither.
+    from harness.config import Threads
+
+    assert env.oversubscription_warning(Threads(**PINNED), load=10.0, cores=2) is None
+    assert env.oversubscription_warning(Threads(), load=1.0, cores=2) is None
+    assert "threads.blas, threads.numba are unpinned" in env.oversubscription_warning(Threads(torch=1), 2.0, 2)
+    config = tmp_path / "unpinned.yaml"
+    config.write_text(UNPINNED_CONFIG)
+    ran = cli("run", config, "-o", tmp_path / "out", "--no-progress")
+    assert ran.returncode == 0, ran.stderr
+    lines = [line for line in ran.stderr.splitlines() if line.startswith("warning: the machine is loaded")]
+    assert len(lines) == 1 and "threads.torch" in lines[0] and "threads: {torch: 1" in lines[0], ran.stderr
+
+
+CRASH_CONFIG = """
+timing: {min_samples: 5, budget_s: 0.01, warmup_s: 0, timeout_s: 30}
+threads: {torch: 1, blas: 1, numba: 1}
+benchmarks:
+  - op: maxpool2d
+    strategies: [torch_max_pool2d_indices, fault_segfaults, numpy_sliding_window]
+    params: {N: 1, C: 1, H: [4, 8], W: 4, k: 2}
+"""
+
+
+def test_a_segfault_without_isolate_is_run_isolated_on_resume(tmp_path):
+    config = tmp_path / "crash.yaml"
+    config.write_text(CRASH_CONFIG)
+    out = tmp_path / "out"
+    crashed = cli("run", config, "-o", out, "--no-progress", plugins=[FAULTS])
+    assert crashed.returncode == -signal.SIGSEGV, crashed.stderr
+    in_flight = json.loads((out / IN_FLIGHT).read_text())
+    assert in_flight["strategy_key"] == ["maxpool2d", "fault_segfaults", "cpu", "float32"]
+    resumed = cli("run", config, "--resume", out, "--no-progress", plugins=[FAULTS])
+    assert resumed.returncode == 0, resumed.stderr
+    assert "maxpool2d/fault_segfaults (cpu, float32) was running when an earlier attempt" in resumed.stderr
+    rows = read_rows(out)
+    assert len(rows) == 6 and rows["case_id"].is_unique
+    for _, row in rows.iterrows():
+        if row["strategy"] == "fault_segfaults":
+            assert row["status"] == "error" and f"killed by signal {int(signal.SIGSEGV)}" in row["message"], row
+        else:
+            assert row["status"] == "ok", row
+    assert read_meta(out)["crashed"] == [["maxpool2d", "fault_segfaults", "cpu", "float32"]]
+    assert not (out / IN_FLIGHT).exists()

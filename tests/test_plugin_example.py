@@ -1,0 +1,106 @@
+"""docs/PLUGINS.md's worked example, run as its reader would: the plugin
+(examples/plugin_avgpool2d.py, named by its file path) passes `check` and
+`run`; its run records the plugin, and `python report.py DIR` builds the same
+report as `run --report`, or says what it lacks without the plugin; and every
+Python block of the guide is an excerpt of the plugin, so it cannot go stale."""
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from harness.plugins import sha256
+from harness.store import read_meta, read_rows
+
+pytestmark = pytest.mark.slow  # subprocesses and a sweep: `make test` runs them, `make test-fast` does not
+
+ROOT = Path(__file__).parents[1]
+PLUGIN = ROOT / "examples" / "plugin_avgpool2d.py"
+CONFIG = "examples/avgpool2d.yaml"  # as the guide types it (commands run in the project root)
+GUIDE = ROOT / "docs" / "PLUGINS.md"
+
+
+def command(*args, plugins="examples/plugin_avgpool2d.py"):
+    environment = dict(os.environ, SCATTERBENCH_PLUGINS=plugins)
+    return subprocess.run([sys.executable, *map(str, args)], capture_output=True, text=True, env=environment,
+                          timeout=900, cwd=ROOT)
+
+
+@pytest.fixture(scope="module")
+def example(tmp_path_factory):
+    """The guide's commands, once: check, run --report, and report.py on the run."""
+    root = tmp_path_factory.mktemp("example")
+    checked = command("-m", "harness", "check", CONFIG, "--no-progress")
+    ran = command("-m", "harness", "run", CONFIG, "-o", root / "run", "--report", "--no-progress")
+    standalone = command("report.py", root / "run", "-o", root / "standalone", plugins="")
+    return root, checked, ran, standalone
+
+
+def test_the_guides_example_passes_check(example):
+    _, checked, _, _ = example
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    assert " 0 failed" in checked.stdout
+    for name in ("python_loops", "numpy_reshape_mean", "torch_avg_pool2d", "torch_unfold_max"):
+        assert name in checked.stdout
+
+
+def test_the_guides_example_runs_and_is_ranked(example):
+    root, _, ran, _ = example
+    assert ran.returncode == 0, ran.stderr
+    rows = read_rows(root / "run")
+    assert set(rows["status"]) == {"ok"} and rows["median_s"].gt(0).all()
+    assert set(rows[rows["op"] == "avgpool2d"]["strategy"]) == {"python_loops", "numpy_reshape_mean",
+                                                                "torch_avg_pool2d"}
+    # The extra maxpool2d strategy declares no returns=: it is ranked with the others, not "(part)".
+    report = (root / "run" / "report" / "report.md").read_text()
+    assert "torch_unfold_max" in report and "not ranked" not in report
+
+
+def test_the_run_records_its_plugin_and_how_to_reproduce_it(example):
+    root, _, _, _ = example
+    assert read_meta(root / "run")["plugins"] == [
+        {"module": "plugin_avgpool2d", "file": str(PLUGIN.resolve()), "sha256": sha256(PLUGIN)}]
+    report = (root / "run" / "report" / "report.md").read_text()
+    assert "make venv && SCATTERBENCH_PLUGINS=examples/plugin_avgpool2d.py .venv/bin/python -m harness run " \
+           "examples/avgpool2d.yaml" in report
+
+
+def test_report_py_alone_builds_the_same_report_as_run_report(example):
+    root, _, _, standalone = example
+    assert standalone.returncode == 0, standalone.stderr
+    assert standalone.stderr == ""
+    assert (root / "standalone" / "report.md").read_text() == (root / "run" / "report" / "report.md").read_text()
+
+
+def test_report_py_says_which_plugin_it_could_not_load_and_what_it_lacks(example, tmp_path):
+    root, _, _, _ = example
+    moved = tmp_path / "run"
+    shutil.copytree(root / "run", moved)
+    meta = json.loads((moved / "meta.json").read_text())
+    meta["plugins"][0]["file"] = str(tmp_path / "elsewhere" / "plugin_avgpool2d.py")
+    (moved / "meta.json").write_text(json.dumps(meta))
+    built = command("report.py", moved, "-o", tmp_path / "report", plugins="")
+    assert built.returncode == 0, built.stderr
+    lines = built.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"report: {moved}: made with plugin plugin_avgpool2d (")
+    assert "× seed column" in lines[0], lines[0]
+    text = (tmp_path / "report" / "report.md").read_text()
+    assert f"Warning: {moved}: made with plugin plugin_avgpool2d" in text
+    assert "× seed is blank: avgpool2d is not registered here (its plugin is not loaded)" in text
+
+
+def test_every_python_block_of_the_guide_is_an_excerpt_of_the_example():
+    guide = GUIDE.read_text()
+    source = PLUGIN.read_text()
+    blocks = re.findall(r"```python\n(.*?)```", guide, re.DOTALL)
+    assert len(blocks) >= 10
+    for block in blocks:
+        assert block in source, block[:200]
+    for name in ("python_loops", "numpy_reshape_mean", "torch_avg_pool2d", "torch_unfold_max", "oracle",
+                 "generate", "bytes_moved", "compare", "check_cases", "validate"):
+        assert f"def {name}(" in "".join(blocks), name
