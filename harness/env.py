@@ -35,28 +35,16 @@ def apply_threads(threads: Mapping[str, int | None]) -> dict:
 
 
 def threads_in_force() -> dict:
-    """What each thread pool runs now, enough to put it back
-    (``restore_threads``): torch's count, the BLAS/OpenMP pools' limiter
-    (threadpoolctl, which remembers every loaded pool), numba's count when
-    numba is loaded."""
-    import torch
-    from threadpoolctl import threadpool_limits
+    """What each installed backend's thread pool runs now (its knob read
+    back), enough for ``restore_threads`` to put it back."""
+    from impls.backends import thread_knobs
 
-    numba = sys.modules.get("numba")
-    return {"torch": torch.get_num_threads(), "blas": threadpool_limits(limits=None),
-            "numba": numba.get_num_threads() if numba is not None else None}
+    return {backend.name: backend.threads.get() for backend in thread_knobs() if not backend.unavailable()}
 
 
 def restore_threads(saved: dict) -> None:
-    """Puts back what ``threads_in_force`` saw, in apply_threads's order (numba,
-    BLAS, torch: starting numba's threading layer resets torch's OpenMP)."""
-    import torch
-
-    numba = sys.modules.get("numba")
-    if numba is not None:
-        numba.set_num_threads(saved["numba"] or numba.config.NUMBA_NUM_THREADS)
-    saved["blas"].restore_original_limits()
-    torch.set_num_threads(saved["torch"])
+    """Puts back what ``threads_in_force`` saw, in the knobs' setting order."""
+    apply_threads({name: count for name, count in saved.items() if count})
 
 
 @contextlib.contextmanager
@@ -72,8 +60,12 @@ def threads_applied(threads):
 
 
 def unpinned_threads(threads) -> list[str]:
-    """The thread settings left to the libraries' defaults (every core)."""
-    return [name for name, count in threads.model_dump().items() if count is None]
+    """The installed backends whose threads a config (keyed by backend) left
+    to the library's default (every core)."""
+    from impls.backends import thread_knobs
+
+    return [backend.name for backend in thread_knobs()
+            if not backend.unavailable() and not (threads or {}).get(backend.name)]
 
 
 def competing_load(samples: int = 5, interval_s: float = 0.02) -> float:
@@ -115,8 +107,7 @@ def oversubscription_warning(threads, load: float | None = None, cores: int | No
     return (f"the machine is loaded ({load:.1f} runnable against {cores} cores) and {names} "
             f"{'is' if len(unpinned) == 1 else 'are'} unpinned, so each pool starts one thread per core and "
             f"waits for cores the other work holds: timings may be many times too slow; pin them, e.g. "
-            f"threads: {{torch: 1, blas: 1, numba: 1}} in the config (bench(..., threads={{'torch': 1, "
-            f"'blas': 1, 'numba': 1}}))")
+            f"threads: 1 in the config (every backend's pool at one thread), or bench(..., threads=1)")
 
 
 def cpu_model() -> str:

@@ -24,7 +24,7 @@ pytestmark = pytest.mark.slow  # subprocesses and sweeps: `make test` runs them,
 ROOT = Path(__file__).parents[2]
 LAST_TIE = ROOT / "tests" / "plugins" / "last_tie_plugin.py"
 FAULTS = Path(__file__).parent / "fault_plugin.py"
-PINNED = {"torch": 1, "blas": 1, "numba": 1}
+PINNED = {"torch": 1, "numpy": 1, "numba": 1}
 TINY_TIMING = {"min_samples": 5, "budget_s": 0.01, "warmup_s": 0}
 
 
@@ -50,7 +50,7 @@ def assert_wrong_and_untimed(directory):
 
 TIE_CONFIG = """
 timing: {min_samples: 5, budget_s: 0.01, warmup_s: 0}
-threads: {torch: 1, blas: 1, numba: 1}
+threads: {torch: 1, numpy: 1, numba: 1}
 benchmarks:
   - op: maxpool2d
     strategies: [last_tie_argmax, torch_max_pool2d_indices]
@@ -131,7 +131,7 @@ def test_bench_applies_records_and_restores_thread_settings(planted):
     result = scatterbench.bench("maxpool2d", ["thread_recorder"], N=1, C=1, H=8, W=8, k=2, timing=TINY_TIMING,
                                 threads=PINNED, plot=False)
     assert seen == {"torch": 1, "blas": {1}}
-    assert result.threads == PINNED
+    assert {name: result.threads[name] for name in PINNED} == PINNED
     # No seed's original among the strategies: speedup is NaN, and the result says why.
     assert result.rows["speedup"].isna().all()
     assert result.notes == ["speedup is blank for maxpool2d: the seed's original, seed_loops, was not among the "
@@ -171,27 +171,28 @@ def test_unpinned_threads_on_a_loaded_machine_are_said_in_one_line(cpu_hogs, tmp
     import scatterbench
 
     small = dict(N=1, C=1, H=4, W=4, k=2, timing=TINY_TIMING, plot=False)
-    with pytest.warns(UnpinnedThreadsWarning, match=r"threads\.torch, threads\.blas, threads\.numba are unpinned.*"
-                                                    r"threads: \{torch: 1, blas: 1, numba: 1\}") as caught:
+    with pytest.warns(UnpinnedThreadsWarning, match=r"threads\.\w+(, threads\.\w+)*, threads\.torch are unpinned.*"
+                                                    r"threads: 1 in the config") as caught:
         scatterbench.bench("maxpool2d", ["torch_max_pool2d_indices"], **small)
     assert len(caught) == 1 and "\n" not in str(caught[0].message)
     # Pinned, the same load says nothing; unpinned on a quiet machine neither.
-    from harness.config import Threads
+    from impls.backends import thread_knobs
 
-    assert env.oversubscription_warning(Threads(**PINNED), load=10.0, cores=2) is None
-    assert env.oversubscription_warning(Threads(), load=1.0, cores=2) is None
-    assert "threads.blas, threads.numba are unpinned" in env.oversubscription_warning(Threads(torch=1), 2.0, 2)
+    every = {backend.name: 1 for backend in thread_knobs() if not backend.unavailable()}
+    assert env.oversubscription_warning(every, load=10.0, cores=2) is None
+    assert env.oversubscription_warning({}, load=1.0, cores=2) is None
+    assert "threads.numba, threads.numpy are unpinned" in env.oversubscription_warning(dict(every, numba=None, numpy=None), 2.0, 2)
     config = tmp_path / "unpinned.yaml"
     config.write_text(UNPINNED_CONFIG)
     ran = cli("run", config, "-o", tmp_path / "out", "--no-progress")
     assert ran.returncode == 0, ran.stderr
     lines = [line for line in ran.stderr.splitlines() if line.startswith("warning: the machine is loaded")]
-    assert len(lines) == 1 and "threads.torch" in lines[0] and "threads: {torch: 1" in lines[0], ran.stderr
+    assert len(lines) == 1 and "threads.torch" in lines[0] and "threads: 1 in the config" in lines[0], ran.stderr
 
 
 CRASH_CONFIG = """
 timing: {min_samples: 5, budget_s: 0.01, warmup_s: 0, timeout_s: 30}
-threads: {torch: 1, blas: 1, numba: 1}
+threads: {torch: 1, numpy: 1, numba: 1}
 benchmarks:
   - op: maxpool2d
     strategies: [torch_max_pool2d_indices, fault_segfaults, numpy_sliding_window]
