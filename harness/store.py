@@ -292,6 +292,13 @@ class RunWriter:
                     handle.close()
                 except OSError:  # a full disk can fail the final flush; every row was fsynced already
                     pass
+        if hasattr(self, "meta"):
+            try:  # the run's small summary for the dashboard (harness/summary.py), while the lock is held
+                from harness import summary
+
+                summary.write_summary(self.directory)
+            except (OSError, ResultError, ValueError):
+                pass  # a full disk, say: the dashboard rebuilds it from the raw results
         self.lock.release()
 
 

@@ -1,0 +1,150 @@
+"""A run's small per-case summary, ``DIR/summary.json``: what the dashboard
+needs of a run, in kilobytes instead of the megabytes of raw samples.
+
+Per case: its key columns, status and source, median, IQR, 10th percentile
+(the CI gate's statistic, which needs the samples), minimum, sample count,
+the load it finished under, the instruction counts where the run has them,
+and flags (unstable, slow start, no usable samples). Per run: the metadata
+that says where and how it was measured.
+
+The store writes it when a run's writer closes (`write_summary`); for older
+runs, or after a result file changed, `load_summary` rebuilds it. A summary
+carries the fingerprint of the files it was made from (a hash of
+``meta.json`` and ``rows.csv``, the size of the append-only
+``samples.jsonl``), so a stale one is never used; where the result directory
+cannot be written, the rebuilt summary is kept in a cache directory instead.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+from pathlib import Path
+
+import pandas as pd
+
+from harness import regression, stats, store
+from impls.status import CORRECT
+
+SUMMARY = "summary.json"
+VERSION = 1
+
+# Copied from each row as they are.
+ROW_COLUMNS = ("case_id", "op", "strategy", "backend", "device", "dtype", "params", "status", "source",
+               "median_s", "iqr_s", "min_s", "n_samples", "load_avg", "slow_start")
+# What the dashboard and the fitness rule read of a run's metadata.
+META_KEYS = ("run_id", "start_time", "end_time", "status", "git_commit", "machine", "host", "cpu_model",
+             "cpu_count", "gpu_name", "hardware", "versions", "threads", "load_avg_start", "load_avg_end",
+             "config_file")
+UNSTABLE, SLOW_START, NO_SAMPLES = "unstable", "slow-start", "no-samples"
+
+
+def fingerprint(directory: Path) -> dict:
+    """What a summary is valid for: the metadata's and the rows' content and
+    the samples' size (reading kilobytes, not the samples)."""
+    directory = Path(directory)
+    samples = directory / store.SAMPLES
+    return {"version": VERSION,
+            "meta_sha256": hashlib.sha256((directory / store.META).read_bytes()).hexdigest(),
+            "rows_sha256": hashlib.sha256((directory / store.ROWS).read_bytes()).hexdigest(),
+            "samples_bytes": samples.stat().st_size if samples.exists() else 0}
+
+
+def _number(value):
+    """JSON has no NaN: an absent number is null."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value) if math.isfinite(value) else None
+    return value
+
+
+def _flags(row: dict, has_samples: bool) -> str:
+    flags = []
+    if stats.is_unstable(row["iqr_s"], row["median_s"]):
+        flags.append(UNSTABLE)
+    if isinstance(row.get("slow_start"), float) and row["slow_start"] > 0:
+        flags.append(SLOW_START)
+    if row["status"] in CORRECT and not has_samples:
+        flags.append(NO_SAMPLES)
+    return " ".join(flags)
+
+
+def summarize(directory) -> dict:
+    """The summary of the result directory ``directory``, read from its files."""
+    directory = Path(directory)
+    key = fingerprint(directory)
+    meta, rows, samples = store.read_run(directory)
+    counts = [name for name in regression.COUNT_METRICS if name in rows and rows[name].notna().any()]
+    columns = list(ROW_COLUMNS) + ["p10_s"] + counts + ["flags"]
+    data = []
+    for row in rows.to_dict("records"):
+        values = samples.get(row["case_id"])
+        p10 = regression.typical_s(values, "p10") if values else None
+        data.append([_number(row[name]) for name in ROW_COLUMNS] + [p10]
+                    + [_number(float(row[name])) for name in counts] + [_flags(row, bool(values))])
+    return {"fingerprint": key, "meta": {name: meta[name] for name in META_KEYS if name in meta},
+            "columns": columns, "cases": data}
+
+
+def _write(path: Path, summary: dict) -> None:
+    tmp = path.with_name(f"{path.name}.tmp{os.getpid()}")
+    try:
+        with open(tmp, "w") as handle:
+            json.dump(summary, handle, separators=(",", ":"), allow_nan=False)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def write_summary(directory) -> dict:
+    """Writes ``DIR/summary.json`` from the run's files, and returns it."""
+    summary = summarize(directory)
+    _write(Path(directory) / SUMMARY, summary)
+    return summary
+
+
+def _read(path: Path) -> dict | None:
+    try:
+        summary = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return summary if isinstance(summary, dict) else None
+
+
+def cache_path(directory: Path, cache_dir: Path) -> Path:
+    name = hashlib.sha256(str(Path(directory).resolve()).encode()).hexdigest()[:24]
+    return Path(cache_dir) / f"{name}.json"
+
+
+def load_summary(directory, cache_dir=None) -> dict:
+    """The run's current summary: ``DIR/summary.json`` when its fingerprint
+    still matches the run's files, else rebuilt (from the raw results: the
+    only time they are read) and written back beside them, or into
+    ``cache_dir`` where the result directory is read-only."""
+    directory = Path(directory)
+    key = fingerprint(directory)
+    places = [directory / SUMMARY] + ([cache_path(directory, cache_dir)] if cache_dir else [])
+    for place in places:
+        summary = _read(place)
+        if summary is not None and summary.get("fingerprint") == key:
+            return summary
+    summary = summarize(directory)
+    for place in places:
+        try:
+            place.parent.mkdir(parents=True, exist_ok=True)
+            _write(place, summary)
+            break
+        except OSError:
+            continue  # read-only results: the next place, or rebuilt next time
+    return summary
+
+
+def cases_frame(summary: dict) -> pd.DataFrame:
+    """The summary's cases as a DataFrame (absent numbers as NaN)."""
+    frame = pd.DataFrame(summary["cases"], columns=summary["columns"])
+    numeric = [name for name in summary["columns"]
+               if name in store.NUMERIC or name == "p10_s" or name in regression.COUNT_METRICS]
+    return frame.astype({name: float for name in numeric})
