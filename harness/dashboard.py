@@ -1,86 +1,77 @@
 """``scatterbench dashboard RESULTS_ROOT -o SITE``: a static regression dashboard.
 
-Result directories are the history: every run under RESULTS_ROOT, ordered by
-start time, grouped by machine and device. The site is plain HTML and PNG
-with relative links, so it works opened from disk; every text that comes from
-a result file is escaped.
+Result directories are the history: every run under RESULTS_ROOT, oldest
+first, read from its small summary (harness/summary.py), never from its raw
+samples unless a change is large enough to judge (harness/history.py). The
+red list holds only the changes the CI gate's rule fails between two runs fit
+to judge; the others are shown in grey with the reason, and a change of
+machine or of a strategy's source is marked as such.
+
+The site is static: HTML pages with relative links, each case's history in a
+small data script (``data/cases/<case>.js``) that the vendored uPlot draws in
+the browser; plain scripts, not fetched JSON, so it works opened from disk
+(file://) as from any static host. Every text that comes from a result file
+is escaped. Each of the newest runs links its light report.
 """
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import html
+import importlib.util
 import json
 import math
-import sys
+import shutil
 from pathlib import Path
 
-import matplotlib
+import pandas as pd
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-import pandas as pd  # noqa: E402
+from harness import history, regression, stats, store
+from harness.format import fmt_p, fmt_ratio, fmt_time, ordered_params, params_label
 
-from harness import env, regression, stats, store  # noqa: E402
-from harness.format import fmt_ratio, fmt_time, ordered_params, params_label  # noqa: E402
-
+ASSETS = Path(__file__).with_name("dashboard_assets")
+SITE_ASSETS = ("uPlot.iife.min.js", "uPlot.min.css", "uPlot-LICENSE", "dashboard.js")
+DEFAULT_REPORTS = 10  # the newest runs whose light report the site keeps
+CACHE = ".cache"  # in the site: summaries of read-only runs, the gate's verdicts on raw samples
+VERDICTS, FILES = "verdicts.json", "files.json"
+KEY_FILE = ".key"  # in each run's report directory: what it was built from
+TREND_RUNS = 30  # the overview's sparkline: the latest runs of the case
+UNSTABLE_MARK = "⚠"
 STYLE = ("body{font-family:system-ui,sans-serif;max-width:1200px;margin:2em auto;padding:0 1em;color:#222}"
          "table{border-collapse:collapse;font-size:13px}td,th{border:1px solid #ccc;padding:3px 8px}"
-         "td.num{text-align:right}.regressed{color:#b00;font-weight:bold}.improved{color:#070}"
-         "img{max-width:100%}nav a{margin-right:1em}td.unstable{color:#a60;font-weight:bold}")
-UNSTABLE_MARK = "⚠"
+         "td.num{text-align:right}.regressed,li.red{color:#b00;font-weight:bold}.improved{color:#070}"
+         ".not-judged,li.grey{color:#777}li.source{color:#1f5fbf}nav a{margin-right:1em}"
+         "td.unstable{color:#a60;font-weight:bold}div.chart{margin:0 0 2em}.runinfo{font-size:12px;color:#555}")
 
 
-def load_history(root) -> tuple[pd.DataFrame, dict, list[dict]]:
-    """Rows of every run under ``root`` with their run's order, commit and machine."""
-    frames, samples, metas = [], {}, []
-    for order, directory in enumerate(store.find_runs(root)):
-        meta, rows, run_samples = store.read_run(directory)
-        meta = dict(meta, directory=str(directory), order=order)
-        metas.append(meta)
-        if rows.empty:
-            continue
-        rows = rows.copy()
-        rows["run_order"] = order
-        rows["run_dir"] = str(directory)
-        rows["commit"] = (meta.get("git_commit") or "unknown")[:10]
-        rows["start_time"] = meta.get("start_time", "")
-        rows["machine"] = env.machine_label(meta)
-        frames.append(rows)
-        for case_id, values in run_samples.items():
-            samples[(str(directory), case_id)] = values
-    if not frames:
-        raise store.ResultError(f"{root}: no result rows found under it")
-    return pd.concat(frames, ignore_index=True), samples, metas
+# ----------------------------------------------------------- the report seam
+def _report():
+    """The report module: the top-level report.py today (harness must not
+    import it anywhere but here and the CLI); ``harness.report`` once issue 23
+    moves it into the harness. The dashboard's only import of it."""
+    import report
+
+    return report
 
 
-def mark_regressions(history: pd.DataFrame, samples: dict, rule: regression.Rule) -> pd.DataFrame:
-    """Verdict of each row against the same case's previous run on the same
-    machine, by the one regression rule (harness/regression.py)."""
-    history = history.sort_values("run_order", kind="stable").copy()
-    verdicts = {index: "" for index in history.index}
-    changes = {index: math.nan for index in history.index}
-    columns = history[["machine", "case_id", "status", "run_dir"]]
-    previous: dict[tuple, tuple] = {}  # (machine, case) -> (status, run_dir) of its latest earlier run
-    for index, machine, case_id, status, run_dir in columns.itertuples():
-        before = previous.get((machine, case_id))
-        previous[(machine, case_id)] = (status, run_dir)
-        if before is None:
-            continue
-        change = regression.judge_change(before[0], status, samples.get((before[1], case_id)),
-                                         samples.get((run_dir, case_id)), rule)
-        changes[index] = change.ratio
-        if change.verdict in (regression.REGRESSED, regression.BROKEN):
-            verdicts[index] = "regressed"
-        elif change.verdict == regression.IMPROVED:
-            verdicts[index] = "improved"
-    history["verdict"] = pd.Series(verdicts)
-    history["change"] = pd.Series(changes, dtype=float)
-    return history
+def _report_source() -> bytes:
+    """The report module's source, without importing it (matplotlib): a
+    change to it rebuilds the reports."""
+    spec = importlib.util.find_spec("report")
+    return Path(spec.origin).read_bytes() if spec and spec.origin else b""
 
 
+def build_run_report(directory: Path, target: Path) -> None:
+    """Writes the run's light report (tables, conclusions, scaling plots) under ``target``."""
+    _report().build([directory], target, light=True)
+
+
+def strategy_colour(op: str, name: str) -> str:
+    """The strategy's colour in the report's figures, so a strategy looks the same everywhere."""
+    return _report().strategy_colour(op, name)
+
+
+# ------------------------------------------------------------------ helpers
 SPARK_LEVELS = "▁▂▃▄▅▆▇█"
 SPARK_MIN_SPAN = math.log(1.5)  # the least change that spans the full height: ±50 %
 
@@ -93,7 +84,7 @@ def sparkline(medians) -> str:
     finite = [m for m in medians if isinstance(m, (int, float)) and math.isfinite(m) and m > 0]
     if not finite:
         return "·" * len(medians)
-    centre = float(np.median(finite))
+    centre = float(pd.Series(finite).median())
     span = max([SPARK_MIN_SPAN] + [abs(math.log(m / centre)) for m in finite])
     out = []
     for m in medians:
@@ -105,222 +96,316 @@ def sparkline(medians) -> str:
     return "".join(out)
 
 
-def _unstable(row) -> bool:
-    return stats.is_unstable(row["iqr_s"], row["median_s"])
-
-
-def _page(title: str, body: list[str]) -> str:
-    return ("<!doctype html><html><head><meta charset='utf-8'>"
-            f"<title>{html.escape(title)}</title><style>{STYLE}</style></head><body>"
-            + "\n".join(body) + "</body></html>")
-
-
 def _slug(text: str) -> str:
-    """A file name; a long one keeps a hash of the whole text (two machines
-    whose names differ only past the cut must not share a plot)."""
+    """A file name; a long one keeps a hash of the whole text (two cases
+    whose names differ only past the cut must not share a file)."""
     name = "".join(ch if ch.isalnum() else "-" for ch in text.lower()).strip("-")
     return name if len(name) <= 90 else f"{name[:81]}-{hashlib.sha256(text.encode()).hexdigest()[:8]}"
 
 
-# ------------------------------------------------------------------ caching
-# The site keeps what it built with the key of its inputs: a run's report is
-# rebuilt only when its rows, metadata or the code that draws it changed, a
-# history plot only when its data did.
-KEY_FILE = ".key"  # in each run's report directory
-PLOT_KEYS = ".keys.json"  # in plots/: {file name: key}
-PLOT_DPI = 80  # 800 × 320 px history plots
+def case_title(op: str, params: str, device: str, dtype: str) -> str:
+    return f"{op} {params_label(params)} · {device} {dtype}"
 
 
-@functools.lru_cache(maxsize=1)
-def code_key() -> str:
-    """The drawing code's own hash: a change to it redraws everything."""
-    import report
+def _page(title: str, body: list[str], head: str = "") -> str:
+    return ("<!doctype html><html><head><meta charset='utf-8'>"
+            f"<title>{html.escape(title)}</title><style>{STYLE}</style>{head}</head><body>"
+            + "\n".join(body) + "</body></html>")
 
-    from harness import format as format_module
 
-    digest = hashlib.sha256()
-    for module in (report, format_module, stats, sys.modules[__name__]):
-        digest.update(Path(module.__file__).read_bytes())
+def _write_if_changed(path: Path, text: str) -> None:
+    if not path.exists() or path.read_text() != text:
+        path.write_text(text)
+
+
+def _short(value: float) -> float | None:
+    """Four significant digits, or None (JSON null) for no value: the data files stay small."""
+    return float(f"{value:.4g}") if isinstance(value, float) and math.isfinite(value) else None
+
+
+def _run_date(start_time: str) -> str:
+    return start_time[:16].replace("T", " ")
+
+
+# ------------------------------------------------------------------ reports
+def _report_key(run) -> str:
+    digest = hashlib.sha256(_report_source())
+    digest.update(json.dumps(run["fingerprint"], sort_keys=True).encode())
     return digest.hexdigest()
 
 
-def _key(*parts) -> str:
-    digest = hashlib.sha256(code_key().encode())
-    for part in parts:
-        digest.update(part if isinstance(part, bytes) else str(part).encode())
-        digest.update(b"\0")
-    return digest.hexdigest()
-
-
-def run_report(directory: Path, target: Path) -> bool:
-    """The run's light report under ``target``, rebuilt only when its key
-    changed; False when the run has nothing to report."""
-    import shutil
-
-    import report
-
-    key = _key("report", (directory / store.META).read_bytes(), (directory / store.ROWS).read_bytes())
-    if (target / "report.html").exists() and (target / KEY_FILE).exists() \
-            and (target / KEY_FILE).read_text() == key:
-        return True
-    if target.exists():
-        shutil.rmtree(target)
-    try:
-        report.build([directory], target, light=True)
-    except store.ResultError:
-        return False
-    (target / KEY_FILE).write_text(key)
-    return True
-
-
-PLOT_COLUMNS = ["run_order", "commit", "op", "strategy", "status", "median_s", "iqr_s", "verdict"]
-
-
-def _history_plot(series: pd.DataFrame, path: Path, title: str) -> None:
-    import report  # the figures' shared vocabulary (labels drawn as written)
-
-    _draw_history(series, path, title, report)
-
-
-def _draw_history(series: pd.DataFrame, path: Path, title: str, report) -> None:
-    label = report.label
-    fig, ax = plt.subplots(figsize=(10, 4), layout="constrained")
-    orders = sorted(series["run_order"].unique())
-    position = {order: i for i, order in enumerate(orders)}
-    for name, line in series.groupby("strategy"):
-        line = line.sort_values("run_order")
-        xs = [position[o] for o in line["run_order"]]
-        colour = report.strategy_colour(line["op"].iloc[0], name)
-        ax.plot(xs, line["median_s"], marker="o", markersize=3, label=label(name), color=colour)
-        bounds = [report.spread(row) for _, row in line.iterrows()]
-        ax.fill_between(xs, [lo for lo, _ in bounds], [hi for _, hi in bounds], color=colour, alpha=0.15,
-                        linewidth=0)
-        noisy = line[[stats.is_unstable(iqr, median) for iqr, median in zip(line["iqr_s"], line["median_s"])]]
-        ax.scatter([position[o] for o in noisy["run_order"]], noisy["median_s"], marker="x", s=60, color=colour,
-                   linewidths=2, zorder=6)
-        bad = line[line["verdict"] == "regressed"]
-        ax.scatter([position[o] for o in bad["run_order"]], bad["median_s"].fillna(line["median_s"].max()),
-                   s=80, facecolors="none", edgecolors="red", linewidths=2, zorder=5)
-    runs = series.drop_duplicates("run_order").sort_values("run_order")
-    labels = [label(f"#{order} {commit}") for order, commit in zip(runs["run_order"], runs["commit"])]
-    ax.set_xticks(range(len(orders)), labels, rotation=45, ha="right", fontsize=7)
-    ax.set_yscale("log")
-    ax.set_ylabel("median time per call\nband: median ± IQR/2", fontsize=9)
-    ax.set_xlabel(f"run (commit), oldest first; red rings: regressions; ×: unstable "
-                  f"(IQR > {100 * stats.UNSTABLE_REL_IQR:.0f} % of the median)")
-    report.set_title(ax, title, width_in=10)
-    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))  # beside the plot, never over a line
-    report.log_axis(ax.yaxis, "time")
-    ax.grid(True, alpha=0.3)
-    fig.savefig(path, dpi=PLOT_DPI)
-    plt.close(fig)
-
-
-def build_dashboard(root, site, rule: regression.Rule = regression.Rule(), with_reports: bool = True) -> Path:
-    site = store.writable_dir(Path(site), "the dashboard")  # before reading the history
-    factor, alpha = rule.factor, rule.alpha
-    history, samples, metas = load_history(root)
-    history = mark_regressions(history, samples, rule)
-    site.mkdir(parents=True, exist_ok=True)
-    (site / "plots").mkdir(exist_ok=True)
-    esc = html.escape
-    ops = list(dict.fromkeys(history["op"]))
-
-    # one light report per run, linked from every page, rebuilt only when the run changed
-    run_links, kept = {}, set()
-    for meta in metas:
-        run_id = str(meta.get("run_id", Path(meta["directory"]).name))
-        target = site / "runs" / _slug(run_id)
+def write_reports(runs: pd.DataFrame, site: Path, count: int) -> dict[int, str]:
+    """The light reports of the newest ``count`` runs, each rebuilt only
+    when its run or the report code changed; older ones leave the site.
+    {run: link}."""
+    links, kept = {}, set()
+    for _, run in runs.tail(count).iterrows() if count > 0 else ():
+        target = site / "runs" / _slug(run["run_id"])
         kept.add(target.name)
-        if with_reports and not run_report(Path(meta["directory"]), target):
-            continue
-        if (target / "report.html").exists():
-            run_links[meta["directory"]] = f"runs/{_slug(run_id)}/report.html"
-    if (site / "runs").is_dir():  # reports of runs no longer under the root
-        import shutil
-
-        for stale in (site / "runs").iterdir():
+        key = _report_key(run)
+        current = (target / KEY_FILE).exists() and (target / KEY_FILE).read_text() == key
+        if not (current and (target / "report.html").exists()):
+            shutil.rmtree(target, ignore_errors=True)
+            try:
+                build_run_report(Path(run["directory"]), target)
+            except store.ResultError:
+                continue  # nothing to report (no rows)
+            (target / KEY_FILE).write_text(key)
+        links[run["run"]] = f"runs/{target.name}/report.html"
+    if (site / "runs").is_dir():
+        for stale in (site / "runs").iterdir():  # only what the dashboard made (it leaves its key)
             if stale.name not in kept and (stale / KEY_FILE).exists():
                 shutil.rmtree(stale)
+    return links
 
-    nav = "<nav><a href='index.html'>overview</a>" + "".join(
-        f"<a href='{esc(_slug(op))}.html'>{esc(op)}</a>" for op in ops) + "</nav>"
-    latest = history.sort_values("run_order").groupby(["machine", "case_id"], sort=False).tail(1)
-    body = [nav, "<h1>scatterbench dashboard</h1>",
-            f"<p>{len(metas)} runs, {history['machine'].nunique()} machine(s). A change is flagged when the median "
-            f"moved by more than {factor:g}× and a Mann–Whitney U test on the raw samples gives p &lt; {alpha:g}, "
-            f"or when a correct case started failing its check.</p>",
-            f"<p class='unstable-legend'>{UNSTABLE_MARK} unstable: the latest run's IQR exceeds "
+
+# ------------------------------------------------------------------ data files
+def _data_script(name: str, value) -> str:
+    return (f"(window.SB=window.SB||{{cases:{{}}}}){name}="
+            + json.dumps(value, separators=(",", ":"), ensure_ascii=True, allow_nan=False) + ";\n")
+
+
+def write_runs_data(runs: pd.DataFrame, links: dict, site: Path) -> None:
+    machines = list(dict.fromkeys(runs["machine"]))
+    data = {"id": list(runs["run_id"]), "date": [_run_date(s) for s in runs["start_time"]],
+            "commit": [c[:10] for c in runs["commit"]], "machine": [machines.index(m) for m in runs["machine"]],
+            "report": [links.get(run, "") for run in runs["run"]]}
+    _write_if_changed(site / "data" / "runs.js", _data_script(".runs", data) + _data_script(".machines", machines))
+
+
+KIND = {history.RED: "red", history.NOT_JUDGED: "grey", history.SOURCE_CHANGED: "source"}
+
+
+def case_data(group: pd.DataFrame, changes: pd.DataFrame, title: str) -> dict:
+    """A case's chart: x the runs that measured it, a series per strategy
+    (median, IQR as % of it, counts), and marks where a rule failed a change."""
+    x = sorted(int(run) for run in group["run"].unique())
+    position = {run: index for index, run in enumerate(x)}
+    names = sorted(group["strategy"].unique())
+    op = group["op"].iloc[0]
+    series = []
+    counts = [name for name in regression.COUNT_METRICS if name in group and group[name].notna().any()]
+    for name in names:
+        mine = group[group["strategy"] == name].set_index("run").reindex(x)
+        entry = {"name": name, "colour": strategy_colour(op, name), "y": [_short(v) for v in mine["median_s"]],
+                 "iqr": [_short(100 * stats.rel_iqr(i, m)) for i, m in zip(mine["iqr_s"], mine["median_s"])]}
+        for metric in counts:
+            entry[metric] = [_short(v) for v in mine[metric]]
+        series.append(entry)
+    marks, count_marks = [], {metric: [] for metric in counts}
+    marked = changes[changes["mark"] != ""]
+    for strategy, run, kind, metric, why in zip(marked["strategy"], marked["run"], marked["mark"], marked["metric"],
+                                                marked["why"]):
+        mark = [names.index(strategy), position[run], KIND[kind], why]
+        (marks if metric == history.TIME else count_marks[metric]).append(mark)
+    machine = sorted({position[run] for run in changes.loc[changes["machine_changed"], "run"]})
+    return {"title": title, "x": x, "series": series, "marks": marks, "count_marks": count_marks,
+            "machine": machine, "counts": counts}
+
+
+# ------------------------------------------------------------------ pages
+def _nav(ops) -> str:
+    return "<nav><a href='index.html'>overview</a><a href='runs.html'>runs</a>" + "".join(
+        f"<a href='{html.escape(_slug(op))}.html'>{html.escape(op)}</a>" for op in ops) + "</nav>"
+
+
+def _change_text(row, runs: pd.DataFrame) -> str:
+    """One line on a change a rule failed: what, how much, which runs."""
+    esc = html.escape
+    base, new = runs.loc[row["base_run"]], runs.loc[row["run"]]
+    if row["metric"] != history.TIME:
+        what = f"{row['metric']} {fmt_ratio(row[row['metric']] / row['base_' + row['metric']])}"
+    elif row["verdict"] == regression.BROKEN:
+        what = f"broke: {row['base_status']} → {row['status']}"
+    else:
+        what = (f"{fmt_ratio(row['gate_ratio'])} its base ratio to the reference (10th percentiles, "
+                f"p = {fmt_p(row['p_value'])}); median {fmt_time(row['base_median_s'])} → {fmt_time(row['median_s'])}")
+    text = (f"{esc(row['op'])}/{esc(row['strategy'])} {esc(params_label(row['params']))} {esc(row['device'])} "
+            f"{esc(row['dtype'])}: {esc(what)}; run {esc(base['run_id'])} → {esc(new['run_id'])} (commit "
+            f"{esc(base['commit'][:10])} → {esc(new['commit'][:10])}) on {esc(new['machine'])}")
+    return text + (f" — {esc(row['why'])}" if row["why"] else "")
+
+
+def change_list(changes: pd.DataFrame, runs: pd.DataFrame, mark: str, element_id: str) -> str:
+    """The changes with ``mark``, newest first, as a list whose items name
+    the case and both runs (data attributes, for tests and scripts)."""
+    chosen = changes[changes["mark"] == mark].sort_values(["run", "case_id"], ascending=[False, True])
+    items = [f"<li class='{KIND[mark]}' data-case='{html.escape(row['case_id'])}' "
+             f"data-base='{html.escape(runs.loc[row['base_run'], 'run_id'])}' "
+             f"data-new='{html.escape(runs.loc[row['run'], 'run_id'])}' data-metric='{html.escape(row['metric'])}'>"
+             f"{_change_text(row, runs)}</li>" for _, row in chosen.iterrows()]
+    return f"<ul id='{element_id}'>" + "".join(items) + "</ul>"
+
+
+def rule_text(rule: regression.Rule) -> str:
+    return (f"A change is <b class='regressed'>red</b> only when the CI gate's rule (<code>make regress</code>) fails "
+            f"it: each strategy's 10th-percentile time divided by its operator's reference strategy in the same run "
+            f"grew by more than {rule.factor:g}× and a Mann–Whitney U test on the raw samples gives p &lt; "
+            f"{rule.alpha:g} (or every sample moved, where too few exist for the test), or a correct case started "
+            f"failing its check; instruction counts, where a run has them, past "
+            f"{100 * (regression.COUNT_FACTOR - 1):.0f} %. And only between two runs fit to judge: the same CPU, "
+            f"each run's peak 1-minute load below its core count, at most "
+            f"{100 * regression.MAX_UNSTABLE_SHARE:.0f} % of its cases unstable (counts: the same CPU and library "
+            f"versions). The gate also re-measures a suspect before failing it, which a history cannot. A change "
+            f"the rule fails between runs not fit to judge is listed in grey, not judged, with the reason; one "
+            f"across a change of the strategy's source is marked as such.")
+
+
+def pairs_text(pairs: pd.DataFrame) -> str:
+    unfit = pairs[pairs[f"reasons_{history.TIME}"].map(bool)]
+    counts = history.reason_counts(pairs)
+    reasons = ", ".join(f"{count} {html.escape(kind)}" for kind, count in counts.items())
+    return (f"<p id='pairs'>{len(pairs)} pairs of consecutive runs; {len(pairs) - len(unfit)} judged, "
+            f"<span class='not-judged'>{len(unfit)} not judged</span>"
+            + (f" ({reasons}; a pair can have several reasons)" if len(unfit) else "") + ".</p>")
+
+
+def overview(cases: pd.DataFrame, changes: pd.DataFrame) -> list[str]:
+    """The latest measurement of every case, red ones first, with its change
+    against the run before and its trend."""
+    esc = html.escape
+    latest = cases.sort_values("run", kind="stable").groupby("case_id", sort=False).tail(1)
+    latest_change = changes.set_index(["run", "case_id"])
+    unstable = int(latest["flags"].str.contains("unstable", regex=False).sum())
+    trends = cases.sort_values("run").groupby("case_id")["median_s"].agg(lambda s: list(s)[-TREND_RUNS:])
+    counts = cases.groupby("case_id").size()
+    body = [f"<p class='unstable-legend'>{UNSTABLE_MARK} unstable: the latest run's IQR exceeds "
             f"{100 * stats.UNSTABLE_REL_IQR:.0f} % of its median (the threshold at which torch.utils.benchmark "
             f"warns): the machine was busy or the case is noisy, so its value and trend are uncertain. "
-            f"{int(latest.apply(_unstable, axis=1).sum()) if len(latest) else 0} of {len(latest)} cases are "
-            f"unstable; in the plots they are crossed (×).</p>",
+            f"{unstable} of {len(latest)} cases are unstable.</p>",
             "<table id='overview'><tr><th>op</th><th>strategy</th><th>params</th><th>device</th><th>dtype</th>"
-            "<th>machine</th><th>latest</th><th>status</th><th>vs previous</th><th>trend</th><th>runs</th></tr>"]
-    def overview_order(row):
-        # regressions first, then each operator's cases by parameter value (C=16 before C=128)
-        params = json.loads(row["params"])
-        values = tuple(params[key] for key in ordered_params(params) if isinstance(params[key], int))
-        return (row["verdict"] != "regressed", row["op"], values, row["strategy"])
+            "<th>machine</th><th>latest</th><th>status</th><th>vs previous (median)</th>"
+            f"<th>trend (last {TREND_RUNS} runs)</th><th>runs</th></tr>"]
+    rows = []
+    for row in latest.itertuples(index=False):
+        change = latest_change.loc[(row.run, row.case_id)] if (row.run, row.case_id) in latest_change.index else None
+        mark = change["mark"] if change is not None else ""
+        params = json.loads(row.params)
+        order = (mark != history.RED, row.op, tuple(params[k] for k in ordered_params(params)
+                                                    if isinstance(params[k], int)), row.strategy)
+        noisy = "unstable" in row.flags
+        cell = (f"<td class='num unstable' title='unstable: IQR above {100 * stats.UNSTABLE_REL_IQR:.0f} % of the "
+                f"median'>{esc(fmt_time(row.median_s))} {UNSTABLE_MARK}</td>" if noisy else
+                f"<td class='num'>{esc(fmt_time(row.median_s))}</td>")
+        versus = "–" if change is None else f"{fmt_ratio(change['ratio'])} {mark}".strip()
+        css = {history.RED: " class='regressed'", history.NOT_JUDGED: " class='not-judged'"}.get(mark, "")
+        rows.append((order, f"<tr{css}><td><a href='{esc(_slug(row.op))}.html'>{esc(row.op)}</a></td>"
+                            f"<td>{esc(row.strategy)}</td><td>{esc(params_label(row.params))}</td>"
+                            f"<td>{esc(row.device)}</td><td>{esc(row.dtype)}</td><td>{esc(row.machine)}</td>{cell}"
+                            f"<td>{esc(row.status)}</td><td class='num'>{esc(versus)}</td>"
+                            f"<td>{esc(sparkline(trends[row.case_id]))}</td><td class='num'>{counts[row.case_id]}</td>"
+                            "</tr>"))
+    body += [text for _, text in sorted(rows, key=lambda item: item[0])] + ["</table>"]
+    return body
 
-    latest = latest.loc[sorted(latest.index, key=lambda index: overview_order(latest.loc[index]))]
-    for _, row in latest.iterrows():
-        series = history[(history["machine"] == row["machine"]) & (history["case_id"] == row["case_id"])]
-        medians = series.sort_values("run_order")["median_s"].tolist()
-        trend = sparkline(medians)
-        change = fmt_ratio(row["change"])
-        css = f" class='{row['verdict']}'" if row["verdict"] else ""
-        body.append(f"<tr{css}><td><a href='{esc(_slug(row['op']))}.html'>{esc(row['op'])}</a></td>"
-                    f"<td>{esc(row['strategy'])}</td><td>{esc(params_label(row['params']))}</td>"
-                    f"<td>{esc(row['device'])}</td><td>{esc(row['dtype'])}</td><td>{esc(row['machine'])}</td>"
-                    + (f"<td class='num unstable' title='unstable: IQR above "
-                       f"{100 * stats.UNSTABLE_REL_IQR:.0f} % of the median'>"
-                       f"{esc(fmt_time(row['median_s']))} {UNSTABLE_MARK}</td>" if _unstable(row) else
-                       f"<td class='num'>{esc(fmt_time(row['median_s']))}</td>")
-                    + f"<td>{esc(row['status'])}</td>"
-                    f"<td class='num'>{esc(change)} {esc(row['verdict'])}</td><td>{esc(trend)}</td>"
-                    f"<td class='num'>{len(series)}</td></tr>")
-    body.append("</table><h2>Runs</h2><table><tr><th>#</th><th>run</th><th>start</th><th>commit</th>"
-                "<th>machine</th><th>report</th></tr>")
-    for meta in metas:
-        link = run_links.get(meta["directory"])
-        body.append(f"<tr><td>{meta['order']}</td><td>{esc(str(meta.get('run_id')))}</td>"
-                    f"<td>{esc(str(meta.get('start_time')))}</td><td>{esc(str(meta.get('git_commit'))[:12])}</td>"
-                    f"<td>{esc(env.machine_label(meta))}</td>"
-                    + (f"<td><a href='{esc(link)}'>report</a></td></tr>" if link else "<td>–</td></tr>"))
-    body.append("</table>")
-    (site / "index.html").write_text(_page("scatterbench dashboard", body))
 
-    keys_path = site / "plots" / PLOT_KEYS
+def runs_table(runs: pd.DataFrame, cases: pd.DataFrame, links: dict, newest: int | None = None) -> list[str]:
+    esc = html.escape
+    shown = runs if newest is None else runs.tail(newest)
+    share = history.unstable_share(cases)
+    body = ["<table id='runs'><tr><th>#</th><th>run</th><th>start</th><th>commit</th><th>machine</th>"
+            "<th>load 1 min (start → end)</th><th>unstable</th><th>report</th></tr>"]
+    for _, run in shown.iloc[::-1].iterrows():
+        meta = run["meta"]
+        loads = [(meta.get(key) or ["?"])[0] if isinstance(meta.get(key), list) else "?"
+                 for key in ("load_avg_start", "load_avg_end")]
+        link = links.get(run["run"])
+        body.append(f"<tr><td>{run['run']}</td><td>{esc(run['run_id'])}</td><td>{esc(run['start_time'])}</td>"
+                    f"<td>{esc(run['commit'][:12])}</td><td>{esc(run['machine'])}</td>"
+                    f"<td>{esc(' → '.join(str(v) for v in loads))}</td>"
+                    f"<td class='num'>{esc(f'{100 * share[run.run]:.0f} %' if run['run'] in share else '–')}</td>"
+                    + (f"<td><a href='{esc(link)}'>report</a></td>" if link else "<td>–</td>") + "</tr>")
+    return body + ["</table>"]
+
+
+def op_page(op: str, groups: list[tuple[str, str]], changes: pd.DataFrame, runs: pd.DataFrame, nav: str) -> str:
+    """The operator's page: its red and grey changes, and a chart per case
+    drawn in the browser from the case's data file."""
+    esc = html.escape
+    mine = changes[changes["op"] == op]
+    body = [nav, f"<h1>{esc(op)}</h1>", "<h2 class='regressed'>Regressions (the gate's rule, fit to judge)</h2>",
+            change_list(mine, runs, history.RED, "red"),
+            "<h2 class='not-judged'>Failed by the rule, not judged</h2>",
+            change_list(mine, runs, history.NOT_JUDGED, "not-judged"),
+            "<p>Charts: median time per run (log scale), a line per strategy; red rings: regressions; grey rings: "
+            "not judged; blue squares: the strategy's source changed; dashed lines: another CPU than the run "
+            "before. Hover for the run.</p>"]
+    scripts = ["assets/uPlot.iife.min.js", "assets/dashboard.js", "data/runs.js"]
+    for slug, title in groups:
+        body.append(f"<h2 id='{esc(slug)}'>{esc(title)}</h2><div class='chart' data-case='{esc(slug)}'></div>")
+        scripts.append(f"data/cases/{slug}.js")
+    head = "<link rel='stylesheet' href='assets/uPlot.min.css'>" + "".join(
+        f"<script src='{esc(src)}'></script>" for src in scripts)
+    return _page(f"scatterbench · {op}", body, head)
+
+
+# ------------------------------------------------------------------ build
+def _load_cache(path: Path) -> dict:
     try:
-        plot_keys = json.loads(keys_path.read_text()) if keys_path.exists() else {}
+        cache = json.loads(path.read_text())
     except (OSError, ValueError):
-        plot_keys = {}
-    drawn: dict[str, str] = {}
-    for op in ops:
-        on_op = history[history["op"] == op]
-        page = [nav, f"<h1>{esc(op)}</h1>"]
-        regressions = on_op[on_op["verdict"] == "regressed"]
-        if len(regressions):
-            page.append("<h2 class='regressed'>Regressions between consecutive runs</h2><ul>")
-            for _, row in regressions.iterrows():
-                what = fmt_ratio(row["change"]) if math.isfinite(row["change"]) else "broke"
-                page.append(f"<li class='regressed'>{esc(row['strategy'])} {esc(params_label(row['params']))} "
-                            f"{esc(row['device'])} {esc(row['dtype'])} on {esc(row['machine'])} at commit "
-                            f"{esc(row['commit'])}: {esc(row['status'])}, "
-                            f"{esc(what)}</li>")
-            page.append("</ul>")
-        for (params, device, dtype, machine), series in on_op.groupby(["params", "device", "dtype", "machine"]):
-            title = f"{op} {params_label(params)} · {device} {dtype} · {machine}"
-            stem = _slug(title) + ".png"
-            key = _key("plot", title, series[PLOT_COLUMNS].sort_values(["run_order", "strategy"]).to_csv())
-            if plot_keys.get(stem) != key or not (site / "plots" / stem).exists():
-                _history_plot(series, site / "plots" / stem, title)
-            drawn[stem] = key
-            page.append(f"<h2>{esc(title)}</h2><img src='plots/{esc(stem)}' alt='{esc(title)}'>")
-        (site / f"{_slug(op)}.html").write_text(_page(f"scatterbench · {op}", page))
-    for stale in (site / "plots").glob("*.png"):  # plots of cases no longer in the history
-        if stale.name not in drawn:
+        return {}
+    return cache if isinstance(cache, dict) else {}
+
+
+def build_dashboard(root, site, rule: regression.Rule | None = None, with_reports: bool = True,
+                    reports: int = DEFAULT_REPORTS) -> Path:
+    """Writes the site under ``site`` and returns its index page. ``rule``:
+    the gate's (`history.gate_rule`) unless given; ``reports``: how many of
+    the newest runs get their light report (none without ``with_reports``)."""
+    site = store.writable_dir(Path(site), "the dashboard")  # before reading the history
+    rule = rule or history.gate_rule()
+    cache_dir = site / CACHE
+    cache_dir.mkdir(exist_ok=True)
+    known = _load_cache(cache_dir / FILES)  # the result files hashed before, by size and mtime
+    cases, runs = history.load_history(root, cache_dir / "summaries", known)
+    directories = set(runs["directory"])
+    store.write_json_atomic(cache_dir / FILES, {path: entry for path, entry in known.items()
+                                                if str(Path(path).parent) in directories})
+    judgement = history.judge(cases, runs, rule, _load_cache(cache_dir / VERDICTS))
+    store.write_json_atomic(cache_dir / VERDICTS, judgement.verdict_cache)
+    changes = judgement.changes
+    for folder in ("assets", "data", "data/cases"):
+        (site / folder).mkdir(exist_ok=True)
+    for name in SITE_ASSETS:
+        if not (site / "assets" / name).exists() or (site / "assets" / name).read_bytes() != (ASSETS / name).read_bytes():
+            shutil.copyfile(ASSETS / name, site / "assets" / name)
+    links = write_reports(runs, site, reports if with_reports else 0)
+    write_runs_data(runs, links, site)
+
+    ops = list(dict.fromkeys(cases["op"]))
+    nav = _nav(ops)
+    groups: dict[str, list] = {op: [] for op in ops}
+    written = set()
+    changes_by_group = dict(list(changes.groupby(history.GROUP, sort=False)))
+    for key, group in cases.groupby(history.GROUP, sort=False):
+        op, device, dtype, params = key
+        title = case_title(op, params, device, dtype)
+        slug = _slug(title)
+        data = case_data(group, changes_by_group.get(key, changes.iloc[:0]), title)
+        _write_if_changed(site / "data" / "cases" / f"{slug}.js", _data_script(f".cases[{json.dumps(slug)}]", data))
+        written.add(f"{slug}.js")
+        groups[op].append((slug, title))
+    for stale in (site / "data" / "cases").glob("*.js"):  # cases no longer in the history
+        if stale.name not in written:
             stale.unlink()
-    store.write_json_atomic(keys_path, drawn)
+    for op in ops:
+        _write_if_changed(site / f"{_slug(op)}.html", op_page(op, groups[op], changes, runs, nav))
+
+    body = [nav, "<h1>scatterbench dashboard</h1>",
+            f"<p>{len(runs)} runs, {runs['machine'].nunique()} machine(s), {cases['case_id'].nunique()} cases.</p>",
+            f"<p>{rule_text(rule)}</p>", pairs_text(judgement.pairs),
+            "<h2 class='regressed'>Regressions</h2>", change_list(changes, runs, history.RED, "red"),
+            "<h2 class='not-judged'>Failed by the rule between runs not fit to judge: not judged</h2>",
+            change_list(changes, runs, history.NOT_JUDGED, "not-judged"),
+            "<h2>Source changed</h2>", change_list(changes, runs, history.SOURCE_CHANGED, "source-changed"),
+            "<h2>Latest</h2>", *overview(cases, changes),
+            "<h2>Newest runs</h2>", *runs_table(runs, cases, links, newest=20),
+            f"<p><a href='runs.html'>all {len(runs)} runs</a></p>"]
+    (site / "index.html").write_text(_page("scatterbench dashboard", body))
+    _write_if_changed(site / "runs.html", _page("scatterbench runs", [nav, "<h1>Runs</h1>",
+                                                                     *runs_table(runs, cases, links)]))
     return site / "index.html"
+
+
+load_history = history.load_history  # the history's cases and runs, for callers of the dashboard

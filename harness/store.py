@@ -296,7 +296,9 @@ class RunWriter:
             try:  # the run's small summary for the dashboard (harness/summary.py), while the lock is held
                 from harness import summary
 
-                summary.write_summary(self.directory)
+                with warnings.catch_warnings():  # about samples this writer wrote: its reader warns
+                    warnings.simplefilter("ignore")
+                    summary.write_summary(self.directory)
             except (OSError, ResultError, ValueError):
                 pass  # a full disk, say: the dashboard rebuilds it from the raw results
         self.lock.release()

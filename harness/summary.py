@@ -9,10 +9,10 @@ that says where and how it was measured.
 
 The store writes it when a run's writer closes (`write_summary`); for older
 runs, or after a result file changed, `load_summary` rebuilds it. A summary
-carries the fingerprint of the files it was made from (a hash of
-``meta.json`` and ``rows.csv``, the size of the append-only
-``samples.jsonl``), so a stale one is never used; where the result directory
-cannot be written, the rebuilt summary is kept in a cache directory instead.
+carries the fingerprint of the files it was made from (the SHA-256 of
+``meta.json``, ``rows.csv`` and ``samples.jsonl``), so a stale one is never
+used; where the result directory cannot be written, the rebuilt summary is
+kept in a cache directory instead.
 """
 
 from __future__ import annotations
@@ -41,15 +41,31 @@ META_KEYS = ("run_id", "start_time", "end_time", "status", "git_commit", "machin
 UNSTABLE, SLOW_START, NO_SAMPLES = "unstable", "slow-start", "no-samples"
 
 
-def fingerprint(directory: Path) -> dict:
-    """What a summary is valid for: the metadata's and the rows' content and
-    the samples' size (reading kilobytes, not the samples)."""
+def _file_hash(path: Path, known: dict | None) -> str | None:
+    try:
+        info = path.stat()
+    except FileNotFoundError:
+        return None
+    seen = (known or {}).get(str(path))
+    if seen and seen[:2] == [info.st_size, info.st_mtime_ns]:
+        return seen[2]
+    with open(path, "rb") as handle:
+        digest = hashlib.file_digest(handle, "sha256").hexdigest()
+    if known is not None:
+        known[str(path)] = [info.st_size, info.st_mtime_ns, digest]
+    return digest
+
+
+def fingerprint(directory: Path, known: dict | None = None) -> dict:
+    """What a summary is valid for: the content of the run's three files.
+    ``known`` ({path: [size, mtime_ns, sha256]}, kept by the caller between
+    builds, updated here) spares hashing a file whose size and mtime did not
+    change: a build then reads kilobytes per run. Content, not mtimes, is
+    what the summary records: a fresh clone of committed results changes
+    every mtime and no content."""
     directory = Path(directory)
-    samples = directory / store.SAMPLES
-    return {"version": VERSION,
-            "meta_sha256": hashlib.sha256((directory / store.META).read_bytes()).hexdigest(),
-            "rows_sha256": hashlib.sha256((directory / store.ROWS).read_bytes()).hexdigest(),
-            "samples_bytes": samples.stat().st_size if samples.exists() else 0}
+    return {"version": VERSION, **{name: _file_hash(directory / name, known)
+                                   for name in (store.META, store.ROWS, store.SAMPLES)}}
 
 
 def _number(value):
@@ -70,10 +86,10 @@ def _flags(row: dict, has_samples: bool) -> str:
     return " ".join(flags)
 
 
-def summarize(directory) -> dict:
+def summarize(directory, known: dict | None = None) -> dict:
     """The summary of the result directory ``directory``, read from its files."""
     directory = Path(directory)
-    key = fingerprint(directory)
+    key = fingerprint(directory, known)
     meta, rows, samples = store.read_run(directory)
     counts = [name for name in regression.COUNT_METRICS if name in rows and rows[name].notna().any()]
     columns = list(ROW_COLUMNS) + ["p10_s"] + counts + ["flags"]
@@ -119,19 +135,20 @@ def cache_path(directory: Path, cache_dir: Path) -> Path:
     return Path(cache_dir) / f"{name}.json"
 
 
-def load_summary(directory, cache_dir=None) -> dict:
+def load_summary(directory, cache_dir=None, known: dict | None = None) -> dict:
     """The run's current summary: ``DIR/summary.json`` when its fingerprint
     still matches the run's files, else rebuilt (from the raw results: the
     only time they are read) and written back beside them, or into
-    ``cache_dir`` where the result directory is read-only."""
+    ``cache_dir`` where the result directory is read-only. ``known``: as
+    for `fingerprint`."""
     directory = Path(directory)
-    key = fingerprint(directory)
+    key = fingerprint(directory, known)
     places = [directory / SUMMARY] + ([cache_path(directory, cache_dir)] if cache_dir else [])
     for place in places:
         summary = _read(place)
         if summary is not None and summary.get("fingerprint") == key:
             return summary
-    summary = summarize(directory)
+    summary = summarize(directory, known)
     for place in places:
         try:
             place.parent.mkdir(parents=True, exist_ok=True)
