@@ -24,6 +24,7 @@ import math
 import shutil
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from harness import history, regression, stats, store
@@ -33,7 +34,7 @@ ASSETS = Path(__file__).with_name("dashboard_assets")
 SITE_ASSETS = ("uPlot.iife.min.js", "uPlot.min.css", "uPlot-LICENSE", "dashboard.js")
 DEFAULT_REPORTS = 10  # the newest runs whose light report the site keeps
 CACHE = ".cache"  # in the site: summaries of read-only runs, the gate's verdicts on raw samples
-VERDICTS, FILES = "verdicts.json", "files.json"
+VERDICTS, FILES, COLOURS = "verdicts.json", "files.json", "colours.json"
 KEY_FILE = ".key"  # in each run's report directory: what it was built from
 TREND_RUNS = 30  # the overview's sparkline: the latest runs of the case
 UNSTABLE_MARK = "⚠"
@@ -69,6 +70,25 @@ def build_run_report(directory: Path, target: Path) -> None:
 def strategy_colour(op: str, name: str) -> str:
     """The strategy's colour in the report's figures, so a strategy looks the same everywhere."""
     return _report().strategy_colour(op, name)
+
+
+def strategy_colours(names: list[tuple[str, str]], cache_path: Path) -> dict[str, str]:
+    """{"op/strategy": colour} for ``names`` ((op, strategy) pairs), kept in
+    the site's cache with the report's source and the registry's strategy
+    names it depends on: a build that meets no new strategy does not import
+    the report (and matplotlib)."""
+    from impls.registry import OPERATORS
+
+    registry = {op: sorted(operator.strategies) for op, operator in OPERATORS.items()}
+    key = hashlib.sha256(_report_source() + json.dumps(registry, sort_keys=True).encode()).hexdigest()
+    cache = _load_cache(cache_path)
+    colours = cache.get("colours", {}) if cache.get("key") == key else {}
+    missing = [(op, name) for op, name in names if f"{op}/{name}" not in colours]
+    for op, name in missing:
+        colours[f"{op}/{name}"] = strategy_colour(op, name)
+    if missing or cache.get("key") != key:
+        store.write_json_atomic(cache_path, {"key": key, "colours": colours})
+    return colours
 
 
 # ------------------------------------------------------------------ helpers
@@ -118,9 +138,14 @@ def _write_if_changed(path: Path, text: str) -> None:
         path.write_text(text)
 
 
-def _short(value: float) -> float | None:
-    """Four significant digits, or None (JSON null) for no value: the data files stay small."""
-    return float(f"{value:.4g}") if isinstance(value, float) and math.isfinite(value) else None
+def _short(values) -> list:
+    """Four significant digits, None (JSON null) for no value: the data files stay small."""
+    values = np.asarray(values, dtype=float)
+    finite = np.isfinite(values) & (values != 0)
+    scale = np.ones_like(values)
+    scale[finite] = 10.0 ** (3 - np.floor(np.log10(np.abs(values[finite]))))
+    rounded = np.round(values * scale) / scale
+    return [float(value) if ok else None for value, ok in zip(rounded.tolist(), np.isfinite(values).tolist())]
 
 
 def _run_date(start_time: str) -> str:
@@ -176,22 +201,23 @@ def write_runs_data(runs: pd.DataFrame, links: dict, site: Path) -> None:
 KIND = {history.RED: "red", history.NOT_JUDGED: "grey", history.SOURCE_CHANGED: "source"}
 
 
-def case_data(group: pd.DataFrame, changes: pd.DataFrame, title: str) -> dict:
+def case_data(group: pd.DataFrame, changes: pd.DataFrame, title: str, colours: dict) -> dict:
     """A case's chart: x the runs that measured it, a series per strategy
     (median, IQR as % of it, counts), and marks where a rule failed a change."""
-    x = sorted(int(run) for run in group["run"].unique())
-    position = {run: index for index, run in enumerate(x)}
-    names = sorted(group["strategy"].unique())
     op = group["op"].iloc[0]
-    series = []
     counts = [name for name in regression.COUNT_METRICS if name in group and group[name].notna().any()]
+    group = group.assign(iqr_pct=100 * group["iqr_s"] / group["median_s"].where(group["median_s"] > 0))
+    table = group.pivot(index="run", columns="strategy", values=["median_s", "iqr_pct"] + counts)
+    x = [int(run) for run in table.index]
+    names = sorted(group["strategy"].unique())
+    series = []
     for name in names:
-        mine = group[group["strategy"] == name].set_index("run").reindex(x)
-        entry = {"name": name, "colour": strategy_colour(op, name), "y": [_short(v) for v in mine["median_s"]],
-                 "iqr": [_short(100 * stats.rel_iqr(i, m)) for i, m in zip(mine["iqr_s"], mine["median_s"])]}
+        entry = {"name": name, "colour": colours[f"{op}/{name}"], "y": _short(table[("median_s", name)]),
+                 "iqr": _short(table[("iqr_pct", name)])}
         for metric in counts:
-            entry[metric] = [_short(v) for v in mine[metric]]
+            entry[metric] = _short(table[(metric, name)])
         series.append(entry)
+    position = {run: index for index, run in enumerate(x)}
     marks, count_marks = [], {metric: [] for metric in counts}
     marked = changes[changes["mark"] != ""]
     for strategy, run, kind, metric, why in zip(marked["strategy"], marked["run"], marked["mark"], marked["metric"],
@@ -218,8 +244,9 @@ def _change_text(row, runs: pd.DataFrame) -> str:
     elif row["verdict"] == regression.BROKEN:
         what = f"broke: {row['base_status']} → {row['status']}"
     else:
-        what = (f"{fmt_ratio(row['gate_ratio'])} its base ratio to the reference (10th percentiles, "
-                f"p = {fmt_p(row['p_value'])}); median {fmt_time(row['base_median_s'])} → {fmt_time(row['median_s'])}")
+        what = (f"{fmt_ratio(row['gate_ratio'])} its base run's ratio to the other strategies of its case "
+                f"(10th percentiles, p = {fmt_p(row['p_value'])}); median {fmt_time(row['base_median_s'])} → "
+                f"{fmt_time(row['median_s'])}")
     text = (f"{esc(row['op'])}/{esc(row['strategy'])} {esc(params_label(row['params']))} {esc(row['device'])} "
             f"{esc(row['dtype'])}: {esc(what)}; run {esc(base['run_id'])} → {esc(new['run_id'])} (commit "
             f"{esc(base['commit'][:10])} → {esc(new['commit'][:10])}) on {esc(new['machine'])}")
@@ -238,17 +265,20 @@ def change_list(changes: pd.DataFrame, runs: pd.DataFrame, mark: str, element_id
 
 
 def rule_text(rule: regression.Rule) -> str:
-    return (f"A change is <b class='regressed'>red</b> only when the CI gate's rule (<code>make regress</code>) fails "
-            f"it: each strategy's 10th-percentile time divided by its operator's reference strategy in the same run "
-            f"grew by more than {rule.factor:g}× and a Mann–Whitney U test on the raw samples gives p &lt; "
-            f"{rule.alpha:g} (or every sample moved, where too few exist for the test), or a correct case started "
-            f"failing its check; instruction counts, where a run has them, past "
+    from harness.gate import screening_factor
+
+    return (f"A change is <b class='regressed'>red</b> only when the CI gate (<code>make regress</code>) would fail "
+            f"it: its screen (each strategy's 10th-percentile time divided by its operator's reference strategy's "
+            f"in the same run grew by more than {screening_factor(rule.factor):.3g}× and a Mann–Whitney U test on "
+            f"the raw samples gives p &lt; {rule.alpha:g}, or every sample moved where too few exist for the test) "
+            f"and its confirmation (against the other strategies of its case, the median over them, more than "
+            f"{rule.factor:g}× its base run's ratio), on the stored run where the gate re-measures; or a correct "
+            f"case started failing its check; or an instruction count, where runs have them, grew past "
             f"{100 * (regression.COUNT_FACTOR - 1):.0f} %. And only between two runs fit to judge: the same CPU, "
-            f"each run's peak 1-minute load below its core count, at most "
+            f"each run's peak 1-minute load below its core count and at most "
             f"{100 * regression.MAX_UNSTABLE_SHARE:.0f} % of its cases unstable (counts: the same CPU and library "
-            f"versions). The gate also re-measures a suspect before failing it, which a history cannot. A change "
-            f"the rule fails between runs not fit to judge is listed in grey, not judged, with the reason; one "
-            f"across a change of the strategy's source is marked as such.")
+            f"versions). A change failed between runs not fit to judge is listed in grey, not judged, with the "
+            f"reason; one across a change of the strategy's source is marked as such.")
 
 
 def pairs_text(pairs: pd.DataFrame) -> str:
@@ -264,10 +294,11 @@ def overview(cases: pd.DataFrame, changes: pd.DataFrame) -> list[str]:
     """The latest measurement of every case, red ones first, with its change
     against the run before and its trend."""
     esc = html.escape
-    latest = cases.sort_values("run", kind="stable").groupby("case_id", sort=False).tail(1)
-    latest_change = changes.set_index(["run", "case_id"])
+    ordered = cases.sort_values("run", kind="stable")
+    latest = ordered.groupby("case_id", sort=False).tail(1)
+    latest = latest.merge(changes[["run", "case_id", "mark", "ratio"]], on=["run", "case_id"], how="left")
     unstable = int(latest["flags"].str.contains("unstable", regex=False).sum())
-    trends = cases.sort_values("run").groupby("case_id")["median_s"].agg(lambda s: list(s)[-TREND_RUNS:])
+    trends = ordered.groupby("case_id", sort=False).tail(TREND_RUNS).groupby("case_id", sort=False)["median_s"].agg(list)
     counts = cases.groupby("case_id").size()
     body = [f"<p class='unstable-legend'>{UNSTABLE_MARK} unstable: the latest run's IQR exceeds "
             f"{100 * stats.UNSTABLE_REL_IQR:.0f} % of its median (the threshold at which torch.utils.benchmark "
@@ -278,8 +309,7 @@ def overview(cases: pd.DataFrame, changes: pd.DataFrame) -> list[str]:
             f"<th>trend (last {TREND_RUNS} runs)</th><th>runs</th></tr>"]
     rows = []
     for row in latest.itertuples(index=False):
-        change = latest_change.loc[(row.run, row.case_id)] if (row.run, row.case_id) in latest_change.index else None
-        mark = change["mark"] if change is not None else ""
+        mark = row.mark if isinstance(row.mark, str) else ""
         params = json.loads(row.params)
         order = (mark != history.RED, row.op, tuple(params[k] for k in ordered_params(params)
                                                     if isinstance(params[k], int)), row.strategy)
@@ -287,7 +317,7 @@ def overview(cases: pd.DataFrame, changes: pd.DataFrame) -> list[str]:
         cell = (f"<td class='num unstable' title='unstable: IQR above {100 * stats.UNSTABLE_REL_IQR:.0f} % of the "
                 f"median'>{esc(fmt_time(row.median_s))} {UNSTABLE_MARK}</td>" if noisy else
                 f"<td class='num'>{esc(fmt_time(row.median_s))}</td>")
-        versus = "–" if change is None else f"{fmt_ratio(change['ratio'])} {mark}".strip()
+        versus = f"{fmt_ratio(row.ratio)} {mark}".strip() if isinstance(row.mark, str) else "–"
         css = {history.RED: " class='regressed'", history.NOT_JUDGED: " class='not-judged'"}.get(mark, "")
         rows.append((order, f"<tr{css}><td><a href='{esc(_slug(row.op))}.html'>{esc(row.op)}</a></td>"
                             f"<td>{esc(row.strategy)}</td><td>{esc(params_label(row.params))}</td>"
@@ -299,21 +329,22 @@ def overview(cases: pd.DataFrame, changes: pd.DataFrame) -> list[str]:
     return body
 
 
-def runs_table(runs: pd.DataFrame, cases: pd.DataFrame, links: dict, newest: int | None = None) -> list[str]:
+def runs_table(runs: pd.DataFrame, share: pd.Series, links: dict, newest: int | None = None) -> list[str]:
+    """The runs, newest first (``newest`` of them): where, when, what load, how
+    many cases unstable (``share``, per run), and each one's report."""
     esc = html.escape
     shown = runs if newest is None else runs.tail(newest)
-    share = history.unstable_share(cases)
     body = ["<table id='runs'><tr><th>#</th><th>run</th><th>start</th><th>commit</th><th>machine</th>"
             "<th>load 1 min (start → end)</th><th>unstable</th><th>report</th></tr>"]
-    for _, run in shown.iloc[::-1].iterrows():
-        meta = run["meta"]
-        loads = [(meta.get(key) or ["?"])[0] if isinstance(meta.get(key), list) else "?"
+    for order, run_id, start, commit, machine, meta in zip(*(shown[column].iloc[::-1] for column in (
+            "run", "run_id", "start_time", "commit", "machine", "meta"))):
+        loads = [meta[key][0] if isinstance(meta.get(key), list) and meta[key] else "?"
                  for key in ("load_avg_start", "load_avg_end")]
-        link = links.get(run["run"])
-        body.append(f"<tr><td>{run['run']}</td><td>{esc(run['run_id'])}</td><td>{esc(run['start_time'])}</td>"
-                    f"<td>{esc(run['commit'][:12])}</td><td>{esc(run['machine'])}</td>"
-                    f"<td>{esc(' → '.join(str(v) for v in loads))}</td>"
-                    f"<td class='num'>{esc(f'{100 * share[run.run]:.0f} %' if run['run'] in share else '–')}</td>"
+        link = links.get(order)
+        unstable = f"{100 * share[order]:.0f} %" if order in share.index else "–"
+        body.append(f"<tr><td>{order}</td><td>{esc(run_id)}</td><td>{esc(start)}</td><td>{esc(commit[:12])}</td>"
+                    f"<td>{esc(machine)}</td><td>{esc(' → '.join(str(v) for v in loads))}</td>"
+                    f"<td class='num'>{esc(unstable)}</td>"
                     + (f"<td><a href='{esc(link)}'>report</a></td>" if link else "<td>–</td>") + "</tr>")
     return body + ["</table>"]
 
@@ -331,8 +362,10 @@ def op_page(op: str, groups: list[tuple[str, str]], changes: pd.DataFrame, runs:
             "not judged; blue squares: the strategy's source changed; dashed lines: another CPU than the run "
             "before. Hover for the run.</p>"]
     scripts = ["assets/uPlot.iife.min.js", "assets/dashboard.js", "data/runs.js"]
-    for slug, title in groups:
+    for slug, title, counts in groups:
         body.append(f"<h2 id='{esc(slug)}'>{esc(title)}</h2><div class='chart' data-case='{esc(slug)}'></div>")
+        body += [f"<h3>{esc(metric)} per call (Callgrind)</h3>"
+                 f"<div class='chart' data-case='{esc(slug)}' data-metric='{esc(metric)}'></div>" for metric in counts]
         scripts.append(f"data/cases/{slug}.js")
     head = "<link rel='stylesheet' href='assets/uPlot.min.css'>" + "".join(
         f"<script src='{esc(src)}'></script>" for src in scripts)
@@ -378,20 +411,23 @@ def build_dashboard(root, site, rule: regression.Rule | None = None, with_report
     groups: dict[str, list] = {op: [] for op in ops}
     written = set()
     changes_by_group = dict(list(changes.groupby(history.GROUP, sort=False)))
+    names = cases[["op", "strategy"]].drop_duplicates()
+    colours = strategy_colours(list(zip(names["op"], names["strategy"])), cache_dir / COLOURS)
     for key, group in cases.groupby(history.GROUP, sort=False):
         op, device, dtype, params = key
         title = case_title(op, params, device, dtype)
         slug = _slug(title)
-        data = case_data(group, changes_by_group.get(key, changes.iloc[:0]), title)
+        data = case_data(group, changes_by_group.get(key, changes.iloc[:0]), title, colours)
         _write_if_changed(site / "data" / "cases" / f"{slug}.js", _data_script(f".cases[{json.dumps(slug)}]", data))
         written.add(f"{slug}.js")
-        groups[op].append((slug, title))
+        groups[op].append((slug, title, data["counts"]))
     for stale in (site / "data" / "cases").glob("*.js"):  # cases no longer in the history
         if stale.name not in written:
             stale.unlink()
     for op in ops:
         _write_if_changed(site / f"{_slug(op)}.html", op_page(op, groups[op], changes, runs, nav))
 
+    share = history.unstable_share(cases)
     body = [nav, "<h1>scatterbench dashboard</h1>",
             f"<p>{len(runs)} runs, {runs['machine'].nunique()} machine(s), {cases['case_id'].nunique()} cases.</p>",
             f"<p>{rule_text(rule)}</p>", pairs_text(judgement.pairs),
@@ -400,11 +436,11 @@ def build_dashboard(root, site, rule: regression.Rule | None = None, with_report
             change_list(changes, runs, history.NOT_JUDGED, "not-judged"),
             "<h2>Source changed</h2>", change_list(changes, runs, history.SOURCE_CHANGED, "source-changed"),
             "<h2>Latest</h2>", *overview(cases, changes),
-            "<h2>Newest runs</h2>", *runs_table(runs, cases, links, newest=20),
+            "<h2>Newest runs</h2>", *runs_table(runs, share, links, newest=20),
             f"<p><a href='runs.html'>all {len(runs)} runs</a></p>"]
     (site / "index.html").write_text(_page("scatterbench dashboard", body))
     _write_if_changed(site / "runs.html", _page("scatterbench runs", [nav, "<h1>Runs</h1>",
-                                                                     *runs_table(runs, cases, links)]))
+                                                                     *runs_table(runs, share, links)]))
     return site / "index.html"
 
 

@@ -2,28 +2,28 @@
 on each change between consecutive runs of a case: the dashboard's data.
 
 A case's change is judged between the latest earlier run that measured it
-(``base``) and the run (``new``), by the same rule as the CI gate (`gate_rule`:
-`compare.compare_frames` normalised to each operator's reference, on 10th
-percentiles, past the gate's factor, with its Mann–Whitney test) and, where
-both runs counted instructions, by the count rule
-(`regression.COUNT_FACTOR`). It is *red* only when that rule fails it and
-`regression.unfit_reasons` finds nothing against the pair of runs; a change
-the rule fails between runs that were not fit (load, unstable share,
-another CPU) is *not judged*, with the reasons; a change of the strategy's
-``source`` is marked as such, never called a regression.
+(``base``) and the run (``new``) by the CI gate's own steps (`gate_table`:
+its screen, normalised to each operator's reference on 10th percentiles
+with the Mann–Whitney test, then its confirmation against the other
+strategies of the case, `gate.partner_change`, on the stored new run
+instead of a re-measurement) and, where both runs counted instructions, by
+the count rule (`regression.COUNT_FACTOR`). It is *red* only when that fails
+it and `regression.unfit_reasons` finds nothing against the pair of runs; a
+change failed between runs that were not fit (load, unstable share, another
+CPU) is *not judged*, with the reasons; a change across a new ``source`` of
+the strategy is marked as such, never called a regression.
 
-The rule needs raw samples; the summaries hold their 10th percentiles. So
+The gate needs raw samples; the summaries hold their 10th percentiles. So
 every pair is first screened from the summaries with a bound the gate's
-normalised ratio can never exceed (a case's ratio over the smallest ratio of
-the other strategies of its group: the gate divides by the reference's ratio
-or by the geometric mean of the others', never less than that smallest
-one), and only the groups the bound cannot clear are judged by the rule
-itself, on the raw samples of their two runs (cached by the runs'
-fingerprints). A build thus reads raw samples only where a change is large.
+confirmed change can never exceed (`screen`), and only the groups the bound
+cannot clear are judged by the gate's steps themselves, on the raw samples
+of their two runs (cached by the runs' fingerprints). A build thus reads
+raw samples only where a change is large.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 from dataclasses import dataclass
@@ -31,7 +31,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from harness import compare, env, regression, store, summary
+from harness import compare, env, gate, regression, store, summary
 from harness.gate import DEFAULT_GATE_FACTOR
 from impls.status import CORRECT
 
@@ -41,15 +41,39 @@ TIME = "time"
 
 
 def gate_rule(factor: float = DEFAULT_GATE_FACTOR, alpha: float = regression.DEFAULT_ALPHA) -> regression.Rule:
-    """The CI gate's rule (`gate.run_gate` without re-measurement, which a
-    history cannot do: its screen then keeps the full factor): 10th
-    percentiles, past ``factor``, Mann–Whitney p < ``alpha``."""
+    """The CI gate's rule: 10th percentiles, ``factor`` (its screen takes the
+    square root), Mann–Whitney p < ``alpha``."""
     return regression.Rule(factor, alpha, "p10")
 
 
+def _typical_of(rows: pd.DataFrame, samples: dict, suspect, names: list[str]) -> dict:
+    """Each named strategy's time in the suspect's case, as the gate takes a baseline's."""
+    case = gate._same_case(rows, suspect).set_index("strategy")
+    return {name: regression.typical_s(samples[case.at[name, "case_id"]], "p10")
+            if case.at[name, "case_id"] in samples else float(case.at[name, "median_s"]) for name in names}
+
+
 def gate_table(base_rows, base_samples, new_rows, new_samples, rule: regression.Rule) -> pd.DataFrame:
-    """The gate's per-case verdicts on two runs, normalised as the gate normalises."""
-    return compare.compare_frames(base_rows, base_samples, new_rows, new_samples, rule, normalise=True)
+    """The CI gate's verdicts on two stored runs, reached as `gate.run_gate`
+    reaches them: its screen (compare normalised to each operator's
+    reference, 10th percentiles, past the square root of the factor, with
+    the Mann–Whitney test) picks suspects, and a suspect fails only if its
+    time against the other strategies of its case, relative to the base
+    run's (`gate.partner_change`, the median over them), exceeds the factor.
+    The new run's own 10th percentiles stand in for the gate's
+    re-measurement, which a history cannot do. A case that broke fails at once."""
+    screen = regression.Rule(gate.screening_factor(rule.factor), rule.alpha, "p10")
+    table = compare.compare_frames(base_rows, base_samples, new_rows, new_samples, screen, normalise=True)
+    table["confirmed_ratio"] = math.nan
+    for index, suspect in table[table["verdict"] == regression.REGRESSED].iterrows():
+        names = [suspect["strategy"]] + gate._partners(table, suspect)
+        now = _typical_of(new_rows, new_samples, suspect, names)
+        change = gate.partner_change(_typical_of(base_rows, base_samples, suspect, names),
+                                     [[now[name] for name in names]], names)
+        table.loc[index, "confirmed_ratio"] = change
+        if not change > rule.factor:
+            table.loc[index, "verdict"] = regression.SAME
+    return table
 
 
 # ----------------------------------------------------------------- loading
@@ -59,21 +83,29 @@ def load_history(root, cache_dir=None, known: dict | None = None) -> tuple[pd.Da
     row per run with its metadata (``meta``), machine and directory.
     ``cache_dir`` and ``known``: as for `summary.load_summary`."""
     directories = store.find_runs(root)
-    frames, runs = [], []
+    columns: dict[str, list] = {}
+    runs, total = [], 0
     for order, directory in enumerate(directories):
         found = summary.load_summary(directory, cache_dir, known)
         meta = found["meta"]
         runs.append({"run": order, "run_id": str(meta.get("run_id")), "directory": str(directory),
                      "start_time": str(meta.get("start_time") or ""), "commit": str(meta.get("git_commit") or ""),
                      "machine": env.machine_label(meta), "meta": meta, "fingerprint": found["fingerprint"]})
-        cases = summary.cases_frame(found)
-        if len(cases):
-            frames.append(cases.assign(run=order))
-    if not frames:
+        # Column-wise across all runs: one DataFrame at the end, not one per run.
+        count = len(found["cases"]["case_id"])
+        for name, values in found["cases"].items():
+            if name not in columns:
+                columns[name] = [None] * total  # a column earlier runs lacked (counts)
+            columns[name].extend(values)
+        columns.setdefault("run", []).extend([order] * count)
+        total += count
+        for values in columns.values():
+            values.extend([None] * (total - len(values)))  # a column this run lacks (counts)
+    if not total:
         raise store.ResultError(f"{root}: no result rows found under it")
-    cases = pd.concat(frames, ignore_index=True)
+    cases = summary.frame_of(columns)
     runs = pd.DataFrame(runs)
-    cases["machine"] = cases["run"].map(runs["machine"])
+    cases["machine"] = runs["machine"].to_numpy()[cases["run"].to_numpy(int)]
     return cases, runs
 
 
@@ -82,7 +114,7 @@ def load_history(root, cache_dir=None, known: dict | None = None) -> tuple[pd.Da
 class Judgement:
     changes: pd.DataFrame  # one row per case and consecutive pair: base and new values, ratio, mark, reasons
     pairs: pd.DataFrame  # one row per pair of runs (base, run): reasons it is not fit, per metric
-    verdict_cache: dict  # the raw-sample verdicts this judgement used, to keep for the next
+    verdict_cache: dict  # each pair's reasons and raw-sample verdicts, by its key: for the next judgement
 
 
 def _typical(frame: pd.DataFrame, prefix: str = "") -> pd.Series:
@@ -96,28 +128,23 @@ def consecutive(cases: pd.DataFrame) -> pd.DataFrame:
     """Each case's rows with the same case of its latest earlier run
     (``base_*`` columns); the first run of a case has none and is left out."""
     ordered = cases.sort_values(["case_id", "run"], kind="stable")
-    base = ordered.groupby("case_id", sort=False).shift(1)
+    compared = ["run", "status", "source", "median_s", "p10_s", "machine"] + [
+        name for name in regression.COUNT_METRICS if name in cases]
+    base = ordered[["case_id"] + compared].groupby("case_id", sort=False).shift(1)
     changes = ordered.join(base.add_prefix("base_"))
     changes = changes[changes["base_run"].notna()].copy()
     changes["base_run"] = changes["base_run"].astype(int)
     return changes
 
 
-def _pair_reasons(cases: pd.DataFrame, runs: pd.DataFrame, pairs: pd.DataFrame, metrics: list[str]) -> pd.DataFrame:
-    by_run = {run: rows for run, rows in cases.groupby("run", sort=False)}
-    metas = runs["meta"]
-    for metric in metrics:
-        pairs[f"reasons_{metric}"] = [
-            regression.unfit_reasons(metas[base], by_run[base], metas[new], by_run[new], metric)
-            for base, new in zip(pairs["base_run"], pairs["run"])]
-    return pairs
-
-
 def screen(cases: pd.DataFrame, changes: pd.DataFrame, factor: float) -> pd.DataFrame:
-    """The (base_run, run, group) triples the gate's rule might fail: a case
-    correct in the base and not now, or one whose ratio over the smallest
-    ratio of the other strategies of its group timed in both runs exceeds
-    ``factor``. Every case the rule fails is inside them (module docstring)."""
+    """The (base_run, run, group) triples where the gate could fail a case:
+    one correct in the base and not now, or one whose ratio (new over base
+    time) over min(1, the smallest such ratio among the other strategies of
+    its group timed in both runs) exceeds ``factor``. The gate's confirmed
+    change (`gate.partner_change`: the median, over partners, of the case's
+    ratio over theirs, or its own ratio without partners) never exceeds that
+    bound, so every case the gate fails is inside them."""
     pairs = changes[["base_run", "run"]].drop_duplicates()
     key = ["case_id"] + GROUP + ["strategy"]
     timed = cases[cases["status"].isin(CORRECT) & (cases["median_s"] > 0)]
@@ -131,7 +158,7 @@ def screen(cases: pd.DataFrame, changes: pd.DataFrame, factor: float) -> pd.Data
     lowest = both.groupby(keys, sort=False)["ratio"].transform("first")
     second = both["ratio"].where(rank == 1).groupby([both[k] for k in keys], sort=False).transform("max")
     others = lowest.where(rank > 0, second)  # the smallest ratio among the *other* strategies
-    both["bound"] = both["ratio"] / others.fillna(1.0)
+    both["bound"] = both["ratio"] / others.clip(upper=1.0).fillna(1.0)
     # A hair under the factor: the bound and the rule round differently in the last bit.
     suspects = both[both["bound"] > factor * (1 - 1e-9)][keys]
     broken = changes[changes["base_status"].isin(CORRECT) & ~changes["status"].isin(CORRECT)][keys]
@@ -143,27 +170,37 @@ def _rows(cases: pd.DataFrame, run: int, groups: pd.DataFrame) -> pd.DataFrame:
     return mine.merge(groups, on=GROUP)
 
 
-def exact_verdicts(cases, runs, suspects, rule, known: dict) -> tuple[dict, dict]:
-    """{(base_run, run, case_id): (verdict, ratio, p)} by the gate's rule on
-    the raw samples, for the cases of the suspect groups, and the cache
-    entries that hold them: ``known`` (entries of an earlier build, keyed by
-    the two runs' fingerprints and the rule) spares re-reading samples."""
-    found, cache = {}, {}
+def _pair_key(runs: pd.DataFrame, base: int, new: int, rule: regression.Rule, metrics: list[str]) -> str:
+    """What a pair's judgement depends on: both runs' files, the rule, the metrics."""
+    parts = [json.dumps(runs.at[base, "fingerprint"], sort_keys=True),
+             json.dumps(runs.at[new, "fingerprint"], sort_keys=True), repr(rule), ",".join(metrics)]
+    return hashlib.sha256("\0".join(parts).encode()).hexdigest()
+
+
+def judge_pairs(cases, runs, changes, pairs, rule, metrics) -> dict:
+    """{pair key: {"reasons": {metric: [...]}, "verdicts": [[case, verdict,
+    confirmed ratio, p], ...]}} for ``pairs`` (base_run, run, key): why
+    each pair is not fit, and the gate's verdicts (`gate_table`, on the raw
+    samples) on the cases of the groups `screen` cannot clear."""
+    involved = set(pairs["base_run"]) | set(pairs["run"])
+    by_run = {run: rows for run, rows in cases[cases["run"].isin(involved)].groupby("run", sort=False)}
+    metas = runs["meta"]
+    judged = {}
+    for base, new, key in zip(pairs["base_run"], pairs["run"], pairs["key"]):
+        judged[key] = {"reasons": {metric: regression.unfit_reasons(metas[base], by_run[base], metas[new],
+                                                                    by_run[new], metric) for metric in metrics},
+                       "verdicts": []}
+    mine = changes.merge(pairs[["base_run", "run"]], on=["base_run", "run"])
+    suspects = screen(cases[cases["run"].isin(involved)], mine, rule.factor)
+    keys = dict(zip(zip(pairs["base_run"], pairs["run"]), pairs["key"]))
     for (base, new), groups in suspects.groupby(["base_run", "run"], sort=False):
         groups = groups[GROUP].drop_duplicates()
-        key = json.dumps([runs.at[base, "fingerprint"], runs.at[new, "fingerprint"],
-                          sorted(map(list, groups.itertuples(index=False))), repr(rule)], sort_keys=True)
-        if key in known:
-            cache[key] = known[key]
-        else:
-            base_rows, new_rows = _rows(cases, base, groups), _rows(cases, new, groups)
-            table = gate_table(base_rows, store.read_samples(Path(runs.at[base, "directory"])),
-                               new_rows, store.read_samples(Path(runs.at[new, "directory"])), rule)
-            cache[key] = [[row.case_id, row.verdict, _finite(row.ratio), _finite(row.p_value)]
-                          for row in table.itertuples(index=False)]
-        for case_id, verdict, ratio, p_value in cache[key]:
-            found[(base, new, case_id)] = (verdict, ratio, p_value)
-    return found, cache
+        table = gate_table(_rows(cases, base, groups), store.read_samples(Path(runs.at[base, "directory"])),
+                           _rows(cases, new, groups), store.read_samples(Path(runs.at[new, "directory"])), rule)
+        judged[keys[(base, new)]]["verdicts"] = [
+            [row.case_id, row.verdict, _finite(row.confirmed_ratio), _finite(row.p_value)]
+            for row in table.itertuples(index=False)]
+    return judged
 
 
 def _finite(value):
@@ -183,19 +220,28 @@ def count_verdicts(changes: pd.DataFrame, metric: str) -> pd.Series:
 
 def judge(cases: pd.DataFrame, runs: pd.DataFrame, rule: regression.Rule, cache: dict | None = None) -> Judgement:
     """Every change of every case between consecutive runs, judged (module
-    docstring); ``cache``: an earlier judgement's ``verdict_cache``."""
+    docstring). ``cache``: an earlier judgement's ``verdict_cache``; a pair
+    of runs whose files did not change is not judged again, so a build with
+    one new run judges one new pair."""
+    cache = cache or {}
     changes = consecutive(cases)
     metrics = [TIME] + [name for name in regression.COUNT_METRICS if name in cases and cases[name].notna().any()]
-    pairs = _pair_reasons(cases, runs, changes[["base_run", "run"]].drop_duplicates().reset_index(drop=True),
-                          metrics)
-    verdicts, used = exact_verdicts(cases, runs, screen(cases, changes, rule.factor), rule, cache or {})
-    exact = [verdicts.get((base, run, case_id), (regression.SAME, None, None))
-             for base, run, case_id in zip(changes["base_run"], changes["run"], changes["case_id"])]
-    changes["verdict"] = [verdict for verdict, _, _ in exact]
-    changes["gate_ratio"] = [ratio for _, ratio, _ in exact]
-    changes["p_value"] = [p_value for _, _, p_value in exact]
+    pairs = changes[["base_run", "run"]].drop_duplicates().reset_index(drop=True)
+    pairs["key"] = [_pair_key(runs, base, new, rule, metrics) for base, new in zip(pairs["base_run"], pairs["run"])]
+    fresh = pairs[~pairs["key"].isin(cache)]
+    judged = {key: cache[key] for key in pairs["key"] if key in cache}
+    judged.update(judge_pairs(cases, runs, changes, fresh, rule, metrics) if len(fresh) else {})
+    for metric in metrics:
+        pairs[f"reasons_{metric}"] = [judged[key]["reasons"][metric] for key in pairs["key"]]
+    exact = pd.DataFrame([[base, new] + verdict for base, new, key in zip(pairs["base_run"], pairs["run"], pairs["key"])
+                          for verdict in judged[key]["verdicts"]],
+                         columns=["base_run", "run", "case_id", "verdict", "gate_ratio", "p_value"]
+                         ).astype({"base_run": int, "run": int, "gate_ratio": float, "p_value": float})
+    index = changes.index
+    changes = (changes.merge(exact, on=["base_run", "run", "case_id"], how="left")
+               .merge(pairs.drop(columns="key"), on=["base_run", "run"], how="left").set_index(index))
+    changes["verdict"] = changes["verdict"].fillna(regression.SAME)  # cleared by the screen
     changes["ratio"] = changes["median_s"] / changes["base_median_s"]
-    changes = changes.merge(pairs, on=["base_run", "run"], how="left").set_index(changes.index)
     changes["source_changed"] = (changes["source"] != changes["base_source"]) & (changes["base_source"] != "") \
         & (changes["source"] != "")
     changes["machine_changed"] = changes[f"reasons_{TIME}"].map(
@@ -205,7 +251,7 @@ def judge(cases: pd.DataFrame, runs: pd.DataFrame, rule: regression.Rule, cache:
         changes[f"verdict_{metric}"] = count_verdicts(changes, metric)
         failing[metric] = changes[f"verdict_{metric}"].isin(regression.FAILING)
     _mark(changes, failing)
-    return Judgement(changes, pairs, used)
+    return Judgement(changes, pairs, judged)
 
 
 def _mark(changes: pd.DataFrame, failing: dict) -> None:

@@ -152,7 +152,7 @@ def unfit_reasons(base_meta: dict, base_rows, new_meta: dict, new_rows, metric: 
         # The highest 1-minute load average recorded: at the start, at the end, or when a case finished.
         loads = [meta[key][0] for key in ("load_avg_start", "load_avg_end") if isinstance(meta.get(key), list)
                  and meta[key]]
-        loads += list(rows["load_avg"].dropna()) if "load_avg" in rows else []
+        loads += list(rows["load_avg"].to_numpy(float)) if "load_avg" in rows else []
         loads = [float(v) for v in loads if isinstance(v, (int, float)) and math.isfinite(v)]
         peak = max(loads) if loads else None
         cores = (meta.get("hardware") or {}).get("cpu_count") or meta.get("cpu_count")
@@ -160,8 +160,9 @@ def unfit_reasons(base_meta: dict, base_rows, new_meta: dict, new_rows, metric: 
             reasons.append(f"load not recorded{where}")
         elif cores and peak >= cores:
             reasons.append(f"load {peak:.2g} on {cores} cores{where}")
-        timed = rows[rows["status"].isin(CORRECT) & (rows["median_s"] > 0)]
-        unstable = sum(stats.is_unstable(iqr, median) for iqr, median in zip(timed["iqr_s"], timed["median_s"]))
-        if len(timed) and unstable > MAX_UNSTABLE_SHARE * len(timed):
+        medians, iqrs = rows["median_s"].to_numpy(float), rows["iqr_s"].to_numpy(float)
+        timed = [index for index, status in enumerate(rows["status"]) if status in CORRECT and medians[index] > 0]
+        unstable = sum(stats.is_unstable(iqrs[index], medians[index]) for index in timed)
+        if timed and unstable > MAX_UNSTABLE_SHARE * len(timed):
             reasons.append(f"{unstable} of {len(timed)} unstable{where}")
     return reasons

@@ -1,7 +1,8 @@
 """A run's small per-case summary, ``DIR/summary.json``: what the dashboard
 needs of a run, in kilobytes instead of the megabytes of raw samples.
 
-Per case: its key columns, status and source, median, IQR, 10th percentile
+Per case (column by column: ``cases`` maps a column to its values): its
+key columns, status and source, median, IQR, 10th percentile
 (the CI gate's statistic, which needs the samples), minimum, sample count,
 the load it finished under, the instruction counts where the run has them,
 and flags (unstable, slow start, no usable samples). Per run: the metadata
@@ -29,7 +30,7 @@ from harness import regression, stats, store
 from impls.status import CORRECT
 
 SUMMARY = "summary.json"
-VERSION = 1
+VERSION = 2  # of the summary's layout: a summary of another version is rebuilt
 
 # Copied from each row as they are.
 ROW_COLUMNS = ("case_id", "op", "strategy", "backend", "device", "dtype", "params", "status", "source",
@@ -91,25 +92,26 @@ def summarize(directory, known: dict | None = None) -> dict:
     directory = Path(directory)
     key = fingerprint(directory, known)
     meta, rows, samples = store.read_run(directory)
+    for name in regression.COUNT_METRICS:  # numbers once the store knows the column, text before
+        if name in rows:
+            rows[name] = pd.to_numeric(rows[name], errors="coerce")
     counts = [name for name in regression.COUNT_METRICS if name in rows and rows[name].notna().any()]
-    columns = list(ROW_COLUMNS) + ["p10_s"] + counts + ["flags"]
-    data = []
-    for row in rows.to_dict("records"):
-        values = samples.get(row["case_id"])
-        p10 = regression.typical_s(values, "p10") if values else None
-        data.append([_number(row[name]) for name in ROW_COLUMNS] + [p10]
-                    + [_number(float(row[name])) for name in counts] + [_flags(row, bool(values))])
+    cases = {name: [_number(value) for value in rows[name].tolist()] for name in list(ROW_COLUMNS) + counts}
+    timed = [samples.get(case_id) for case_id in cases["case_id"]]
+    cases["p10_s"] = [regression.typical_s(values, "p10") if values else None for values in timed]
+    records = rows[["status", "median_s", "iqr_s", "slow_start"]].to_dict("records")
+    cases["flags"] = [_flags(record, bool(values)) for record, values in zip(records, timed)]
     return {"fingerprint": key, "meta": {name: meta[name] for name in META_KEYS if name in meta},
-            "columns": columns, "cases": data}
+            "cases": cases}
 
 
 def _write(path: Path, summary: dict) -> None:
+    """Replaced whole, not fsynced: a summary lost or cut short by a crash
+    no longer parses or matches its fingerprint, and is rebuilt."""
     tmp = path.with_name(f"{path.name}.tmp{os.getpid()}")
     try:
         with open(tmp, "w") as handle:
             json.dump(summary, handle, separators=(",", ":"), allow_nan=False)
-            handle.flush()
-            os.fsync(handle.fileno())
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
@@ -143,11 +145,13 @@ def load_summary(directory, cache_dir=None, known: dict | None = None) -> dict:
     for `fingerprint`."""
     directory = Path(directory)
     key = fingerprint(directory, known)
+    summary = _read(directory / SUMMARY)
+    if summary is not None and summary.get("fingerprint") == key:
+        return summary
     places = [directory / SUMMARY] + ([cache_path(directory, cache_dir)] if cache_dir else [])
-    for place in places:
-        summary = _read(place)
-        if summary is not None and summary.get("fingerprint") == key:
-            return summary
+    summary = _read(places[-1]) if cache_dir else None
+    if summary is not None and summary.get("fingerprint") == key:
+        return summary
     summary = summarize(directory, known)
     for place in places:
         try:
@@ -159,9 +163,16 @@ def load_summary(directory, cache_dir=None, known: dict | None = None) -> dict:
     return summary
 
 
+def frame_of(columns: dict) -> pd.DataFrame:
+    """Summary columns (name -> values, of one run or of several put
+    together) as a DataFrame, absent numbers as NaN."""
+    frame = pd.DataFrame(columns)
+    numeric = [name for name in columns if name in store.NUMERIC or name == "p10_s" or name in regression.COUNT_METRICS]
+    # The text columns repeat a few values thousands of times: categories keep a long history small and fast to group.
+    return frame.astype({name: float for name in numeric} | {name: "category" for name in ROW_COLUMNS + ("flags",)
+                                                             if name in columns and name not in numeric})
+
+
 def cases_frame(summary: dict) -> pd.DataFrame:
-    """The summary's cases as a DataFrame (absent numbers as NaN)."""
-    frame = pd.DataFrame(summary["cases"], columns=summary["columns"])
-    numeric = [name for name in summary["columns"]
-               if name in store.NUMERIC or name == "p10_s" or name in regression.COUNT_METRICS]
-    return frame.astype({name: float for name in numeric})
+    """The summary's cases as a DataFrame."""
+    return frame_of(summary["cases"])

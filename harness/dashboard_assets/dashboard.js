@@ -1,6 +1,6 @@
 // scatterbench dashboard: draws each case's history with uPlot from the
 // site's data files (data/runs.js, data/cases/*.js), which are plain scripts
-// so the site works from file:// (where fetch() is refused) as from any
+// so the site works from file:// (where the fetch API is refused) as from any
 // static host. Text from result files is set with textContent, never as HTML.
 (function () {
   "use strict";
