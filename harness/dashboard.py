@@ -391,7 +391,7 @@ def build_dashboard(root, site, rule: regression.Rule | None = None, with_report
     cache_dir = site / CACHE
     cache_dir.mkdir(exist_ok=True)
     known = _load_cache(cache_dir / FILES)  # the result files hashed before, by size and mtime
-    cases, runs = history.load_history(root, cache_dir / "summaries", known)
+    cases, runs = history.load_history(root, cache_dir, known)
     directories = set(runs["directory"])
     store.write_json_atomic(cache_dir / FILES, {path: entry for path, entry in known.items()
                                                 if str(Path(path).parent) in directories})

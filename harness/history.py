@@ -26,10 +26,13 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
+from pandas.api.types import union_categoricals
 
 from harness import compare, env, gate, regression, store, summary
 from harness.gate import DEFAULT_GATE_FACTOR
@@ -81,12 +84,25 @@ def load_history(root, cache_dir=None, known: dict | None = None) -> tuple[pd.Da
     """(cases, runs): one row per case of every run under ``root`` from the
     runs' summaries (``run`` is the run's position, oldest first), and one
     row per run with its metadata (``meta``), machine and directory.
-    ``cache_dir`` and ``known``: as for `summary.load_summary`."""
-    directories = store.find_runs(root)
+    ``cache_dir``: where the history read last time is kept (a run whose
+    files did not change is taken from it, not from its summary), and the
+    summaries of read-only runs (``summaries/``); ``known``: as for
+    `summary.fingerprint`."""
+    previous_cases, previous_runs = _read_frame(cache_dir) if cache_dir else (None, None)
+    reusable = {}  # directory -> its row of the previous history, where its files did not change
+    for run in previous_runs or []:
+        directory = Path(run["directory"])
+        if directory.is_dir() and summary.fingerprint(directory, known) == run["fingerprint"]:
+            reusable[run["directory"]] = run
+    directories = store.find_runs(root, start_time=lambda path: reusable.get(str(path), {}).get("start_time"))
     columns: dict[str, list] = {}
-    runs, total = [], 0
+    runs, renumber, total = [], {}, 0
     for order, directory in enumerate(directories):
-        found = summary.load_summary(directory, cache_dir, known)
+        if str(directory) in reusable:
+            runs.append(dict(reusable[str(directory)], run=order))
+            renumber[reusable[str(directory)]["run"]] = order
+            continue
+        found = summary.load_summary(directory, Path(cache_dir) / "summaries" if cache_dir else None, known)
         meta = found["meta"]
         runs.append({"run": order, "run_id": str(meta.get("run_id")), "directory": str(directory),
                      "start_time": str(meta.get("start_time") or ""), "commit": str(meta.get("git_commit") or ""),
@@ -101,12 +117,73 @@ def load_history(root, cache_dir=None, known: dict | None = None) -> tuple[pd.Da
         total += count
         for values in columns.values():
             values.extend([None] * (total - len(values)))  # a column this run lacks (counts)
-    if not total:
+    kept = None
+    if renumber:
+        kept = previous_cases[previous_cases["run"].isin(renumber)].copy()
+        kept["run"] = kept["run"].map(renumber)
+    cases = _concat([kept, summary.frame_of(columns) if total else None])
+    if cases is None or not len(cases):
         raise store.ResultError(f"{root}: no result rows found under it")
-    cases = summary.frame_of(columns)
+    cases = cases.sort_values("run", kind="stable").reset_index(drop=True)
     runs = pd.DataFrame(runs)
-    cases["machine"] = runs["machine"].to_numpy()[cases["run"].to_numpy(int)]
+    machines = list(dict.fromkeys(runs["machine"]))
+    codes = np.array([machines.index(machine) for machine in runs["machine"]])
+    cases["machine"] = pd.Categorical.from_codes(codes[cases["run"].to_numpy()], machines)
+    if cache_dir and (len(reusable) != len(previous_runs or []) or total):
+        _write_frame(cases.drop(columns="machine"), runs, cache_dir)
     return cases, runs
+
+
+FRAME = "history"  # in the cache directory: history.npz (the columns) and history.json (runs, categories)
+
+
+def _write_frame(cases: pd.DataFrame, runs: pd.DataFrame, cache_dir: Path) -> None:
+    """The history as plain arrays and JSON (no pickle: a site's cache may come from elsewhere)."""
+    arrays, categories = {}, {}
+    for name in cases.columns:
+        column = cases[name]
+        if isinstance(column.dtype, pd.CategoricalDtype):
+            arrays[name] = column.cat.codes.to_numpy()
+            categories[name] = [str(value) for value in column.cat.categories]
+        else:
+            arrays[name] = column.to_numpy()
+    cache_dir = Path(cache_dir)
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    with open(cache_dir / f"{FRAME}.npz.tmp", "wb") as handle:
+        np.savez(handle, **arrays)
+    (cache_dir / f"{FRAME}.json.tmp").write_text(json.dumps(
+        {"columns": list(cases.columns), "categories": categories, "runs": runs.to_dict("records")}))
+    os.replace(cache_dir / f"{FRAME}.npz.tmp", cache_dir / f"{FRAME}.npz")
+    os.replace(cache_dir / f"{FRAME}.json.tmp", cache_dir / f"{FRAME}.json")
+
+
+def _read_frame(cache_dir) -> tuple[pd.DataFrame | None, list | None]:
+    try:
+        described = json.loads((Path(cache_dir) / f"{FRAME}.json").read_text())
+        with np.load(Path(cache_dir) / f"{FRAME}.npz", allow_pickle=False) as arrays:
+            columns = {name: pd.Categorical.from_codes(arrays[name], described["categories"][name])
+                       if name in described["categories"] else arrays[name] for name in described["columns"]}
+        return pd.DataFrame(columns), described["runs"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None, None  # none yet, or not ours: read the summaries
+
+
+def _concat(parts: list) -> pd.DataFrame | None:
+    """Frames of cases one after the other; categories merged, not re-counted."""
+    parts = [part for part in parts if part is not None and len(part)]
+    if len(parts) <= 1:
+        return parts[0] if parts else None
+    names = list(dict.fromkeys(name for part in parts for name in part.columns))
+    merged = {}
+    for name in names:
+        pieces = [part[name].reset_index(drop=True) if name in part else pd.Series(np.nan, index=range(len(part)))
+                  for part in parts]
+        if all(isinstance(piece.dtype, pd.CategoricalDtype) for piece in pieces):
+            merged[name] = union_categoricals([piece.array for piece in pieces], ignore_order=True)
+        else:
+            merged[name] = pd.concat([piece.astype(object) if isinstance(piece.dtype, pd.CategoricalDtype) else piece
+                                      for piece in pieces], ignore_index=True)
+    return pd.DataFrame(merged)
 
 
 # ----------------------------------------------------------------- judging
@@ -170,11 +247,10 @@ def _rows(cases: pd.DataFrame, run: int, groups: pd.DataFrame) -> pd.DataFrame:
     return mine.merge(groups, on=GROUP)
 
 
-def _pair_key(runs: pd.DataFrame, base: int, new: int, rule: regression.Rule, metrics: list[str]) -> str:
+def _pair_key(fingerprints: list[str], base: int, new: int, rule: regression.Rule, metrics: list[str]) -> str:
     """What a pair's judgement depends on: both runs' files, the rule, the metrics."""
-    parts = [json.dumps(runs.at[base, "fingerprint"], sort_keys=True),
-             json.dumps(runs.at[new, "fingerprint"], sort_keys=True), repr(rule), ",".join(metrics)]
-    return hashlib.sha256("\0".join(parts).encode()).hexdigest()
+    text = "\0".join([fingerprints[base], fingerprints[new], repr(rule), ",".join(metrics)])
+    return hashlib.sha256(text.encode()).hexdigest()
 
 
 def judge_pairs(cases, runs, changes, pairs, rule, metrics) -> dict:
@@ -227,7 +303,9 @@ def judge(cases: pd.DataFrame, runs: pd.DataFrame, rule: regression.Rule, cache:
     changes = consecutive(cases)
     metrics = [TIME] + [name for name in regression.COUNT_METRICS if name in cases and cases[name].notna().any()]
     pairs = changes[["base_run", "run"]].drop_duplicates().reset_index(drop=True)
-    pairs["key"] = [_pair_key(runs, base, new, rule, metrics) for base, new in zip(pairs["base_run"], pairs["run"])]
+    fingerprints = [json.dumps(fingerprint, sort_keys=True) for fingerprint in runs["fingerprint"]]
+    pairs["key"] = [_pair_key(fingerprints, base, new, rule, metrics)
+                    for base, new in zip(pairs["base_run"], pairs["run"])]
     fresh = pairs[~pairs["key"].isin(cache)]
     judged = {key: cache[key] for key in pairs["key"] if key in cache}
     judged.update(judge_pairs(cases, runs, changes, fresh, rule, metrics) if len(fresh) else {})

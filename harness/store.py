@@ -486,13 +486,20 @@ def read_run(directory) -> tuple[dict, pd.DataFrame, dict]:
     return read_meta(directory), read_rows(directory), read_samples(directory)
 
 
-def find_runs(root) -> list[Path]:
-    """Every result directory under ``root`` (itself included), oldest first."""
+def find_runs(root, start_time=None) -> list[Path]:
+    """Every result directory under ``root`` (itself included), oldest first.
+    ``start_time(path)``, where given, may tell a run's start time (a caller
+    that knows it unchanged) and spare reading its metadata; None reads it."""
     root = Path(root)
     if not root.exists():
         raise ResultError(f"{root}: no such directory")
     found = [path.parent for path in root.rglob(META)]
-    return sorted(found, key=lambda path: (read_meta(path).get("start_time", ""), str(path)))
+
+    def started(path):
+        known = start_time(path) if start_time else None
+        return known if known is not None else read_meta(path).get("start_time", "")
+
+    return sorted(found, key=lambda path: (started(path), str(path)))
 
 
 def extra_of(row) -> dict:

@@ -84,6 +84,18 @@ def test_one_more_run_adds_its_own_work_only(tmp_path, monkeypatch):
     assert set(calls["samples"]) <= {"b", "c"}
 
 
+def test_a_warm_build_writes_the_site_a_cold_one_writes(tmp_path):
+    """The site's cache (history, judged pairs, hashed files) changes how much is read, never what is shown."""
+    root, site = _history(tmp_path / "results"), tmp_path / "site"
+    dashboard.build_dashboard(root, site, with_reports=False)
+    fixture_run(root / "c", meta=QUIET, start_time="2026-11-24T00:00:00+00:00",
+                row_fields={"numpy_sliding_window": {"median_s": 3e-3}})
+    (root / "b" / "rows.csv").write_text((root / "b" / "rows.csv").read_text().replace("ok,,0.01,", "ok,,0.02,", 1))
+    dashboard.build_dashboard(root, site, with_reports=False)
+    dashboard.build_dashboard(root, tmp_path / "cold", with_reports=False)
+    assert _files(site) == _files(tmp_path / "cold")
+
+
 def test_a_changed_run_rebuilds_its_summary_report_and_pairs(tmp_path, monkeypatch):
     root, site = _history(tmp_path / "results"), tmp_path / "site"
     dashboard.build_dashboard(root, site)
