@@ -5,9 +5,10 @@ results/20261125T024630-vm-default-0507, the default config: 83 cases): N
 copies, one a day, each case's samples scaled by its own factor drawn
 uniformly from ±5 %, each run's ``summary.json`` written as the store writes
 it when a run ends. Then measures ``scatterbench dashboard`` in a child
-process: a cold build (a new site), and a warm one after one more run was
-added; peak RSS of the cold build (``wait4``), the site's size and the
-history's size on disk. Prints a Markdown table (the README's).
+process, without reports and with those of the newest 10 runs: a cold build
+(a new site), and a warm one after one more run was added; peak RSS of the
+cold build (``wait4``), the site's size and the history's size on disk.
+Prints a Markdown table (the README's).
 
 Not a timed test: numbers depend on the machine and on what else runs on it
 (the load average is printed with them). ``synthesise`` is also what the
@@ -105,15 +106,16 @@ def synthesise(root: Path, count: int, first: int = 0, source=None, jitter: floa
     return made
 
 
-def measure(command: list[str]) -> tuple[float, float]:
-    """Wall seconds and peak RSS (GB) of a child process."""
+def measure(command: list[str]) -> tuple[float, float, float]:
+    """Wall seconds, CPU seconds (user + system: what the wall time would be
+    on an idle core) and peak RSS (GB) of a child process."""
     start = time.perf_counter()
     child = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.DEVNULL)
     _, status, usage = os.wait4(child.pid, 0)
     seconds = time.perf_counter() - start
     if os.waitstatus_to_exitcode(status) != 0:
         raise SystemExit(f"{' '.join(command)}: exit {os.waitstatus_to_exitcode(status)}")
-    return seconds, usage.ru_maxrss / 1024 ** 2
+    return seconds, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024 ** 2
 
 
 def size_gb(path: Path) -> float:
@@ -121,16 +123,24 @@ def size_gb(path: Path) -> float:
 
 
 def scale_row(count: int, work: Path, reports: int) -> dict:
-    root, site = work / f"history-{count}", work / f"site-{count}"
+    """Cold and warm builds of an N-run history, with the newest runs'
+    reports (``reports``) and without any."""
+    root = work / f"history-{count}"
     synthesise(root, count)
-    dashboard = [sys.executable, "-m", "harness", "dashboard", str(root), "-o", str(site), "--reports", str(reports)]
-    cold, rss = measure(dashboard)
+    sites = {"reports": work / f"site-{count}", "bare": work / f"site-{count}-bare"}
+    commands = {kind: [sys.executable, "-m", "harness", "dashboard", str(root), "-o", str(site), "--reports",
+                       str(reports if kind == "reports" else 0)] for kind, site in sites.items()}
+    row = {"runs": count}
+    for kind, command in commands.items():
+        row[f"cold_{kind}"], row[f"cold_cpu_{kind}"], row[f"rss_{kind}"] = measure(command)
     synthesise(root, 1, first=count)  # the next night's run
-    warm, _ = measure(dashboard)
-    row = {"runs": count, "cold_s": cold, "warm_s": warm, "peak_rss_gb": rss, "site_mb": size_gb(site) * 1e3,
-           "history_gb": size_gb(root), "load": os.getloadavg()[0]}
+    for kind, command in commands.items():
+        row[f"warm_{kind}"], row[f"warm_cpu_{kind}"], _ = measure(command)
+    row.update(site_mb=size_gb(sites["reports"]) * 1e3, bare_mb=size_gb(sites["bare"]) * 1e3,
+               history_gb=size_gb(root), load=os.getloadavg()[0])
     shutil.rmtree(root)
-    shutil.rmtree(site)
+    for site in sites.values():
+        shutil.rmtree(site)
     return row
 
 
@@ -141,12 +151,16 @@ def main(argv=None) -> int:
     parser.add_argument("--work", default=None, help="where to build (default: a temporary directory)")
     args = parser.parse_args(argv)
     work = Path(args.work or tempfile.mkdtemp(prefix="dashboard-scale-"))
-    print(f"| runs | cold build | warm, one more run | peak RSS (cold) | site | history on disk | load (1 min) |")
+    print("| runs | cold build: wall (CPU) | warm, one more run: wall (CPU) | peak RSS (cold) | site "
+          "| history on disk | load (1 min) |")
     print("|---|---|---|---|---|---|---|")
     for count in args.counts:
-        row = scale_row(count, work, args.reports)
-        print(f"| {row['runs']:,} | {row['cold_s']:.1f} s | {row['warm_s']:.1f} s | {row['peak_rss_gb']:.2f} GB "
-              f"| {row['site_mb']:.1f} MB | {row['history_gb']:.2f} GB | {row['load']:.1f} |", flush=True)
+        r = scale_row(count, work, args.reports)
+        for kind, label in (("bare", "no reports"), ("reports", f"reports of the newest {args.reports}")):
+            print(f"| {r['runs']:,}, {label} | {r[f'cold_{kind}']:.1f} s ({r[f'cold_cpu_{kind}']:.1f} s) "
+                  f"| {r[f'warm_{kind}']:.1f} s ({r[f'warm_cpu_{kind}']:.1f} s) | {r[f'rss_{kind}']:.2f} GB "
+                  f"| {r['bare_mb' if kind == 'bare' else 'site_mb']:.1f} MB | {r['history_gb']:.2f} GB "
+                  f"| {r['load']:.1f} |", flush=True)
     return 0
 
 

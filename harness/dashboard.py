@@ -27,13 +27,13 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from harness import history, regression, stats, store
+from harness import history, regression, stats, store, summary
 from harness.format import fmt_p, fmt_ratio, fmt_time, ordered_params, params_label
 
 ASSETS = Path(__file__).with_name("dashboard_assets")
 SITE_ASSETS = ("uPlot.iife.min.js", "uPlot.min.css", "uPlot-LICENSE", "dashboard.js")
 DEFAULT_REPORTS = 10  # the newest runs whose light report the site keeps
-CACHE = ".cache"  # in the site: summaries of read-only runs, the gate's verdicts on raw samples
+CACHE = ".cache"  # in the site: files hashed, the history, pairs judged, colours, summaries of read-only runs
 VERDICTS, FILES, COLOURS = "verdicts.json", "files.json", "colours.json"
 KEY_FILE = ".key"  # in each run's report directory: what it was built from
 TREND_RUNS = 30  # the overview's sparkline: the latest runs of the case
@@ -55,10 +55,13 @@ def _report():
     return report
 
 
+REPORT_MODULE = "report"  # what `_report` imports
+
+
 def _report_source() -> bytes:
     """The report module's source, without importing it (matplotlib): a
     change to it rebuilds the reports."""
-    spec = importlib.util.find_spec("report")
+    spec = importlib.util.find_spec(REPORT_MODULE)
     return Path(spec.origin).read_bytes() if spec and spec.origin else b""
 
 
@@ -191,6 +194,7 @@ def _data_script(name: str, value) -> str:
 
 
 def write_runs_data(runs: pd.DataFrame, links: dict, site: Path) -> None:
+    (site / "data").mkdir(exist_ok=True)
     machines = list(dict.fromkeys(runs["machine"]))
     data = {"id": list(runs["run_id"]), "date": [_run_date(s) for s in runs["start_time"]],
             "commit": [c[:10] for c in runs["commit"]], "machine": [machines.index(m) for m in runs["machine"]],
@@ -297,7 +301,7 @@ def overview(cases: pd.DataFrame, changes: pd.DataFrame) -> list[str]:
     ordered = cases.sort_values("run", kind="stable")
     latest = ordered.groupby("case_id", sort=False).tail(1)
     latest = latest.merge(changes[["run", "case_id", "mark", "ratio"]], on=["run", "case_id"], how="left")
-    unstable = int(latest["flags"].str.contains("unstable", regex=False).sum())
+    unstable = int(latest["flags"].str.contains(summary.UNSTABLE, regex=False).sum())
     trends = ordered.groupby("case_id", sort=False).tail(TREND_RUNS).groupby("case_id", sort=False)["median_s"].agg(list)
     counts = cases.groupby("case_id").size()
     body = [f"<p class='unstable-legend'>{UNSTABLE_MARK} unstable: the latest run's IQR exceeds "
@@ -313,7 +317,7 @@ def overview(cases: pd.DataFrame, changes: pd.DataFrame) -> list[str]:
         params = json.loads(row.params)
         order = (mark != history.RED, row.op, tuple(params[k] for k in ordered_params(params)
                                                     if isinstance(params[k], int)), row.strategy)
-        noisy = "unstable" in row.flags
+        noisy = summary.UNSTABLE in row.flags
         cell = (f"<td class='num unstable' title='unstable: IQR above {100 * stats.UNSTABLE_REL_IQR:.0f} % of the "
                 f"median'>{esc(fmt_time(row.median_s))} {UNSTABLE_MARK}</td>" if noisy else
                 f"<td class='num'>{esc(fmt_time(row.median_s))}</td>")
@@ -373,12 +377,79 @@ def op_page(op: str, groups: list[tuple[str, str]], changes: pd.DataFrame, runs:
 
 
 # ------------------------------------------------------------------ build
+def _save_cache(path: Path, data: dict) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(data, separators=(",", ":")))
+    tmp.replace(path)
+
+
 def _load_cache(path: Path) -> dict:
     try:
         cache = json.loads(path.read_text())
     except (OSError, ValueError):
         return {}
     return cache if isinstance(cache, dict) else {}
+
+
+def judged_history(root, cache_dir: Path, rule: regression.Rule):
+    """(cases, runs, judgement) of every run under ``root``, with what the
+    site's cache remembers (files hashed, the history, pairs judged) read
+    first and brought up to date after."""
+    cache_dir.mkdir(exist_ok=True)
+    known = _load_cache(cache_dir / FILES)  # the result files hashed before, by size and mtime
+    cases, runs = history.load_history(root, cache_dir, known)
+    directories = set(runs["directory"])
+    _save_cache(cache_dir / FILES, {path: entry for path, entry in known.items()
+                                    if str(Path(path).parent) in directories})
+    judgement = history.judge(cases, runs, rule, _load_cache(cache_dir / VERDICTS))
+    _save_cache(cache_dir / VERDICTS, judgement.verdict_cache)
+    return cases, runs, judgement
+
+
+def copy_assets(site: Path) -> None:
+    (site / "assets").mkdir(exist_ok=True)
+    for name in SITE_ASSETS:
+        target = site / "assets" / name
+        if not target.exists() or target.read_bytes() != (ASSETS / name).read_bytes():
+            shutil.copyfile(ASSETS / name, target)
+
+
+def write_case_data(cases: pd.DataFrame, changes: pd.DataFrame, site: Path) -> dict[str, list]:
+    """``data/cases/<case>.js`` for every case (cases no longer in the
+    history leave); {op: [(slug, title, count metrics), ...]}."""
+    (site / "data" / "cases").mkdir(parents=True, exist_ok=True)
+    names = cases[["op", "strategy"]].drop_duplicates()
+    colours = strategy_colours(list(zip(names["op"], names["strategy"])), site / CACHE / COLOURS)
+    changes_by_group = dict(list(changes.groupby(history.GROUP, sort=False)))
+    groups: dict[str, list] = {}
+    written = set()
+    for key, group in cases.groupby(history.GROUP, sort=False):
+        op, device, dtype, params = key
+        title = case_title(op, params, device, dtype)
+        slug = _slug(title)
+        data = case_data(group, changes_by_group.get(key, changes.iloc[:0]), title, colours)
+        _write_if_changed(site / "data" / "cases" / f"{slug}.js", _data_script(f".cases[{json.dumps(slug)}]", data))
+        written.add(f"{slug}.js")
+        groups.setdefault(op, []).append((slug, title, data["counts"]))
+    for stale in (site / "data" / "cases").glob("*.js"):
+        if stale.name not in written:
+            stale.unlink()
+    return groups
+
+
+def index_page(cases, runs, judgement, changes, links, rule, nav) -> str:
+    share = history.unstable_share(cases)
+    body = [nav, "<h1>scatterbench dashboard</h1>",
+            f"<p>{len(runs)} runs, {runs['machine'].nunique()} machine(s), {cases['case_id'].nunique()} cases.</p>",
+            f"<p>{rule_text(rule)}</p>", pairs_text(judgement.pairs),
+            "<h2 class='regressed'>Regressions</h2>", change_list(changes, runs, history.RED, "red"),
+            "<h2 class='not-judged'>Failed by the rule between runs not fit to judge: not judged</h2>",
+            change_list(changes, runs, history.NOT_JUDGED, "not-judged"),
+            "<h2>Source changed</h2>", change_list(changes, runs, history.SOURCE_CHANGED, "source-changed"),
+            "<h2>Latest</h2>", *overview(cases, judgement.changes),
+            "<h2>Newest runs</h2>", *runs_table(runs, share, links, newest=20),
+            f"<p><a href='runs.html'>all {len(runs)} runs</a></p>"]
+    return _page("scatterbench dashboard", body)
 
 
 def build_dashboard(root, site, rule: regression.Rule | None = None, with_reports: bool = True,
@@ -388,59 +459,19 @@ def build_dashboard(root, site, rule: regression.Rule | None = None, with_report
     the newest runs get their light report (none without ``with_reports``)."""
     site = store.writable_dir(Path(site), "the dashboard")  # before reading the history
     rule = rule or history.gate_rule()
-    cache_dir = site / CACHE
-    cache_dir.mkdir(exist_ok=True)
-    known = _load_cache(cache_dir / FILES)  # the result files hashed before, by size and mtime
-    cases, runs = history.load_history(root, cache_dir, known)
-    directories = set(runs["directory"])
-    store.write_json_atomic(cache_dir / FILES, {path: entry for path, entry in known.items()
-                                                if str(Path(path).parent) in directories})
-    judgement = history.judge(cases, runs, rule, _load_cache(cache_dir / VERDICTS))
-    store.write_json_atomic(cache_dir / VERDICTS, judgement.verdict_cache)
-    changes = judgement.changes
-    for folder in ("assets", "data", "data/cases"):
-        (site / folder).mkdir(exist_ok=True)
-    for name in SITE_ASSETS:
-        if not (site / "assets" / name).exists() or (site / "assets" / name).read_bytes() != (ASSETS / name).read_bytes():
-            shutil.copyfile(ASSETS / name, site / "assets" / name)
+    cases, runs, judgement = judged_history(root, site / CACHE, rule)
+    # What the pages show of the changes: those a rule failed, and crossings of a CPU change.
+    changes = judgement.changes[(judgement.changes["mark"] != "") | judgement.changes["machine_changed"]]
+    copy_assets(site)
     links = write_reports(runs, site, reports if with_reports else 0)
     write_runs_data(runs, links, site)
-
-    ops = list(dict.fromkeys(cases["op"]))
-    nav = _nav(ops)
-    groups: dict[str, list] = {op: [] for op in ops}
-    written = set()
-    changes_by_group = dict(list(changes.groupby(history.GROUP, sort=False)))
-    names = cases[["op", "strategy"]].drop_duplicates()
-    colours = strategy_colours(list(zip(names["op"], names["strategy"])), cache_dir / COLOURS)
-    for key, group in cases.groupby(history.GROUP, sort=False):
-        op, device, dtype, params = key
-        title = case_title(op, params, device, dtype)
-        slug = _slug(title)
-        data = case_data(group, changes_by_group.get(key, changes.iloc[:0]), title, colours)
-        _write_if_changed(site / "data" / "cases" / f"{slug}.js", _data_script(f".cases[{json.dumps(slug)}]", data))
-        written.add(f"{slug}.js")
-        groups[op].append((slug, title, data["counts"]))
-    for stale in (site / "data" / "cases").glob("*.js"):  # cases no longer in the history
-        if stale.name not in written:
-            stale.unlink()
-    for op in ops:
-        _write_if_changed(site / f"{_slug(op)}.html", op_page(op, groups[op], changes, runs, nav))
-
-    share = history.unstable_share(cases)
-    body = [nav, "<h1>scatterbench dashboard</h1>",
-            f"<p>{len(runs)} runs, {runs['machine'].nunique()} machine(s), {cases['case_id'].nunique()} cases.</p>",
-            f"<p>{rule_text(rule)}</p>", pairs_text(judgement.pairs),
-            "<h2 class='regressed'>Regressions</h2>", change_list(changes, runs, history.RED, "red"),
-            "<h2 class='not-judged'>Failed by the rule between runs not fit to judge: not judged</h2>",
-            change_list(changes, runs, history.NOT_JUDGED, "not-judged"),
-            "<h2>Source changed</h2>", change_list(changes, runs, history.SOURCE_CHANGED, "source-changed"),
-            "<h2>Latest</h2>", *overview(cases, changes),
-            "<h2>Newest runs</h2>", *runs_table(runs, share, links, newest=20),
-            f"<p><a href='runs.html'>all {len(runs)} runs</a></p>"]
-    (site / "index.html").write_text(_page("scatterbench dashboard", body))
-    _write_if_changed(site / "runs.html", _page("scatterbench runs", [nav, "<h1>Runs</h1>",
-                                                                     *runs_table(runs, share, links)]))
+    groups = write_case_data(cases, changes, site)
+    nav = _nav(groups)
+    for op, cases_of_op in groups.items():
+        _write_if_changed(site / f"{_slug(op)}.html", op_page(op, cases_of_op, changes, runs, nav))
+    (site / "index.html").write_text(index_page(cases, runs, judgement, changes, links, rule, nav))
+    _write_if_changed(site / "runs.html", _page("scatterbench runs", [nav, "<h1>Runs</h1>", *runs_table(
+        runs, history.unstable_share(cases), links)]))
     return site / "index.html"
 
 

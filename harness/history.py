@@ -322,8 +322,9 @@ def judge(cases: pd.DataFrame, runs: pd.DataFrame, rule: regression.Rule, cache:
     changes["ratio"] = changes["median_s"] / changes["base_median_s"]
     changes["source_changed"] = (changes["source"] != changes["base_source"]) & (changes["base_source"] != "") \
         & (changes["source"] != "")
-    changes["machine_changed"] = changes[f"reasons_{TIME}"].map(
-        lambda reasons: any(reason.startswith("different CPU") for reason in reasons))
+    crossed = pairs[f"reasons_{TIME}"].map(lambda reasons: any(reason.startswith("different CPU") for reason in reasons))
+    changes["machine_changed"] = changes.merge(pairs[["base_run", "run"]].assign(crossed=crossed),
+                                               on=["base_run", "run"], how="left")["crossed"].to_numpy()
     failing = {TIME: changes["verdict"].isin(regression.FAILING)}
     for metric in metrics[1:]:
         changes[f"verdict_{metric}"] = count_verdicts(changes, metric)
