@@ -118,8 +118,10 @@ def measure(command: list[str]) -> tuple[float, float, float]:
     return seconds, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024 ** 2
 
 
-def size_gb(path: Path) -> float:
-    return sum(item.stat().st_size for item in path.rglob("*") if item.is_file()) / 1e9
+def size_gb(path: Path, cache: bool = False) -> float:
+    """The size of a tree: without the site's cache (kept for the next build, not published), or of it alone."""
+    return sum(item.stat().st_size for item in path.rglob("*")
+               if item.is_file() and (".cache" in item.relative_to(path).parts) == cache) / 1e9
 
 
 def scale_row(count: int, work: Path, reports: int) -> dict:
@@ -137,7 +139,7 @@ def scale_row(count: int, work: Path, reports: int) -> dict:
     for kind, command in commands.items():
         row[f"warm_{kind}"], row[f"warm_cpu_{kind}"], _ = measure(command)
     row.update(site_mb=size_gb(sites["reports"]) * 1e3, bare_mb=size_gb(sites["bare"]) * 1e3,
-               history_gb=size_gb(root), load=os.getloadavg()[0])
+               cache_mb=size_gb(sites["bare"], cache=True) * 1e3, history_gb=size_gb(root), load=os.getloadavg()[0])
     shutil.rmtree(root)
     for site in sites.values():
         shutil.rmtree(site)
@@ -151,7 +153,7 @@ def main(argv=None) -> int:
     parser.add_argument("--work", default=None, help="where to build (default: a temporary directory)")
     args = parser.parse_args(argv)
     work = Path(args.work or tempfile.mkdtemp(prefix="dashboard-scale-"))
-    print("| runs | cold build: wall (CPU) | warm, one more run: wall (CPU) | peak RSS (cold) | site "
+    print("| runs | cold build: wall (CPU) | warm, one more run: wall (CPU) | peak RSS (cold) | site (its cache) "
           "| history on disk | load (1 min) |")
     print("|---|---|---|---|---|---|---|")
     for count in args.counts:
@@ -159,7 +161,8 @@ def main(argv=None) -> int:
         for kind, label in (("bare", "no reports"), ("reports", f"reports of the newest {args.reports}")):
             print(f"| {r['runs']:,}, {label} | {r[f'cold_{kind}']:.1f} s ({r[f'cold_cpu_{kind}']:.1f} s) "
                   f"| {r[f'warm_{kind}']:.1f} s ({r[f'warm_cpu_{kind}']:.1f} s) | {r[f'rss_{kind}']:.2f} GB "
-                  f"| {r['bare_mb' if kind == 'bare' else 'site_mb']:.1f} MB | {r['history_gb']:.2f} GB "
+                  f"| {r['bare_mb' if kind == 'bare' else 'site_mb']:.1f} MB ({r['cache_mb']:.1f} MB) "
+                  f"| {r['history_gb']:.2f} GB "
                   f"| {r['load']:.1f} |", flush=True)
     return 0
 

@@ -248,9 +248,10 @@ def _change_text(row, runs: pd.DataFrame) -> str:
     elif row["verdict"] == regression.BROKEN:
         what = f"broke: {row['base_status']} → {row['status']}"
     else:
+        p_value = fmt_p(row["p_value"])
         what = (f"{fmt_ratio(row['gate_ratio'])} its base run's ratio to the other strategies of its case "
-                f"(10th percentiles, p = {fmt_p(row['p_value'])}); median {fmt_time(row['base_median_s'])} → "
-                f"{fmt_time(row['median_s'])}")
+                f"(10th percentiles, p {p_value if p_value.startswith('<') else '= ' + p_value}); median "
+                f"{fmt_time(row['base_median_s'])} → {fmt_time(row['median_s'])}")
     text = (f"{esc(row['op'])}/{esc(row['strategy'])} {esc(params_label(row['params']))} {esc(row['device'])} "
             f"{esc(row['dtype'])}: {esc(what)}; run {esc(base['run_id'])} → {esc(new['run_id'])} (commit "
             f"{esc(base['commit'][:10])} → {esc(new['commit'][:10])}) on {esc(new['machine'])}")
