@@ -285,11 +285,14 @@ def _finite(value):
 
 def count_verdicts(changes: pd.DataFrame, metric: str) -> pd.Series:
     """The count rule on each change: past COUNT_FACTOR, no test (counts are
-    deterministic), by `regression.timing_change` on the single values."""
+    deterministic), by `regression.timing_change` on the single values,
+    called for the changes whose ratio is past the factor (no other can fail)."""
     rule = regression.Rule(regression.COUNT_FACTOR)
-    verdicts = pd.Series("", index=changes.index)
+    verdicts = pd.Series("", index=changes.index, dtype=object)
     both = changes[changes[metric].notna() & changes[f"base_{metric}"].notna()]
-    for index, base, new in zip(both.index, both[f"base_{metric}"], both[metric]):
+    verdicts[both.index] = regression.SAME
+    grown = both[both[metric] > both[f"base_{metric}"] * rule.factor * (1 - 1e-9)]
+    for index, base, new in zip(grown.index, grown[f"base_{metric}"], grown[metric]):
         verdicts[index] = regression.timing_change([base], [new], rule).verdict
     return verdicts
 
