@@ -303,7 +303,8 @@ def overview(cases: pd.DataFrame, changes: pd.DataFrame) -> list[str]:
     latest = ordered.groupby("case_id", sort=False).tail(1)
     latest = latest.merge(changes[["run", "case_id", "mark", "ratio"]], on=["run", "case_id"], how="left")
     unstable = int(latest["flags"].str.contains(summary.UNSTABLE, regex=False).sum())
-    trends = ordered.groupby("case_id", sort=False).tail(TREND_RUNS).groupby("case_id", sort=False)["median_s"].agg(list)
+    recent = ordered.groupby("case_id", sort=False).tail(TREND_RUNS)
+    trends = recent.groupby("case_id", sort=False)["median_s"].agg(list)
     counts = cases.groupby("case_id").size()
     body = [f"<p class='unstable-legend'>{UNSTABLE_MARK} unstable: the latest run's IQR exceeds "
             f"{100 * stats.UNSTABLE_REL_IQR:.0f} % of its median (the threshold at which torch.utils.benchmark "

@@ -325,7 +325,8 @@ def judge(cases: pd.DataFrame, runs: pd.DataFrame, rule: regression.Rule, cache:
     changes["ratio"] = changes["median_s"] / changes["base_median_s"]
     changes["source_changed"] = (changes["source"] != changes["base_source"]) & (changes["base_source"] != "") \
         & (changes["source"] != "")
-    crossed = pairs[f"reasons_{TIME}"].map(lambda reasons: any(reason.startswith("different CPU") for reason in reasons))
+    crossed = pairs[f"reasons_{TIME}"].map(
+        lambda reasons: any(reason.startswith("different CPU") for reason in reasons))
     changes["machine_changed"] = changes.merge(pairs[["base_run", "run"]].assign(crossed=crossed),
                                                on=["base_run", "run"], how="left")["crossed"].to_numpy()
     failing = {TIME: changes["verdict"].isin(regression.FAILING)}
@@ -347,7 +348,8 @@ def _mark(changes: pd.DataFrame, failing: dict) -> None:
                 continue
             reasons = changes.at[index, f"reasons_{metric}"]
             if changes.at[index, "source_changed"]:
-                mark, why = SOURCE_CHANGED, f"source: {changes.at[index, 'base_source']} → {changes.at[index, 'source']}"
+                mark = SOURCE_CHANGED
+                why = f"source: {changes.at[index, 'base_source']} → {changes.at[index, 'source']}"
             elif reasons:
                 mark, why = NOT_JUDGED, ", ".join(reasons)
             else:
