@@ -266,7 +266,7 @@ def change_list(changes: pd.DataFrame, runs: pd.DataFrame, mark: str, element_id
              f"data-base='{html.escape(runs.loc[row['base_run'], 'run_id'])}' "
              f"data-new='{html.escape(runs.loc[row['run'], 'run_id'])}' data-metric='{html.escape(row['metric'])}'>"
              f"{_change_text(row, runs)}</li>" for _, row in chosen.iterrows()]
-    return f"<ul id='{element_id}'>" + "".join(items) + "</ul>"
+    return f"<ul id='{element_id}'>" + "".join(items) + "</ul>" + ("" if items else "<p>None.</p>")
 
 
 def rule_text(rule: regression.Rule) -> str:

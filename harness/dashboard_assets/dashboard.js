@@ -98,7 +98,10 @@
         item.series.map(function (s) {
           return { label: s.name, stroke: s.colour, width: 1.5, spanGaps: false,
                    points: { show: true, size: 5, fill: s.colour, stroke: s.colour },
-                   value: function (u, v) { return format(v); } };
+                   value: function (u, v, seriesIdx, idx) {
+                     var iqr = metric === "y" && idx != null ? s.iqr[idx] : null;
+                     return format(v) + (iqr != null && v != null ? " (IQR " + iqr + " %)" : "");
+                   } };
         })),
       hooks: {
         draw: [function (u) {
