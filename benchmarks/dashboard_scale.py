@@ -34,7 +34,7 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 
-from harness import store, summary  # noqa: E402
+from harness import store  # noqa: E402
 
 SOURCE = ROOT / "results" / "20261125T024630-vm-default-0507"
 FIRST_DAY = dt.datetime(2027, 1, 1, 2, 0, tzinfo=dt.timezone.utc)
@@ -65,7 +65,7 @@ def write_run(directory: Path, meta: dict, records: list[dict], samples: dict, c
             values = samples.get(record["case_id"])
             if values:
                 handle.write(json.dumps({"case_id": record["case_id"], "samples_s": values}) + "\n")
-    summary.write_summary(directory)  # what the store's writer does when a run ends
+    store.write_summary(directory)  # what the store's writer does when a run ends
 
 
 def synthesise(root: Path, count: int, first: int = 0, source=None, jitter: float = 0.05, seed: int = 0,

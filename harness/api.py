@@ -74,7 +74,7 @@ def bench(op: str, strategies: list[str] | None = None, *, device: str = "cpu", 
         raise
     finally:
         writer.close()
-    from harness.tables import with_speedups
+    from harness.analysis import with_speedups
 
     rows = with_speedups(pd.DataFrame.from_records(writer.rows) if out is None else store.read_rows(Path(out)))
     figure = _figure(rows, op) if plot else None

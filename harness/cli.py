@@ -156,7 +156,7 @@ def cmd_run(args) -> int:
     counts = rows["status"].value_counts().to_dict()
     print(f"results: {plan.out_dir}  ({', '.join(f'{n} {s}' for s, n in counts.items())})")
     if args.report:
-        import report
+        from harness import report
 
         written = report.build([plan.out_dir], plan.out_dir / "report")
         print(f"report: {written}")
@@ -293,7 +293,7 @@ def cmd_dashboard(args) -> int:
 @command("report", "write the report of result directories (same as report.py)",
          arg("report_args", nargs=argparse.REMAINDER, help="arguments of report.py (see report.py --help)"))
 def cmd_report(args) -> int:
-    import report
+    from harness import report
 
     return report.main(args.report_args)
 

@@ -27,8 +27,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from harness import history, regression, stats, store, summary
-from harness.format import fmt_p, fmt_ratio, fmt_time, ordered_params, params_label
+from harness import analysis, history, regression, store
+from harness.format import fmt_p, fmt_ratio, fmt_time, ordered_params, params_label, slug
 
 ASSETS = Path(__file__).with_name("dashboard_assets")
 SITE_ASSETS = ("uPlot.iife.min.js", "uPlot.min.css", "uPlot-LICENSE", "dashboard.js")
@@ -37,7 +37,7 @@ CACHE = ".cache"  # in the site: files hashed, the history, pairs judged, colour
 VERDICTS, FILES, COLOURS = "verdicts.json", "files.json", "colours.json"
 KEY_FILE = ".key"  # in each run's report directory: what it was built from
 TREND_RUNS = 30  # the overview's sparkline: the latest runs of the case
-UNSTABLE_MARK = "⚠"
+UNSTABLE_MARK = analysis.UNSTABLE.mark
 STYLE = ("body{font-family:system-ui,sans-serif;max-width:1200px;margin:2em auto;padding:0 1em;color:#222}"
          "table{border-collapse:collapse;font-size:13px}td,th{border:1px solid #ccc;padding:3px 8px}"
          "td.num{text-align:right}.regressed,li.red{color:#b00;font-weight:bold}.improved{color:#070}"
@@ -47,22 +47,20 @@ STYLE = ("body{font-family:system-ui,sans-serif;max-width:1200px;margin:2em auto
 
 # ----------------------------------------------------------- the report seam
 def _report():
-    """The report module: the top-level report.py today (harness must not
-    import it anywhere but here and the CLI); ``harness.report`` once issue 23
-    moves it into the harness. The dashboard's only import of it."""
-    import report
+    """The report package (harness/report/): the dashboard's one import of
+    it, made only when a report is built or a new strategy needs its colour
+    (it imports matplotlib)."""
+    from harness import report
 
     return report
 
 
-REPORT_MODULE = "report"  # what `_report` imports
-
-
 def _report_source() -> bytes:
-    """The report module's source, without importing it (matplotlib): a
-    change to it rebuilds the reports."""
-    spec = importlib.util.find_spec(REPORT_MODULE)
-    return Path(spec.origin).read_bytes() if spec and spec.origin else b""
+    """The report package's source, read without importing it: a change to
+    it rebuilds the reports and the colours."""
+    spec = importlib.util.find_spec("harness.report")
+    folder = Path(spec.origin).parent if spec and spec.origin else None
+    return b"".join(path.read_bytes() for path in sorted(folder.glob("*.py"))) if folder else b""
 
 
 def build_run_report(directory: Path, target: Path) -> None:
@@ -72,7 +70,9 @@ def build_run_report(directory: Path, target: Path) -> None:
 
 def strategy_colour(op: str, name: str) -> str:
     """The strategy's colour in the report's figures, so a strategy looks the same everywhere."""
-    return _report().strategy_colour(op, name)
+    from harness.report import figures
+
+    return figures.strategy_colour(op, name)
 
 
 def strategy_colours(names: list[tuple[str, str]], cache_path: Path) -> dict[str, str]:
@@ -119,13 +119,6 @@ def sparkline(medians) -> str:
     return "".join(out)
 
 
-def _slug(text: str) -> str:
-    """A file name; a long one keeps a hash of the whole text (two cases
-    whose names differ only past the cut must not share a file)."""
-    name = "".join(ch if ch.isalnum() else "-" for ch in text.lower()).strip("-")
-    return name if len(name) <= 90 else f"{name[:81]}-{hashlib.sha256(text.encode()).hexdigest()[:8]}"
-
-
 def case_title(op: str, params: str, device: str, dtype: str) -> str:
     return f"{op} {params_label(params)} · {device} {dtype}"
 
@@ -168,7 +161,7 @@ def write_reports(runs: pd.DataFrame, site: Path, count: int) -> dict[int, str]:
     {run: link}."""
     links, kept = {}, set()
     for _, run in runs.tail(count).iterrows() if count > 0 else ():
-        target = site / "runs" / _slug(run["run_id"])
+        target = site / "runs" / slug(run["run_id"])
         kept.add(target.name)
         key = _report_key(run)
         current = (target / KEY_FILE).exists() and (target / KEY_FILE).read_text() == key
@@ -236,7 +229,7 @@ def case_data(group: pd.DataFrame, changes: pd.DataFrame, title: str, colours: d
 # ------------------------------------------------------------------ pages
 def _nav(ops) -> str:
     return "<nav><a href='index.html'>overview</a><a href='runs.html'>runs</a>" + "".join(
-        f"<a href='{html.escape(_slug(op))}.html'>{html.escape(op)}</a>" for op in ops) + "</nav>"
+        f"<a href='{html.escape(slug(op))}.html'>{html.escape(op)}</a>" for op in ops) + "</nav>"
 
 
 def _change_text(row, runs: pd.DataFrame) -> str:
@@ -281,7 +274,7 @@ def rule_text(rule: regression.Rule) -> str:
             f"case started failing its check; or an instruction count, where runs have them, grew past "
             f"{100 * (regression.COUNT_FACTOR - 1):.0f} %. And only between two runs fit to judge: the same CPU, "
             f"each run's peak 1-minute load below its core count and at most "
-            f"{100 * regression.MAX_UNSTABLE_SHARE:.0f} % of its cases unstable (counts: the same CPU and library "
+            f"{100 * analysis.MAX_UNSTABLE_SHARE:.0f} % of its cases unstable (counts: the same CPU and library "
             f"versions). A change failed between runs not fit to judge is listed in grey, not judged, with the "
             f"reason; one across a change of the strategy's source is marked as such.")
 
@@ -302,12 +295,12 @@ def overview(cases: pd.DataFrame, changes: pd.DataFrame) -> list[str]:
     ordered = cases.sort_values("run", kind="stable")
     latest = ordered.groupby("case_id", sort=False).tail(1)
     latest = latest.merge(changes[["run", "case_id", "mark", "ratio"]], on=["run", "case_id"], how="left")
-    unstable = int(latest["flags"].str.contains(summary.UNSTABLE, regex=False).sum())
+    unstable = int(latest["unstable"].sum())
     recent = ordered.groupby("case_id", sort=False).tail(TREND_RUNS)
     trends = recent.groupby("case_id", sort=False)["median_s"].agg(list)
     counts = cases.groupby("case_id").size()
     body = [f"<p class='unstable-legend'>{UNSTABLE_MARK} unstable: the latest run's IQR exceeds "
-            f"{100 * stats.UNSTABLE_REL_IQR:.0f} % of its median (the threshold at which torch.utils.benchmark "
+            f"{100 * analysis.UNSTABLE_REL_IQR:.0f} % of its median (the threshold at which torch.utils.benchmark "
             f"warns): the machine was busy or the case is noisy, so its value and trend are uncertain. "
             f"{unstable} of {len(latest)} cases are unstable.</p>",
             "<table id='overview'><tr><th>op</th><th>strategy</th><th>params</th><th>device</th><th>dtype</th>"
@@ -319,13 +312,13 @@ def overview(cases: pd.DataFrame, changes: pd.DataFrame) -> list[str]:
         params = json.loads(row.params)
         order = (mark != history.RED, row.op, tuple(params[k] for k in ordered_params(params)
                                                     if isinstance(params[k], int)), row.strategy)
-        noisy = summary.UNSTABLE in row.flags
-        cell = (f"<td class='num unstable' title='unstable: IQR above {100 * stats.UNSTABLE_REL_IQR:.0f} % of the "
+        noisy = bool(row.unstable)
+        cell = (f"<td class='num unstable' title='unstable: IQR above {100 * analysis.UNSTABLE_REL_IQR:.0f} % of the "
                 f"median'>{esc(fmt_time(row.median_s))} {UNSTABLE_MARK}</td>" if noisy else
                 f"<td class='num'>{esc(fmt_time(row.median_s))}</td>")
         versus = f"{fmt_ratio(row.ratio)} {mark}".strip() if isinstance(row.mark, str) else "–"
         css = {history.RED: " class='regressed'", history.NOT_JUDGED: " class='not-judged'"}.get(mark, "")
-        rows.append((order, f"<tr{css}><td><a href='{esc(_slug(row.op))}.html'>{esc(row.op)}</a></td>"
+        rows.append((order, f"<tr{css}><td><a href='{esc(slug(row.op))}.html'>{esc(row.op)}</a></td>"
                             f"<td>{esc(row.strategy)}</td><td>{esc(params_label(row.params))}</td>"
                             f"<td>{esc(row.device)}</td><td>{esc(row.dtype)}</td><td>{esc(row.machine)}</td>{cell}"
                             f"<td>{esc(row.status)}</td><td class='num'>{esc(versus)}</td>"
@@ -368,11 +361,11 @@ def op_page(op: str, groups: list[tuple[str, str]], changes: pd.DataFrame, runs:
             "not judged; blue squares: the strategy's source changed; dashed lines: another CPU than the run "
             "before. Hover for the run.</p>"]
     scripts = ["assets/uPlot.iife.min.js", "assets/dashboard.js", "data/runs.js"]
-    for slug, title, counts in groups:
-        body.append(f"<h2 id='{esc(slug)}'>{esc(title)}</h2><div class='chart' data-case='{esc(slug)}'></div>")
+    for stem, title, counts in groups:
+        body.append(f"<h2 id='{esc(stem)}'>{esc(title)}</h2><div class='chart' data-case='{esc(stem)}'></div>")
         body += [f"<h3>{esc(metric)} per call (Callgrind)</h3>"
-                 f"<div class='chart' data-case='{esc(slug)}' data-metric='{esc(metric)}'></div>" for metric in counts]
-        scripts.append(f"data/cases/{slug}.js")
+                 f"<div class='chart' data-case='{esc(stem)}' data-metric='{esc(metric)}'></div>" for metric in counts]
+        scripts.append(f"data/cases/{stem}.js")
     head = "<link rel='stylesheet' href='assets/uPlot.min.css'>" + "".join(
         f"<script src='{esc(src)}'></script>" for src in scripts)
     return _page(f"scatterbench · {op}", body, head)
@@ -428,11 +421,11 @@ def write_case_data(cases: pd.DataFrame, changes: pd.DataFrame, site: Path) -> d
     for key, group in cases.groupby(history.GROUP, sort=False):
         op, device, dtype, params = key
         title = case_title(op, params, device, dtype)
-        slug = _slug(title)
+        stem = slug(title)
         data = case_data(group, changes_by_group.get(key, changes.iloc[:0]), title, colours)
-        _write_if_changed(site / "data" / "cases" / f"{slug}.js", _data_script(f".cases[{json.dumps(slug)}]", data))
-        written.add(f"{slug}.js")
-        groups.setdefault(op, []).append((slug, title, data["counts"]))
+        _write_if_changed(site / "data" / "cases" / f"{stem}.js", _data_script(f".cases[{json.dumps(stem)}]", data))
+        written.add(f"{stem}.js")
+        groups.setdefault(op, []).append((stem, title, data["counts"]))
     for stale in (site / "data" / "cases").glob("*.js"):
         if stale.name not in written:
             stale.unlink()
@@ -470,7 +463,7 @@ def build_dashboard(root, site, rule: regression.Rule | None = None, with_report
     groups = write_case_data(cases, changes, site)
     nav = _nav(groups)
     for op, cases_of_op in groups.items():
-        _write_if_changed(site / f"{_slug(op)}.html", op_page(op, cases_of_op, changes, runs, nav))
+        _write_if_changed(site / f"{slug(op)}.html", op_page(op, cases_of_op, changes, runs, nav))
     (site / "index.html").write_text(index_page(cases, runs, judgement, changes, links, rule, nav))
     _write_if_changed(site / "runs.html", _page("scatterbench runs", [nav, "<h1>Runs</h1>", *runs_table(
         runs, history.unstable_share(cases), links)]))

@@ -29,3 +29,9 @@ class ConfigError(ScatterbenchError):
 
 class ResultError(ScatterbenchError):
     """A result directory that cannot be read or written: names the file and line."""
+
+
+class ResultWarning(UserWarning):
+    """Something in a result directory was skipped (an unusable samples record,
+    a line cut off mid-write): the rest still reads. The test suite turns it
+    into an error, so every test that provokes one must assert it."""

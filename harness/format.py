@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import math
+import re
+import zlib
 
 
 def fmt_time(seconds: float | None) -> str:
@@ -74,3 +76,10 @@ def md_escape(text: str) -> str:
     for char in "|*`<>[]#$":
         text = text.replace(char, "\\" + char)
     return text.replace("\n", " ")
+
+
+def slug(text: str) -> str:
+    """A file and anchor name; a long one keeps a hash of the whole text, so
+    two texts that differ only past the cut never share a file."""
+    name = re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")
+    return name if len(name) <= 80 else f"{name[:71]}-{zlib.crc32(text.encode()):08x}"

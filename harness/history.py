@@ -8,7 +8,7 @@ with the Mann–Whitney test, then its confirmation against the other
 strategies of the case, `gate.partner_change`, on the stored new run
 instead of a re-measurement) and, where both runs counted instructions, by
 the count rule (`regression.COUNT_FACTOR`). It is *red* only when that fails
-it and `regression.unfit_reasons` finds nothing against the pair of runs; a
+it and `analysis.unfit_reasons` finds nothing against the pair of runs; a
 change failed between runs that were not fit (load, unstable share, another
 CPU) is *not judged*, with the reasons; a change across a new ``source`` of
 the strategy is marked as such, never called a regression.
@@ -34,7 +34,7 @@ import numpy as np
 import pandas as pd
 from pandas.api.types import union_categoricals
 
-from harness import compare, env, gate, regression, store, summary
+from harness import analysis, compare, env, gate, regression, store, summary
 from harness.gate import DEFAULT_GATE_FACTOR
 from impls.status import CORRECT
 
@@ -80,6 +80,34 @@ def gate_table(base_rows, base_samples, new_rows, new_samples, rule: regression.
 
 
 # ----------------------------------------------------------------- loading
+FILES = (store.META, store.ROWS, store.SAMPLES)  # what a run's summary is made from
+
+
+def load_summary(directory, cache_dir=None, known: dict | None = None) -> dict:
+    """The run's current summary: ``DIR/summary.json`` when its fingerprint
+    still matches the run's files, else rebuilt from the raw results (the
+    only time they are read; their warnings are given) and written back
+    beside them, or into ``cache_dir`` where the result directory is
+    read-only. ``known``: as for `summary.fingerprint`."""
+    directory = Path(directory)
+    key = summary.fingerprint(directory, FILES, known)
+    name = hashlib.sha256(str(directory.resolve()).encode()).hexdigest()[:24]
+    places = [directory / summary.SUMMARY] + ([Path(cache_dir) / f"{name}.json"] if cache_dir else [])
+    for place in places:
+        found = summary.read(place, key)
+        if found is not None:
+            return found
+    found = summary.summarize(*store.read_run(directory), key)
+    for place in places:
+        try:
+            place.parent.mkdir(parents=True, exist_ok=True)
+            summary.write(place, found)
+            break
+        except OSError:
+            continue  # read-only results: the next place, or rebuilt next time
+    return found
+
+
 def load_history(root, cache_dir=None, known: dict | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(cases, runs): one row per case of every run under ``root`` from the
     runs' summaries (``run`` is the run's position, oldest first), and one
@@ -92,7 +120,7 @@ def load_history(root, cache_dir=None, known: dict | None = None) -> tuple[pd.Da
     reusable = {}  # directory -> its row of the previous history, where its files did not change
     for run in previous_runs or []:
         directory = Path(run["directory"])
-        if directory.is_dir() and summary.fingerprint(directory, known) == run["fingerprint"]:
+        if directory.is_dir() and summary.fingerprint(directory, FILES, known) == run["fingerprint"]:
             reusable[run["directory"]] = run
     directories = store.find_runs(root, start_time=lambda path: reusable.get(str(path), {}).get("start_time"))
     columns: dict[str, list] = {}
@@ -102,7 +130,7 @@ def load_history(root, cache_dir=None, known: dict | None = None) -> tuple[pd.Da
             runs.append(dict(reusable[str(directory)], run=order))
             renumber[reusable[str(directory)]["run"]] = order
             continue
-        found = summary.load_summary(directory, Path(cache_dir) / "summaries" if cache_dir else None, known)
+        found = load_summary(directory, Path(cache_dir) / "summaries" if cache_dir else None, known)
         meta = found["meta"]
         runs.append({"run": order, "run_id": str(meta.get("run_id")), "directory": str(directory),
                      "start_time": str(meta.get("start_time") or ""), "commit": str(meta.get("git_commit") or ""),
@@ -121,7 +149,10 @@ def load_history(root, cache_dir=None, known: dict | None = None) -> tuple[pd.Da
     if renumber:
         kept = previous_cases[previous_cases["run"].isin(renumber)].copy()
         kept["run"] = kept["run"].map(renumber)
-    cases = _concat([kept, summary.frame_of(columns) if total else None])
+    new = summary.frame_of(columns) if total else None
+    if new is not None:  # judged here, where the threshold lives, once per run read
+        new["unstable"] = [analysis.is_unstable(iqr, median) for iqr, median in zip(new["iqr_s"], new["median_s"])]
+    cases = _concat([kept, new])
     if cases is None or not len(cases):
         raise store.ResultError(f"{root}: no result rows found under it")
     cases = cases.sort_values("run", kind="stable").reset_index(drop=True)
@@ -263,7 +294,7 @@ def judge_pairs(cases, runs, changes, pairs, rule, metrics) -> dict:
     metas = runs["meta"]
     judged = {}
     for base, new, key in zip(pairs["base_run"], pairs["run"], pairs["key"]):
-        judged[key] = {"reasons": {metric: regression.unfit_reasons(metas[base], by_run[base], metas[new],
+        judged[key] = {"reasons": {metric: analysis.unfit_reasons(metas[base], by_run[base], metas[new],
                                                                     by_run[new], metric) for metric in metrics},
                        "verdicts": []}
     mine = changes.merge(pairs[["base_run", "run"]], on=["base_run", "run"])
@@ -376,12 +407,11 @@ def _reason_kind(reason: str) -> str:
         return "load not recorded"
     if reason.startswith("load"):
         return "load at or above the core count"
-    return f"more than {100 * regression.MAX_UNSTABLE_SHARE:.0f} % of the cases unstable"
+    return f"more than {100 * analysis.MAX_UNSTABLE_SHARE:.0f} % of the cases unstable"
 
 
 def unstable_share(cases: pd.DataFrame) -> pd.Series:
     """Per run, the share of its timed cases flagged unstable."""
     timed = cases[cases["status"].isin(CORRECT) & (cases["median_s"] > 0)]
-    flagged = timed["flags"].str.contains(summary.UNSTABLE, regex=False)
-    return flagged.groupby(timed["run"]).mean()
+    return timed["unstable"].astype(float).groupby(timed["run"]).mean()
 

@@ -10,10 +10,6 @@ budget) the test cannot reach ``alpha`` at all, and a 3x slowdown would pass
 as "same"; there the rule asks for what the test would say at its strongest,
 every sample of one run beyond every sample of the other. A case that was
 correct and now fails its check is broken.
-
-Whether two runs are fit to be judged at all (`unfit_reasons`: same CPU, a
-machine not shared, steady timings) is decided here too, for the dashboard,
-which cannot re-measure a suspect as the CI gate does.
 """
 
 from __future__ import annotations
@@ -21,7 +17,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from harness import env, stats
+from harness import stats
 from impls.status import CORRECT
 
 DEFAULT_FACTOR = 1.10
@@ -34,12 +30,6 @@ FAILING = (REGRESSED, BROKEN)
 
 
 STATISTICS = ("median", "p10")
-
-# A run more than this share of whose timed cases are unstable (IQR above
-# stats.UNSTABLE_REL_IQR of the median) is not fit to judge on wall time. Measured over
-# the committed results: quiet runs had 0-21 % of their cases unstable, the two
-# default runs taken on a busy VM 56 %, a baseline taken under load 79 %.
-MAX_UNSTABLE_SHARE = 0.25
 
 # Instruction counts (Callgrind, the counting gate) are deterministic: they are
 # judged by their ratio alone, past this factor, and only between runs on the
@@ -122,47 +112,3 @@ def judge_change(base_status: str, new_status: str, base_samples, new_samples, r
     if not base_samples or not new_samples:
         return Change(NOT_TIMED)
     return timing_change(base_samples, new_samples, rule)
-
-
-def unfit_reasons(base_meta: dict, base_rows, new_meta: dict, new_rows, metric: str = "time") -> list[str]:
-    """Why the change between two runs cannot be judged on ``metric`` ("time",
-    or one of COUNT_METRICS), as short phrases; empty when both runs are fit.
-
-    Wall time is judged only between runs on the same CPU (`env.same_machine`),
-    each with its peak 1-minute load below its core count (another process
-    competed with the timed calls otherwise; a run that recorded no load is
-    not known to be quiet) and at most MAX_UNSTABLE_SHARE of its timed cases
-    unstable. Counts do not see load; they are judged between runs on the
-    same CPU with the same library versions. ``*_rows`` are the runs' result
-    rows (status, median_s, iqr_s, load_avg)."""
-    reasons = []
-    if not env.same_machine(base_meta, new_meta):
-        labels = env.machine_label(base_meta), env.machine_label(new_meta)
-        reasons.append("different CPU" + (f" ({labels[0]} → {labels[1]})" if labels[0] != labels[1] else ""))
-    if metric in COUNT_METRICS:
-        base_versions, new_versions = base_meta.get("versions") or {}, new_meta.get("versions") or {}
-        changed = [f"{name} {base_versions.get(name)} → {new_versions.get(name)}"
-                   for name in sorted(set(base_versions) | set(new_versions))
-                   if base_versions.get(name) != new_versions.get(name)]
-        if changed:
-            reasons.append("different library versions (" + ", ".join(changed) + ")")
-        return reasons
-    for side, meta, rows in (("base", base_meta, base_rows), ("new", new_meta, new_rows)):
-        where = "" if side == "new" else " (base)"
-        # The highest 1-minute load average recorded: at the start, at the end, or when a case finished.
-        loads = [meta[key][0] for key in ("load_avg_start", "load_avg_end") if isinstance(meta.get(key), list)
-                 and meta[key]]
-        loads += list(rows["load_avg"].to_numpy(float)) if "load_avg" in rows else []
-        loads = [float(v) for v in loads if isinstance(v, (int, float)) and math.isfinite(v)]
-        peak = max(loads) if loads else None
-        cores = (meta.get("hardware") or {}).get("cpu_count") or meta.get("cpu_count")
-        if peak is None:
-            reasons.append(f"load not recorded{where}")
-        elif cores and peak >= cores:
-            reasons.append(f"load {peak:.2g} on {cores} cores{where}")
-        medians, iqrs = rows["median_s"].to_numpy(float), rows["iqr_s"].to_numpy(float)
-        timed = [index for index, status in enumerate(rows["status"]) if status in CORRECT and medians[index] > 0]
-        unstable = sum(stats.is_unstable(iqrs[index], medians[index]) for index in timed)
-        if timed and unstable > MAX_UNSTABLE_SHARE * len(timed):
-            reasons.append(f"{unstable} of {len(timed)} unstable{where}")
-    return reasons

@@ -11,11 +11,6 @@ import numpy as np
 # the rest of a dashboard build that needs no test (harness/history.py).
 
 
-# A case whose IQR exceeds this fraction of its median is flagged unstable,
-# the threshold torch.utils.benchmark's Measurement warns at.
-UNSTABLE_REL_IQR = 0.10
-
-
 # A slow start: the first samples of a case more than this many times slower
 # than its median. Measured on the 2-core VM: right after a torch.compile case
 # (or any burst of allocation), numba_fused maxpool2d 64x32x128x128 took
@@ -79,11 +74,6 @@ def rel_iqr(iqr_s: float, median_s: float) -> float:
         return iqr_s / median_s if median_s > 0 and math.isfinite(iqr_s) else float("nan")
     except TypeError:
         return float("nan")
-
-
-def is_unstable(iqr_s: float, median_s: float) -> bool:
-    rel = rel_iqr(iqr_s, median_s)
-    return math.isfinite(rel) and rel > UNSTABLE_REL_IQR
 
 
 def gbps(bytes_moved: float, seconds: float) -> float:

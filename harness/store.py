@@ -30,7 +30,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from harness.errors import ResultError
+from harness.errors import ResultError, ResultWarning
 from impls.status import STATUSES
 
 SCHEMA_VERSION = 2
@@ -294,11 +294,7 @@ class RunWriter:
                     pass
         if hasattr(self, "meta"):
             try:  # the run's small summary for the dashboard (harness/summary.py), while the lock is held
-                from harness import summary
-
-                with warnings.catch_warnings():  # about samples this writer wrote: its reader warns
-                    warnings.simplefilter("ignore")
-                    summary.write_summary(self.directory)
+                write_summary(self.directory)
             except (OSError, ResultError, ValueError):
                 pass  # a full disk, say: the dashboard rebuilds it from the raw results
         self.lock.release()
@@ -402,7 +398,7 @@ def read_rows(directory: Path) -> pd.DataFrame:
     text = _read_text(path)
     complete = text if text.endswith("\n") or not text else text[: text.rfind("\n") + 1]
     if complete != text:
-        warnings.warn(f"{path}: ignoring an unfinished last line (a case cut off mid-write)")
+        warnings.warn(f"{path}: ignoring an unfinished last line (a case cut off mid-write)", ResultWarning)
     records = []
     reader = csv.reader(io.StringIO(complete, newline=""))
     header = next(reader, None)
@@ -474,7 +470,7 @@ def read_samples(directory: Path) -> dict[str, list[float]]:
         elif not all(math.isfinite(v) and v >= 0 for v in values):
             problem = "samples_s holds NaN, infinite or negative times"
         if problem:
-            warnings.warn(f"{path}: line {number}: {problem}; case {case_id} has no usable samples")
+            warnings.warn(f"{path}: line {number}: {problem}; case {case_id} has no usable samples", ResultWarning)
             samples.pop(case_id, None)
             continue
         samples[case_id] = [float(v) for v in values]
@@ -500,6 +496,20 @@ def find_runs(root, start_time=None) -> list[Path]:
         return known if known is not None else read_meta(path).get("start_time", "")
 
     return sorted(found, key=lambda path: (started(path), str(path)))
+
+
+def write_summary(directory, known: dict | None = None) -> dict:
+    """Writes the run's ``summary.json`` (harness/summary.py) from its files,
+    and returns it. Warnings about samples are the readers' to give."""
+    from harness import summary
+
+    directory = Path(directory)
+    key = summary.fingerprint(directory, (META, ROWS, SAMPLES), known)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ResultWarning)
+        found = summary.summarize(*read_run(directory), key)
+    summary.write(directory / summary.SUMMARY, found)
+    return found
 
 
 def extra_of(row) -> dict:

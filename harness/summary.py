@@ -2,18 +2,19 @@
 needs of a run, in kilobytes instead of the megabytes of raw samples.
 
 Per case (column by column: ``cases`` maps a column to its values): its
-key columns, status and source, median, IQR, 10th percentile
-(the CI gate's statistic, which needs the samples), minimum, sample count,
-the load it finished under, the instruction counts where the run has them,
-and flags (unstable, slow start, no usable samples). Per run: the metadata
-that says where and how it was measured.
+key columns, status and source, median, IQR, 10th percentile (the CI gate's
+statistic, which needs the samples), minimum, sample count, the load it
+finished under, the instruction counts where the run has them, and the flags
+only the raw results can tell (slow start, no usable samples; whether a
+case is unstable follows from its median and IQR, and is judged where it is
+read, by harness.analysis). Per run: the metadata that says where and how
+it was measured.
 
-The store writes it when a run's writer closes (`write_summary`); for older
-runs, or after a result file changed, `load_summary` rebuilds it. A summary
-carries the fingerprint of the files it was made from (the SHA-256 of
-``meta.json``, ``rows.csv`` and ``samples.jsonl``), so a stale one is never
-used; where the result directory cannot be written, the rebuilt summary is
-kept in a cache directory instead.
+The store writes it when a run's writer closes; the dashboard's history
+(harness/history.py) rebuilds it for older runs, or after a result file
+changed. A summary carries the fingerprint of the files it was made from
+(their SHA-256), so a stale one is never used. This module reads no result
+directory itself: the store sits below it.
 """
 
 from __future__ import annotations
@@ -26,20 +27,21 @@ from pathlib import Path
 
 import pandas as pd
 
-from harness import regression, stats, store
+from harness import regression
 from impls.status import CORRECT
 
 SUMMARY = "summary.json"
-VERSION = 2  # of the summary's layout: a summary of another version is rebuilt
+VERSION = 3  # of the summary's layout: a summary of another version is rebuilt
 
 # Copied from each row as they are.
 ROW_COLUMNS = ("case_id", "op", "strategy", "backend", "device", "dtype", "params", "status", "source",
                "median_s", "iqr_s", "min_s", "n_samples", "load_avg", "slow_start")
+NUMBERS = ("median_s", "iqr_s", "min_s", "n_samples", "load_avg", "slow_start", "p10_s") + regression.COUNT_METRICS
 # What the dashboard and the fitness rule read of a run's metadata.
 META_KEYS = ("run_id", "start_time", "end_time", "status", "git_commit", "machine", "host", "cpu_model",
              "cpu_count", "gpu_name", "hardware", "versions", "threads", "load_avg_start", "load_avg_end",
              "config_file")
-UNSTABLE, SLOW_START, NO_SAMPLES = "unstable", "slow-start", "no-samples"
+SLOW_START, NO_SAMPLES = "slow-start", "no-samples"
 
 
 def _file_hash(path: Path, known: dict | None) -> str | None:
@@ -57,16 +59,15 @@ def _file_hash(path: Path, known: dict | None) -> str | None:
     return digest
 
 
-def fingerprint(directory: Path, known: dict | None = None) -> dict:
-    """What a summary is valid for: the content of the run's three files.
-    ``known`` ({path: [size, mtime_ns, sha256]}, kept by the caller between
-    builds, updated here) spares hashing a file whose size and mtime did not
-    change: a build then reads kilobytes per run. Content, not mtimes, is
-    what the summary records: a fresh clone of committed results changes
-    every mtime and no content."""
-    directory = Path(directory)
-    return {"version": VERSION, **{name: _file_hash(directory / name, known)
-                                   for name in (store.META, store.ROWS, store.SAMPLES)}}
+def fingerprint(directory, files, known: dict | None = None) -> dict:
+    """What a summary is valid for: the content of the run's ``files``
+    (names in ``directory``: the store's three). ``known`` ({path: [size,
+    mtime_ns, sha256]}, kept by the caller between builds, updated here)
+    spares hashing a file whose size and mtime did not change: a build then
+    reads kilobytes per run. Content, not mtimes, is what the summary
+    records: a fresh clone of committed results changes every mtime and no
+    content."""
+    return {"version": VERSION, **{name: _file_hash(Path(directory) / name, known) for name in files}}
 
 
 def _number(value):
@@ -76,22 +77,19 @@ def _number(value):
     return value
 
 
-def _flags(row: dict, has_samples: bool) -> str:
+def _flags(status: str, slow_start, has_samples: bool) -> str:
     flags = []
-    if stats.is_unstable(row["iqr_s"], row["median_s"]):
-        flags.append(UNSTABLE)
-    if isinstance(row.get("slow_start"), float) and row["slow_start"] > 0:
+    if isinstance(slow_start, float) and slow_start > 0:
         flags.append(SLOW_START)
-    if row["status"] in CORRECT and not has_samples:
+    if status in CORRECT and not has_samples:
         flags.append(NO_SAMPLES)
     return " ".join(flags)
 
 
-def summarize(directory, known: dict | None = None) -> dict:
-    """The summary of the result directory ``directory``, read from its files."""
-    directory = Path(directory)
-    key = fingerprint(directory, known)
-    meta, rows, samples = store.read_run(directory)
+def summarize(meta: dict, rows: pd.DataFrame, samples: dict, key: dict) -> dict:
+    """The summary of one run read back (its metadata, rows and samples, as
+    the store reads them), valid for the files whose fingerprint is ``key``."""
+    rows = rows.copy()
     for name in regression.COUNT_METRICS:  # numbers once the store knows the column, text before
         if name in rows:
             rows[name] = pd.to_numeric(rows[name], errors="coerce")
@@ -99,13 +97,12 @@ def summarize(directory, known: dict | None = None) -> dict:
     cases = {name: [_number(value) for value in rows[name].tolist()] for name in list(ROW_COLUMNS) + counts}
     timed = [samples.get(case_id) for case_id in cases["case_id"]]
     cases["p10_s"] = [regression.typical_s(values, "p10") if values else None for values in timed]
-    records = rows[["status", "median_s", "iqr_s", "slow_start"]].to_dict("records")
-    cases["flags"] = [_flags(record, bool(values)) for record, values in zip(records, timed)]
-    return {"fingerprint": key, "meta": {name: meta[name] for name in META_KEYS if name in meta},
-            "cases": cases}
+    cases["flags"] = [_flags(status, slow, bool(values))
+                      for status, slow, values in zip(rows["status"], rows["slow_start"].tolist(), timed)]
+    return {"fingerprint": key, "meta": {name: meta[name] for name in META_KEYS if name in meta}, "cases": cases}
 
 
-def _write(path: Path, summary: dict) -> None:
+def write(path: Path, summary: dict) -> None:
     """Replaced whole, not fsynced: a summary lost or cut short by a crash
     no longer parses or matches its fingerprint, and is rebuilt."""
     tmp = path.with_name(f"{path.name}.tmp{os.getpid()}")
@@ -117,60 +114,23 @@ def _write(path: Path, summary: dict) -> None:
         tmp.unlink(missing_ok=True)
 
 
-def write_summary(directory) -> dict:
-    """Writes ``DIR/summary.json`` from the run's files, and returns it."""
-    summary = summarize(directory)
-    _write(Path(directory) / SUMMARY, summary)
-    return summary
-
-
-def _read(path: Path) -> dict | None:
+def read(path: Path, key: dict) -> dict | None:
+    """The summary at ``path`` if it is one for the files ``key`` fingerprints, else None."""
     try:
-        summary = json.loads(path.read_text())
+        summary = json.loads(Path(path).read_text())
     except (OSError, ValueError):
         return None
-    return summary if isinstance(summary, dict) else None
-
-
-def cache_path(directory: Path, cache_dir: Path) -> Path:
-    name = hashlib.sha256(str(Path(directory).resolve()).encode()).hexdigest()[:24]
-    return Path(cache_dir) / f"{name}.json"
-
-
-def load_summary(directory, cache_dir=None, known: dict | None = None) -> dict:
-    """The run's current summary: ``DIR/summary.json`` when its fingerprint
-    still matches the run's files, else rebuilt (from the raw results: the
-    only time they are read) and written back beside them, or into
-    ``cache_dir`` where the result directory is read-only. ``known``: as
-    for `fingerprint`."""
-    directory = Path(directory)
-    key = fingerprint(directory, known)
-    summary = _read(directory / SUMMARY)
-    if summary is not None and summary.get("fingerprint") == key:
-        return summary
-    places = [directory / SUMMARY] + ([cache_path(directory, cache_dir)] if cache_dir else [])
-    summary = _read(places[-1]) if cache_dir else None
-    if summary is not None and summary.get("fingerprint") == key:
-        return summary
-    summary = summarize(directory, known)
-    for place in places:
-        try:
-            place.parent.mkdir(parents=True, exist_ok=True)
-            _write(place, summary)
-            break
-        except OSError:
-            continue  # read-only results: the next place, or rebuilt next time
-    return summary
+    return summary if isinstance(summary, dict) and summary.get("fingerprint") == key else None
 
 
 def frame_of(columns: dict) -> pd.DataFrame:
     """Summary columns (name -> values, of one run or of several put
     together) as a DataFrame, absent numbers as NaN."""
     frame = pd.DataFrame(columns)
-    numeric = [name for name in columns if name in store.NUMERIC or name == "p10_s" or name in regression.COUNT_METRICS]
-    # The text columns repeat a few values thousands of times: categories keep a long history small and fast to group.
-    return frame.astype({name: float for name in numeric} | {name: "category" for name in ROW_COLUMNS + ("flags",)
-                                                             if name in columns and name not in numeric})
+    # The text columns repeat a few values thousands of times: categories keep a long history small and fast.
+    return frame.astype({name: float for name in columns if name in NUMBERS}
+                        | {name: "category" for name in ROW_COLUMNS + ("flags",)
+                           if name in columns and name not in NUMBERS})
 
 
 def cases_frame(summary: dict) -> pd.DataFrame:

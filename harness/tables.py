@@ -18,7 +18,8 @@ from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, 
 from rich.table import Table
 from rich.text import Text
 
-from harness import stats
+from harness import analysis, stats
+from harness.analysis import BEST_MARK, PARTIAL_MARK, UNSTABLE, partial_output, with_speedups
 from harness.format import (fmt_num, fmt_p, fmt_ratio, fmt_time, md_escape, ordered_params,  # noqa: F401
                             params_label)
 from impls.registry import OPERATORS
@@ -29,14 +30,7 @@ STATUS_STYLE = {OK: "green", INEXACT: "yellow", MISMATCH: "bold red", UPSTREAM_D
 VERDICT_STYLE = {"regressed": "bold red", "broken": "bold red", "improved": "green", "fixed": "green",
                  "same": "", "only in base": "dim", "only in new": "dim",
                  "not timed": "dim"}
-UNSTABLE_MARK = "!"
-BEST_MARK = "*"  # beside the bold, which a log or a pipe does not show
-PARTIAL_MARK = "(part)"
-
-
-def partial_output(op: str, name: str) -> bool:
-    """Whether ``name`` returns less than its operator's whole output (never ranked fastest)."""
-    return op in OPERATORS and OPERATORS[op].partial(name)
+UNSTABLE_MARK = UNSTABLE.ascii  # one cell wide in any terminal
 
 
 @dataclass(frozen=True)
@@ -146,47 +140,12 @@ def strategies_table(strategies, width: int | None = None) -> Table:
     return fitted_table("strategies", columns, rows, _width(width))
 
 
-def with_speedups(rows: pd.DataFrame) -> pd.DataFrame:
-    """Adds ``speedup`` over the operator's baseline (the seed's original
-    strategy) measured in the same case group, on the same machine where the
-    rows come from several; NaN where it was not measured."""
-    rows = rows.copy()
-    rows["speedup"] = math.nan
-    keys = ["op", "params", "device", "dtype"] + (["machine"] if "machine" in rows.columns else [])
-    for _, group in rows.groupby(keys, sort=False):
-        op = group["op"].iloc[0]
-        baseline = OPERATORS[op].baseline if op in OPERATORS else None
-        base = group[(group["strategy"] == baseline) & group["status"].isin(CORRECT)]
-        if len(base):
-            rows.loc[group.index, "speedup"] = float(base["median_s"].iloc[0]) / group["median_s"]
-    return rows
-
-
-# The built-in cross-check (SPEC 3): our device timer against an independent one.
-XCHECK_TOLERANCE = 0.05
-
-
-def timers_disagree(row) -> str:
-    """A note when the independent timer (``xcheck_s``, CUDA: triton's
-    do_bench) disagrees with the suite's median by more than 5 %."""
-    ours, theirs = row.get("median_s", math.nan), row.get("xcheck_s", math.nan)
-    try:
-        if not (math.isfinite(ours) and math.isfinite(theirs) and theirs > 0):
-            return ""
-    except TypeError:
-        return ""
-    if abs(ours / theirs - 1) <= XCHECK_TOLERANCE:
-        return ""
-    return (f"timers disagree: median {fmt_time(ours)}, triton.testing.do_bench {fmt_time(theirs)} "
-            f"({100 * (ours / theirs - 1):+.0f} %)")
-
-
 def _iqr_text(row) -> str:
     rel = stats.rel_iqr(row["iqr_s"], row["median_s"])
     if not math.isfinite(rel):
         return "–"
     text = f"{100 * rel:.2g} %"
-    return f"[yellow]{text}{UNSTABLE_MARK}[/]" if stats.is_unstable(row["iqr_s"], row["median_s"]) else text
+    return f"[yellow]{text}{UNSTABLE_MARK}[/]" if analysis.unstable(row) else text
 
 
 def case_tables(rows: pd.DataFrame) -> list:
@@ -198,14 +157,13 @@ def case_tables(rows: pd.DataFrame) -> list:
         baseline = OPERATORS[op].baseline if op in OPERATORS else "?"
         table = Table(title=f"{op}  {params_label(params)}  {device} {dtype}", title_justify="left",
                       caption=f"×: speedup over {baseline}; IQR as % of the median, {UNSTABLE_MARK}: unstable "
-                              f"(> {100 * stats.UNSTABLE_REL_IQR:.0f} %)", caption_justify="left")
+                              f"(> {100 * analysis.UNSTABLE_REL_IQR:.0f} %)", caption_justify="left")
         width = max(len(str(name)) for name in group["strategy"])
         table.add_column("strategy", no_wrap=True, min_width=min(width, 40))
         for column in ("status", "median", "IQR", "GB/s", "% ceil", "×"):
             table.add_column(column, justify="left" if column == "status" else "right", no_wrap=True)
-        ordered = group.assign(_key=group["median_s"].fillna(math.inf)).sort_values("_key")
-        ranked = ordered[(ordered["status"] == OK) & ~ordered["strategy"].map(lambda name: partial_output(op, name))]
-        best = ranked["strategy"].head(1).tolist()
+        ordered = group.assign(_key=group["median_s"].fillna(math.inf)).sort_values("_key", kind="stable")
+        best = [analysis.fastest(group)]
         notes = []
         for _, r in ordered.iterrows():
             name = escape(r["strategy"])
@@ -215,7 +173,7 @@ def case_tables(rows: pd.DataFrame) -> list:
                           fmt_num(r["pct_of_ceiling"], 3), fmt_ratio(r["speedup"]))
             if r["message"] and r["status"] != OK:
                 notes.append(f"{r['strategy']}: {str(r['message'])[:200]}")
-            disagreement = timers_disagree(r)
+            disagreement = analysis.timer_disagreement(r)
             if disagreement:
                 notes.append(f"{r['strategy']}: {disagreement}")
         out.append(table)
@@ -249,19 +207,14 @@ def grid_tables(rows: pd.DataFrame) -> list:
         table = Table(title=f"{op}  {device} {dtype}", title_justify="left",
                       caption=f"median per call{f' (× {baseline})' if has_baseline else ''}; "
                               f"{BEST_MARK} bold: fastest correct; "
-                              f"{UNSTABLE_MARK}: IQR > {100 * stats.UNSTABLE_REL_IQR:.0f} % of the median"
+                              f"{UNSTABLE_MARK}: IQR > {100 * analysis.UNSTABLE_REL_IQR:.0f} % of the median"
                               + (f"; {PARTIAL_MARK}: returns less than {OPERATORS[op].whole_output}, not ranked"
                                  if partial else ""),
                       caption_justify="left")
         table.add_column("strategy", no_wrap=True)
         for p in columns:
             table.add_column(labels[p], justify="right")
-        best = {}
-        for p, cell_group in group.groupby("params"):
-            correct = cell_group[cell_group["status"].isin(CORRECT) & cell_group["median_s"].notna()
-                                 & ~cell_group["strategy"].isin(partial)]
-            if len(correct):
-                best[p] = correct.loc[correct["median_s"].idxmin(), "strategy"]
+        best = {p: analysis.fastest(cell_group) for p, cell_group in group.groupby("params")}
         for name, by_strategy in group.groupby("strategy", sort=False):
             cells = []
             for p in columns:
@@ -273,7 +226,7 @@ def grid_tables(rows: pd.DataFrame) -> list:
                 if r["status"] not in CORRECT or not math.isfinite(r["median_s"]):
                     cells.append(f"[{STATUS_STYLE.get(r['status'], '')}]{escape(r['status'])}[/]")
                     continue
-                mark = UNSTABLE_MARK if stats.is_unstable(r["iqr_s"], r["median_s"]) else ""
+                mark = UNSTABLE_MARK if analysis.unstable(r) else ""
                 text = f"{fmt_time(r['median_s'])}{mark}"
                 if math.isfinite(r["speedup"]):
                     text += f" ({fmt_ratio(r['speedup'])})"
@@ -285,20 +238,20 @@ def grid_tables(rows: pd.DataFrame) -> list:
 
 def run_summary(rows: pd.DataFrame, grid: bool = True) -> list:
     renderables = grid_tables(rows) if grid else case_tables(rows)
-    disagreeing = [r for _, r in rows.iterrows() if timers_disagree(r)]
+    disagreeing = [r for _, r in rows.iterrows() if analysis.timers_disagree(r)]
     if grid and disagreeing:
         renderables.append(Text("\n".join(f"{r['op']}/{r['strategy']} {params_label(r['params'])}: "
-                                          f"{timers_disagree(r)}" for r in disagreeing), style="yellow"))
+                                          f"{analysis.timer_disagreement(r)}" for r in disagreeing), style="yellow"))
     failed = rows[~rows["status"].isin(CORRECT)] if len(rows) else rows
     if grid and len(failed):
         renderables.append(Text("\n".join(f"{r['op']}/{r['strategy']} {r['device']} {r['dtype']} "
                                           f"{params_label(r['params'])}: {r['status']}: {str(r['message'])[:160]}"
                                           for _, r in failed.iterrows()), style="dim"))
-    unstable = rows[rows.apply(lambda r: stats.is_unstable(r["iqr_s"], r["median_s"]), axis=1)] \
+    unstable = rows[rows.apply(analysis.unstable, axis=1)] \
         if len(rows) else rows
     if len(unstable):
         renderables.append(Text(f"warning: {len(unstable)} of {len(rows)} cases are unstable (IQR above "
-                                f"{100 * stats.UNSTABLE_REL_IQR:.0f} % of the median): the machine was busy or "
+                                f"{100 * analysis.UNSTABLE_REL_IQR:.0f} % of the median): the machine was busy or "
                                 f"the case is noisy; compare them with care", style="yellow"))
     return renderables
 

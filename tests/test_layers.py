@@ -1,29 +1,103 @@
-"""The layers the README promises: impls at the ground, harness above it,
-report.py, the dashboard and the CLI on top; no import runs back up."""
+"""The layers the README promises, checked on every import statement (those
+inside functions too): impls at the ground; the harness core (config, check,
+timing, sweep, store, compare, gate...) above it; the analysis layer and the
+terminal tables above that; the report package above them; the dashboard and
+the Python API above the report; the command line and the top-level entry
+points on top. No import runs back up, and no two modules import each other
+round a circle."""
 
 import ast
 from pathlib import Path
 
 ROOT = Path(__file__).parents[1]
-TOP_OF_HARNESS = {"cli.py", "dashboard.py", "__main__.py"}
+
+LAYERS = {  # module (or package prefix) -> layer; anything else under harness/ is core (1)
+    "impls": 0,
+    "harness.analysis": 2, "harness.tables": 2, "harness.history": 2,
+    "harness.report": 3,
+    "harness.api": 4, "harness.dashboard": 4,
+    "harness.cli": 5, "harness.__main__": 5, "report": 5, "scatterbench": 5,
+}
 
 
-def imported_modules(path: Path) -> set[str]:
-    names = set()
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def layer(module: str) -> int:
+    for prefix in sorted(LAYERS, key=len, reverse=True):
+        if module == prefix or module.startswith(prefix + "."):
+            return LAYERS[prefix]
+    return 1
+
+
+def project_modules() -> dict[str, Path]:
+    paths = [*(ROOT / "impls").glob("*.py"), *(ROOT / "harness").rglob("*.py"),
+             ROOT / "report.py", ROOT / "scatterbench.py"]
+    return {module_name(path): path for path in paths}
+
+
+def imports(path: Path, known: set[str]) -> set[str]:
+    """The project modules ``path`` imports (``from harness import store`` counts as harness.store)."""
+    found = set()
     for node in ast.walk(ast.parse(path.read_text())):
+        names = []
         if isinstance(node, ast.Import):
-            names |= {alias.name.split(".")[0] for alias in node.names}
+            names = [alias.name for alias in node.names]
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            names.add(node.module.split(".")[0])
-    return names
+            names = [node.module] + [f"{node.module}.{alias.name}" for alias in node.names]
+        for name in names:
+            while name and name not in known:
+                name = name.rpartition(".")[0]
+            if name:
+                found.add(name)
+    return found
 
 
-def test_impls_imports_neither_the_harness_nor_the_report():
-    for path in (ROOT / "impls").glob("*.py"):
-        assert not imported_modules(path) & {"harness", "report", "scatterbench"}, path.name
+def graph() -> dict[str, set[str]]:
+    modules = project_modules()
+    known = set(modules)
+    return {name: imports(path, known) - {name} for name, path in modules.items()}
 
 
-def test_only_the_top_of_the_harness_imports_the_report():
-    for path in (ROOT / "harness").glob("*.py"):
-        if path.name not in TOP_OF_HARNESS:
-            assert "report" not in imported_modules(path), path.name
+def test_no_import_runs_up_a_layer():
+    upward = [f"{importer} (layer {layer(importer)}) imports {imported} (layer {layer(imported)})"
+              for importer, targets in graph().items() for imported in targets
+              # a package's __init__ may name its own modules
+              if layer(imported) > layer(importer) and not imported.startswith(importer + ".")]
+    assert not upward, "\n".join(upward)
+
+
+def test_no_import_circle():
+    edges = graph()
+    state: dict[str, int] = {}
+    path: list[str] = []
+
+    def visit(node: str):
+        state[node] = 1
+        path.append(node)
+        for target in sorted(edges.get(node, ())):
+            if target.startswith(node + "."):
+                continue  # a package importing its own modules is not a circle
+            if state.get(target) == 1:
+                raise AssertionError("import circle: " + " -> ".join(path[path.index(target):] + [target]))
+            if target not in state:
+                visit(target)
+        path.pop()
+        state[node] = 2
+
+    for node in sorted(edges):
+        if node not in state:
+            visit(node)
+
+
+def test_the_layer_check_can_fail(tmp_path):
+    """A harness core module importing the report would be caught."""
+    fake = tmp_path / "sneaky.py"
+    fake.write_text("from harness.report import figures\n")
+    found = imports(fake, set(project_modules()))
+    assert "harness.report.figures" in found
+    assert max(layer(name) for name in found) > layer("harness.sweep")

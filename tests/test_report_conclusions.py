@@ -2,6 +2,8 @@
 it from the runner-up; "Why" lines are plain text."""
 
 import report
+from harness.report import load as report_load
+from harness.report import sections as report_sections
 from test_report import fixture_run
 
 QUICK = dict(iqr_s=1e-6)
@@ -9,8 +11,8 @@ QUICK = dict(iqr_s=1e-6)
 
 def _conclusions(tmp_path, row_fields):
     run = fixture_run(tmp_path / "run", row_fields=row_fields)
-    rows, _ = report.load([run])
-    return report.conclusion("maxpool2d", rows), report.build([run], tmp_path / "out").read_text()
+    rows, _ = report_load.load([run])
+    return report_sections.conclusion("maxpool2d", rows), report.build([run], tmp_path / "out").read_text()
 
 
 def test_a_clear_lead_names_the_winner_and_the_margin(tmp_path):
@@ -30,12 +32,12 @@ def test_a_values_only_strategy_is_not_recommended_for_values_and_indices(tmp_pa
     entries = ENTRIES + [("torch_max_pool2d", "torch", "ok", 1e-5)]
     run = fixture_run(tmp_path / "run", entries=entries, row_fields={
         "seed_loops": QUICK, "torch_max_pool2d_indices": QUICK, "torch_max_pool2d": QUICK})
-    rows, _ = report.load([run])
-    verdict = report.conclusion("maxpool2d", rows)[0]
+    rows, _ = report_load.load([run])
+    verdict = report_sections.conclusion("maxpool2d", rows)[0]
     assert "use torch_max_pool2d_indices (torch)" in verdict, verdict
     assert "not ranked, as they return less than values+indices: torch_max_pool2d (20 µs)" in verdict, verdict
     # With every other strategy failing, the one left is "the only one returning values+indices", not "the only one".
-    alone = report.verdict("maxpool2d", rows[rows["strategy"].isin(["torch_max_pool2d_indices", "torch_max_pool2d"])
+    alone = report_sections.verdict("maxpool2d", rows[rows["strategy"].isin(["torch_max_pool2d_indices", "torch_max_pool2d"])
                                             & (rows["params"] == rows["params"].iloc[0])], "here")
     assert "the only strategy returning values+indices that passed the check" in alone, alone
 
@@ -61,4 +63,4 @@ def test_why_lines_carry_no_markup(tmp_path):
 
 def test_plain_doc_strips_rst_and_markdown_but_not_arithmetic():
     text = "``x*mask`` then *one* pass, **two** reads, :func:`torch.gather`, `view`_; 2*N*C bytes, a * b"
-    assert report.plain_doc(text) == "x*mask then one pass, two reads, torch.gather, view; 2*N*C bytes, a * b"
+    assert report_sections.plain_doc(text) == "x*mask then one pass, two reads, torch.gather, view; 2*N*C bytes, a * b"

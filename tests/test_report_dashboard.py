@@ -9,6 +9,7 @@ import shutil
 
 import report
 from harness import dashboard, history, store, summary
+from harness.report import figures
 from test_report import fixture_run
 
 QUIET = {"load_avg_start": [0.5, 0.5, 0.5], "load_avg_end": [0.7, 0.6, 0.5]}
@@ -31,9 +32,9 @@ def _count_work(monkeypatch):
         calls["reports"].append(directory.name)
         return build(directory, target)
 
-    def counting_summarize(directory, known=None):
-        calls["summaries"].append(directory.name)
-        return summarize(directory, known)
+    def counting_summarize(meta, rows, samples, key):
+        calls["summaries"].append(meta["run_id"])
+        return summarize(meta, rows, samples, key)
 
     def counting_samples(directory):
         calls["samples"].append(directory.name)
@@ -107,7 +108,7 @@ def test_a_changed_run_rebuilds_its_summary_report_and_pairs(tmp_path, monkeypat
     calls = _count_work(monkeypatch)
     dashboard.build_dashboard(root, site)
     assert calls["summaries"] == ["b"] and calls["reports"] == ["b"] and calls["pairs"] == [("a", "b")]
-    assert summary.load_summary(root / "b")["cases"]["median_s"][0] == 0.03
+    assert history.load_summary(root / "b")["cases"]["median_s"][0] == 0.03
 
 
 def test_runs_and_cases_that_left_the_history_leave_the_site(tmp_path):
@@ -122,7 +123,7 @@ def test_runs_and_cases_that_left_the_history_leave_the_site(tmp_path):
     dashboard.build_dashboard(root, site)
     assert not (site / "runs" / "c").exists() and (site / "runs" / "mine").exists()
     assert sorted(p.name for p in (site / "data" / "cases").glob("*.js")) == [
-        "maxpool2d-n-1-c-1-h-4-w-4-k-2---cpu-float32.js", "maxpool2d-n-1-c-1-h-8-w-8-k-2---cpu-float32.js"]
+        "maxpool2d-n-1-c-1-h-4-w-4-k-2-cpu-float32.js", "maxpool2d-n-1-c-1-h-8-w-8-k-2-cpu-float32.js"]
 
 
 def test_only_the_newest_runs_keep_a_report(tmp_path):
@@ -137,14 +138,14 @@ def test_summaries_of_results_that_cannot_be_written_go_to_the_site(tmp_path, mo
     root, site = _history(tmp_path / "results"), tmp_path / "site"
     for run in root.iterdir():
         (run / summary.SUMMARY).unlink()
-    write = summary._write
+    write = summary.write
 
     def read_only_results(path, content):
         if root in path.parents:
             raise PermissionError(13, "Permission denied", str(path))
         write(path, content)
 
-    monkeypatch.setattr(summary, "_write", read_only_results)
+    monkeypatch.setattr(summary, "write", read_only_results)
     dashboard.build_dashboard(root, site, with_reports=False)
     assert not any((run / summary.SUMMARY).exists() for run in root.iterdir())
     assert len(list((site / dashboard.CACHE / "summaries").glob("*.json"))) == 2
@@ -154,16 +155,19 @@ def test_summaries_of_results_that_cannot_be_written_go_to_the_site(tmp_path, mo
 
 
 def test_a_summary_records_what_the_dashboard_needs_of_each_case(tmp_path):
-    run = fixture_run(tmp_path / "run", meta=QUIET, row_fields={"torch_max_pool2d_indices": {"iqr_s": 5e-5}})
+    run = fixture_run(tmp_path / "run", meta=QUIET, row_fields={"torch_max_pool2d_indices": {"slow_start": 2}})
     meta, rows, samples = store.read_run(run)
-    found = summary.load_summary(run)
-    assert found["fingerprint"] == summary.fingerprint(run) and found["meta"]["load_avg_end"] == [0.7, 0.6, 0.5]
+    found = history.load_summary(run)
+    assert found["fingerprint"] == summary.fingerprint(run, history.FILES)
+    assert found["meta"]["load_avg_end"] == [0.7, 0.6, 0.5]
     cases = summary.cases_frame(found).set_index("case_id")
     assert list(cases.index) == list(rows["case_id"])
     for case_id, values in samples.items():
         assert cases.at[case_id, "p10_s"] == history.regression.typical_s(values, "p10")
-    assert cases.loc[cases["strategy"] == "torch_max_pool2d_indices", "flags"].eq("unstable").all()
+    assert (cases.loc[cases["strategy"] == "torch_max_pool2d_indices", "flags"] == summary.SLOW_START).all()
     assert (cases.loc[cases["status"] == "ok", "n_samples"] == 5).all()
+    failed = cases[~cases["status"].isin(["ok", "inexact"])]
+    assert len(failed) and failed["p10_s"].isna().all()  # no samples: no 10th percentile
 
 
 def test_per_run_reports_are_light(tmp_path):
@@ -189,9 +193,9 @@ def test_report_cli_writes_the_light_kind_on_request(tmp_path):
 def test_each_strategy_keeps_the_report_figures_colour(tmp_path):
     root, site = _history(tmp_path / "results"), tmp_path / "site"
     dashboard.build_dashboard(root, site, with_reports=False)
-    script = (site / "data" / "cases" / "maxpool2d-n-1-c-1-h-4-w-4-k-2---cpu-float32.js").read_text()
+    script = (site / "data" / "cases" / "maxpool2d-n-1-c-1-h-4-w-4-k-2-cpu-float32.js").read_text()
     colours = dict(re.findall(r'"name":"([^"]+)","colour":"(#[0-9a-f]{6})"', script))
-    assert colours and all(colour == report.strategy_colour("maxpool2d", name) for name, colour in colours.items())
+    assert colours and all(colour == figures.strategy_colour("maxpool2d", name) for name, colour in colours.items())
 
 
 def test_sparklines_draw_noise_flat_and_a_real_change_tall():

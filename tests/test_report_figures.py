@@ -15,6 +15,8 @@ from matplotlib.colors import to_rgba
 from matplotlib.container import ErrorbarContainer
 
 import report
+from harness.report import figures as report_figures
+from harness.format import fmt_ratio
 from harness.dashboard import build_dashboard
 from impls.registry import OPERATORS
 from test_report import fixture_run
@@ -70,16 +72,16 @@ def test_each_strategy_has_one_colour_in_every_figure(tmp_path, drawn):
                     seen.setdefault(name, set()).add(to_rgba(line.get_color()))
     assert {"seed_loops", "torch_max_pool2d_indices", "numpy_sliding_window"} <= set(seen)
     for name, colours in seen.items():
-        assert colours == {to_rgba(report.strategy_colour("maxpool2d", name))}, name
+        assert colours == {to_rgba(report_figures.strategy_colour("maxpool2d", name))}, name
     for op in OPERATORS.values():  # distinct within an operator
-        colours = [report.strategy_colour(op.name, name) for name in op.strategies]
+        colours = [report_figures.strategy_colour(op.name, name) for name in op.strategies]
         assert len(set(colours)) == len(colours), op.name
     # An unregistered name's colour must not depend on the process (Python's str hash is salted per
     # process): the dashboard draws history figures in runs months apart.
-    code = "import impls, report; print(report.strategy_colour('maxpool2d', 'not-registered'))"
+    code = "import impls; from harness.report import figures; print(figures.strategy_colour('maxpool2d', 'not-registered'))"
     colours = {subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT,
                               env=dict(os.environ, PYTHONHASHSEED=str(seed))).stdout.strip() for seed in (1, 2, 3)}
-    assert colours == {report.strategy_colour("maxpool2d", "not-registered")}
+    assert colours == {report_figures.strategy_colour("maxpool2d", "not-registered")}
 
 
 def test_titles_stay_inside_the_figure(tmp_path, drawn):
@@ -128,7 +130,7 @@ def test_speedups_print_without_exponents(tmp_path, drawn):
     texts = [text.get_text() for fig in drawn for ax in fig.axes for text in ax.texts]
     assert any("5,760×" in text for text in texts)  # 0.576 s / 0.1 ms
     assert "5,760×" in md and "e+03" not in md and not any("e+03" in text for text in texts)
-    assert math.isfinite(float(report.fmt_ratio(5760.0).replace(",", "").rstrip("×")))
+    assert math.isfinite(float(fmt_ratio(5760.0).replace(",", "").rstrip("×")))
 
 
 def test_log_axes_read_in_plain_units(tmp_path, drawn):
@@ -164,8 +166,8 @@ def test_scaling_figures_never_join_two_forms_of_an_operator():
                                       {"form": "1d", "B": 64, "F": 4, "L": 64, "f": 5},
                                       {"form": "2d", "N": 1, "C": 2, "H": 8, "W": 8, "k": 2})]
     rows = pd.DataFrame({"params": params, "strategy": ["a", "a", "a"]})
-    families = report.categorical_families(rows)
+    families = report_figures.categorical_families(rows)
     assert [kind for kind, _ in families] == ["form=1d", "form=2d"]
     assert [len(family) for _, family in families] == [2, 1]
     maxpool = pd.DataFrame({"params": [json.dumps({"N": 1, "k": 2}), json.dumps({"N": 2, "k": 2})]})
-    assert [(kind, len(family)) for kind, family in report.categorical_families(maxpool)] == [("", 2)]
+    assert [(kind, len(family)) for kind, family in report_figures.categorical_families(maxpool)] == [("", 2)]

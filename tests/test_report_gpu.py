@@ -9,6 +9,7 @@ from dataclasses import dataclass
 import pytest
 
 import report
+from harness.report import sections as report_sections
 from test_report import fixture_run
 
 VARIANTS = (("cpu", "float32"), ("cuda", "float32"), ("cuda", "float16"))
@@ -53,7 +54,7 @@ def gpu_report(tmp_path_factory):
     tmp_path = tmp_path_factory.mktemp("gpu-report")
     run = fixture_run(tmp_path / "gpu", entries=ENTRIES, variants=VARIANTS, meta=GPU_META, row_fields=_fields())
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(report, "known_defects", lambda: [DEFECT])
+        patch.setattr(report_sections, "known_defects", lambda: [DEFECT])
         md = report.build([run], tmp_path / "out").read_text()
     return md, (tmp_path / "out" / "report.html").read_text()
 
@@ -105,7 +106,7 @@ def test_host_cost_everywhere_and_timer_agreement_on_cuda(gpu_report):
     assert torch_rows[0][header.index("host/call")] == "7 µs"
     assert torch_rows[0][agreement] == "0.99"  # within 5 %: not flagged
     assert seed_rows[0][agreement] == "1.25 ⚠"  # 20 % off: flagged, with the note saying why
-    assert report.XCHECK_NOTE in cuda and report.XCHECK_NOTE not in cpu
+    assert report_sections.XCHECK_NOTE in cuda and report_sections.XCHECK_NOTE not in cpu
 
 
 def test_older_runs_without_host_or_xcheck_columns_keep_their_tables(tmp_path):
@@ -127,11 +128,11 @@ def test_defects_found_in_libraries(gpu_report):
 
 
 def test_no_defects_section_without_registry_or_such_rows(tmp_path, monkeypatch):
-    monkeypatch.setattr(report, "known_defects", lambda: None)
+    monkeypatch.setattr(report_sections, "known_defects", lambda: None)
     md = report.build([fixture_run(tmp_path / "run")], tmp_path / "out").read_text()
     assert "Defects found in libraries" not in md
 
 
 def test_the_defect_registry_is_impls_defects():
-    found = report.known_defects()
+    found = report_sections.known_defects()
     assert found and all(defect.strategy and defect.reproduction for defect in found)

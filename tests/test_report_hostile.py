@@ -10,6 +10,8 @@ import numpy as np
 from PIL import Image
 
 import report
+from harness.report import figures as report_figures
+from harness.format import md_escape
 from harness.dashboard import build_dashboard
 from test_report import fixture_run
 
@@ -31,7 +33,7 @@ def test_hostile_names_through_the_report(tmp_path):
     page = (tmp_path / "out" / "report.html").read_text()
     for name in HOSTILE:
         assert html.escape(name) in page
-        assert report.md_escape(name) in md
+        assert md_escape(name) in md
     pngs = sorted((tmp_path / "out" / "figures").glob("*.png"))
     assert len(pngs) >= 5 and all(_not_blank(png) for png in pngs)
 
@@ -54,7 +56,7 @@ def test_hostile_names_through_the_dashboard(tmp_path):
 
 
 def test_labels_are_one_plain_line():
-    assert report.label("a\nb\tc\x00d") == "a b c d"
-    assert report.label("x" * 100, 10) == "x" * 9 + "…"
-    assert report.label("a$b$c") == "a\\$b\\$c"  # drawn as "a$b$c", never as mathtext
-    assert report.label(math.nan) == "nan"
+    assert report_figures.label("a\nb\tc\x00d") == "a b c d"
+    assert report_figures.label("x" * 100, 10) == "x" * 9 + "…"
+    assert report_figures.label("a$b$c") == "a\\$b\\$c"  # drawn as "a$b$c", never as mathtext
+    assert report_figures.label(math.nan) == "nan"

@@ -3,6 +3,8 @@ its history with warnings, and the hardware a run recorded (older runs, which
 lack those fields, still render)."""
 
 import report
+from harness.report import load as report_load
+from harness.report import sections as report_sections
 from test_report import fixture_run
 
 GIB = 2**30
@@ -65,9 +67,9 @@ def test_hardware_table_lists_cpu_caches_memory_and_gpu_once_per_machine(tmp_pat
 def test_malformed_meta_fields_do_not_break_the_tables():
     meta = {"run_id": "x", "load_avg_start": "high", "load_avg_end": [None], "ceiling_history": {"cpu": "low"},
             "hardware": {"gpu": "yes", "caches": ["L1"], "cpu_count": "two"}, "cpu_count": 2}
-    assert report.load_cell(meta) == "–" and report.ceiling_cell(meta) == "–"
-    assert report.run_warnings(meta) == []
-    header, rows = report.hardware_table([meta])
+    assert report_sections.load_cell(meta) == "–" and report_sections.ceiling_cell(meta) == "–"
+    assert report_sections.run_warnings(meta) == []
+    header, rows = report_sections.hardware_table([meta])
     assert len(rows) == 1 and len(rows[0]) == len(header)
 
 
@@ -80,9 +82,9 @@ def test_two_cpus_sharing_a_model_name_stay_two_machines(tmp_path):
     first = fixture_run(tmp_path / "zen3", meta=zen3)
     second = fixture_run(tmp_path / "zen4", meta=zen4, start_time="2026-11-23T00:00:00+00:00",
                          row_fields={"seed_loops": {"median_s": 8e-3}})
-    rows, _metas = report.load([first, second])
+    rows, _metas = report_load.load([first, second])
     assert rows["machine"].nunique() == 2
-    assert len(rows) == 2 * len(report.load([first])[0])
+    assert len(rows) == 2 * len(report_load.load([first])[0])
     fastest = rows[rows["strategy"] == "torch_max_pool2d_indices"].groupby("machine")["speedup"].max()
     assert fastest.nunique() == 2  # the same numba time over two different seed times
 

@@ -5,6 +5,7 @@ tables and in the dashboard."""
 import re
 
 import report
+from harness.report import sections as report_sections
 from harness.dashboard import build_dashboard
 from test_report import fixture_run
 
@@ -18,11 +19,11 @@ def _row(md: str, strategy: str) -> list[str]:
 def test_report_marks_unstable_cases_and_says_why(tmp_path):
     md = report.build([fixture_run(tmp_path / "run", row_fields=NOISY)], tmp_path / "out").read_text()
     noisy, quiet = _row(md, "torch_max_pool2d_indices"), _row(md, "seed_loops")
-    assert noisy and all(report.UNSTABLE_MARK in line for line in noisy)
+    assert noisy and all(report_sections.UNSTABLE_MARK in line for line in noisy)
     assert "50 µs (50 %) ⚠" in noisy[0] and "50 µs (25 %) ⚠" in noisy[1]
-    assert quiet and not any(report.UNSTABLE_MARK in line for line in quiet)
-    assert md.count(report.UNSTABLE_NOTE) == 2  # under each of the two case tables
-    assert "torch.utils.benchmark" in report.UNSTABLE_NOTE and "10 %" in report.UNSTABLE_NOTE
+    assert quiet and not any(report_sections.UNSTABLE_MARK in line for line in quiet)
+    assert md.count(report_sections.UNSTABLE_NOTE) == 2  # under each of the two case tables
+    assert "torch.utils.benchmark" in report_sections.UNSTABLE_NOTE and "10 %" in report_sections.UNSTABLE_NOTE
     assert "2 of 6 timed cases are marked" in md
 
 

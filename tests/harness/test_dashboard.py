@@ -17,7 +17,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from harness import dashboard, gate, history, regression, summary
+from harness import analysis, dashboard, gate, history, regression, summary
 from impls.status import MISMATCH
 
 ROOT = Path(__file__).parents[2]
@@ -140,7 +140,7 @@ def gate_verdicts(runs) -> dict[str, set]:
     raw samples (`history.gate_table`: the gate's screen and its
     confirmation, on the stored run where the gate re-measures), and counts
     by their factor. Each failing change goes to "red" when
-    `regression.unfit_reasons` finds nothing against the pair, to "grey"
+    `analysis.unfit_reasons` finds nothing against the pair, to "grey"
     (not judged) when it does, and to "source" when the strategy's source
     changed. No screening from summaries, no cache: what the site must match."""
     rule = history.gate_rule(gate.DEFAULT_GATE_FACTOR)
@@ -157,7 +157,7 @@ def gate_verdicts(runs) -> dict[str, set]:
         base_source = dict(zip(base_rows["case_id"], base_rows["source"]))
         sources = dict(zip(rows["case_id"], rows["source"]))
         for case, metric in failing:
-            reasons = regression.unfit_reasons(base_meta, base_rows, meta, rows, metric)
+            reasons = analysis.unfit_reasons(base_meta, base_rows, meta, rows, metric)
             kind = "source" if base_source[case] != sources[case] else "grey" if reasons else "red"
             found[kind].add((case, base_meta["run_id"], meta["run_id"], metric))
     return found

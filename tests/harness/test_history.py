@@ -1,5 +1,5 @@
 """What the dashboard calls red: the CI gate's verdict between runs fit to
-judge (harness/history.py, regression.unfit_reasons), screened from the
+judge (harness/history.py, analysis.unfit_reasons), screened from the
 runs' summaries without ever missing a change the gate fails."""
 
 import html
@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from harness import dashboard, history, regression, store
+from harness import analysis, dashboard, history, regression, store
 from test_report import fixture_run
 
 ROOT = Path(__file__).parents[2]
@@ -27,28 +27,28 @@ def _rows(medians: dict, iqr_share: float = 0.01, load=None) -> pd.DataFrame:
 
 def test_unfit_reasons_name_load_unstable_share_and_cpu():
     rows = _rows({"a": 1.0, "b": 2.0, "c": 3.0, "d": 4.0})
-    assert regression.unfit_reasons(QUIET, rows, QUIET, rows) == []
+    assert analysis.unfit_reasons(QUIET, rows, QUIET, rows) == []
     busy = dict(QUIET, load_avg_end=[3.1, 2.0, 1.0])
-    assert regression.unfit_reasons(QUIET, rows, busy, rows) == ["load 3.1 on 2 cores"]
-    assert regression.unfit_reasons(busy, rows, QUIET, rows) == ["load 3.1 on 2 cores (base)"]
+    assert analysis.unfit_reasons(QUIET, rows, busy, rows) == ["load 3.1 on 2 cores"]
+    assert analysis.unfit_reasons(busy, rows, QUIET, rows) == ["load 3.1 on 2 cores (base)"]
     # a case that finished under load counts as much as the run's start and end
-    assert regression.unfit_reasons(QUIET, rows, QUIET, _rows({"a": 1.0}, load=2.0)) == ["load 2 on 2 cores"]
+    assert analysis.unfit_reasons(QUIET, rows, QUIET, _rows({"a": 1.0}, load=2.0)) == ["load 2 on 2 cores"]
     unsteady = rows.assign(iqr_s=[0.5, 1.0, 0.03, 0.04])  # 2 of 4 over 10 % of the median: 50 % > 25 %
-    assert regression.unfit_reasons(QUIET, rows, QUIET, unsteady) == ["2 of 4 unstable"]
+    assert analysis.unfit_reasons(QUIET, rows, QUIET, unsteady) == ["2 of 4 unstable"]
     one_of_four = rows.assign(iqr_s=[0.5, 0.02, 0.03, 0.04])  # 25 %: not more than the threshold
-    assert regression.unfit_reasons(QUIET, rows, QUIET, one_of_four) == []
+    assert analysis.unfit_reasons(QUIET, rows, QUIET, one_of_four) == []
     zen4 = dict(QUIET, hardware=dict(QUIET["hardware"], cpu_family_model="25-17"))
-    assert regression.unfit_reasons(QUIET, rows, zen4, rows) == ["different CPU (? [25-1] → ? [25-17])"]
+    assert analysis.unfit_reasons(QUIET, rows, zen4, rows) == ["different CPU (? [25-1] → ? [25-17])"]
     unknown = {key: value for key, value in QUIET.items() if not key.startswith("load")}
-    assert regression.unfit_reasons(unknown, rows, QUIET, rows) == ["load not recorded (base)"]
+    assert analysis.unfit_reasons(unknown, rows, QUIET, rows) == ["load not recorded (base)"]
 
 
 def test_counts_are_judged_whatever_the_load_but_not_across_library_versions():
     rows = _rows({"a": 1.0})
     busy = dict(QUIET, load_avg_end=[3.1, 2.0, 1.0])
-    assert regression.unfit_reasons(QUIET, rows, busy, rows, "instructions") == []
+    assert analysis.unfit_reasons(QUIET, rows, busy, rows, "instructions") == []
     newer = dict(QUIET, versions={"torch": "2.14.0"})
-    assert regression.unfit_reasons(QUIET, rows, newer, rows, "instructions") == [
+    assert analysis.unfit_reasons(QUIET, rows, newer, rows, "instructions") == [
         "different library versions (torch 2.13.0 → 2.14.0)"]
 
 
@@ -133,7 +133,7 @@ def test_over_the_committed_results_red_holds_only_what_the_gate_fails(tmp_path)
         mine = set(judgement.changes.loc[(judgement.changes["base_run"] == base)
                                          & (judgement.changes["run"] == new), "case_id"])
         failing = set(table.loc[table["verdict"].isin(regression.FAILING), "case_id"]) & mine
-        reasons = regression.unfit_reasons(base_meta, base_rows, meta, rows)
+        reasons = analysis.unfit_reasons(base_meta, base_rows, meta, rows)
         unfit += bool(reasons)
         if not reasons:
             expected |= {(case, runs.at[base, "run_id"], runs.at[new, "run_id"]) for case in failing}
