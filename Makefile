@@ -6,7 +6,7 @@ PYTHON     ?= python3
 VENV       ?= .venv
 VENV_ARGS  ?=
 TORCH_SPEC ?= torch==2.13.0
-EXTRAS     ?= test,numba,triton,pytensor
+EXTRAS     ?= test,numba,triton,pytensor,jax,launch
 CONFIG     ?= configs/default.yaml
 RESULTS    ?= $(lastword $(sort $(wildcard results/*/meta.json)))
 PY         := $(VENV)/bin/python
@@ -26,12 +26,16 @@ venv: $(STAMP)
 bench: $(STAMP)
 	$(PY) -m harness run $(CONFIG) --report
 
-# The dashboard test opens pages in Debian's headless Chromium; install it when
-# this machine lets us (root, apt), else that one test skips with its reason.
+# The dashboard test opens pages in Debian's headless Chromium, and launch's
+# end-to-end test starts a one-node Slurm cluster (slurm-wlm, munge); install
+# them when this machine lets us (root, apt), else those tests skip with their reason.
 test: $(STAMP)
 	@command -v chromium >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && \
 	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium) >/dev/null 2>&1; } || \
 	  echo "chromium not installed: the browser test of the dashboard will be skipped"
+	@PATH="$$PATH:/usr/sbin" command -v slurmctld >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && \
+	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq slurm-wlm munge) >/dev/null 2>&1; } || \
+	  echo "slurm-wlm not installed: the Slurm end-to-end test of launch will be skipped"
 	$(PY) -m pytest -q
 
 # The edit-test loop: everything but the tests marked slow, one pytest-xdist

@@ -1,9 +1,7 @@
 import os
 
-try:
-    import torch
+from impls.backends import device_present
 
-    if not torch.cuda.is_available():
-        os.environ.setdefault("TRITON_INTERPRET", "1")
-except ImportError:  # pragma: no cover
-    pass
+# Triton's kernels run under its interpreter where there is no GPU; set before triton is imported.
+if not device_present("cuda"):
+    os.environ.setdefault("TRITON_INTERPRET", "1")

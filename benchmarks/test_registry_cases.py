@@ -6,7 +6,10 @@
 Every case goes through the suite's own judge path (harness/check.py) before
 pytest-benchmark times it; the config's thread settings are applied, each
 operator is its own benchmark group, and bytes moved and GB/s go into each
-benchmark's extra_info.
+benchmark's extra_info. pytest-benchmark times the suite's ``Clock.call``
+(harness/timing.py): the call and its backend's synchronize, so an
+asynchronous backend (CUDA, JAX) is timed to completion, as every host-clock
+sample of the suite is.
 """
 
 import os
@@ -17,7 +20,8 @@ import pytest
 from harness.check import judge, prepare_case, reference
 from harness.config import expand, load_config
 from harness.env import apply_threads
-from harness.sweep import ITEMSIZE
+from harness.timing import Clock
+from impls.backends import get_backend, itemsize
 from impls.registry import get_operator
 from impls.status import CORRECT
 
@@ -43,10 +47,11 @@ def test_case(benchmark, case):
     assert verdict.status in CORRECT, verdict.message
     if strat.interpreted_on(case.device):
         pytest.skip(f"checked under the {strat.backend} interpreter ({verdict.status}); not timed")
-    nbytes = op.bytes_moved(params, ITEMSIZE[case.dtype], strat.returns)
+    nbytes = op.bytes_moved(params, itemsize(case.dtype), strat.returns)
     benchmark.group = f"{case.op} {case.device} {case.dtype}"
     benchmark.extra_info.update(bytes=nbytes, status=verdict.status, source=strat.source,
                                 setup_s=prepared.setup_s)
-    benchmark(prepared.run)
+    clock = Clock(get_backend(strat.backend), case.device)
+    benchmark(clock.call, prepared.run)
     if benchmark.stats:
         benchmark.extra_info["gbps"] = nbytes / benchmark.stats.stats.median / 1e9

@@ -1,4 +1,4 @@
-"""``scatterbench`` (also ``python -m harness``): list, check, run, compare,
+"""``scatterbench`` (also ``python -m harness``): list, check, run, launch, compare,
 regress, merge, dashboard, report.
 
 This module parses and prints; the work is done by the module each command
@@ -11,7 +11,6 @@ regression), 2 bad input or data (one line on stderr, no traceback unless
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from dataclasses import dataclass
 from typing import Callable
@@ -56,11 +55,14 @@ STRATEGY = arg("--strategy", action="append", metavar="NAME", help="only this st
 # ------------------------------------------------------------------------ list
 @command("list", "list registered strategies, their backends, dtypes and preconditions",
          arg("--op", help="only this operator"),
-         arg("--device", choices=("cpu", "cuda"), help="only strategies that run on this device"))
+         arg("--device", help="only strategies that run on this device (cpu, cuda, or any a backend adds)"))
 def cmd_list(args) -> int:
     import impls
     from harness.tables import console, strategies_table
+    from impls.backends import devices
 
+    if args.device is not None and args.device not in devices():
+        raise UsageError(f"--device {args.device!r}: unknown device (known: {', '.join(devices())})")
     try:
         strategies = impls.all_strategies(args.op, args.device)
     except KeyError as error:
@@ -255,6 +257,65 @@ def cmd_regress(args) -> int:
     return EXIT_FINDINGS if result.failed else EXIT_OK
 
 
+# ---------------------------------------------------------------------- launch
+@command("launch", "run a sweep as N shards through submitit (Slurm or local processes), then merge them",
+         CONFIG,
+         arg("--executor", choices=("slurm", "local"), required=True,
+             help="slurm: one job array through sbatch; local: the same jobs as processes on this machine"),
+         arg("--shards", type=int, required=True, metavar="N", help="number of shards (array tasks)"),
+         arg("-o", "--output", required=True, metavar="DIR",
+             help="the launch's directory: shards under DIR/shards, the merged result in DIR; "
+                  "the same command again follows the jobs recorded there"),
+         arg("--partition", help="Slurm partition"),
+         arg("--gpus-per-task", type=int, metavar="G", help="GPUs per shard"),
+         arg("--time-min", type=int, default=60, metavar="M", help="time limit per shard in minutes (60)"),
+         arg("--slurm-arg", action="append", metavar="KEY=VALUE",
+             help="any sbatch option, passed to submitit unchanged (repeatable), e.g. qos=high"),
+         NO_PROGRESS)
+def cmd_launch(args) -> int:
+    from harness import launch
+    from harness.tables import console, progress_bar
+
+    options = launch.parse_options(args.config, args.executor, args.shards, partition=args.partition,
+                                   gpus_per_task=args.gpus_per_task, time_min=args.time_min,
+                                   slurm_args=args.slurm_arg)
+    plan = launch.plan_launch(options, args.output)
+    err = console(stderr=True)
+    # The bar starts with the first state of the shards, after the submission
+    # (a refused one is then one line, not a line under an empty bar).
+    progress = progress_bar(disable=args.no_progress, console=err)
+    task = progress.add_task("shards", total=sum(plan.sizes))
+    seen = {}
+
+    def on_update(shards):
+        if not progress.live.is_started:
+            progress.start()
+        states = " · ".join(f"{s.index} {s.state} {s.finished}/{s.cases}" for s in shards)
+        progress.update(task, description=f"shards {states}", completed=sum(s.finished for s in shards))
+        if args.no_progress:  # a CI log gets a line per change instead of a bar
+            for s in shards:
+                if seen.get(s.index) != (s.state, s.job_id):
+                    seen[s.index] = (s.state, s.job_id)
+                    print(f"shard {s.index}/{len(shards)} {s.state} (job {s.job_id}, {s.finished}/{s.cases} "
+                          f"cases)", file=sys.stderr)
+
+    def log(text):  # paths and commands whole, never wrapped: they are copied
+        err.print(text, highlight=False, markup=False, soft_wrap=True)
+
+    try:
+        out = launch.execute_launch(plan, on_update=on_update, log=log)
+    except KeyboardInterrupt:
+        progress.stop()
+        print(f"\nlaunch interrupted: finished cases are on disk under {plan.out_dir / launch.SHARDS_DIR}; the same "
+              f"command again follows the running jobs (resubmitting any that stopped, with --resume) and merges",
+              file=sys.stderr)
+        return EXIT_INTERRUPTED
+    finally:
+        progress.stop()
+    print(f"{args.shards} shards merged in {out}")
+    return EXIT_OK
+
+
 # ---------------------------------------------------------------- merge, etc.
 @command("merge", "combine result directories (shards, machines) into one",
          arg("dirs", nargs="+", help="result directories"),
@@ -326,18 +387,10 @@ def load_plugins() -> None:
     """Imports the modules named in SCATTERBENCH_PLUGINS (comma-separated),
     which register extra backends, operators and strategies; isolated cases
     inherit the variable."""
-    import importlib
+    from impls.registry import load_plugins as load
 
-    import impls  # noqa: F401  (the built-in strategies first)
-    from impls.registry import check_registry
-
-    for name in filter(None, (part.strip() for part in os.environ.get("SCATTERBENCH_PLUGINS", "").split(","))):
-        try:
-            importlib.import_module(name)
-        except ImportError as error:
-            raise UsageError(f"SCATTERBENCH_PLUGINS: cannot import {name!r}: {error}") from None
     try:
-        check_registry()
+        load()
     except ValueError as error:
         raise UsageError(f"SCATTERBENCH_PLUGINS: {error}") from None
 

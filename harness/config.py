@@ -7,14 +7,15 @@ import itertools
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, Union
+from typing import Annotated, Any, Literal, Union
 
 import yaml
-from pydantic import (BaseModel, ConfigDict, Field, StrictInt, StrictStr, ValidationError, field_validator,
-                      model_validator)
+from pydantic import (BaseModel, BeforeValidator, ConfigDict, Field, StrictInt, StrictStr, ValidationError,
+                      field_validator, model_validator)
 
 from harness.errors import ConfigError
-from impls.registry import DEVICES, DTYPES, OPERATORS, get_operator
+from impls.backends import BACKENDS, LEGACY_THREAD_KEYS, thread_knobs
+from impls.registry import DTYPES, OPERATORS, devices, get_operator
 
 __all__ = ["Case", "CheckSettings", "Config", "ConfigError", "expand", "load_config", "parse_config", "shard"]
 
@@ -41,10 +42,25 @@ class Timing(Strict):
         return self
 
 
-class Threads(Strict):
-    torch: int | None = Field(None, ge=1)
-    blas: int | None = Field(None, ge=1)  # numpy's BLAS/OpenMP pools (threadpoolctl)
-    numba: int | None = Field(None, ge=1)
+# Threads per backend (its ThreadKnob in impls/backends.py); None leaves the library's default.
+ThreadCount = Annotated[StrictInt, Field(ge=1)]
+
+
+def _threads_by_backend(value):
+    """``threads: 2`` sets every backend's knob; a mapping is keyed by backend
+    name, and the suite's older keys still read (``blas`` is numpy's)."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return {backend.name: value for backend in thread_knobs()}
+    if not isinstance(value, dict):
+        return value
+    renamed, given = {}, {}
+    for key, count in value.items():
+        name = LEGACY_THREAD_KEYS.get(key, key)
+        if name in renamed:
+            older = key if key != name else given[name]
+            raise ValueError(f"{given[name]!r} and {key!r} both set {name}'s threads ({older!r} is the older name)")
+        renamed[name], given[name] = count, key
+    return renamed
 
 
 class CheckSettings(Strict):
@@ -78,10 +94,10 @@ class Benchmark(Strict):
 class Config(Strict):
     name: str | None = None
     seed: int = Field(0, ge=0, le=2**63 - 1)
-    devices: list[Literal["cpu", "cuda"]] = ["cpu"]
+    devices: list[str] = ["cpu"]
     dtypes: list[str] = ["float32"]
     timing: Timing = Timing()
-    threads: Threads = Threads()
+    threads: Annotated[dict[str, ThreadCount | None], BeforeValidator(_threads_by_backend)] = {}
     check: CheckSettings = CheckSettings()
     benchmarks: list[Benchmark] = Field(min_length=1)
 
@@ -136,9 +152,28 @@ def parse_config(data: Any, source: str = "<config>") -> Config:
                        if e["type"] == "missing" and tuple(e["loc"][:-1]) == tuple(first["loc"][:-1])]
             message = "unknown key" + _did_you_mean(str(first["loc"][-1]), missing)
         raise ConfigError(f"{source}: {_location(first['loc'])}: {message}") from None
+    _check_machine(config, source)
     for index, bench in enumerate(config.benchmarks):
         _check_benchmark(config, bench, f"{source}: benchmarks[{index}]")
     return config
+
+
+def _check_devices(listed, where: str) -> None:
+    known = devices()
+    for index, device in enumerate(listed):
+        if device not in known:
+            raise ConfigError(f"{where}[{index}]: unknown device {device!r} (known: {', '.join(known)})")
+
+
+def _check_machine(config: Config, source: str) -> None:
+    """Devices any registered backend runs on; threads keyed by a backend with a threads knob."""
+    _check_devices(config.devices, f"{source}: devices")
+    knobs = [backend.name for backend in thread_knobs()]
+    for name in config.threads:
+        if name not in knobs:
+            what = "has no threads setting" if name in BACKENDS else "is not a backend"
+            raise ConfigError(f"{source}: threads.{name}: {name!r} {what} (threads are keyed by backend: "
+                              f"{', '.join(knobs)}; or one number for all)")
 
 
 def _did_you_mean(word: str, candidates) -> str:
@@ -161,9 +196,7 @@ def _check_benchmark(config: Config, bench: Benchmark, where: str) -> None:
                 raise ConfigError(f"{where}.{key}: unknown strategy {name!r} for {bench.op}{hint}")
     if not [n for n in names if n not in bench.exclude]:
         raise ConfigError(f"{where}.strategies: no strategy left after exclude")
-    for device in bench.devices or []:
-        if device not in DEVICES:
-            raise ConfigError(f"{where}.devices: unknown device {device!r} (known: {', '.join(DEVICES)})")
+    _check_devices(bench.devices or [], f"{where}.devices")
     for key, dtypes in (("dtypes", config.dtypes), ("dtypes", bench.dtypes or [])):
         for dtype in dtypes:
             if dtype not in DTYPES:
@@ -284,9 +317,13 @@ def measurement_differences(recorded: Any, config: Any) -> list[str]:
         if key not in recorded or key not in config:
             continue
         old, new = recorded[key], config[key]
+        if key == "threads":  # older runs' keys (``blas``) as the config's
+            old, new = _threads_by_backend(old), _threads_by_backend(new)
         if isinstance(old, dict) and isinstance(new, dict):
+            # A setting the run did not record (a backend or timing key added
+            # since) is not a difference; one it recorded and the config drops is.
             differences += [f"{key}.{name}: {old.get(name)!r} -> {new.get(name)!r}"
-                            for name in sorted(set(old) | set(new)) if old.get(name) != new.get(name)]
+                            for name in sorted(old) if old.get(name) != new.get(name)]
         elif old != new:
             differences.append(f"{key}: {old!r} -> {new!r}")
     return differences

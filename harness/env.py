@@ -10,44 +10,27 @@ import socket
 import subprocess
 import sys
 from importlib import metadata as importlib_metadata
+from typing import Mapping
 
 
-def apply_threads(threads) -> dict:
-    """Sets numba's, the BLAS/OpenMP pools' and torch's thread counts, in that
-    order, and returns what is in force once all three are set.
+def apply_threads(threads: Mapping[str, int | None]) -> dict:
+    """Sets each backend's threads knob (``threads`` is keyed by backend
+    name; None or absent leaves it alone) in the knobs' setting order, then
+    reads every installed knob back: what is in force once all are set, which
+    the run records. The order and why are each knob's (impls/backends.py):
+    starting numba's threading layer resets the OpenMP runtime torch shares,
+    so torch set first ran with every core again."""
+    from impls.backends import thread_knobs
 
-    The order matters: starting numba's threading layer resets the OpenMP
-    runtime torch shares, so torch set first ran with every core again
-    (measured: `torch.get_num_threads()` went from 1 back to 2 after
-    `numba.set_num_threads(1)`, and on a loaded machine a 100 µs torch call
-    then waited 20-40 ms per call at OpenMP barriers)."""
-    import torch
-
-    applied = {"torch": None, "blas": threads.blas, "numba": None}
-    if threads.numba:
-        try:
-            import numba
-
-            numba.set_num_threads(min(threads.numba, numba.config.NUMBA_NUM_THREADS))
-        except ImportError:
-            pass
-    if threads.blas:
-        from threadpoolctl import threadpool_limits
-
-        threadpool_limits(limits=threads.blas)
-    if threads.torch:
-        torch.set_num_threads(threads.torch)
-    applied["torch"] = torch.get_num_threads()
-    if threads.numba:
-        try:
-            import numba
-
-            applied["numba"] = numba.get_num_threads()
-        except ImportError:
-            pass
-    if threads.torch and applied["torch"] != threads.torch:
-        raise RuntimeError(f"threads.torch: asked for {threads.torch}, torch runs {applied['torch']}")
-    return applied
+    knobs = [backend for backend in thread_knobs() if not backend.unavailable()]
+    for backend in knobs:
+        if threads.get(backend.name):
+            backend.threads.set(threads[backend.name])
+        # Read at its turn too: reading can start a library's threading layer
+        # (numba's resets the OpenMP runtime), which must not happen after the
+        # knobs set later in the order (torch's went from 1 back to 2).
+        backend.threads.get()
+    return {backend.name: backend.threads.get() for backend in knobs}
 
 
 def cpu_model() -> str:
@@ -83,15 +66,17 @@ def cpu_family_model() -> str | None:
     return f"{family}-{model}" if family and model else None
 
 
-def gpu_name() -> str | None:
-    try:
-        import torch
+def accelerator() -> str | None:
+    """The first device other than the CPU that this machine has (what
+    ``gpu_name`` and ``hardware.gpu`` describe), or None."""
+    from impls.backends import device_present, devices
 
-        if torch.cuda.is_available():
-            return torch.cuda.get_device_name(0)
-    except ImportError:
-        pass
-    return None
+    return next((device for device in devices() if device != "cpu" and device_present(device)), None)
+
+
+def gpu_name() -> str | None:
+    details = gpu_details()
+    return details.get("name") if details else None
 
 
 def git_commit(cwd: str | None = None) -> str | None:
@@ -146,15 +131,16 @@ def hardware() -> dict:
 
 
 def gpu_details() -> dict | None:
-    try:
-        import torch
+    """The accelerator as its backend describes it (``Backend.device_info``),
+    with the driver and clocks nvidia-smi gives where it can."""
+    from impls.backends import device_info
 
-        if not torch.cuda.is_available():
-            return None
-        props = torch.cuda.get_device_properties(0)
-        details = {"name": props.name, "memory_bytes": int(props.total_memory),
-                   "sm_count": props.multi_processor_count, "capability": f"{props.major}.{props.minor}"}
+    try:
+        device = accelerator()
+        details = dict(device_info(device) or {}) if device else {}
     except Exception:
+        return None
+    if not details:
         return None
     try:
         query = subprocess.run(["nvidia-smi", "--query-gpu=driver_version,clocks.max.sm,clocks.max.mem",
@@ -194,21 +180,30 @@ def same_machine(meta_a: dict, meta_b: dict) -> bool:
     (``same_cpu``, or model and core count where a run predates ``hardware``)
     and the same GPU. Host names are not compared: the shards of one sweep
     may run on identical nodes."""
-    if meta_a.get("gpu_name") != meta_b.get("gpu_name"):
+    a, b = _typed(meta_a), _typed(meta_b)
+    if a.gpu_name != b.gpu_name:
         return False
-    hardware_a, hardware_b = meta_a.get("hardware"), meta_b.get("hardware")
-    if isinstance(hardware_a, dict) and isinstance(hardware_b, dict):
-        return same_cpu(hardware_a, hardware_b)
-    return (meta_a.get("cpu_model"), meta_a.get("cpu_count")) == (meta_b.get("cpu_model"), meta_b.get("cpu_count"))
+    if "hardware" in a.model_fields_set and "hardware" in b.model_fields_set:
+        return same_cpu(a.hardware.model_dump(), b.hardware.model_dump())
+    return (a.cpu_model, a.cpu_count) == (b.cpu_model, b.cpu_count)
+
+
+def _typed(meta):
+    """A run's metadata (a dict as read, or already a ``RunMeta``) as a ``RunMeta``."""
+    from harness.runmeta import RunMeta
+
+    if isinstance(meta, RunMeta):
+        return meta
+    return RunMeta.of({"run_id": "?", "schema_version": 0, **meta})
 
 
 def machine_label(meta: dict) -> str:
     """A run's machine for grouping history: its recorded name, with the CPU's
     family-model where the run recorded one (two VMs named "vm / AMD EPYC x2"
     may be a Zen 3 and a Zen 4, whose timings must not form one series)."""
-    label = str(meta.get("machine") or meta.get("host") or "?")
-    hardware = meta.get("hardware") if isinstance(meta.get("hardware"), dict) else {}
-    family_model = hardware.get("cpu_family_model")
+    meta = _typed(meta)
+    label = str(meta.machine or meta.host or "?")
+    family_model = meta.hardware.cpu_family_model
     return f"{label} [{family_model}]" if family_model else label
 
 
@@ -255,9 +250,8 @@ def ceiling_history(out_dir, ceilings: dict, meta: dict) -> dict:
             continue
         if not isinstance(other, dict) or machine_label(other) != machine:
             continue
-        for device, gbps in (other.get("ceilings_gbps") or {}).items():
-            if isinstance(gbps, (int, float)):
-                history.setdefault(device, []).append(float(gbps))
+        for device, gbps in _typed(other).ceilings_gbps.items():
+            history.setdefault(device, []).append(gbps)
     report = {}
     for device, gbps in ceilings.items():
         past = history.get(device, [])
@@ -269,12 +263,13 @@ def ceiling_history(out_dir, ceilings: dict, meta: dict) -> dict:
 
 
 def run_metadata(threads_applied: dict, config_path: str | None, command: list[str]) -> dict:
-    import torch
-
-    from impls.backends import BACKENDS
+    from impls import backends
 
     packages = ["numpy", "torch", "triton", "numba", "pytensor", "scipy", "pandas"]
-    packages += [b.module for b in BACKENDS.values() if b.module not in packages]
+    packages += [b.distribution or b.module for b in backends.BACKENDS.values()
+                 if (b.distribution or b.module) not in packages]
+    machine = hardware()
+    gpu = machine.get("gpu") or {}
     return {
         "start_time": now_iso(),
         "load_avg_start": load_average(),
@@ -282,13 +277,15 @@ def run_metadata(threads_applied: dict, config_path: str | None, command: list[s
         "host": socket.gethostname(),
         "cpu_model": cpu_model(),
         "cpu_count": os.cpu_count(),
-        "gpu_name": gpu_name(),
-        "cuda_version": torch.version.cuda,
+        "gpu_name": gpu.get("name"),
+        "cuda_version": gpu.get("cuda_version"),
         "machine": machine_name(),
         "platform": platform.platform(),
         "python": sys.version.split()[0],
         "versions": {name: version(name) for name in packages},
-        "hardware": hardware(),
+        # what reports show per backend: every registered one, its own version text
+        "backend_versions": backends.versions(),
+        "hardware": machine,
         "threads": threads_applied,
         "config_file": config_path,
         "command": " ".join(command),

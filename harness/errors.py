@@ -31,6 +31,10 @@ class ResultError(ScatterbenchError):
     """A result directory that cannot be read or written: names the file and line."""
 
 
+class LaunchError(ScatterbenchError):
+    """A launched shard that failed again after its resubmission: names it, why, and its directory."""
+
+
 class ResultWarning(UserWarning):
     """Something in a result directory was skipped (an unusable samples record,
     a line cut off mid-write): the rest still reads. The test suite turns it

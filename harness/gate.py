@@ -41,16 +41,16 @@ import subprocess
 import sys
 import tarfile
 import tempfile
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
 
-from harness import compare, env, regression, store, sweep
+from harness import compare, env, regression, store, sweep, timing
 from harness.check import prepare_case, reference
 from harness.config import load_config
 from harness.errors import ResultError
+from harness.runmeta import RunMeta
 from impls.backends import get_backend
 from impls.registry import get_operator
 
@@ -70,8 +70,6 @@ class BaselineChoice:
     line: str
 
 
-def _hardware(meta: dict) -> dict:
-    return {"cpu_model": meta.get("cpu_model"), "cpu_count": meta.get("cpu_count"), **(meta.get("hardware") or {})}
 
 
 def choose_baseline(path) -> BaselineChoice:
@@ -100,7 +98,7 @@ def choose_baseline(path) -> BaselineChoice:
     described = f"{here['cpu_model']} {here.get('cpu_family_model') or ''} x{here['cpu_count']}".replace("  ", " ")
     metas = {run: store.read_meta(run) for run in runs}
     for run in reversed(runs):
-        if env.same_cpu(here, _hardware(metas[run])):
+        if env.same_cpu(here, RunMeta.of(metas[run]).cpu()):
             return BaselineChoice(run, None, f"regress: baseline {run}, measured on this CPU ({described})")
     newest = runs[-1]
     commit = str(metas[newest].get("git_commit") or "").removesuffix("-dirty")
@@ -170,15 +168,10 @@ class GateResult:
     runs: list
 
 
-def _fastest_call_s(run, synchronize, calls: int) -> float:
-    best = math.inf
-    for _ in range(calls):
-        start = time.perf_counter()
-        out = run()
-        synchronize()
-        best = min(best, time.perf_counter() - start)
-        del out
-    return best
+def _fastest_call_s(run, clock: timing.Clock, calls: int) -> float:
+    """The fastest of ``calls`` samples, each taken by the case's own clock
+    (the sweep's: the backend's events, or the host clock and its synchronize)."""
+    return min(clock.sample_s(run) for _ in range(calls))
 
 
 def paired_times(op: str, params: dict, dtype: str, device: str, names: list[str], seed: int,
@@ -193,10 +186,10 @@ def paired_times(op: str, params: dict, dtype: str, device: str, names: list[str
         strat = strategies[name]
         backend = get_backend(strat.backend)
         prepared = prepare_case(strat, ref, params, dtype, device)
-        sync = lambda backend=backend: backend.synchronize(device)  # noqa: E731
-        _fastest_call_s(prepared.run, sync, 2)  # warm-up
-        runs.append((prepared.run, sync))
-    return [[_fastest_call_s(run, sync, CALLS_PER_ROUND) for run, sync in runs] for _ in range(rounds)]
+        clock = timing.Clock(backend, device, backend.cache_flush(device))
+        _fastest_call_s(prepared.run, clock, 2)  # warm-up
+        runs.append((prepared.run, clock))
+    return [[_fastest_call_s(run, clock, CALLS_PER_ROUND) for run, clock in runs] for _ in range(rounds)]
 
 
 def _same_case(frame: pd.DataFrame, row) -> pd.DataFrame:

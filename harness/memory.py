@@ -5,7 +5,8 @@ A backend that tracks its own device memory reports the peak (torch on
 CUDA: the caching allocator's peak over the call). Otherwise: growth of the
 process's resident-set high-water mark, reset before the call through
 /proc/self/clear_refs (Linux); it sees torch, numpy and numba allocations
-alike. Elsewhere the CPU figure is unavailable (NaN)."""
+alike. Elsewhere, and on a device whose backend cannot tell its peak, the
+figure is unavailable (NaN)."""
 
 from __future__ import annotations
 
@@ -33,7 +34,8 @@ def call_with_peak(fn: Callable[[], Any], backend, device: str) -> tuple[Any, fl
         measured = backend.peak_memory(fn, device)
         if measured is not None:
             return measured
-    if not cpu_peak_supported():
+    # The resident set says nothing about a device's own memory.
+    if device != "cpu" or not cpu_peak_supported():
         return fn(), float("nan")
     try:
         with open("/proc/self/clear_refs", "w") as clear:

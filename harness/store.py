@@ -11,10 +11,15 @@ holder's pid. ``--resume`` first reads the run back (a damaged file is an
 error naming it), and drops samples of a case whose row never came.
 
 The schema survives change, as asv's does: ``meta.json`` carries
-``schema_version``; reading needs only the key columns, fills a missing
-optional column with its empty value and keeps columns it does not know; and
-an operator can store measurements of its own in the free-form JSON column
-``extra``. Adding a column is one entry in ``COLUMNS``.
+``schema_version``, and each version has its migration step
+(``update_to_N``, in ``MIGRATIONS``) that brings a run of the version before
+up to it when it is read, so old committed runs read as new ones. Reading
+needs only the key columns, fills a missing optional column with its empty
+value and keeps columns it does not know; and an operator can store
+measurements of its own in the free-form JSON column ``extra``. Adding a
+column is one entry in ``COLUMN_KINDS`` (a statistic: one in
+``stats.STAT_FIELDS``), a new ``SCHEMA_VERSION`` with the column under it in
+``COLUMNS_ADDED``, and its ``update_to_N``.
 """
 
 from __future__ import annotations
@@ -31,9 +36,11 @@ from pathlib import Path
 import pandas as pd
 
 from harness.errors import ResultError, ResultWarning
+from harness.stats import STAT_COLUMNS
+from impls.backends import LEGACY_THREAD_KEYS
 from impls.status import STATUSES
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 META, ROWS, SAMPLES, LOCK = "meta.json", "rows.csv", "samples.jsonl", ".lock"
 PROBE = ".write-probe-"
 
@@ -44,8 +51,8 @@ KEY_COLUMNS = ("run_id", "case_id", "op", "strategy", "device", "dtype", "params
 COLUMN_KINDS = (
     ("run_id", "text"), ("case_id", "text"), ("op", "text"), ("strategy", "text"), ("backend", "text"),
     ("device", "text"), ("dtype", "text"), ("params", "text"), ("status", "text"), ("message", "text"),
-    ("median_s", "number"), ("iqr_s", "number"), ("min_s", "number"), ("mean_s", "number"),
-    ("n_samples", "number"), ("bytes", "number"), ("gbps", "number"), ("ceiling_gbps", "number"),
+    *((name, "number") for name in STAT_COLUMNS),  # every statistic of stats.STAT_FIELDS
+    ("bytes", "number"), ("gbps", "number"), ("ceiling_gbps", "number"),
     ("floor_s", "number"), ("pct_of_ceiling", "number"), ("max_abs_err", "number"), ("rel_err", "number"),
     ("peak_mem_bytes", "number"), ("setup_s", "number"), ("source", "text"),
     # schema 2
@@ -57,6 +64,54 @@ COLUMN_KINDS = (
 )
 COLUMNS = tuple(name for name, _ in COLUMN_KINDS)
 NUMERIC = tuple(name for name, kind in COLUMN_KINDS if kind == "number")
+# The columns each schema version added; every column not here is schema 1's.
+# A test holds COLUMNS to this: a new column means a new version.
+COLUMNS_ADDED = {
+    2: ("host_s", "xcheck_s", "load_avg", "extra", "slow_start"),
+    3: ("q1_s", "q3_s", "p10_s", "max_s"),
+}
+
+
+# ------------------------------------------------------------------ migrations
+def update_to_2(meta: dict, rows: pd.DataFrame | None):
+    """Schema 2 added host_s, xcheck_s, load_avg, extra and slow_start: a run
+    before them did not measure them (empty)."""
+    return meta, _with_columns(rows, COLUMNS_ADDED[2])
+
+
+def update_to_3(meta: dict, rows: pd.DataFrame | None):
+    """Schema 3 keys ``threads`` by backend (the older ``blas`` is numpy's),
+    records each backend's version text (``backend_versions``: an older run's
+    package versions, for the backends then known), and adds the q1_s, q3_s,
+    p10_s and max_s columns (empty: the run did not store them)."""
+    threads = meta.get("threads")
+    if isinstance(threads, dict):
+        meta["threads"] = {LEGACY_THREAD_KEYS.get(key, key): value for key, value in threads.items()}
+    versions = meta.get("versions")
+    if "backend_versions" not in meta and isinstance(versions, dict):
+        meta["backend_versions"] = {name: versions[name] for name in ("numpy", "torch", "triton", "numba",
+                                                                      "pytensor") if versions.get(name)}
+    return meta, _with_columns(rows, COLUMNS_ADDED[3])
+
+
+MIGRATIONS = {2: update_to_2, 3: update_to_3}
+
+
+def _with_columns(rows: pd.DataFrame | None, columns) -> pd.DataFrame | None:
+    if rows is not None:
+        for column in columns:
+            if column not in rows.columns:
+                rows[column] = math.nan if column in NUMERIC else ""
+    return rows
+
+
+def migrate(meta: dict, rows: pd.DataFrame | None = None):
+    """A run as this schema has it: each step from its version up, in turn."""
+    version = meta.get("schema_version", 1)
+    for step in range(version + 1, SCHEMA_VERSION + 1):
+        meta, rows = MIGRATIONS[step](meta, rows)
+        meta["schema_version"] = step
+    return meta, rows
 
 
 def write_json_atomic(path: Path, data: dict) -> None:
@@ -370,6 +425,12 @@ def _read_text(path: Path) -> str:
 
 
 def read_meta(directory: Path) -> dict:
+    """``meta.json`` migrated to this schema (``migrate``); a damaged file is
+    one line naming it."""
+    return migrate(_read_meta_as_written(directory))[0]
+
+
+def _read_meta_as_written(directory: Path) -> dict:
     path = Path(directory) / META
     if not Path(directory).is_dir():
         raise ResultError(f"{directory}: not a result directory (no such directory)")
@@ -387,6 +448,13 @@ def read_meta(directory: Path) -> dict:
     if not isinstance(meta.get("run_id"), str) or not meta["run_id"]:
         raise ResultError(f"{path}: run_id is missing")
     return meta
+
+
+def read_run_meta(directory: Path):
+    """``meta.json`` as the typed record (harness/runmeta.py)."""
+    from harness.runmeta import RunMeta
+
+    return RunMeta.of(read_meta(directory))
 
 
 def read_rows(directory: Path) -> pd.DataFrame:
@@ -478,18 +546,23 @@ def read_samples(directory: Path) -> dict[str, list[float]]:
 
 
 def read_run(directory) -> tuple[dict, pd.DataFrame, dict]:
+    """Metadata, rows and samples, migrated together to this schema."""
     directory = Path(directory)
-    return read_meta(directory), read_rows(directory), read_samples(directory)
+    meta, rows = migrate(_read_meta_as_written(directory), read_rows(directory))
+    return meta, rows, read_samples(directory)
 
 
 def find_runs(root, start_time=None) -> list[Path]:
     """Every result directory under ``root`` (itself included), oldest first.
+    One inside another is part of it, not a run of its own: the shards that
+    `launch` merged into their launch's directory would count every case twice.
     ``start_time(path)``, where given, may tell a run's start time (a caller
     that knows it unchanged) and spare reading its metadata; None reads it."""
     root = Path(root)
     if not root.exists():
         raise ResultError(f"{root}: no such directory")
-    found = [path.parent for path in root.rglob(META)]
+    every = {path.parent for path in root.rglob(META)}
+    found = [path for path in every if not every.intersection(path.parents)]
 
     def started(path):
         known = start_time(path) if start_time else None

@@ -28,11 +28,10 @@ from harness import env, memory, stats, store, timing
 from harness.check import Reference, describe_error, judge, prepare_case, reference
 from harness.config import Case, Config, expand, load_config, measurement_differences, shard
 from harness.errors import ResultError, UsageError
-from impls.backends import get_backend
+from impls.backends import device_present, get_backend, itemsize
 from impls.registry import NotApplicable, get_operator
 from impls.status import CORRECT, ERROR, SKIPPED, TIMEOUT
 
-ITEMSIZE = {"float16": 2, "bfloat16": 2, "float32": 4, "float64": 8}
 # Fraction of the free memory a case may plan to use before it is skipped.
 MEMORY_HEADROOM = 0.8
 # Phases of a case, as the progress display names them.
@@ -62,7 +61,7 @@ def estimated_bytes(case: Case) -> int:
     reference), about as large again."""
     op = get_operator(case.op)
     strat = op.strategies[case.strategy]
-    traffic = op.bytes_moved(case.params_dict, ITEMSIZE[case.dtype])
+    traffic = op.bytes_moved(case.params_dict, itemsize(case.dtype))
     reference_bytes = op.bytes_moved(case.params_dict, 8)
     return int(traffic * (1 + strat.temp_factor) + 2 * reference_bytes)
 
@@ -80,7 +79,7 @@ def memory_guard(case: Case) -> str | None:
 def base_row(case: Case, run_id: str, ceiling_gbps: float) -> dict:
     op = get_operator(case.op)
     strat = op.strategies[case.strategy]
-    nbytes = op.bytes_moved(case.params_dict, ITEMSIZE[case.dtype], strat.returns)
+    nbytes = op.bytes_moved(case.params_dict, itemsize(case.dtype), strat.returns)
     return {"run_id": run_id, "case_id": case.case_id, "op": case.op, "strategy": case.strategy,
             "backend": strat.backend, "device": case.device, "dtype": case.dtype,
             "params": case.params_json, "bytes": nbytes, "ceiling_gbps": ceiling_gbps,
@@ -156,9 +155,7 @@ def execute_case(case: Case, config: Config, run_id: str, ceiling_gbps: float,
             return finish(ERROR, "out of memory" + (f": {text}" if text != "host" else " (host)"))
         return finish(ERROR, describe_error(error))
     summary = stats.summarize(timed.samples_s)
-    row.update(median_s=summary.median_s, iqr_s=summary.iqr_s, min_s=summary.min_s,
-               mean_s=summary.mean_s, n_samples=summary.n_samples, host_s=timed.host_s,
-               xcheck_s=timed.xcheck_s, slow_start=timed.slow_start, gbps=stats.gbps(row["bytes"], summary.median_s),
+    row.update(summary.as_row(), host_s=timed.host_s, xcheck_s=timed.xcheck_s, slow_start=timed.slow_start, gbps=stats.gbps(row["bytes"], summary.median_s),
                pct_of_ceiling=stats.pct_of_ceiling(row["bytes"], summary.median_s, ceiling_gbps))
     return finish(verdict.status, verdict.message, timed.samples_s)
 
@@ -252,8 +249,10 @@ def measure_machine(devices, threads=None) -> tuple[dict, dict]:
     devices = sorted(set(devices))
     if not devices:
         return {}, {}
-    request = {"devices": devices, "threads": threads.model_dump() if threads is not None else {}}
+    request = {"devices": devices, "threads": dict(threads or {})}
     code = ("import json, sys\n"
+            "from impls.registry import load_plugins\n"
+            "load_plugins()  # a plugin's backend copies for the ceiling too\n"
             "from harness import sweep\n"
             "request = json.loads(sys.stdin.read())\n"
             "print(json.dumps(sweep._measure_machine_here(request)))\n")
@@ -267,9 +266,7 @@ def measure_machine(devices, threads=None) -> tuple[dict, dict]:
 
 
 def _measure_machine_here(request: dict) -> dict:
-    from harness.config import Threads
-
-    env.apply_threads(Threads(**request["threads"]))
+    env.apply_threads(request["threads"])
     devices = request["devices"]
     ceilings = {device: timing.copy_ceiling_gbps(device) for device in devices}
     fresh = ({allocator: timing.fresh_write_gbps(allocator) for allocator in ("numpy", "torch")}
@@ -377,12 +374,10 @@ def require_devices(config: Config) -> None:
     from harness.errors import ConfigError
 
     wanted = set(config.devices) | {d for b in config.benchmarks for d in (b.devices or [])}
-    if "cuda" in wanted:
-        import torch
-
-        if not torch.cuda.is_available():
-            raise ConfigError(f"devices: cuda requested but no CUDA device is available here "
-                              f"(torch {torch.__version__})")
+    for device in sorted(wanted):
+        if not device_present(device):
+            raise ConfigError(f"devices: {device} requested but no {device} device is available here (no "
+                              f"installed backend that runs on it finds one)")
 
 
 def plan_run(config_path: str, *, output: str | None = None, resume: str | None = None,

@@ -34,6 +34,11 @@ allocated the object that triggered it.
 Every call's host cost (``host_s``: median CPU time of the call without
 synchronising) is measured too; on the CPU it is the call itself.
 The device ceiling is a large buffer copy: bytes read + written / time.
+
+One timing path: a ``Clock`` (a backend on a device) times one call, and
+everything that times anything uses it: the sweep's samples, the copy
+ceiling, the regression gate's re-measurement and the pytest-benchmark view
+(which times ``Clock.call``: the call and the backend's synchronize).
 """
 
 from __future__ import annotations
@@ -141,17 +146,58 @@ def _collector_paused():
             gc.enable()
 
 
-def _warm_up(fn: Callable[[], Any], synchronize: Callable[[], None], warmup_s: float) -> None:
+class Clock:
+    """Times one call on ``backend``'s ``device`` the way the backend needs:
+    its device events where it has them (a device delay queued first, then
+    the cache flush, both outside the event pair), else the host clock around
+    the call *and* the backend's synchronize."""
+
+    def __init__(self, backend, device: str, flush: Callable[[], None] | None = None):
+        self.backend, self.device, self.flush = backend, device, flush
+        self.has_events = backend.events(device) is not None
+
+    def wait(self, output: Any = None) -> None:
+        """Until ``output`` and every call queued on the device have finished."""
+        self.backend.wait(self.device, output)
+
+    def call(self, fn: Callable[[], Any]) -> Any:
+        """``fn()`` to completion: the unit every host-clock sample times."""
+        out = fn()
+        self.wait(out)
+        return out
+
+    def sample_s(self, fn: Callable[[], Any], delay_s: float = 0.0) -> float:
+        """Seconds of one call of ``fn``."""
+        if not self.has_events:
+            t0 = time.perf_counter()
+            out = self.call(fn)
+            t1 = time.perf_counter()
+            del out  # the next call allocates its output afresh, as users' calls do
+            return t1 - t0
+        if self.backend.device_delay is not None and delay_s > 0:
+            self.backend.device_delay(self.device, delay_s)
+        if self.flush is not None:
+            self.flush()
+        events = self.backend.events(self.device)
+        events.start()
+        out = fn()
+        events.stop()
+        # One sample at a time keeps the wall-clock budget honest; the events
+        # measure only the device time between them.
+        elapsed = events.elapsed_s()
+        del out
+        return elapsed
+
+
+def _warm_up(fn: Callable[[], Any], clock: Clock, warmup_s: float) -> None:
     start = time.perf_counter()
     while True:  # at least one call, then by time
-        out = fn()
-        synchronize()
-        del out
+        clock.call(fn)  # the output is dropped at once, as in every sample
         if time.perf_counter() - start >= warmup_s:
             return
 
 
-def host_cost_s(fn: Callable[[], Any], synchronize: Callable[[], None], calls: int = HOST_COST_CALLS) -> float:
+def host_cost_s(fn: Callable[[], Any], clock: Clock, calls: int = HOST_COST_CALLS) -> float:
     """Median CPU time of one call without waiting for the device; each call
     is synchronised afterwards, outside the measurement, so queued work never
     backs up into the next call's launch."""
@@ -160,61 +206,43 @@ def host_cost_s(fn: Callable[[], Any], synchronize: Callable[[], None], calls: i
         t0 = time.perf_counter()
         out = fn()
         t1 = time.perf_counter()
-        synchronize()
+        clock.wait(out)
         del out
         costs.append(t1 - t0)
     return statistics.median(costs)
 
 
-def time_host(fn: Callable[[], Any], timing, synchronize: Callable[[], None] = lambda: None) -> Timed:
-    """Host clock around the call and the backend's synchronize."""
+def _sample(fn: Callable[[], Any], timing, clock: Clock, delay_s: float = 0.0, host_s: float | None = None) -> Timed:
+    """Samples until ``_done``, one ``clock.sample_s`` at a time."""
+    samples: list[float] = []
+    begin = time.perf_counter()
+    while True:
+        samples.append(clock.sample_s(fn, delay_s))
+        if _done(samples, time.perf_counter() - begin, timing):
+            return _settled(samples, timing, host_s)
+
+
+def time_host(fn: Callable[[], Any], timing, clock: Clock | None = None) -> Timed:
+    """Host clock around the call and the backend's synchronize (``clock``:
+    a host clock of a backend; without one, nothing to wait for)."""
+    from impls.backends import get_backend
+
+    clock = clock or Clock(get_backend("numpy"), "cpu")
     with _collector_paused():
-        _warm_up(fn, synchronize, timing.warmup_s)
-        samples: list[float] = []
-        begin = time.perf_counter()
-        while True:
-            t0 = time.perf_counter()
-            out = fn()
-            synchronize()
-            t1 = time.perf_counter()
-            del out  # the next call allocates its output afresh, as users' calls do
-            samples.append(t1 - t0)
-            if _done(samples, t1 - begin, timing):
-                return _settled(samples, timing)
+        _warm_up(fn, clock, timing.warmup_s)
+        return _sample(fn, timing, clock)
 
 
 def device_delay_s(host_s: float) -> float:
     return min(DELAY_CAP_S, DELAY_HOST_MULTIPLE * host_s + DELAY_MARGIN_S)
 
 
-def time_device(fn: Callable[[], Any], timing, backend, device: str, flush: Callable[[], None] | None) -> Timed:
+def time_device(fn: Callable[[], Any], timing, clock: Clock) -> Timed:
     """Device events around each call; see the module docstring for the delay."""
-    synchronize = lambda: backend.synchronize(device)  # noqa: E731
     with _collector_paused():
-        return _time_device_events(fn, timing, backend, device, flush, synchronize)
-
-
-def _time_device_events(fn, timing, backend, device, flush, synchronize) -> Timed:
-    _warm_up(fn, synchronize, timing.warmup_s)
-    host_s = host_cost_s(fn, synchronize)
-    delay_s = device_delay_s(host_s)
-    samples: list[float] = []
-    begin = time.perf_counter()
-    while True:
-        if backend.device_delay is not None:
-            backend.device_delay(device, delay_s)
-        if flush is not None:
-            flush()
-        events = backend.events(device)
-        events.start()
-        out = fn()
-        events.stop()
-        # One sample at a time keeps the wall-clock budget honest; the events
-        # measure only the device time between them.
-        samples.append(events.elapsed_s())
-        del out
-        if _done(samples, time.perf_counter() - begin, timing):
-            return _settled(samples, timing, host_s)
+        _warm_up(fn, clock, timing.warmup_s)
+        host_s = host_cost_s(fn, clock)
+        return _sample(fn, timing, clock, device_delay_s(host_s), host_s)
 
 
 def xcheck_s(fn: Callable[[], Any], device: str) -> float:
@@ -233,40 +261,41 @@ def xcheck_s(fn: Callable[[], Any], device: str) -> float:
 def time_call(fn: Callable[[], Any], backend, device: str, timing, flush: Callable[[], None] | None = None,
               cross_check: bool = True) -> Timed:
     """Times ``fn`` with the timer its backend needs on ``device``."""
-    if backend.events(device) is None:
-        return time_host(fn, timing, lambda: backend.synchronize(device))
-    timed = time_device(fn, timing, backend, device, flush)
+    clock = Clock(backend, device, flush)
+    if not clock.has_events:
+        return time_host(fn, timing, clock)
+    timed = time_device(fn, timing, clock)
     if cross_check:
         return dataclasses.replace(timed, xcheck_s=xcheck_s(fn, device))
     return timed
 
 
+def copy_ceilings_gbps(device: str, nbytes: int | None = None, repeats: int = 10) -> dict[str, float]:
+    """Copy bandwidth of ``device`` (bytes read + written per second, in GB/s)
+    per backend that can copy there (``Backend.copy``), each timed by its own
+    clock: the best of ``repeats`` copies after a warm-up."""
+    from impls.backends import BACKENDS
+
+    nbytes = nbytes or (CUDA_CEILING_BYTES if device != "cpu" else CPU_CEILING_BYTES)
+    found = {}
+    for backend in BACKENDS.values():
+        if backend.copy is None or device not in backend.devices or backend.unavailable() \
+                or not backend.present(device):
+            continue
+        copy = backend.copy(device, nbytes)
+        if copy is None:
+            continue
+        clock = Clock(backend, device)
+        clock.sample_s(copy)  # warm-up
+        found[backend.name] = 2 * nbytes / min(clock.sample_s(copy) for _ in range(repeats)) / 1e9
+        del copy
+    return found
+
+
 def copy_ceiling_gbps(device: str, nbytes: int | None = None, repeats: int = 10) -> float:
-    """Copy bandwidth of ``device`` (bytes read + written per second, in GB/s).
-
-    torch's ``copy_`` uses every thread torch is allowed, like the strategies;
-    the best of ``repeats`` copies after a warm-up is the ceiling.
-    """
-    import torch
-
-    nbytes = nbytes or (CUDA_CEILING_BYTES if device == "cuda" else CPU_CEILING_BYTES)
-    src = torch.ones(nbytes // 4, dtype=torch.float32, device=device)
-    dst = torch.empty_like(src)
-    dst.copy_(src)  # warm-up, and the pages of dst are touched once
-    seconds: list[float] = []
-    for _ in range(repeats):
-        if device == "cuda":
-            before, after = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            before.record()
-            dst.copy_(src)
-            after.record()
-            after.synchronize()
-            seconds.append(before.elapsed_time(after) / 1e3)
-        else:
-            t0 = time.perf_counter()
-            dst.copy_(src)
-            seconds.append(time.perf_counter() - t0)
-    return 2 * nbytes / min(seconds) / 1e9
+    """The device's copy ceiling: the best copy bandwidth any backend reaches
+    there (``copy_ceilings_gbps``); NaN where none can copy."""
+    return max(copy_ceilings_gbps(device, nbytes, repeats).values(), default=float("nan"))
 
 
 def fresh_write_gbps(allocator: str, nbytes: int = FRESH_WRITE_BYTES, repeats: int = 5) -> float:

@@ -1,13 +1,17 @@
 """Backends: everything the suite knows about one array library, in one record.
 
 A ``Backend`` says which module must import for it to run, on which devices
-and in which dtypes, which memory layouts its arrays can take, how a numpy
-array becomes one of its arrays and back, how to wait for its queued work
-(``synchronize``), whether a device has an event timer, how to read its peak
-memory and how to recognise its out-of-memory error. The operators, the
-timer, the sweep and the report ask the record; nothing else in the suite
+and in which dtypes, whether a device is present, which memory layouts its
+arrays can take, how a numpy array becomes one of its arrays and back, how
+many threads it computes with (``ThreadKnob``: how to set and read it back,
+and its place in the setting order), how to wait for its queued work
+(``synchronize``) and whether a device has an event timer (together: the
+timer every measurement uses), how to copy a large buffer (the copy
+ceiling), its version as reports show it, how to read its peak memory and
+how to recognise its out-of-memory error. The operators, the timer, the
+sweep, the metadata and the report ask the record; nothing else in the suite
 names a backend. Adding a library (CuPy, JAX) is one ``register_backend``
-call plus its strategies.
+call plus its strategies and its pyproject extra.
 
 The record's functions import their library lazily: importing this module
 imports numpy only.
@@ -15,16 +19,44 @@ imports numpy only.
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import os
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 import numpy as np
 
-DEVICES = ("cpu", "cuda")
 DTYPES = ("float16", "bfloat16", "float32", "float64")
+# Bytes per element of each dtype the suite knows (bytes-moved formulas take it).
+ITEMSIZE = {"float16": 2, "bfloat16": 2, "float32": 4, "float64": 8}
 LAYOUTS = ("contiguous", "noncontiguous", "channels_last")
+
+
+def itemsize(dtype: str) -> int:
+    return ITEMSIZE[dtype]
+
+
+@dataclass(frozen=True)
+class ThreadKnob:
+    """How many threads a backend computes with.
+
+    ``set(n)`` asks for ``n`` threads from now on; ``get()`` reads back what is
+    in force (None where that cannot be known). Knobs are set in ascending
+    ``order``, and only then read back, because setting one library's pool can
+    reset another's: ``why`` says why this knob sits where it does. A config's
+    ``threads`` is keyed by backend name; the run records what ``get`` read."""
+
+    set: Callable[[int], None]
+    get: Callable[[], int | None]
+    order: int
+    why: str = ""
+
+
+class NotApplicable(Exception):
+    """Raised by a strategy's ``prepare`` (or by the conversion of its inputs)
+    when it cannot run this case by design: the case is recorded as
+    ``skipped`` with the message, not as an error."""
 
 
 class DeviceEvents:
@@ -51,6 +83,10 @@ def _never_oom(error: BaseException) -> bool:
     return isinstance(error, MemoryError)
 
 
+def _cpu_only(device: str) -> bool:
+    return device == "cpu"
+
+
 @dataclass(frozen=True)
 class Backend:
     name: str
@@ -65,10 +101,20 @@ class Backend:
     to_numpy: Callable[[Any], np.ndarray]
     # True for this backend's array type (to_numpy is tried on those only)
     owns: Callable[[Any], bool]
+    # device -> whether this machine has it (device discovery: "cuda" needs a GPU)
+    present: Callable[[str], bool] = _cpu_only
+    # device -> what a run records about it (name, memory, ...), or None
+    device_info: Callable[[str], dict | None] = lambda device: None
+    # The threads it computes with; None where it has no pool of its own.
+    threads: ThreadKnob | None = None
     # Waits until every call queued on ``device`` has finished. A timer that
     # reads the host clock calls it after each call, so an asynchronous
     # backend is timed to completion, not to dispatch.
     synchronize: Callable[[str], None] = _no_sync
+    # output -> waits until that one call's output is computed, for a library
+    # whose device queue cannot be waited on as a whole (JAX's
+    # block_until_ready); every timer calls it after the call, before synchronize.
+    block_until_ready: Callable[[Any], Any] | None = None
     # device -> DeviceEvents, or None where only the host clock can time it
     events: Callable[[str], DeviceEvents | None] = lambda device: None
     # device -> a callable that evicts the device's last-level cache, or None
@@ -77,6 +123,10 @@ class Backend:
     # about ``seconds``, so the host can launch the timed call before the
     # device reaches it (see harness/timing.py). None where there is no queue.
     device_delay: Callable[[str, float], None] | None = None
+    # (device, nbytes) -> a zero-argument call copying nbytes between two of
+    # its buffers on the device, or None: the copy ceiling times it with this
+    # backend's own timer. None where it cannot copy (or should not set it).
+    copy: Callable[[str, int], Callable[[], Any] | None] | None = None
     # (fn, device) -> (fn's output, bytes it needed at peak), or None: the
     # harness then uses the process's resident-set high-water mark.
     peak_memory: Callable[[Callable[[], Any], str], tuple[Any, float]] | None = None
@@ -87,6 +137,13 @@ class Backend:
     # Devices this backend reaches only through an interpreter, for
     # correctness checks, never for timing (Triton on the CPU).
     interpreted: Callable[[str], bool] = lambda device: False
+    # Whether each new shape costs a compile (numba, Triton, PyTensor, JAX):
+    # the test suite marks such strategies' checks slow.
+    compiles: bool = False
+    # The version reports show (None: the installed distribution's version,
+    # read without importing the library).
+    version: Callable[[], str | None] | None = None
+    distribution: str = ""  # its distribution's name where it is not ``module``
     colour: str = "grey"  # one colour per backend in the report's figures
     extra: str = ""  # the pyproject extra that installs it
 
@@ -99,6 +156,25 @@ class Backend:
             hint = f" (pip install '.[{self.extra}]')" if self.extra else ""
             return f"backend {self.name!r} is not installed{hint}"
         return None
+
+    def wait(self, device: str, output: Any = None) -> None:
+        """Until ``output`` (a call's result) and all work queued on ``device`` are done."""
+        if output is not None and self.block_until_ready is not None:
+            self.block_until_ready(output)
+        self.synchronize(device)
+
+    def version_text(self) -> str | None:
+        """What reports show as this backend's version; None when not installed."""
+        if self.unavailable():
+            return None
+        if self.version is not None:
+            return self.version()
+        from importlib import metadata
+
+        try:
+            return metadata.version(self.distribution or self.module)
+        except metadata.PackageNotFoundError:
+            return None
 
 
 BACKENDS: dict[str, Backend] = {}
@@ -128,6 +204,54 @@ def backend_of(value: Any) -> Backend | None:
     return None
 
 
+def devices() -> tuple[str, ...]:
+    """Every device some registered backend runs on, in registration order
+    (the CPU first): what a config, ``list --device`` and the report know."""
+    return tuple(dict.fromkeys(device for backend in BACKENDS.values() for device in backend.devices))
+
+
+def device_present(device: str) -> bool:
+    """Whether this machine has ``device``: asked of each installed backend
+    that runs on it."""
+    return any(device in b.devices and not b.unavailable() and b.present(device) for b in BACKENDS.values())
+
+
+def device_info(device: str) -> dict | None:
+    """What the first installed backend that can tell says about ``device``."""
+    for backend in BACKENDS.values():
+        if device in backend.devices and not backend.unavailable() and backend.present(device):
+            info = backend.device_info(device)
+            if info:
+                return info
+    return None
+
+
+def thread_knobs() -> list[Backend]:
+    """Backends with a threads knob, in the order their knobs are set."""
+    return sorted((b for b in BACKENDS.values() if b.threads is not None), key=lambda b: b.threads.order)
+
+
+# Config keys of the suite before threads were keyed by backend.
+LEGACY_THREAD_KEYS = {"blas": "numpy"}
+
+
+def threads_text(threads: Mapping | None) -> str:
+    """``numba 2, numpy 2, torch 2``: each backend's threads as a run
+    recorded them, in setting order (None: the library's default); older
+    runs' ``blas`` is numpy's. For reports."""
+    if not isinstance(threads, Mapping) or not threads:
+        return "–"
+    named = {LEGACY_THREAD_KEYS.get(key, key): value for key, value in threads.items()}
+    order = [b.name for b in thread_knobs()]
+    pools = sorted(named, key=lambda pool: (order.index(pool) if pool in order else len(order), pool))
+    return ", ".join(f"{pool} {named[pool] if named[pool] is not None else 'default'}" for pool in pools)
+
+
+def versions() -> dict[str, str | None]:
+    """Each registered backend's version as reports show it (None: not installed)."""
+    return {name: backend.version_text() for name, backend in BACKENDS.items()}
+
+
 # ------------------------------------------------------------------ conversion
 def convert(inputs: dict, backend: Backend, device: str, dtype: str, layout: str = "contiguous",
             layout_keys: tuple[str, ...] = ()) -> dict:
@@ -136,6 +260,9 @@ def convert(inputs: dict, backend: Backend, device: str, dtype: str, layout: str
     ones), and channels-last only to 4-D arrays of a backend that has it."""
     if dtype not in backend.dtypes:
         raise TypeError(f"{backend.name} has no {dtype}")
+    if not backend.present(device):
+        # installed, but not for this device (a CPU-only JAX on a GPU machine)
+        raise NotApplicable(f"backend {backend.name!r} finds no {device} device here")
     converted: dict[str, Any] = {}
     for key, value in inputs.items():
         if not isinstance(value, np.ndarray):
@@ -157,7 +284,8 @@ def float_dtypes(output: Any) -> list[str]:
     float32 result pass as bfloat16)."""
     if isinstance(output, (tuple, list)):
         return [name for item in output for name in float_dtypes(item)]
-    name = str(getattr(output, "dtype", "")).removeprefix("torch.")
+    # "torch.float32", a numpy or JAX dtype's "float32": the name after the module
+    name = str(getattr(output, "dtype", "")).rsplit(".", 1)[-1]
     return [name] if name in FLOAT_DTYPES else []
 
 
@@ -187,6 +315,43 @@ def _numpy_to_native(array: np.ndarray, device: str, dtype: str, layout: str) ->
 
 def _is_numpy(value: Any) -> bool:
     return isinstance(value, np.ndarray)
+
+
+def _blas_set(count: int) -> None:
+    from threadpoolctl import threadpool_limits
+
+    threadpool_limits(limits=count)
+
+
+def _blas_get() -> int | None:
+    from threadpoolctl import threadpool_info
+
+    counts = [pool["num_threads"] for pool in threadpool_info() if pool.get("user_api") == "blas"]
+    return max(counts) if counts else None
+
+
+# numpy's BLAS and the OpenMP pools loaded in the process (threadpoolctl).
+NUMPY_THREADS = ThreadKnob(_blas_set, _blas_get, order=20, why=(
+    "after numba's (starting numba's threading layer resets the OpenMP runtime), before torch's "
+    "(threadpoolctl limits every OpenMP pool loaded, torch's included)"))
+
+
+def _numba_set(count: int) -> None:
+    import numba
+
+    numba.set_num_threads(min(count, numba.config.NUMBA_NUM_THREADS))
+
+
+def _numba_get() -> int | None:
+    import numba
+
+    return numba.get_num_threads()
+
+
+NUMBA_THREADS = ThreadKnob(_numba_set, _numba_get, order=10, why=(
+    "first: starting numba's threading layer resets the OpenMP runtime torch shares; set after torch's, "
+    "torch.get_num_threads() went from 1 back to 2 and a 100 µs torch call waited 20-40 ms at OpenMP "
+    "barriers on a loaded machine"))
 
 
 # ----------------------------------------------------------------------- torch
@@ -222,6 +387,52 @@ def _is_torch(value: Any) -> bool:
 
     torch = sys.modules.get("torch")
     return torch is not None and isinstance(value, torch.Tensor)
+
+
+def _torch_present(device: str) -> bool:
+    if device == "cpu":
+        return True
+    import torch
+
+    return device == "cuda" and torch.cuda.is_available()
+
+
+def _torch_device_info(device: str) -> dict | None:
+    if device != "cuda":
+        return None
+    import torch
+
+    props = torch.cuda.get_device_properties(0)
+    return {"name": props.name, "memory_bytes": int(props.total_memory), "sm_count": props.multi_processor_count,
+            "capability": f"{props.major}.{props.minor}", "cuda_version": torch.version.cuda}
+
+
+def _torch_threads_set(count: int) -> None:
+    import torch
+
+    torch.set_num_threads(count)
+    if torch.get_num_threads() != count:
+        raise RuntimeError(f"threads.torch: asked for {count}, torch runs {torch.get_num_threads()}")
+
+
+def _torch_threads_get() -> int:
+    import torch
+
+    return torch.get_num_threads()
+
+
+TORCH_THREADS = ThreadKnob(_torch_threads_set, _torch_threads_get, order=30, why=(
+    "last: numba's and threadpoolctl's settings reset or limit the OpenMP pool torch computes with"))
+
+
+def _torch_copy(device: str, nbytes: int):
+    import torch
+
+    src = torch.ones(nbytes // 4, dtype=torch.float32, device=device)
+    dst = torch.empty_like(src)
+    dst.copy_(src)  # the pages of dst are touched once
+    # torch's copy_ uses every thread torch may use, like the strategies
+    return lambda: dst.copy_(src)
 
 
 def _torch_sync(device: str) -> None:
@@ -338,7 +549,7 @@ def _triton_interpreted(device: str) -> bool:
 
 
 def _with_torch(**fields) -> dict:
-    common = dict(to_native=_torch_to_native, to_numpy=_torch_to_numpy, owns=_is_torch,
+    common = dict(to_native=_torch_to_native, to_numpy=_torch_to_numpy, owns=_is_torch, present=_torch_present,
                   synchronize=_torch_sync, events=_torch_events, cache_flush=_torch_cache_flush,
                   device_delay=_torch_device_delay, peak_memory=_torch_peak_memory,
                   free_bytes=_torch_free_bytes, is_oom=_torch_is_oom, release_memory=_torch_release)
@@ -349,22 +560,163 @@ def _with_torch(**fields) -> dict:
 register_backend(Backend(
     name="numpy", module="numpy", devices=("cpu",), dtypes=("float16", "float32", "float64"),
     layouts=LAYOUTS[:2], to_native=_numpy_to_native, to_numpy=np.asarray, owns=_is_numpy,
-    colour="#4c72b0"))
+    threads=NUMPY_THREADS, colour="#4c72b0"))
+# torch's copy_ sets the copy ceiling on the CPU and on CUDA (timed by its events there).
 register_backend(Backend(
     name="torch", module="torch", devices=("cpu", "cuda"), dtypes=DTYPES, layouts=LAYOUTS,
-    colour="#dd8452", **_with_torch()))
+    device_info=_torch_device_info, threads=TORCH_THREADS, copy=_torch_copy, colour="#dd8452", **_with_torch()))
+# Triton's kernels take torch tensors and run in torch's streams: torch's timer, no threads of its own.
 register_backend(Backend(
     name="triton", module="triton", devices=("cuda",), dtypes=("float16", "bfloat16", "float32"),
-    layouts=LAYOUTS, interpreted=_triton_interpreted, colour="#55a868", extra="triton", **_with_torch()))
-# numba and PyTensor compile for real types on the CPU and take numpy arrays.
+    layouts=LAYOUTS, interpreted=_triton_interpreted, compiles=True, colour="#55a868", extra="triton",
+    **_with_torch()))
+# numba and PyTensor compile for real types on the CPU and take numpy arrays
+# (PyTensor's C code calls numpy's BLAS: numpy's knob covers it).
 register_backend(Backend(
     name="numba", module="numba", devices=("cpu",), dtypes=("float32", "float64"), layouts=LAYOUTS[:2],
-    to_native=_numpy_to_native, to_numpy=np.asarray, owns=lambda value: False, colour="#8172b3",
-    extra="numba"))
+    to_native=_numpy_to_native, to_numpy=np.asarray, owns=lambda value: False, threads=NUMBA_THREADS,
+    compiles=True, colour="#8172b3", extra="numba"))
 register_backend(Backend(
     name="pytensor", module="pytensor", devices=("cpu",), dtypes=("float32", "float64"), layouts=LAYOUTS[:2],
-    to_native=_numpy_to_native, to_numpy=np.asarray, owns=lambda value: False, colour="#937860",
+    to_native=_numpy_to_native, to_numpy=np.asarray, owns=lambda value: False, compiles=True, colour="#937860",
     extra="pytensor"))
 
-__all__ = ["Backend", "BACKENDS", "DEVICES", "DTYPES", "LAYOUTS", "DeviceEvents", "backend_of", "convert",
-           "float_dtypes", "get_backend", "register_backend", "to_numpy"]
+# ------------------------------------------------------------------------- jax
+# JAX sizes its CPU thread pool once, when it first creates its XLA clients
+# (on first use, not on import), from the NPROC environment variable or else
+# the CPUs this process may run on (XLA's DefaultThreadPoolSize): measured
+# here, NPROC=1 ran a jitted elementwise call in 0.97 s wall / 0.96 s CPU,
+# NPROC=2 in 0.51 s wall / 0.96 s CPU. So the knob sets NPROC while the
+# clients do not exist yet; afterwards it cannot change the pool, leaves
+# NPROC as it was, and reads back the count the pool was made with.
+JAX_PLATFORMS = {"cpu": "cpu", "cuda": "gpu"}  # the suite's device -> JAX's platform
+_JAX_POOL: dict[str, int] = {}
+
+
+def _jax():
+    """jax, with the suite's settings made before its first use: float64 on
+    (x64: the float64 cases need it; every conversion names its dtype, so
+    float32 stays float32), and no GPU memory preallocation (torch shares the
+    device). Records the CPU pool size the clients are made with."""
+    import sys
+
+    if "jax" not in sys.modules:
+        os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+    import jax
+
+    jax.config.update("jax_enable_x64", True)
+    if not _jax_started():
+        _JAX_POOL["threads"] = _jax_pool_size()
+    return jax
+
+
+def _jax_started() -> bool:
+    import sys
+
+    bridge = sys.modules.get("jax._src.xla_bridge")
+    return bool(bridge is not None and getattr(bridge, "_backends", None))
+
+
+def _jax_pool_size() -> int:
+    nproc = os.environ.get("NPROC", "")
+    return int(nproc) if nproc.isdigit() else len(os.sched_getaffinity(0))
+
+
+def _jax_threads_set(count: int) -> None:
+    if not _jax_started():
+        os.environ["NPROC"] = str(count)
+
+
+def _jax_threads_get() -> int:
+    return _JAX_POOL["threads"] if _jax_started() and "threads" in _JAX_POOL else _jax_pool_size()
+
+
+JAX_THREADS = ThreadKnob(_jax_threads_set, _jax_threads_get, order=0, why=(
+    "first, and before JAX's first use: its pool is sized once, from NPROC, when its clients are made"))
+
+
+def _jax_device(device: str):
+    jax = _jax()
+    return jax.devices(JAX_PLATFORMS[device])[0]
+
+
+def _jax_present(device: str) -> bool:
+    if device == "cpu":
+        return True
+    # Asking JAX would start its clients (and fix its thread pool): only where a CUDA plugin is installed.
+    if not any(importlib.util.find_spec(name) for name in ("jax_cuda12_plugin", "jax_cuda13_plugin")):
+        return False
+    try:
+        return bool(_jax().devices(JAX_PLATFORMS[device]))
+    except RuntimeError:
+        return False
+
+
+def _jax_to_native(array: np.ndarray, device: str, dtype: str, layout: str):
+    jax = _jax()
+    import jax.numpy as jnp
+
+    # JAX arrays have no strides: every layout arrives contiguous (the record offers no other).
+    target = getattr(jnp, dtype) if array.dtype.kind == "f" else jnp.int64
+    return jax.device_put(jnp.asarray(np.ascontiguousarray(array), dtype=target), _jax_device(device))
+
+
+def _jax_to_numpy(array) -> np.ndarray:
+    out = np.asarray(array)
+    return out.astype(np.float32) if out.dtype.name == "bfloat16" else out
+
+
+def _is_jax(value: Any) -> bool:
+    import sys
+
+    jax = sys.modules.get("jax")
+    return jax is not None and isinstance(value, jax.Array)
+
+
+def _jax_block(output) -> None:
+    _jax().block_until_ready(output)
+
+
+def _jax_is_oom(error: BaseException) -> bool:
+    return isinstance(error, MemoryError) or "RESOURCE_EXHAUSTED" in str(error)
+
+
+def _jax_version() -> str | None:
+    from importlib import metadata
+
+    try:
+        return f"{metadata.version('jax')} (jaxlib {metadata.version('jaxlib')})"
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def jax_compiled(fn, *args, static_argnums=()):
+    """``jax.jit(fn)`` compiled (once per shape) and run once for these arguments now (setup,
+    outside the timed region), and a zero-argument call of it. The call
+    returns as soon as XLA has queued the work; the timer waits for its
+    output (``block_until_ready``)."""
+    jax = _jax()
+    jitted = _jax_jit(fn, tuple(static_argnums) if isinstance(static_argnums, (tuple, list)) else (static_argnums,))
+    jax.block_until_ready(jitted(*args))
+    return lambda: jitted(*args)
+
+
+@functools.lru_cache(maxsize=None)
+def _jax_jit(fn, static_argnums: tuple):
+    # One jit per function: XLA's cache then compiles a shape once (the check
+    # draws random and adversarial inputs of the same shapes).
+    return _jax().jit(fn, static_argnums=static_argnums)
+
+
+# No copy of its own: torch's copy_ sets the ceiling on the devices JAX shares
+# with it (a jitted jnp.copy of 64 MiB reached 3.8 GB/s here against torch's
+# 8.4), and every run's ceiling child would import JAX for nothing.
+register_backend(Backend(
+    name="jax", module="jax", devices=("cpu", "cuda"), dtypes=DTYPES, layouts=("contiguous",),
+    to_native=_jax_to_native, to_numpy=_jax_to_numpy, owns=_is_jax, present=_jax_present, threads=JAX_THREADS,
+    block_until_ready=_jax_block, is_oom=_jax_is_oom, compiles=True, version=_jax_version,
+    colour="#c44e52", extra="jax"))
+
+__all__ = ["Backend", "BACKENDS", "DTYPES", "ITEMSIZE", "LAYOUTS", "DeviceEvents", "NotApplicable", "ThreadKnob",
+           "backend_of", "convert", "device_info", "device_present", "devices", "float_dtypes", "get_backend", "itemsize",
+           "register_backend", "thread_knobs", "threads_text", "to_numpy", "versions"]

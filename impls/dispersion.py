@@ -383,3 +383,77 @@ def triton_fused(inputs, params):
     x, mask, S = inputs["x"], inputs["mask"], params["S"]
     # Compiled and autotuned for these sizes here, outside the timed calls.
     return kernels_triton.prepared(lambda: kernels_triton.dispersion(x, mask, S))
+
+
+def jax_accumulator(dtype):
+    """float32 for the half types (SPEC 2: an added strategy sums wider, then
+    casts back), the dtype itself otherwise (JAX)."""
+    import jax.numpy as jnp
+
+    return jnp.float32 if dtype in (jnp.float16, jnp.bfloat16) else dtype
+
+
+def jax_at_add_fn(x, mask, index, S: int):
+    import jax.numpy as jnp
+
+    B, C, H, W = x.shape
+    out_W = W + (C - 1) * S
+    wide = jax_accumulator(x.dtype)
+    z = (x.astype(wide) * mask.astype(wide)).reshape(B, C * H * W)
+    y = jnp.zeros((B, H * out_W), dtype=wide).at[:, index].add(z)
+    return y.reshape(B, 1, H, out_W).astype(x.dtype)
+
+
+@strategy("dispersion", backend="jax")
+def jax_at_add(inputs, params):
+    """Added: the answer's ``A_faster`` in JAX, jitted:
+    ``zeros.at[:, index].add(x * mask)`` through a (C·H·W) int64 index table
+    built once (shared by the batch, read every call); XLA fuses the mask
+    multiply into the scatter-add. Half types sum in float32. Compiled per
+    shape in prepare."""
+    import jax.numpy as jnp
+
+    from impls.backends import jax_compiled
+
+    x, mask, S = inputs["x"], inputs["mask"], params["S"]
+    B, C, H, W = x.shape
+    out_W = W + (C - 1) * S
+    index = jnp.asarray((np.arange(W) + np.arange(C)[:, None, None] * S
+                         + np.arange(H)[None, :, None] * out_W).reshape(-1), dtype=jnp.int64)
+    return jax_compiled(jax_at_add_fn, x, mask, index, S, static_argnums=3)
+
+
+def jax_one_hot_kernel(C: int, S: int, dtype):
+    """The seed's conv2d weight (1, C, 1, (C-1)S+1) as a JAX array: channel C-i-1 has a 1 at tap i*S."""
+    import jax.numpy as jnp
+
+    kernel = np.zeros((1, C, 1, (C - 1) * S + 1))
+    for i in range(C):
+        kernel[0, C - i - 1, 0, i * S] = 1
+    return jnp.asarray(kernel, dtype=dtype)
+
+
+def jax_conv_fn(x, mask, kernel, S: int):
+    from jax import lax
+
+    C = x.shape[1]
+    wide = kernel.dtype
+    z = x.astype(wide) * mask.astype(wide)
+    y = lax.conv_general_dilated(z, kernel, window_strides=(1, 1), padding=((0, 0), ((C - 1) * S, (C - 1) * S)),
+                                 precision=lax.Precision.HIGHEST)
+    return y.astype(x.dtype)
+
+
+@strategy("dispersion", backend="jax")
+def jax_conv(inputs, params):
+    """Added: the seed's ``A_fast`` as one ``lax.conv_general_dilated``,
+    jitted: the one-hot (1, C, 1, (C-1)S+1) kernel over the padded output,
+    C·((C-1)S+1) taps per output of which C are non-zero (about
+    ((C-1)S+1)x the needed arithmetic, as the seed's conv2d); highest
+    precision (no TF32 on a GPU), half types in float32. Compiled per shape
+    in prepare."""
+    from impls.backends import jax_compiled
+
+    x, S = inputs["x"], params["S"]
+    kernel = jax_one_hot_kernel(x.shape[1], S, jax_accumulator(x.dtype))
+    return jax_compiled(jax_conv_fn, x, inputs["mask"], kernel, S, static_argnums=3)

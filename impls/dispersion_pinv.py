@@ -257,3 +257,68 @@ def triton_fused(inputs, params):
     tables = kernels_triton.pinv_tables(mask, S, C)
     # Compiled and autotuned for these sizes here, outside the timed calls.
     return kernels_triton.prepared(lambda: kernels_triton.dispersion_pinv(y, mask, S, C, tables))
+
+
+def jax_gather_fn(y, mask, index, coverage, C: int):
+    B = y.shape[0]
+    H, W = mask.shape
+    wide = coverage.dtype
+    x = y.reshape(B, -1)[:, index].reshape(B, C, H, W)
+    return (x.astype(wide) / coverage / mask.astype(wide)).astype(y.dtype)
+
+
+def _jax_tables(y, mask, S: int, C: int):
+    """The (C·H·W) flat positions of each channel's pixels in y's plane, and
+    the coverage each reads, (C, 1, W), in the accumulator type (a half type
+    cannot count to 300)."""
+    import jax.numpy as jnp
+
+    H, W = mask.shape
+    out_W = W + (C - 1) * S
+    index = (np.arange(W) + np.arange(C)[:, None, None] * S + np.arange(H)[None, :, None] * out_W).reshape(-1)
+    columns = np.arange(W) + np.arange(C)[:, None] * S
+    coverage = dispersion.alpha(C, W, S)[columns][:, None, :]
+    wide = dispersion.jax_accumulator(y.dtype)
+    return jnp.asarray(index, dtype=jnp.int64), jnp.asarray(coverage, dtype=wide)
+
+
+@strategy("dispersion_pinv", backend="jax")
+def jax_gather(inputs, params):
+    """Added: the adjoint of ``jax_at_add`` — a gather ``y[:, index]`` through
+    the same (C·H·W) index table — divided by each pixel's coverage and the
+    mask, jitted: XLA fuses the gather and both divisions into one pass
+    writing x. Half types divide in float32. Compiled per shape in prepare."""
+    from impls.backends import jax_compiled
+
+    y, mask, S, C = inputs["y"], inputs["mask"], params["S"], params["C"]
+    index, coverage = _jax_tables(y, mask, S, C)
+    return jax_compiled(jax_gather_fn, y, mask, index, coverage, C, static_argnums=4)
+
+
+def jax_conv_adjoint_fn(y, mask, kernel, coverage):
+    from jax import lax
+
+    wide = coverage.dtype
+    x = lax.conv_general_dilated(y.astype(wide), kernel, window_strides=(1, 1), padding="VALID",
+                                 precision=lax.Precision.HIGHEST)
+    return (x / coverage / mask.astype(wide)).astype(y.dtype)
+
+
+@strategy("dispersion_pinv", backend="jax")
+def jax_conv_adjoint(inputs, params):
+    """Added: the adjoint of ``jax_conv`` — its one-hot kernel flipped along W
+    with input and output channels swapped, correlated over y without padding
+    (channel i reads y at w + i·S), then divided by coverage and mask; jitted.
+    Unlike the seed's ``A_pinv_fast`` it divides after the convolution, so
+    uncovered columns (S > W) never spread 0/0. About ((C-1)S+1)x the needed
+    arithmetic, as the forward conv; half types in float32. Compiled per
+    shape in prepare."""
+    import jax.numpy as jnp
+
+    from impls.backends import jax_compiled
+
+    y, mask, S, C = inputs["y"], inputs["mask"], params["S"], params["C"]
+    _, coverage = _jax_tables(y, mask, S, C)
+    forward = dispersion.jax_one_hot_kernel(C, S, coverage.dtype)
+    kernel = jnp.flip(forward, axis=-1).transpose(1, 0, 2, 3)
+    return jax_compiled(jax_conv_adjoint_fn, y, mask, kernel, coverage)

@@ -527,3 +527,26 @@ def triton_scatter(inputs, params):
     _, out_shape = shapes(params)
     # Compiled and autotuned for these sizes here, outside the timed calls.
     return kernels_triton.prepared(lambda: kernels_triton.unpool_scatter(values, positions, out_shape))
+
+
+def jax_at_set_fn(values, positions, P: int, out_shape: tuple):
+    """Zeros (A, B, P) with ``values`` set at their positions, row by row (JAX)."""
+    import jax.numpy as jnp
+
+    A, B, _ = values.shape
+    out = jnp.zeros((A, B, P), dtype=values.dtype)
+    # Positions in a row are distinct (SPEC 1.2): the scatter may skip ordering.
+    return out.at[jnp.arange(A)[:, None, None], jnp.arange(B)[None, :, None], positions].set(
+        values, unique_indices=True).reshape(out_shape)
+
+
+@strategy("maxunpool", backend="jax")
+def jax_at_set(inputs, params):
+    """Added: ``jnp.zeros(...).at[rows, cols, positions].set(values)``, the
+    seed answer's advanced-index broadcast in JAX, jitted: one zero fill and
+    one scatter of L values per row (XLA's scatter, told the positions are
+    unique). Compiled per shape in prepare."""
+    from impls.backends import jax_compiled
+
+    values, positions, P, out_shape = _rows(inputs, params)
+    return jax_compiled(jax_at_set_fn, values, positions, P, tuple(out_shape), static_argnums=(2, 3))

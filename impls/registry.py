@@ -19,17 +19,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
-from impls.backends import BACKENDS, DEVICES, DTYPES, LAYOUTS, convert, get_backend
+from impls.backends import BACKENDS, DTYPES, LAYOUTS, NotApplicable, convert, devices, get_backend
 
-__all__ = ["BACKENDS", "DEVICES", "DTYPES", "NotApplicable", "Operator", "ParamSpec", "Strategy",
+__all__ = ["BACKENDS", "DTYPES", "devices", "NotApplicable", "Operator", "ParamSpec", "Strategy",
            "all_strategies", "check_registry", "compiled", "get_operator", "register_operator", "strategy"]
-
-
-class NotApplicable(Exception):
-    """Raised by ``prepare`` when a strategy cannot run this case by design.
-
-    The case is recorded as ``skipped`` with the message, not as an error.
-    """
 
 
 @dataclass(frozen=True)
@@ -197,6 +190,29 @@ def check_registry() -> None:
         if op.reference not in op.strategies:
             raise ValueError(f"operator {op.name!r}: reference strategy {op.reference!r} is not one of its "
                              f"strategies ({', '.join(op.strategies)})")
+
+
+PLUGINS_VARIABLE = "SCATTERBENCH_PLUGINS"
+
+
+def load_plugins() -> None:
+    """Imports the built-in operators, then the modules named in
+    SCATTERBENCH_PLUGINS (comma-separated), which register extra backends,
+    operators and strategies, and checks the registry. Every process of a run
+    calls it (the CLI, an isolated case's child, the ceiling's child), so a
+    plugin's backend is known wherever it is measured. Raises ValueError
+    naming the module or the registry's problem."""
+    import importlib
+    import os
+
+    import impls  # noqa: F401  (the built-in strategies first)
+
+    for name in filter(None, (part.strip() for part in os.environ.get(PLUGINS_VARIABLE, "").split(","))):
+        try:
+            importlib.import_module(name)
+        except ImportError as error:
+            raise ValueError(f"cannot import {name!r}: {error}") from None
+    check_registry()
 
 
 def get_operator(name: str) -> Operator:

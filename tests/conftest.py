@@ -5,22 +5,30 @@ import os
 
 import pytest
 
-try:
-    import torch
+from impls.backends import device_present, get_backend  # noqa: E402
 
-    HAS_CUDA = torch.cuda.is_available()
-except ImportError:  # pragma: no cover
-    HAS_CUDA = False
+HAS_CUDA = device_present("cuda")
 if not HAS_CUDA:
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
 from impls.registry import Strategy, get_operator  # noqa: E402
 
 
-# Checking a strategy that compiles (numba, Triton's interpreter, PyTensor,
-# torch.compile) takes seconds per case: such parametrisations are slow, and
-# `make test-fast` (pytest -m "not slow") leaves them to `make test`.
+# Checking a strategy that compiles (a backend that compiles per shape:
+# numba, Triton's interpreter, PyTensor, JAX; or torch.compile, quick_check)
+# takes seconds per case: such parametrisations are slow, and `make
+# test-fast` (pytest -m "not slow") leaves them to `make test`. Tests
+# parametrised by name rather than by Strategy are caught by these prefixes.
 COMPILING = ("numba_", "triton_", "pytensor_", "torch_compile_")
+
+
+def _compiles(item) -> bool:
+    parameters = getattr(getattr(item, "callspec", None), "params", {})
+    strategies = [value for value in parameters.values() if isinstance(value, Strategy)]
+    if any(strat.quick_check or get_backend(strat.backend).compiles for strat in strategies):
+        return True
+    names = item.nodeid.partition("[")[2]
+    return bool(names) and any(prefix in names for prefix in COMPILING)
 
 
 def pytest_collection_modifyitems(config, items):
@@ -28,8 +36,7 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "cuda" in item.keywords and not HAS_CUDA:
             item.add_marker(skip)
-        parameters = item.nodeid.partition("[")[2]
-        if parameters and any(prefix in parameters for prefix in COMPILING):
+        if _compiles(item):
             item.add_marker(pytest.mark.slow)
 
 

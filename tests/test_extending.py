@@ -3,6 +3,7 @@ strategies and is timed by its own synchronise; a new operator works end to
 end from one plugin module with no edit to the project; result directories
 written before the schema grew are still read."""
 
+import json
 import math
 import os
 import shutil
@@ -107,13 +108,19 @@ def test_a_new_operator_works_end_to_end_from_one_plugin(tmp_path):
 
 def test_a_result_directory_from_before_the_schema_grew_is_still_read(tmp_path, monkeypatch):
     """A committed run written by schema 1 (no host_s, xcheck_s, load_avg,
-    extra) reads, with the new columns empty; and it still reads once the
-    schema gains yet another column."""
+    extra; threads keyed torch/blas/numba) reads as this schema, each
+    version's migration step in turn: the new columns empty, threads keyed by
+    backend, each backend's version text; and it still reads once the schema
+    gains yet another column."""
     old = tmp_path / "old"
     shutil.copytree(ROOT / "results" / "20261122T201450-vm-default-d598", old)
+    assert json.loads((old / "meta.json").read_text())["schema_version"] == 1
     meta, rows, samples = store.read_run(old)
-    assert meta["schema_version"] == 1
+    assert meta["schema_version"] == store.SCHEMA_VERSION
+    assert meta["threads"] == {"numpy": 2, "numba": 2, "torch": 2}
+    assert meta["backend_versions"]["torch"] == "2.13.0+cpu" and meta["backend_versions"]["numba"] == "0.68.1"
     assert len(rows) > 0 and rows["host_s"].isna().all() and (rows["extra"] == "").all()
+    assert rows["p10_s"].isna().all() and rows["q3_s"].isna().all()
     assert set(samples) <= set(rows["case_id"])
     grown = store.COLUMN_KINDS + (("energy_j", "number"),)
     monkeypatch.setattr(store, "COLUMN_KINDS", grown)

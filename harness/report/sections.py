@@ -14,6 +14,8 @@ from harness.analysis import (TIMERS_DISAGREE, UNSTABLE, XCHECK_TOLERANCE, clear
                               timers_disagree, unstable, xcheck_ratio)
 from harness.format import fmt_num, fmt_ratio, fmt_time, md_escape, params_label
 from harness.report.document import Doc
+from harness.runmeta import RunMeta
+from impls.backends import BACKENDS, devices, threads_text
 from impls.status import FAILED, INEXACT, UPSTREAM_DEFECT
 
 UNSTABLE_MARK = UNSTABLE.mark
@@ -239,18 +241,24 @@ def run_warnings(meta: dict) -> list[str]:
 
 
 def environment_table(metas: list[dict]) -> tuple[list[str], list[list[str]]]:
-    header = ["run", "machine", "start", "commit", "python", "numpy", "torch", "triton", "numba",
+    """One row per run: where and when, each registered backend's version
+    (one column per backend any run recorded: a new backend shows with no
+    edit here), threads, ceilings, load and fresh-output bandwidth."""
+    records = [RunMeta.of(meta) for meta in metas]
+    known = [name for name in BACKENDS if any(r.backend_versions.get(name) for r in records)]
+    recorded = [name for r in records for name in r.backend_versions if name not in known]
+    backends = known + list(dict.fromkeys(recorded))
+    header = ["run", "machine", "start", "commit", "python", *backends,
               "threads", "ceilings (GB/s)", "ceiling vs history", "load 1/5/15 min (start → end)",
               "fresh output (GB/s)"]
     rows = []
-    for meta in metas:
-        versions = meta.get("versions") if isinstance(meta.get("versions"), dict) else {}
+    for meta, record in zip(metas, records):
         ceilings = meta.get("ceilings_gbps") if isinstance(meta.get("ceilings_gbps"), dict) else {}
         fresh = meta.get("fresh_write_gbps") if isinstance(meta.get("fresh_write_gbps"), dict) else {}
         rows.append([meta.get("run_id", "?"), meta.get("machine", "?"), meta.get("start_time", "?"),
                      str(meta.get("git_commit") or "?")[:12], meta.get("python", "?"),
-                     versions.get("numpy") or "–", versions.get("torch") or "–", versions.get("triton") or "–",
-                     versions.get("numba") or "–", threads_text(meta.get("threads")),
+                     *(str(record.backend_versions.get(name) or "–") for name in backends),
+                     threads_text(meta.get("threads")),
                      ", ".join(f"{d} {fmt_ratio(_number(g), '')}" for d, g in ceilings.items()),
                      ceiling_cell(meta), load_cell(meta),
                      ", ".join(f"{a} {fmt_ratio(_number(g), '')}" for a, g in fresh.items()) or "–"])
@@ -260,15 +268,6 @@ def environment_table(metas: list[dict]) -> tuple[list[str], list[list[str]]]:
 def _bytes(value) -> str:
     value = _number(value)
     return f"{value / 2**30:.1f} GiB" if value else "–"
-
-
-def threads_text(threads) -> str:
-    """``torch 2, blas default, numba default``: what each pool was set to
-    (None: left at the library's default), not the raw JSON."""
-    if not isinstance(threads, dict) or not threads:
-        return "–"
-    pools = sorted(threads, key=lambda pool: (("torch", "blas", "numba") + (pool,)).index(pool))
-    return ", ".join(f"{pool} {threads[pool] if threads[pool] is not None else 'default'}" for pool in pools)
 
 
 def hardware_table(metas: list[dict]) -> tuple[list[str], list[list[str]]]:
@@ -292,8 +291,13 @@ def hardware_table(metas: list[dict]) -> tuple[list[str], list[list[str]]]:
     return header, [[key[0], ", ".join(runs), *key[1:]] for key, runs in machines.items()]
 
 
-DEVICE_ORDER = ("cpu", "cuda")
 DTYPE_ORDER = ("float32", "float16", "bfloat16", "float64")
+
+
+def _device_rank(device: str) -> int:
+    """Devices in the registered backends' order (the CPU first); unknown ones last."""
+    order = devices()
+    return order.index(device) if device in order else len(order)
 
 
 def sections(op_rows: pd.DataFrame) -> list[tuple[tuple[str, str], pd.DataFrame]]:
@@ -301,7 +305,7 @@ def sections(op_rows: pd.DataFrame) -> list[tuple[tuple[str, str], pd.DataFrame]
     def order(item):
         (machine, dtype), section = item
         device = section["device"].iloc[0]
-        return (DEVICE_ORDER.index(device) if device in DEVICE_ORDER else len(DEVICE_ORDER), machine,
+        return (_device_rank(device), machine,
                 DTYPE_ORDER.index(dtype) if dtype in DTYPE_ORDER else len(DTYPE_ORDER), dtype)
 
     return sorted(op_rows.groupby(["machine", "dtype"], sort=False), key=order)
@@ -375,7 +379,7 @@ def defects_section(doc: Doc, rows: pd.DataFrame, metas: list[dict]) -> None:
 def machine_order(rows: pd.DataFrame) -> list[str]:
     """The machines of the rows, CPU before GPU, then by name."""
     first = rows.drop_duplicates("machine")
-    key = {m: (DEVICE_ORDER.index(d) if d in DEVICE_ORDER else len(DEVICE_ORDER), m)
+    key = {m: (_device_rank(d), m)
            for m, d in zip(first["machine"], first["device"])}
     return sorted(key, key=key.get)
 

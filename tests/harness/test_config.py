@@ -1,3 +1,4 @@
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -116,3 +117,19 @@ def test_every_benchmark_of_a_shipped_config_expands():
     cases = expand(config)
     assert {case.op for case in cases} == {bench.op for bench in config.benchmarks}
     assert len(cases) == 19
+
+
+def test_threads_are_keyed_by_backend_and_older_keys_still_read(tiny_config):
+    from impls.backends import thread_knobs
+
+    grid = "benchmarks: [{op: maxpool2d, params: {N: 1, C: 1, H: 4, W: 4, k: 2}}]"
+    every = load_config(tiny_config(f"threads: 3\n{grid}"))
+    assert every.threads == {backend.name: 3 for backend in thread_knobs()}
+    older = load_config(tiny_config(f"threads: {{torch: 2, blas: 1, numba: null}}\n{grid}"))
+    assert older.threads == {"torch": 2, "numpy": 1, "numba": None}
+    for text, expected in (("threads: {tpu: 2}", "threads.tpu: 'tpu' is not a backend"),
+                           ("threads: {triton: 2}", "threads.triton: 'triton' has no threads setting"),
+                           ("threads: {blas: 1, numpy: 2}", "'blas' and 'numpy' both set numpy's threads"),
+                           ("threads: {torch: 0}", "threads.torch")):
+        with pytest.raises(ConfigError, match=re.escape(expected)):
+            load_config(tiny_config(f"{text}\n{grid}", "bad.yaml"))

@@ -3,6 +3,7 @@ import math
 
 import pytest
 
+from harness import store
 from harness.store import COLUMNS, ResultError, RunWriter, read_meta, read_rows, read_run, read_samples
 
 
@@ -20,7 +21,7 @@ def test_round_trip_with_samples_and_awkward_text(tmp_path):
     writer.append(row("b", status="error", median_s=math.nan), [])
     writer.close()
     meta, rows, samples = read_run(tmp_path)
-    assert meta["schema_version"] == 2
+    assert meta["schema_version"] == store.SCHEMA_VERSION
     assert list(rows["case_id"]) == ["a", "b"]
     assert rows.loc[0, "message"] == 'comma, "quote"\nnewline <b>'
     assert math.isnan(rows.loc[1, "median_s"])
@@ -89,3 +90,39 @@ def test_unknown_columns_are_refused(tmp_path):
     with pytest.raises(ValueError, match="unknown result columns"):
         writer.append(dict(row(), speed="fast"))
     writer.close()
+
+
+def test_every_column_belongs_to_a_schema_version_with_its_migration_step():
+    """A column added without a new schema version (and its update_to_N step)
+    would make old runs read as if they had measured it."""
+    from harness.stats import STAT_COLUMNS
+
+    added = [column for version in sorted(store.COLUMNS_ADDED) for column in store.COLUMNS_ADDED[version]]
+    assert len(added) == len(set(added)) and set(added) <= set(COLUMNS)
+    assert max(store.COLUMNS_ADDED) == store.SCHEMA_VERSION
+    assert sorted(store.MIGRATIONS) == list(range(2, store.SCHEMA_VERSION + 1))
+    assert set(STAT_COLUMNS) <= set(COLUMNS)
+    schema_1 = ("run_id", "case_id", "op", "strategy", "backend", "device", "dtype", "params", "status", "message",
+                "median_s", "iqr_s", "min_s", "mean_s", "n_samples", "bytes", "gbps", "ceiling_gbps", "floor_s",
+                "pct_of_ceiling", "max_abs_err", "rel_err", "peak_mem_bytes", "setup_s", "source")
+    assert set(COLUMNS) == set(schema_1) | set(added)
+
+
+def test_each_version_is_migrated_in_turn(tmp_path):
+    """A schema 2 run: its threads keyed torch/blas/numba read as backend
+    names, its rows gain schema 3's columns empty, and the typed record reads
+    what a damaged field holds as empty."""
+    writer = RunWriter(tmp_path, {"run_id": "r"})
+    writer.append(row("a"), [0.1, 0.2])
+    writer.close()
+    meta = json.loads((tmp_path / "meta.json").read_text())
+    meta.update(schema_version=2, threads={"torch": 1, "blas": None, "numba": 1}, hardware="damaged",
+                versions={"torch": "2.3.0", "numpy": "1.26.0"})
+    (tmp_path / "meta.json").write_text(json.dumps(meta))
+    meta, rows, _ = read_run(tmp_path)
+    assert meta["schema_version"] == store.SCHEMA_VERSION
+    assert meta["threads"] == {"torch": 1, "numpy": None, "numba": 1}
+    assert meta["backend_versions"] == {"torch": "2.3.0", "numpy": "1.26.0"}
+    typed = store.read_run_meta(tmp_path)
+    assert typed.threads == {"torch": 1, "numpy": None, "numba": 1}
+    assert typed.hardware.cpu_model is None and typed.hardware.caches == {}

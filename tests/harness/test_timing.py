@@ -93,20 +93,17 @@ def test_device_delay_covers_the_host_cost():
 
 
 def test_a_backend_without_events_is_timed_by_the_host_clock_with_its_synchronize():
-    calls = []
+    import dataclasses
 
-    class Recorder:
-        name = "recorder"
-        device_delay = None
+    from impls.backends import get_backend
 
-        def events(self, device):
-            return None
-
-        def synchronize(self, device):
-            calls.append(device)
-
-    timed = timing.time_call(lambda: None, Recorder(), "cpu", Timing(min_samples=5, budget_s=0.001, warmup_s=0))
+    calls, outputs = [], []
+    recorder = dataclasses.replace(get_backend("numpy"), name="recorder", synchronize=calls.append,
+                                   block_until_ready=outputs.append)
+    timed = timing.time_call(lambda: "out", recorder, "cpu", Timing(min_samples=5, budget_s=0.001, warmup_s=0))
     assert len(timed.samples_s) >= 5 and len(calls) >= len(timed.samples_s)
+    # each call's own output is waited for too (JAX's block_until_ready)
+    assert len(outputs) == len(calls) and set(outputs) == {"out"}
     assert timed.host_s == np.median(timed.samples_s)
 
 
@@ -117,8 +114,17 @@ def test_thread_settings_hold_once_all_are_applied():
     import subprocess
     import sys
 
-    code = ("import torch; from harness import env; from harness.config import Threads; "
-            "applied = env.apply_threads(Threads(torch=1, blas=1, numba=1)); "
+    code = ("import torch, numba; from harness import env; from harness.config import parse_config; "
+            "config = parse_config({'threads': {'torch': 1, 'blas': 1, 'numba': 1}, 'benchmarks': [{'op': "
+            "'maxpool2d', 'params': {'N': 1, 'C': 1, 'H': 4, 'W': 4, 'k': 2}}]}); "
+            "applied = env.apply_threads(config.threads); "
+            "print(applied['torch'], torch.get_num_threads(), applied['numba'], numba.get_num_threads(), "
+            "applied['numpy'])")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    # an older config's keys (blas) read as the backends' (numpy); each knob read back once all are set
+    assert out == ["1", "1", "1", "1", "1"]
+    # torch alone: reading numba's knob back (which starts its threading layer) must not undo it
+    code = ("import torch; from harness import env; applied = env.apply_threads({'torch': 1}); "
             "print(applied['torch'], torch.get_num_threads())")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
     assert out == ["1", "1"]
