@@ -6,7 +6,8 @@
   than B" at all.
 - **Flags**: unstable, slow start, timer disagreement, inexact, a busy machine
   or a low ceiling; each with its threshold, its marks and the sentence that
-  explains it.
+  explains it; and whether two stored runs are fit to be judged against
+  each other at all (`unfit_reasons`: the dashboard's red needs it).
 - **Regression verdicts**: the gate's rule lives in :mod:`harness.regression`
   and is re-exported here, so that every reader of results (the CLI tables,
   the report, the dashboard, ``scatterbench.bench``) imports one module.
@@ -22,7 +23,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from harness import stats
+from harness import env, stats
 from harness.format import fmt_time
 from harness.regression import (DEFAULT_ALPHA, DEFAULT_FACTOR, FAILING, Rule,  # noqa: F401  (re-exported)
                                 STATISTICS)
@@ -124,6 +125,54 @@ def busy(load: float | None, meta: dict) -> bool:
     """Other work competed with the timed calls: a 1-minute load at or above the core count."""
     count = cores(meta)
     return load is not None and count is not None and load >= count
+
+
+# A run more than this share of whose timed cases are unstable is not fit to be
+# judged on wall time (`unfit_reasons`). Measured over the committed results:
+# quiet runs had 0-21 % of their cases unstable, the two default runs taken on
+# a busy VM 56 %, a baseline taken under load 79 %.
+MAX_UNSTABLE_SHARE = 0.25
+
+
+def unfit_reasons(base_meta: dict, base_rows: pd.DataFrame, new_meta: dict, new_rows: pd.DataFrame,
+                  metric: str = "time") -> list[str]:
+    """Why the change between two runs cannot be judged on ``metric``
+    ("time", or one of regression.COUNT_METRICS), as short phrases; empty
+    when both runs are fit. What the dashboard asks of a pair of stored runs
+    before it calls a change red, since it cannot re-measure as the CI gate does.
+
+    Wall time is judged only between runs on the same CPU (`env.same_machine`),
+    neither of them `busy` at its peak 1-minute load (at its start, at its end,
+    or when any case finished; a run that recorded none is not known to be
+    quiet) and neither with more than MAX_UNSTABLE_SHARE of its timed cases
+    unstable. Counts do not see load: they are judged between runs on the
+    same CPU with the same library versions. ``*_rows``: the runs' rows
+    (status, median_s, iqr_s, load_avg)."""
+    reasons = []
+    if not env.same_machine(base_meta, new_meta):
+        labels = env.machine_label(base_meta), env.machine_label(new_meta)
+        reasons.append("different CPU" + (f" ({labels[0]} → {labels[1]})" if labels[0] != labels[1] else ""))
+    if metric != "time":
+        base_versions, new_versions = base_meta.get("versions") or {}, new_meta.get("versions") or {}
+        changed = [f"{name} {base_versions.get(name)} → {new_versions.get(name)}"
+                   for name in sorted(set(base_versions) | set(new_versions))
+                   if base_versions.get(name) != new_versions.get(name)]
+        return reasons + (["different library versions (" + ", ".join(changed) + ")"] if changed else [])
+    for meta, rows, where in ((base_meta, base_rows, " (base)"), (new_meta, new_rows, "")):
+        loads = [first_load(meta.get(key)) for key in ("load_avg_start", "load_avg_end")]
+        loads += rows["load_avg"].to_numpy(float).tolist() if "load_avg" in rows else []
+        loads = [load for load in loads if load is not None and math.isfinite(load)]
+        peak = max(loads) if loads else None
+        if peak is None:
+            reasons.append(f"load not recorded{where}")
+        elif busy(peak, meta):
+            reasons.append(f"load {peak:.2g} on {cores(meta)} cores{where}")
+        medians, iqrs = rows["median_s"].to_numpy(float), rows["iqr_s"].to_numpy(float)
+        timed = [index for index, status in enumerate(rows["status"]) if status in CORRECT and medians[index] > 0]
+        unstable_cases = sum(is_unstable(iqrs[index], medians[index]) for index in timed)
+        if timed and unstable_cases > MAX_UNSTABLE_SHARE * len(timed):
+            reasons.append(f"{unstable_cases} of {len(timed)} unstable{where}")
+    return reasons
 
 
 def ceiling_dropped(entry) -> bool:

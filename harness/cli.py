@@ -342,13 +342,22 @@ def cmd_merge(args) -> int:
 @command("dashboard", "write a static regression dashboard of every run under a directory",
          arg("root", help="directory holding result directories (e.g. results)"),
          arg("-o", "--output", default="site", help="site directory (default ./site)"),
-         arg("--factor", type=float, default=None, help="median ratio beyond which a change counts (1.10)"),
+         arg("--factor", type=float, default=None, help="the gate's factor on normalised 10th percentiles (2.0)"),
          arg("--alpha", type=float, default=None, help="Mann–Whitney U p-value threshold (0.002)"),
-         arg("--no-reports", action="store_true", help="do not write each run's report"))
+         arg("--reports", type=int, default=None, metavar="N",
+             help="keep the light report of the newest N runs (default 10)"),
+         arg("--no-reports", action="store_true", help="do not write any run's report"))
 def cmd_dashboard(args) -> int:
-    from harness.dashboard import build_dashboard
+    from harness import dashboard, gate, history
 
-    index = build_dashboard(args.root, args.output, _rule(args), not args.no_reports)
+    if args.factor is None:
+        args.factor = gate.DEFAULT_GATE_FACTOR
+    reports = dashboard.DEFAULT_REPORTS if args.reports is None else args.reports
+    if reports < 0:
+        raise UsageError(f"--reports {reports}: must be >= 0")
+    rule = _rule(args)
+    index = dashboard.build_dashboard(args.root, args.output, history.gate_rule(rule.factor, rule.alpha),
+                                      not args.no_reports, reports)
     print(f"dashboard: {index}")
     return EXIT_OK
 

@@ -1,86 +1,100 @@
 """``scatterbench dashboard RESULTS_ROOT -o SITE``: a static regression dashboard.
 
-Result directories are the history: every run under RESULTS_ROOT, ordered by
-start time, grouped by machine and device. The site is plain HTML and PNG
-with relative links, so it works opened from disk; every text that comes from
-a result file is escaped.
+Result directories are the history: every run under RESULTS_ROOT, oldest
+first, read from its small summary (harness/summary.py), never from its raw
+samples unless a change is large enough to judge (harness/history.py). The
+red list holds only the changes the CI gate's rule fails between two runs fit
+to judge; the others are shown in grey with the reason, and a change of
+machine or of a strategy's source is marked as such.
+
+The site is static: HTML pages with relative links, each case's history in a
+small data script (``data/cases/<case>.js``) that the vendored uPlot draws in
+the browser; plain scripts, not fetched JSON, so it works opened from disk
+(file://) as from any static host. Every text that comes from a result file
+is escaped. Each of the newest runs links its light report.
 """
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import html
+import importlib.util
 import json
 import math
-import sys
+import shutil
 from pathlib import Path
 
-import matplotlib
+import numpy as np
+import pandas as pd
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-import pandas as pd  # noqa: E402
+from harness import analysis, history, regression, store
+from harness.format import fmt_p, fmt_ratio, fmt_time, ordered_params, params_label, slug
 
-from harness import analysis, env, regression, report, stats, store  # noqa: E402
-from harness.format import fmt_ratio, fmt_time, ordered_params, params_label, slug  # noqa: E402
-
+ASSETS = Path(__file__).with_name("dashboard_assets")
+SITE_ASSETS = ("uPlot.iife.min.js", "uPlot.min.css", "uPlot-LICENSE", "dashboard.js")
+DEFAULT_REPORTS = 10  # the newest runs whose light report the site keeps
+CACHE = ".cache"  # in the site: files hashed, the history, pairs judged, colours, summaries of read-only runs
+VERDICTS, FILES, COLOURS = "verdicts.json", "files.json", "colours.json"
+KEY_FILE = ".key"  # in each run's report directory: what it was built from
+TREND_RUNS = 30  # the overview's sparkline: the latest runs of the case
+UNSTABLE_MARK = analysis.UNSTABLE.mark
 STYLE = ("body{font-family:system-ui,sans-serif;max-width:1200px;margin:2em auto;padding:0 1em;color:#222}"
          "table{border-collapse:collapse;font-size:13px}td,th{border:1px solid #ccc;padding:3px 8px}"
-         "td.num{text-align:right}.regressed{color:#b00;font-weight:bold}.improved{color:#070}"
-         "img{max-width:100%}nav a{margin-right:1em}td.unstable{color:#a60;font-weight:bold}")
-UNSTABLE_MARK = analysis.UNSTABLE.mark
+         "td.num{text-align:right}.regressed,li.red{color:#b00;font-weight:bold}.improved{color:#070}"
+         ".not-judged,li.grey{color:#777}li.source{color:#1f5fbf}nav a{margin-right:1em}"
+         "td.unstable{color:#a60;font-weight:bold}div.chart{margin:0 0 2em}.runinfo{font-size:12px;color:#555}")
 
 
-def load_history(root) -> tuple[pd.DataFrame, dict, list[dict]]:
-    """Rows of every run under ``root`` with their run's order, commit and machine."""
-    frames, samples, metas = [], {}, []
-    for order, directory in enumerate(store.find_runs(root)):
-        meta, rows, run_samples = store.read_run(directory)
-        meta = dict(meta, directory=str(directory), order=order)
-        metas.append(meta)
-        if rows.empty:
-            continue
-        rows = rows.copy()
-        rows["run_order"] = order
-        rows["run_dir"] = str(directory)
-        rows["commit"] = (meta.get("git_commit") or "unknown")[:10]
-        rows["start_time"] = meta.get("start_time", "")
-        rows["machine"] = env.machine_label(meta)
-        frames.append(rows)
-        for case_id, values in run_samples.items():
-            samples[(str(directory), case_id)] = values
-    if not frames:
-        raise store.ResultError(f"{root}: no result rows found under it")
-    return pd.concat(frames, ignore_index=True), samples, metas
+# ----------------------------------------------------------- the report seam
+def _report():
+    """The report package (harness/report/): the dashboard's one import of
+    it, made only when a report is built or a new strategy needs its colour
+    (it imports matplotlib)."""
+    from harness import report
+
+    return report
 
 
-def mark_regressions(history: pd.DataFrame, samples: dict, rule: regression.Rule) -> pd.DataFrame:
-    """Verdict of each row against the same case's previous run on the same
-    machine, by the one regression rule (harness/regression.py)."""
-    history = history.sort_values("run_order", kind="stable").copy()
-    verdicts = {index: "" for index in history.index}
-    changes = {index: math.nan for index in history.index}
-    columns = history[["machine", "case_id", "status", "run_dir"]]
-    previous: dict[tuple, tuple] = {}  # (machine, case) -> (status, run_dir) of its latest earlier run
-    for index, machine, case_id, status, run_dir in columns.itertuples():
-        before = previous.get((machine, case_id))
-        previous[(machine, case_id)] = (status, run_dir)
-        if before is None:
-            continue
-        change = regression.judge_change(before[0], status, samples.get((before[1], case_id)),
-                                         samples.get((run_dir, case_id)), rule)
-        changes[index] = change.ratio
-        if change.verdict in (regression.REGRESSED, regression.BROKEN):
-            verdicts[index] = "regressed"
-        elif change.verdict == regression.IMPROVED:
-            verdicts[index] = "improved"
-    history["verdict"] = pd.Series(verdicts)
-    history["change"] = pd.Series(changes, dtype=float)
-    return history
+def _report_source() -> bytes:
+    """The report package's source, read without importing it: a change to
+    it rebuilds the reports and the colours."""
+    spec = importlib.util.find_spec("harness.report")
+    folder = Path(spec.origin).parent if spec and spec.origin else None
+    return b"".join(path.read_bytes() for path in sorted(folder.glob("*.py"))) if folder else b""
 
 
+def build_run_report(directory: Path, target: Path) -> None:
+    """Writes the run's light report (tables, conclusions, scaling plots) under ``target``."""
+    _report().build([directory], target, light=True)
+
+
+def strategy_colour(op: str, name: str) -> str:
+    """The strategy's colour in the report's figures, so a strategy looks the same everywhere."""
+    from harness.report import figures
+
+    return figures.strategy_colour(op, name)
+
+
+def strategy_colours(names: list[tuple[str, str]], cache_path: Path) -> dict[str, str]:
+    """{"op/strategy": colour} for ``names`` ((op, strategy) pairs), kept in
+    the site's cache with the report's source and the registry's strategy
+    names it depends on: a build that meets no new strategy does not import
+    the report (and matplotlib)."""
+    from impls.registry import OPERATORS
+
+    registry = {op: sorted(operator.strategies) for op, operator in OPERATORS.items()}
+    key = hashlib.sha256(_report_source() + json.dumps(registry, sort_keys=True).encode()).hexdigest()
+    cache = _load_cache(cache_path)
+    colours = cache.get("colours", {}) if cache.get("key") == key else {}
+    missing = [(op, name) for op, name in names if f"{op}/{name}" not in colours]
+    for op, name in missing:
+        colours[f"{op}/{name}"] = strategy_colour(op, name)
+    if missing or cache.get("key") != key:
+        store.write_json_atomic(cache_path, {"key": key, "colours": colours})
+    return colours
+
+
+# ------------------------------------------------------------------ helpers
 SPARK_LEVELS = "▁▂▃▄▅▆▇█"
 SPARK_MIN_SPAN = math.log(1.5)  # the least change that spans the full height: ±50 %
 
@@ -93,7 +107,7 @@ def sparkline(medians) -> str:
     finite = [m for m in medians if isinstance(m, (int, float)) and math.isfinite(m) and m > 0]
     if not finite:
         return "·" * len(medians)
-    centre = float(np.median(finite))
+    centre = float(pd.Series(finite).median())
     span = max([SPARK_MIN_SPAN] + [abs(math.log(m / centre)) for m in finite])
     out = []
     for m in medians:
@@ -105,213 +119,355 @@ def sparkline(medians) -> str:
     return "".join(out)
 
 
-def _unstable(row) -> bool:
-    return analysis.unstable(row)
+def case_title(op: str, params: str, device: str, dtype: str) -> str:
+    return f"{op} {params_label(params)} · {device} {dtype}"
 
 
-def _page(title: str, body: list[str]) -> str:
+def _page(title: str, body: list[str], head: str = "") -> str:
     return ("<!doctype html><html><head><meta charset='utf-8'>"
-            f"<title>{html.escape(title)}</title><style>{STYLE}</style></head><body>"
+            f"<title>{html.escape(title)}</title><style>{STYLE}</style>{head}</head><body>"
             + "\n".join(body) + "</body></html>")
 
 
-# ------------------------------------------------------------------ caching
-# The site keeps what it built with the key of its inputs: a run's report is
-# rebuilt only when its rows, metadata or the code that draws it changed, a
-# history plot only when its data did.
-KEY_FILE = ".key"  # in each run's report directory
-PLOT_KEYS = ".keys.json"  # in plots/: {file name: key}
-PLOT_DPI = 80  # 800 × 320 px history plots
+def _write_if_changed(path: Path, text: str) -> None:
+    if not path.exists() or path.read_text() != text:
+        path.write_text(text)
 
 
-@functools.lru_cache(maxsize=1)
-def code_key() -> str:
-    """The drawing code's own hash: a change to it redraws everything."""
-    from harness import format as format_module
+def _short(values) -> list:
+    """Four significant digits, None (JSON null) for no value: the data files stay small."""
+    values = np.asarray(values, dtype=float)
+    finite = np.isfinite(values) & (values != 0)
+    scale = np.ones_like(values)
+    scale[finite] = 10.0 ** (3 - np.floor(np.log10(np.abs(values[finite]))))
+    rounded = np.round(values * scale) / scale
+    return [float(value) if ok else None for value, ok in zip(rounded.tolist(), np.isfinite(values).tolist())]
 
-    digest = hashlib.sha256()
-    sources = sorted(Path(report.__file__).parent.glob("*.py")) + \
-        [Path(module.__file__) for module in (format_module, stats, analysis, sys.modules[__name__])]
-    for source in sources:
-        digest.update(source.read_bytes())
+
+def _run_date(start_time: str) -> str:
+    return start_time[:16].replace("T", " ")
+
+
+# ------------------------------------------------------------------ reports
+def _report_key(run) -> str:
+    digest = hashlib.sha256(_report_source())
+    digest.update(json.dumps(run["fingerprint"], sort_keys=True).encode())
     return digest.hexdigest()
 
 
-def _key(*parts) -> str:
-    digest = hashlib.sha256(code_key().encode())
-    for part in parts:
-        digest.update(part if isinstance(part, bytes) else str(part).encode())
-        digest.update(b"\0")
-    return digest.hexdigest()
-
-
-def run_report(directory: Path, target: Path) -> bool:
-    """The run's light report under ``target``, rebuilt only when its key
-    changed; False when the run has nothing to report."""
-    import shutil
-
-    key = _key("report", (directory / store.META).read_bytes(), (directory / store.ROWS).read_bytes())
-    if (target / "report.html").exists() and (target / KEY_FILE).exists() \
-            and (target / KEY_FILE).read_text() == key:
-        return True
-    if target.exists():
-        shutil.rmtree(target)
-    try:
-        report.build([directory], target, light=True)
-    except store.ResultError:
-        return False
-    (target / KEY_FILE).write_text(key)
-    return True
-
-
-PLOT_COLUMNS = ["run_order", "commit", "op", "strategy", "status", "median_s", "iqr_s", "verdict"]
-
-
-def _history_plot(series: pd.DataFrame, path: Path, title: str) -> None:
-    _draw_history(series, path, title)
-
-
-def _draw_history(series: pd.DataFrame, path: Path, title: str) -> None:
-    from harness.report import figures  # the figures' shared vocabulary (labels drawn as written)
-
-    label = figures.label
-    fig, ax = plt.subplots(figsize=(10, 4), layout="constrained")
-    orders = sorted(series["run_order"].unique())
-    position = {order: i for i, order in enumerate(orders)}
-    for name, line in series.groupby("strategy"):
-        line = line.sort_values("run_order")
-        xs = [position[o] for o in line["run_order"]]
-        colour = figures.strategy_colour(line["op"].iloc[0], name)
-        ax.plot(xs, line["median_s"], marker="o", markersize=3, label=label(name), color=colour)
-        bounds = [analysis.spread(row) for _, row in line.iterrows()]
-        ax.fill_between(xs, [lo for lo, _ in bounds], [hi for _, hi in bounds], color=colour, alpha=0.15,
-                        linewidth=0)
-        noisy = line[[analysis.is_unstable(iqr, median) for iqr, median in zip(line["iqr_s"], line["median_s"])]]
-        ax.scatter([position[o] for o in noisy["run_order"]], noisy["median_s"], marker="x", s=60, color=colour,
-                   linewidths=2, zorder=6)
-        bad = line[line["verdict"] == "regressed"]
-        ax.scatter([position[o] for o in bad["run_order"]], bad["median_s"].fillna(line["median_s"].max()),
-                   s=80, facecolors="none", edgecolors="red", linewidths=2, zorder=5)
-    runs = series.drop_duplicates("run_order").sort_values("run_order")
-    labels = [label(f"#{order} {commit}") for order, commit in zip(runs["run_order"], runs["commit"])]
-    ax.set_xticks(range(len(orders)), labels, rotation=45, ha="right", fontsize=7)
-    ax.set_yscale("log")
-    ax.set_ylabel("median time per call\nband: median ± IQR/2", fontsize=9)
-    ax.set_xlabel(f"run (commit), oldest first; red rings: regressions; ×: unstable "
-                  f"(IQR > {100 * analysis.UNSTABLE_REL_IQR:.0f} % of the median)")
-    figures.set_title(ax, title, width_in=10)
-    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))  # beside the plot, never over a line
-    figures.log_axis(ax.yaxis, "time")
-    ax.grid(True, alpha=0.3)
-    fig.savefig(path, dpi=PLOT_DPI)
-    plt.close(fig)
-
-
-def build_dashboard(root, site, rule: regression.Rule = regression.Rule(), with_reports: bool = True) -> Path:
-    site = store.writable_dir(Path(site), "the dashboard")  # before reading the history
-    factor, alpha = rule.factor, rule.alpha
-    history, samples, metas = load_history(root)
-    history = mark_regressions(history, samples, rule)
-    site.mkdir(parents=True, exist_ok=True)
-    (site / "plots").mkdir(exist_ok=True)
-    esc = html.escape
-    ops = list(dict.fromkeys(history["op"]))
-
-    # one light report per run, linked from every page, rebuilt only when the run changed
-    run_links, kept = {}, set()
-    for meta in metas:
-        run_id = str(meta.get("run_id", Path(meta["directory"]).name))
-        target = site / "runs" / slug(run_id)
+def write_reports(runs: pd.DataFrame, site: Path, count: int) -> dict[int, str]:
+    """The light reports of the newest ``count`` runs, each rebuilt only
+    when its run or the report code changed; older ones leave the site.
+    {run: link}."""
+    links, kept = {}, set()
+    for _, run in runs.tail(count).iterrows() if count > 0 else ():
+        target = site / "runs" / slug(run["run_id"])
         kept.add(target.name)
-        if with_reports and not run_report(Path(meta["directory"]), target):
-            continue
-        if (target / "report.html").exists():
-            run_links[meta["directory"]] = f"runs/{slug(run_id)}/report.html"
-    if (site / "runs").is_dir():  # reports of runs no longer under the root
-        import shutil
-
-        for stale in (site / "runs").iterdir():
+        key = _report_key(run)
+        current = (target / KEY_FILE).exists() and (target / KEY_FILE).read_text() == key
+        if not (current and (target / "report.html").exists()):
+            shutil.rmtree(target, ignore_errors=True)
+            try:
+                build_run_report(Path(run["directory"]), target)
+            except store.ResultError:
+                continue  # nothing to report (no rows)
+            (target / KEY_FILE).write_text(key)
+        links[run["run"]] = f"runs/{target.name}/report.html"
+    if (site / "runs").is_dir():
+        for stale in (site / "runs").iterdir():  # only what the dashboard made (it leaves its key)
             if stale.name not in kept and (stale / KEY_FILE).exists():
                 shutil.rmtree(stale)
+    return links
 
-    nav = "<nav><a href='index.html'>overview</a>" + "".join(
-        f"<a href='{esc(slug(op))}.html'>{esc(op)}</a>" for op in ops) + "</nav>"
-    latest = history.sort_values("run_order").groupby(["machine", "case_id"], sort=False).tail(1)
-    body = [nav, "<h1>scatterbench dashboard</h1>",
-            f"<p>{len(metas)} runs, {history['machine'].nunique()} machine(s). A change is flagged when the median "
-            f"moved by more than {factor:g}× and a Mann–Whitney U test on the raw samples gives p &lt; {alpha:g}, "
-            f"or when a correct case started failing its check.</p>",
-            f"<p class='unstable-legend'>{UNSTABLE_MARK} unstable: the latest run's IQR exceeds "
+
+# ------------------------------------------------------------------ data files
+def _data_script(name: str, value) -> str:
+    return (f"(window.SB=window.SB||{{cases:{{}}}}){name}="
+            + json.dumps(value, separators=(",", ":"), ensure_ascii=True, allow_nan=False) + ";\n")
+
+
+def write_runs_data(runs: pd.DataFrame, links: dict, site: Path) -> None:
+    (site / "data").mkdir(exist_ok=True)
+    machines = list(dict.fromkeys(runs["machine"]))
+    data = {"id": list(runs["run_id"]), "date": [_run_date(s) for s in runs["start_time"]],
+            "commit": [c[:10] for c in runs["commit"]], "machine": [machines.index(m) for m in runs["machine"]],
+            "report": [links.get(run, "") for run in runs["run"]]}
+    _write_if_changed(site / "data" / "runs.js", _data_script(".runs", data) + _data_script(".machines", machines))
+
+
+KIND = {history.RED: "red", history.NOT_JUDGED: "grey", history.SOURCE_CHANGED: "source"}
+
+
+def case_data(group: pd.DataFrame, changes: pd.DataFrame, title: str, colours: dict) -> dict:
+    """A case's chart: x the runs that measured it, a series per strategy
+    (median, IQR as % of it, counts), and marks where a rule failed a change."""
+    op = group["op"].iloc[0]
+    counts = [name for name in regression.COUNT_METRICS if name in group and group[name].notna().any()]
+    group = group.assign(iqr_pct=100 * group["iqr_s"] / group["median_s"].where(group["median_s"] > 0))
+    table = group.pivot(index="run", columns="strategy", values=["median_s", "iqr_pct"] + counts)
+    x = [int(run) for run in table.index]
+    names = sorted(group["strategy"].unique())
+    series = []
+    for name in names:
+        entry = {"name": name, "colour": colours[f"{op}/{name}"], "y": _short(table[("median_s", name)]),
+                 "iqr": _short(table[("iqr_pct", name)])}
+        for metric in counts:
+            entry[metric] = _short(table[(metric, name)])
+        series.append(entry)
+    position = {run: index for index, run in enumerate(x)}
+    marks, count_marks = [], {metric: [] for metric in counts}
+    marked = changes[changes["mark"] != ""]
+    for strategy, run, kind, metric, why in zip(marked["strategy"], marked["run"], marked["mark"], marked["metric"],
+                                                marked["why"]):
+        mark = [names.index(strategy), position[run], KIND[kind], why]
+        (marks if metric == history.TIME else count_marks[metric]).append(mark)
+    machine = sorted({position[run] for run in changes.loc[changes["machine_changed"], "run"]})
+    return {"title": title, "x": x, "series": series, "marks": marks, "count_marks": count_marks,
+            "machine": machine, "counts": counts}
+
+
+# ------------------------------------------------------------------ pages
+def _nav(ops) -> str:
+    return "<nav><a href='index.html'>overview</a><a href='runs.html'>runs</a>" + "".join(
+        f"<a href='{html.escape(slug(op))}.html'>{html.escape(op)}</a>" for op in ops) + "</nav>"
+
+
+def _change_text(row, runs: pd.DataFrame) -> str:
+    """One line on a change a rule failed: what, how much, which runs."""
+    esc = html.escape
+    base, new = runs.loc[row["base_run"]], runs.loc[row["run"]]
+    if row["metric"] != history.TIME:
+        what = f"{row['metric']} {fmt_ratio(row[row['metric']] / row['base_' + row['metric']])}"
+    elif row["verdict"] == regression.BROKEN:
+        what = f"broke: {row['base_status']} → {row['status']}"
+    else:
+        p_value = fmt_p(row["p_value"])
+        what = (f"{fmt_ratio(row['gate_ratio'])} its base run's ratio to the other strategies of its case "
+                f"(10th percentiles, p {p_value if p_value.startswith('<') else '= ' + p_value}); median "
+                f"{fmt_time(row['base_median_s'])} → {fmt_time(row['median_s'])}")
+    text = (f"{esc(row['op'])}/{esc(row['strategy'])} {esc(params_label(row['params']))} {esc(row['device'])} "
+            f"{esc(row['dtype'])}: {esc(what)}; run {esc(base['run_id'])} → {esc(new['run_id'])} (commit "
+            f"{esc(base['commit'][:10])} → {esc(new['commit'][:10])}) on {esc(new['machine'])}")
+    return text + (f" — {esc(row['why'])}" if row["why"] else "")
+
+
+def change_list(changes: pd.DataFrame, runs: pd.DataFrame, mark: str, element_id: str) -> str:
+    """The changes with ``mark``, newest first, as a list whose items name
+    the case and both runs (data attributes, for tests and scripts)."""
+    chosen = changes[changes["mark"] == mark].sort_values(["run", "case_id"], ascending=[False, True])
+    items = [f"<li class='{KIND[mark]}' data-case='{html.escape(row['case_id'])}' "
+             f"data-base='{html.escape(runs.loc[row['base_run'], 'run_id'])}' "
+             f"data-new='{html.escape(runs.loc[row['run'], 'run_id'])}' data-metric='{html.escape(row['metric'])}'>"
+             f"{_change_text(row, runs)}</li>" for _, row in chosen.iterrows()]
+    return f"<ul id='{element_id}'>" + "".join(items) + "</ul>" + ("" if items else "<p>None.</p>")
+
+
+def rule_text(rule: regression.Rule) -> str:
+    from harness.gate import screening_factor
+
+    return (f"A change is <b class='regressed'>red</b> only when the CI gate (<code>make regress</code>) would fail "
+            f"it: its screen (each strategy's 10th-percentile time divided by its operator's reference strategy's "
+            f"in the same run grew by more than {screening_factor(rule.factor):.3g}× and a Mann–Whitney U test on "
+            f"the raw samples gives p &lt; {rule.alpha:g}, or every sample moved where too few exist for the test) "
+            f"and its confirmation (against the other strategies of its case, the median over them, more than "
+            f"{rule.factor:g}× its base run's ratio), on the stored run where the gate re-measures; or a correct "
+            f"case started failing its check; or an instruction count, where runs have them, grew past "
+            f"{100 * (regression.COUNT_FACTOR - 1):.0f} %. And only between two runs fit to judge: the same CPU, "
+            f"each run's peak 1-minute load below its core count and at most "
+            f"{100 * analysis.MAX_UNSTABLE_SHARE:.0f} % of its cases unstable (counts: the same CPU and library "
+            f"versions). A change failed between runs not fit to judge is listed in grey, not judged, with the "
+            f"reason; one across a change of the strategy's source is marked as such.")
+
+
+def pairs_text(pairs: pd.DataFrame) -> str:
+    unfit = pairs[pairs[f"reasons_{history.TIME}"].map(bool)]
+    counts = history.reason_counts(pairs)
+    reasons = ", ".join(f"{count} {html.escape(kind)}" for kind, count in counts.items())
+    return (f"<p id='pairs'>{len(pairs)} pairs of consecutive runs; {len(pairs) - len(unfit)} judged, "
+            f"<span class='not-judged'>{len(unfit)} not judged</span>"
+            + (f" ({reasons}; a pair can have several reasons)" if len(unfit) else "") + ".</p>")
+
+
+def overview(cases: pd.DataFrame, changes: pd.DataFrame) -> list[str]:
+    """The latest measurement of every case, red ones first, with its change
+    against the run before and its trend."""
+    esc = html.escape
+    ordered = cases.sort_values("run", kind="stable")
+    latest = ordered.groupby("case_id", sort=False).tail(1)
+    latest = latest.merge(changes[["run", "case_id", "mark", "ratio"]], on=["run", "case_id"], how="left")
+    unstable = int(latest["unstable"].sum())
+    recent = ordered.groupby("case_id", sort=False).tail(TREND_RUNS)
+    trends = recent.groupby("case_id", sort=False)["median_s"].agg(list)
+    counts = cases.groupby("case_id").size()
+    body = [f"<p class='unstable-legend'>{UNSTABLE_MARK} unstable: the latest run's IQR exceeds "
             f"{100 * analysis.UNSTABLE_REL_IQR:.0f} % of its median (the threshold at which torch.utils.benchmark "
             f"warns): the machine was busy or the case is noisy, so its value and trend are uncertain. "
-            f"{int(latest.apply(_unstable, axis=1).sum()) if len(latest) else 0} of {len(latest)} cases are "
-            f"unstable; in the plots they are crossed (×).</p>",
+            f"{unstable} of {len(latest)} cases are unstable.</p>",
             "<table id='overview'><tr><th>op</th><th>strategy</th><th>params</th><th>device</th><th>dtype</th>"
-            "<th>machine</th><th>latest</th><th>status</th><th>vs previous</th><th>trend</th><th>runs</th></tr>"]
-    def overview_order(row):
-        # regressions first, then each operator's cases by parameter value (C=16 before C=128)
-        params = json.loads(row["params"])
-        values = tuple(params[key] for key in ordered_params(params) if isinstance(params[key], int))
-        return (row["verdict"] != "regressed", row["op"], values, row["strategy"])
+            "<th>machine</th><th>latest</th><th>status</th><th>vs previous (median)</th>"
+            f"<th>trend (last {TREND_RUNS} runs)</th><th>runs</th></tr>"]
+    rows = []
+    for row in latest.itertuples(index=False):
+        mark = row.mark if isinstance(row.mark, str) else ""
+        params = json.loads(row.params)
+        order = (mark != history.RED, row.op, tuple(params[k] for k in ordered_params(params)
+                                                    if isinstance(params[k], int)), row.strategy)
+        noisy = bool(row.unstable)
+        cell = (f"<td class='num unstable' title='unstable: IQR above {100 * analysis.UNSTABLE_REL_IQR:.0f} % of the "
+                f"median'>{esc(fmt_time(row.median_s))} {UNSTABLE_MARK}</td>" if noisy else
+                f"<td class='num'>{esc(fmt_time(row.median_s))}</td>")
+        versus = f"{fmt_ratio(row.ratio)} {mark}".strip() if isinstance(row.mark, str) else "–"
+        css = {history.RED: " class='regressed'", history.NOT_JUDGED: " class='not-judged'"}.get(mark, "")
+        rows.append((order, f"<tr{css}><td><a href='{esc(slug(row.op))}.html'>{esc(row.op)}</a></td>"
+                            f"<td>{esc(row.strategy)}</td><td>{esc(params_label(row.params))}</td>"
+                            f"<td>{esc(row.device)}</td><td>{esc(row.dtype)}</td><td>{esc(row.machine)}</td>{cell}"
+                            f"<td>{esc(row.status)}</td><td class='num'>{esc(versus)}</td>"
+                            f"<td>{esc(sparkline(trends[row.case_id]))}</td><td class='num'>{counts[row.case_id]}</td>"
+                            "</tr>"))
+    body += [text for _, text in sorted(rows, key=lambda item: item[0])] + ["</table>"]
+    return body
 
-    latest = latest.loc[sorted(latest.index, key=lambda index: overview_order(latest.loc[index]))]
-    for _, row in latest.iterrows():
-        series = history[(history["machine"] == row["machine"]) & (history["case_id"] == row["case_id"])]
-        medians = series.sort_values("run_order")["median_s"].tolist()
-        trend = sparkline(medians)
-        change = fmt_ratio(row["change"])
-        css = f" class='{row['verdict']}'" if row["verdict"] else ""
-        body.append(f"<tr{css}><td><a href='{esc(slug(row['op']))}.html'>{esc(row['op'])}</a></td>"
-                    f"<td>{esc(row['strategy'])}</td><td>{esc(params_label(row['params']))}</td>"
-                    f"<td>{esc(row['device'])}</td><td>{esc(row['dtype'])}</td><td>{esc(row['machine'])}</td>"
-                    + (f"<td class='num unstable' title='unstable: IQR above "
-                       f"{100 * analysis.UNSTABLE_REL_IQR:.0f} % of the median'>"
-                       f"{esc(fmt_time(row['median_s']))} {UNSTABLE_MARK}</td>" if _unstable(row) else
-                       f"<td class='num'>{esc(fmt_time(row['median_s']))}</td>")
-                    + f"<td>{esc(row['status'])}</td>"
-                    f"<td class='num'>{esc(change)} {esc(row['verdict'])}</td><td>{esc(trend)}</td>"
-                    f"<td class='num'>{len(series)}</td></tr>")
-    body.append("</table><h2>Runs</h2><table><tr><th>#</th><th>run</th><th>start</th><th>commit</th>"
-                "<th>machine</th><th>report</th></tr>")
-    for meta in metas:
-        link = run_links.get(meta["directory"])
-        body.append(f"<tr><td>{meta['order']}</td><td>{esc(str(meta.get('run_id')))}</td>"
-                    f"<td>{esc(str(meta.get('start_time')))}</td><td>{esc(str(meta.get('git_commit'))[:12])}</td>"
-                    f"<td>{esc(env.machine_label(meta))}</td>"
-                    + (f"<td><a href='{esc(link)}'>report</a></td></tr>" if link else "<td>–</td></tr>"))
-    body.append("</table>")
-    (site / "index.html").write_text(_page("scatterbench dashboard", body))
 
-    keys_path = site / "plots" / PLOT_KEYS
+def runs_table(runs: pd.DataFrame, share: pd.Series, links: dict, newest: int | None = None) -> list[str]:
+    """The runs, newest first (``newest`` of them): where, when, what load, how
+    many cases unstable (``share``, per run), and each one's report."""
+    esc = html.escape
+    shown = runs if newest is None else runs.tail(newest)
+    body = ["<table id='runs'><tr><th>#</th><th>run</th><th>start</th><th>commit</th><th>machine</th>"
+            "<th>load 1 min (start → end)</th><th>unstable</th><th>report</th></tr>"]
+    for order, run_id, start, commit, machine, meta in zip(*(shown[column].iloc[::-1] for column in (
+            "run", "run_id", "start_time", "commit", "machine", "meta"))):
+        loads = [meta[key][0] if isinstance(meta.get(key), list) and meta[key] else "?"
+                 for key in ("load_avg_start", "load_avg_end")]
+        link = links.get(order)
+        unstable = f"{100 * share[order]:.0f} %" if order in share.index else "–"
+        body.append(f"<tr><td>{order}</td><td>{esc(run_id)}</td><td>{esc(start)}</td><td>{esc(commit[:12])}</td>"
+                    f"<td>{esc(machine)}</td><td>{esc(' → '.join(str(v) for v in loads))}</td>"
+                    f"<td class='num'>{esc(unstable)}</td>"
+                    + (f"<td><a href='{esc(link)}'>report</a></td>" if link else "<td>–</td>") + "</tr>")
+    return body + ["</table>"]
+
+
+def op_page(op: str, groups: list[tuple[str, str]], changes: pd.DataFrame, runs: pd.DataFrame, nav: str) -> str:
+    """The operator's page: its red and grey changes, and a chart per case
+    drawn in the browser from the case's data file."""
+    esc = html.escape
+    mine = changes[changes["op"] == op]
+    body = [nav, f"<h1>{esc(op)}</h1>", "<h2 class='regressed'>Regressions (the gate's rule, fit to judge)</h2>",
+            change_list(mine, runs, history.RED, "red"),
+            "<h2 class='not-judged'>Failed by the rule, not judged</h2>",
+            change_list(mine, runs, history.NOT_JUDGED, "not-judged"),
+            "<p>Charts: median time per run (log scale), a line per strategy; red rings: regressions; grey rings: "
+            "not judged; blue squares: the strategy's source changed; dashed lines: another CPU than the run "
+            "before. Hover for the run.</p>"]
+    scripts = ["assets/uPlot.iife.min.js", "assets/dashboard.js", "data/runs.js"]
+    for stem, title, counts in groups:
+        body.append(f"<h2 id='{esc(stem)}'>{esc(title)}</h2><div class='chart' data-case='{esc(stem)}'></div>")
+        body += [f"<h3>{esc(metric)} per call (Callgrind)</h3>"
+                 f"<div class='chart' data-case='{esc(stem)}' data-metric='{esc(metric)}'></div>" for metric in counts]
+        scripts.append(f"data/cases/{stem}.js")
+    head = "<link rel='stylesheet' href='assets/uPlot.min.css'>" + "".join(
+        f"<script src='{esc(src)}'></script>" for src in scripts)
+    return _page(f"scatterbench · {op}", body, head)
+
+
+# ------------------------------------------------------------------ build
+def _save_cache(path: Path, data: dict) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(data, separators=(",", ":")))
+    tmp.replace(path)
+
+
+def _load_cache(path: Path) -> dict:
     try:
-        plot_keys = json.loads(keys_path.read_text()) if keys_path.exists() else {}
+        cache = json.loads(path.read_text())
     except (OSError, ValueError):
-        plot_keys = {}
-    drawn: dict[str, str] = {}
-    for op in ops:
-        on_op = history[history["op"] == op]
-        page = [nav, f"<h1>{esc(op)}</h1>"]
-        regressions = on_op[on_op["verdict"] == "regressed"]
-        if len(regressions):
-            page.append("<h2 class='regressed'>Regressions between consecutive runs</h2><ul>")
-            for _, row in regressions.iterrows():
-                what = fmt_ratio(row["change"]) if math.isfinite(row["change"]) else "broke"
-                page.append(f"<li class='regressed'>{esc(row['strategy'])} {esc(params_label(row['params']))} "
-                            f"{esc(row['device'])} {esc(row['dtype'])} on {esc(row['machine'])} at commit "
-                            f"{esc(row['commit'])}: {esc(row['status'])}, "
-                            f"{esc(what)}</li>")
-            page.append("</ul>")
-        for (params, device, dtype, machine), series in on_op.groupby(["params", "device", "dtype", "machine"]):
-            title = f"{op} {params_label(params)} · {device} {dtype} · {machine}"
-            stem = slug(title) + ".png"
-            key = _key("plot", title, series[PLOT_COLUMNS].sort_values(["run_order", "strategy"]).to_csv())
-            if plot_keys.get(stem) != key or not (site / "plots" / stem).exists():
-                _history_plot(series, site / "plots" / stem, title)
-            drawn[stem] = key
-            page.append(f"<h2>{esc(title)}</h2><img src='plots/{esc(stem)}' alt='{esc(title)}'>")
-        (site / f"{slug(op)}.html").write_text(_page(f"scatterbench · {op}", page))
-    for stale in (site / "plots").glob("*.png"):  # plots of cases no longer in the history
-        if stale.name not in drawn:
+        return {}
+    return cache if isinstance(cache, dict) else {}
+
+
+def judged_history(root, cache_dir: Path, rule: regression.Rule):
+    """(cases, runs, judgement) of every run under ``root``, with what the
+    site's cache remembers (files hashed, the history, pairs judged) read
+    first and brought up to date after."""
+    cache_dir.mkdir(exist_ok=True)
+    known = _load_cache(cache_dir / FILES)  # the result files hashed before, by size and mtime
+    cases, runs = history.load_history(root, cache_dir, known)
+    directories = set(runs["directory"])
+    _save_cache(cache_dir / FILES, {path: entry for path, entry in known.items()
+                                    if str(Path(path).parent) in directories})
+    judgement = history.judge(cases, runs, rule, _load_cache(cache_dir / VERDICTS))
+    _save_cache(cache_dir / VERDICTS, judgement.verdict_cache)
+    return cases, runs, judgement
+
+
+def copy_assets(site: Path) -> None:
+    (site / "assets").mkdir(exist_ok=True)
+    for name in SITE_ASSETS:
+        target = site / "assets" / name
+        if not target.exists() or target.read_bytes() != (ASSETS / name).read_bytes():
+            shutil.copyfile(ASSETS / name, target)
+
+
+def write_case_data(cases: pd.DataFrame, changes: pd.DataFrame, site: Path) -> dict[str, list]:
+    """``data/cases/<case>.js`` for every case (cases no longer in the
+    history leave); {op: [(slug, title, count metrics), ...]}."""
+    (site / "data" / "cases").mkdir(parents=True, exist_ok=True)
+    names = cases[["op", "strategy"]].drop_duplicates()
+    colours = strategy_colours(list(zip(names["op"], names["strategy"])), site / CACHE / COLOURS)
+    changes_by_group = dict(list(changes.groupby(history.GROUP, sort=False)))
+    groups: dict[str, list] = {}
+    written = set()
+    for key, group in cases.groupby(history.GROUP, sort=False):
+        op, device, dtype, params = key
+        title = case_title(op, params, device, dtype)
+        stem = slug(title)
+        data = case_data(group, changes_by_group.get(key, changes.iloc[:0]), title, colours)
+        _write_if_changed(site / "data" / "cases" / f"{stem}.js", _data_script(f".cases[{json.dumps(stem)}]", data))
+        written.add(f"{stem}.js")
+        groups.setdefault(op, []).append((stem, title, data["counts"]))
+    for stale in (site / "data" / "cases").glob("*.js"):
+        if stale.name not in written:
             stale.unlink()
-    store.write_json_atomic(keys_path, drawn)
+    return groups
+
+
+def index_page(cases, runs, judgement, changes, links, rule, nav) -> str:
+    share = history.unstable_share(cases)
+    body = [nav, "<h1>scatterbench dashboard</h1>",
+            f"<p>{len(runs)} runs, {runs['machine'].nunique()} machine(s), {cases['case_id'].nunique()} cases.</p>",
+            f"<p>{rule_text(rule)}</p>", pairs_text(judgement.pairs),
+            "<h2 class='regressed'>Regressions</h2>", change_list(changes, runs, history.RED, "red"),
+            "<h2 class='not-judged'>Failed by the rule between runs not fit to judge: not judged</h2>",
+            change_list(changes, runs, history.NOT_JUDGED, "not-judged"),
+            "<h2>Source changed</h2>", change_list(changes, runs, history.SOURCE_CHANGED, "source-changed"),
+            "<h2>Latest</h2>", *overview(cases, judgement.changes),
+            "<h2>Newest runs</h2>", *runs_table(runs, share, links, newest=20),
+            f"<p><a href='runs.html'>all {len(runs)} runs</a></p>"]
+    return _page("scatterbench dashboard", body)
+
+
+def build_dashboard(root, site, rule: regression.Rule | None = None, with_reports: bool = True,
+                    reports: int = DEFAULT_REPORTS) -> Path:
+    """Writes the site under ``site`` and returns its index page. ``rule``:
+    the gate's (`history.gate_rule`) unless given; ``reports``: how many of
+    the newest runs get their light report (none without ``with_reports``)."""
+    site = store.writable_dir(Path(site), "the dashboard")  # before reading the history
+    rule = rule or history.gate_rule()
+    cases, runs, judgement = judged_history(root, site / CACHE, rule)
+    # What the pages show of the changes: those a rule failed, and crossings of a CPU change.
+    changes = judgement.changes[(judgement.changes["mark"] != "") | judgement.changes["machine_changed"]]
+    copy_assets(site)
+    links = write_reports(runs, site, reports if with_reports else 0)
+    write_runs_data(runs, links, site)
+    groups = write_case_data(cases, changes, site)
+    nav = _nav(groups)
+    for op, cases_of_op in groups.items():
+        _write_if_changed(site / f"{slug(op)}.html", op_page(op, cases_of_op, changes, runs, nav))
+    (site / "index.html").write_text(index_page(cases, runs, judgement, changes, links, rule, nav))
+    _write_if_changed(site / "runs.html", _page("scatterbench runs", [nav, "<h1>Runs</h1>", *runs_table(
+        runs, history.unstable_share(cases), links)]))
     return site / "index.html"
+
+
+load_history = history.load_history  # the history's cases and runs, for callers of the dashboard

@@ -216,12 +216,23 @@ def confirmed_change(base_rows: pd.DataFrame, base_samples: dict, suspect, partn
             for name in [suspect["strategy"]] + partners}
     rounds = paired_times(suspect["op"], json.loads(suspect["params"]), suspect["dtype"], suspect["device"],
                           [suspect["strategy"]] + partners, seed)
+    return partner_change(base, rounds, [suspect["strategy"]] + partners)
+
+
+def partner_change(base: dict, rounds: list[list[float]], names: list[str]) -> float:
+    """The confirmation's statistic: how many times its baseline ratio to
+    each partner (``names[1:]``) the suspect's (``names[0]``) time now is,
+    the median over partners (the median over ``rounds`` of the times now,
+    one list per round in the order of ``names``); against its own baseline
+    time when it has no partner. ``base``: baseline time per name. The
+    dashboard applies it to a stored run (one round) instead of a re-measurement."""
+    suspect, partners = names[0], names[1:]
     if not partners:
-        return statistics.median(times[0] for times in rounds) / base[suspect["strategy"]]
+        return statistics.median(times[0] for times in rounds) / base[suspect]
     changes = []
     for index, partner in enumerate(partners, start=1):
         now = statistics.median(times[0] / times[index] for times in rounds)
-        changes.append(now / (base[suspect["strategy"]] / base[partner]))
+        changes.append(now / (base[suspect] / base[partner]))
     return statistics.median(changes)
 
 

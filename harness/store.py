@@ -365,6 +365,11 @@ class RunWriter:
                     handle.close()
                 except OSError:  # a full disk can fail the final flush; every row was fsynced already
                     pass
+        if hasattr(self, "meta"):
+            try:  # the run's small summary for the dashboard (harness/summary.py), while the lock is held
+                write_summary(self.directory)
+            except (OSError, ResultError, ValueError):
+                pass  # a full disk, say: the dashboard rebuilds it from the raw results
         self.lock.release()
 
 
@@ -575,16 +580,37 @@ def read_run(directory) -> tuple[dict, pd.DataFrame, dict]:
     return meta, rows, read_samples(directory)
 
 
-def find_runs(root) -> list[Path]:
+def find_runs(root, start_time=None) -> list[Path]:
     """Every result directory under ``root`` (itself included), oldest first.
     One inside another is part of it, not a run of its own: the shards that
-    `launch` merged into their launch's directory would count every case twice."""
+    `launch` merged into their launch's directory would count every case twice.
+    ``start_time(path)``, where given, may tell a run's start time (a caller
+    that knows it unchanged) and spare reading its metadata; None reads it."""
     root = Path(root)
     if not root.exists():
         raise ResultError(f"{root}: no such directory")
     every = {path.parent for path in root.rglob(META)}
     found = [path for path in every if not every.intersection(path.parents)]
-    return sorted(found, key=lambda path: (read_meta(path).get("start_time", ""), str(path)))
+
+    def started(path):
+        known = start_time(path) if start_time else None
+        return known if known is not None else read_meta(path).get("start_time", "")
+
+    return sorted(found, key=lambda path: (started(path), str(path)))
+
+
+def write_summary(directory, known: dict | None = None) -> dict:
+    """Writes the run's ``summary.json`` (harness/summary.py) from its files,
+    and returns it. Warnings about samples are the readers' to give."""
+    from harness import summary
+
+    directory = Path(directory)
+    key = summary.fingerprint(directory, (META, ROWS, SAMPLES), known)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ResultWarning)
+        found = summary.summarize(*read_run(directory), key)
+    summary.write(directory / summary.SUMMARY, found)
+    return found
 
 
 def extra_of(row) -> dict:

@@ -13,7 +13,7 @@ ROOT = Path(__file__).parents[1]
 
 LAYERS = {  # module (or package prefix) -> layer; anything else under harness/ is core (1)
     "impls": 0,
-    "harness.analysis": 2, "harness.tables": 2,
+    "harness.analysis": 2, "harness.tables": 2, "harness.history": 2,
     "harness.report": 3,
     "harness.api": 4, "harness.dashboard": 4,
     "harness.cli": 5, "harness.__main__": 5, "report": 5, "scatterbench": 5,

@@ -137,7 +137,7 @@ def test_log_axes_read_in_plain_units(tmp_path, drawn):
     _draw_report_and_dashboard(tmp_path)
     time_axes = [axis for fig in drawn for ax in fig.axes for axis in (ax.xaxis, ax.yaxis)
                  if axis.get_label().get_text().startswith("median time")]
-    assert len(time_axes) >= 5  # the report's time and scaling figures, the dashboard's history plots
+    assert len(time_axes) >= 3  # the report's time and scaling figures (the dashboard draws in the browser)
     for axis in time_axes:
         labels = [tick.get_text() for tick in axis.get_ticklabels() if tick.get_text()]
         assert labels and all(label.split()[-1] in ("s", "ms", "µs", "ns") for label in labels), \

@@ -1,75 +1,171 @@
-"""The dashboard built from real runs, then opened in headless Chromium."""
+"""The dashboard in a real browser: a 1,000-run nightly history, synthesised
+once per session from a committed run with changes planted in it, built
+into a site and opened in headless Chromium from disk. A case's chart must
+draw its points, and the red list must equal the CI gate's verdicts on the
+same pairs of runs; the changes the gate fails between runs not fit to judge
+must be listed, in grey, with their reasons."""
 
+import html
+import importlib.util
+import json
 import re
 import shutil
 import subprocess
-import sys
+import time
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
-from harness.dashboard import build_dashboard
-from harness.store import RunWriter, read_run
+from harness import analysis, dashboard, gate, history, regression, summary
+from impls.status import MISMATCH
 
+ROOT = Path(__file__).parents[2]
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
          "--disable-background-networking", "--disable-component-update", "--disable-sync",
-         "--enable-logging=stderr", "--v=0"]
+         "--enable-logging=stderr", "--v=0", "--virtual-time-budget=20000"]
+needs_chromium = pytest.mark.skipif(CHROMIUM is None,
+                                    reason="Debian's chromium is not installed (make test installs it)")
+
+RUNS = 1000
+MAXPOOL = '{"C": 16, "H": 28, "N": 64, "W": 28, "k": 2}'  # one case of the default run
 
 
-@pytest.fixture(scope="module")
-def history(tmp_path_factory):
-    """One real run of a tiny sweep; a second, its exact copy (A/A: nothing may be
-    flagged); a third with one strategy made 1.5× slower and a hostile strategy
-    name planted. Copies, not reruns: this machine's run-to-run noise is not
-    what this test is about."""
-    root = tmp_path_factory.mktemp("results")
-    config = root.parent / "tiny.yaml"
-    config.write_text("""
-timing: {min_samples: 20, budget_s: 0.05, warmup_s: 0}
-benchmarks:
-  - op: maxpool2d
-    strategies: [torch_max_pool2d_indices, numpy_sliding_window]
-    params: {N: 1, C: 2, H: 8, W: 8, k: 2}
-""")
-    result = subprocess.run([sys.executable, "-m", "harness", "run", str(config), "-o", str(root / "run1"),
-                             "--no-progress"], capture_output=True, text=True)
-    assert result.returncode == 0, result.stderr
-    meta, rows, samples = read_run(root / "run1")
-    copy = RunWriter(root / "run2", dict(meta, run_id="run2", start_time="9998-01-01T00:00:00+00:00"))
-    for record in rows.to_dict("records"):
-        copy.append(record, samples[record["case_id"]])
-    copy.close()
-    meta = dict(meta, run_id="run3", start_time="9999-01-01T00:00:00+00:00")
-    writer = RunWriter(root / "run3", meta)
-    for record in rows.to_dict("records"):
-        factor = 1.5 if record["strategy"] == "numpy_sliding_window" else 1.0
-        record["median_s"] *= factor
-        writer.append(record, [s * factor for s in samples[record["case_id"]]])
-    hostile = dict(rows.to_dict("records")[0], case_id="hostile", strategy="<script>alert(1)</script>",
-                   message="<img src=x onerror=alert(2)>")
-    writer.append(hostile, [1e-3] * 5)
-    writer.close()
-    return root
+def _scale_module():
+    spec = importlib.util.spec_from_file_location("dashboard_scale", ROOT / "benchmarks" / "dashboard_scale.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
-def test_dashboard_pages_flag_the_regression_and_escape_text(history, tmp_path):
-    index = build_dashboard(history, tmp_path / "site")
-    text = index.read_text()
-    assert "<table id='overview'>" in text
-    assert "<script>" not in text and "&lt;script&gt;" in text
-    page = (tmp_path / "site" / "maxpool2d.html").read_text()
-    assert "Regressions between consecutive runs" in page and "numpy_sliding_window" in page
-    assert "torch_max_pool2d_indices" not in page.split("Regressions")[1].split("</ul>")[0]
-    plots = list((tmp_path / "site" / "plots").glob("*.png"))
-    assert plots and all(p.stat().st_size > 5000 for p in plots)
-    for link in re.findall(r"href='([^']+)'", text) + re.findall(r"src='([^']+)'", page):
-        assert (tmp_path / "site" / link).exists(), link  # relative, works from disk
+def slower(strategy: str, factor: float = 3.0):
+    def plant(meta, records, samples):
+        for record in records:
+            if record["strategy"] == strategy:
+                for column in ("median_s", "iqr_s", "min_s", "mean_s"):
+                    record[column] *= factor
+                samples[record["case_id"]] = [value * factor for value in samples[record["case_id"]]]
+    return plant
+
+
+def both(*plants):
+    def plant(meta, records, samples):
+        for one in plants:
+            one(meta, records, samples)
+    return plant
+
+
+def busy(meta, records, samples):
+    meta["load_avg_start"] = [3.1, 2.0, 1.5]
+
+
+def unsteady(meta, records, samples):
+    for record in records[::2]:  # half the cases
+        record["iqr_s"] = 0.5 * record["median_s"]
+
+
+def other_cpu(meta, records, samples):
+    meta["hardware"] = dict(meta["hardware"], cpu_family_model="25-17", caches=dict(meta["hardware"]["caches"],
+                                                                                     L2="512K"))
+
+
+def rewritten(strategy: str):
+    def plant(meta, records, samples):
+        for record in records:
+            if record["strategy"] == strategy:
+                record["source"] = "added: rewritten"
+    return plant
+
+
+def broken(strategy: str):
+    def plant(meta, records, samples):
+        for record in records:
+            if record["strategy"] == strategy:
+                record.update(status=MISMATCH, message="planted", median_s=float("nan"), iqr_s=float("nan"))
+                samples.pop(record["case_id"])
+    return plant
+
+
+def more_instructions(strategy: str, factor: float = 1.05):
+    def plant(meta, records, samples):
+        for record in records:
+            if record["strategy"] == strategy:
+                record["instructions"] *= factor
+    return plant
+
+
+def new_torch(meta, records, samples):
+    meta["versions"] = dict(meta["versions"], torch="9.9.9")
+
+
+# What the history holds, run by run (each run a copy of the one before, ±5 % per case).
+STRATEGIES = ("torch_max_pool2d_indices", "numpy_sliding_window", "seed_reshape_max", "torch_reshape_argmax",
+              "numba_fused")  # maxpool2d's reference and four more: enough partners to confirm against
+PLANTS = {
+    300: slower("numpy_sliding_window"),  # red
+    350: slower("torch_max_pool2d_indices"),  # the reference: red too (the others, normalised by it, are not)
+    400: more_instructions("seed_reshape_max"),  # red, on counts
+    500: both(busy, slower("seed_reshape_max")),  # not judged: load
+    600: both(unsteady, slower("torch_reshape_argmax")),  # not judged: unstable
+    700: both(other_cpu, slower("numpy_sliding_window")),  # not judged: another CPU (and back at 701)
+    800: both(rewritten("numba_fused"), slower("numba_fused")),  # source changed
+    900: broken("torch_reshape_argmax"),  # red: broke
+    950: both(new_torch, more_instructions("numba_fused")),  # counts not judged: other library versions
+}
+
+
+@pytest.fixture(scope="session")
+def nightly(tmp_path_factory):
+    """(site, runs in memory, seconds to synthesise, seconds to build): the
+    1,000-run history and its site, made once per session."""
+    scale = _scale_module()
+
+    meta, records, samples = scale.read_source(
+        keep=lambda row: row["params"] == MAXPOOL and row["strategy"] in STRATEGIES, max_samples=20)
+    for number, record in enumerate(records):  # counts, constant from run to run as real ones are
+        record["instructions"] = float(1_000_000 * (number + 1))
+    root = tmp_path_factory.mktemp("nightly")
+    started = time.perf_counter()
+    kept: list = []
+    scale.synthesise(root / "results", RUNS, source=(meta, records, samples), plants=PLANTS, collect=kept)
+    synthesised = time.perf_counter() - started
+    dashboard.build_dashboard(root / "results", root / "site", with_reports=False)
+    built = time.perf_counter() - started - synthesised
+    return root / "site", kept, synthesised, built
+
+
+def gate_verdicts(runs) -> dict[str, set]:
+    """The CI gate's verdicts on each pair of consecutive runs, from their
+    raw samples (`history.gate_table`: the gate's screen and its
+    confirmation, on the stored run where the gate re-measures), and counts
+    by their factor. Each failing change goes to "red" when
+    `analysis.unfit_reasons` finds nothing against the pair, to "grey"
+    (not judged) when it does, and to "source" when the strategy's source
+    changed. No screening from summaries, no cache: what the site must match."""
+    rule = history.gate_rule(gate.DEFAULT_GATE_FACTOR)
+    count_rule = regression.Rule(regression.COUNT_FACTOR)
+    found = {"red": set(), "grey": set(), "source": set()}
+    for (base_meta, base_records, base_samples), (meta, records, samples) in zip(runs, runs[1:]):
+        base_rows, rows = pd.DataFrame(base_records), pd.DataFrame(records)
+        table = history.gate_table(base_rows, base_samples, rows, samples, rule)
+        failing = {(case, "time") for case in table.loc[table["verdict"].isin(regression.FAILING), "case_id"]}
+        base_counts = dict(zip(base_rows["case_id"], base_rows["instructions"]))
+        for case, count in zip(rows["case_id"], rows["instructions"]):
+            if regression.timing_change([base_counts[case]], [count], count_rule).verdict == regression.REGRESSED:
+                failing.add((case, "instructions"))
+        base_source = dict(zip(base_rows["case_id"], base_rows["source"]))
+        sources = dict(zip(rows["case_id"], rows["source"]))
+        for case, metric in failing:
+            reasons = analysis.unfit_reasons(base_meta, base_rows, meta, rows, metric)
+            kind = "source" if base_source[case] != sources[case] else "grey" if reasons else "red"
+            found[kind].add((case, base_meta["run_id"], meta["run_id"], metric))
+    return found
 
 
 def _open(url: str, tmp_path: Path) -> subprocess.CompletedProcess:
     return subprocess.run([CHROMIUM, *FLAGS, f"--user-data-dir={tmp_path / 'profile'}", "--dump-dom", url],
-                          capture_output=True, text=True, timeout=120)
+                          capture_output=True, text=True, timeout=180)
 
 
 def _console_errors(stderr: str) -> list[str]:
@@ -77,24 +173,95 @@ def _console_errors(stderr: str) -> list[str]:
             if "CONSOLE" in line or "Uncaught" in line or "ERR_FILE_NOT_FOUND" in line]
 
 
-@pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is not installed (make test installs it)")
-def test_dashboard_renders_in_headless_chromium_without_console_errors(history, tmp_path):
-    site = tmp_path / "site"
-    build_dashboard(history, site)
-    for page in ("index.html", "maxpool2d.html"):
-        result = _open((site / page).as_uri(), tmp_path)
-        assert result.returncode == 0, result.stderr[-2000:]
-        dom = result.stdout
-        if page == "index.html":
-            assert "<table" in dom and dom.count("<tr") >= 4
-        else:
-            assert dom.count("<img") >= 1
-        assert _console_errors(result.stderr) == [], _console_errors(result.stderr)
+def _listed(dom: str, list_id: str) -> set:
+    match = re.search(rf'<ul id="{list_id}">(.*?)</ul>', dom, re.S)
+    assert match, f"no list {list_id} in the page"
+    attributes = ("data-case", "data-base", "data-new", "data-metric")
+    return {tuple(html.unescape(re.search(f'{name}="([^"]*)"', item).group(1)) for name in attributes)
+            for item in re.findall(r"<li [^>]*>", match.group(1))}
 
 
-@pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is not installed (make test installs it)")
+@pytest.mark.slow
+@needs_chromium
+def test_the_red_list_is_the_gates_verdicts_on_the_same_pairs(nightly, tmp_path):
+    site, runs, _, _ = nightly
+    expected = gate_verdicts(runs)
+    # The plants are there, each where it belongs; nothing else is.
+    assert {(case.split("|")[1], new) for case, _, new, _ in expected["red"]} == {
+        ("numpy_sliding_window", "synthetic-00300"), ("torch_max_pool2d_indices", "synthetic-00350"),
+        ("seed_reshape_max", "synthetic-00400"), ("torch_reshape_argmax", "synthetic-00900")}
+    result = _open((site / "index.html").as_uri(), tmp_path)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert _listed(result.stdout, "red") == expected["red"]
+    assert _listed(result.stdout, "not-judged") == expected["grey"]
+    assert _listed(result.stdout, "source-changed") == expected["source"]
+    text = html.unescape(result.stdout)
+    for reason in ("load 3.1 on 2 cores", "different CPU", "unstable", "different library versions (torch"):
+        assert reason in text, reason
+    pairs = re.search(r'<p id="pairs">(.*?)</p>', result.stdout, re.S).group(1)
+    # 999 pairs; not judged: 2 on load (either side), 2 unstable, 2 across the CPU change
+    assert "999 pairs of consecutive runs; 993 judged" in pairs and "6 not judged" in pairs
+    assert _console_errors(result.stderr) == [], _console_errors(result.stderr)
+
+
+@pytest.mark.slow
+@needs_chromium
+def test_a_case_chart_draws_every_point_of_its_history(nightly, tmp_path):
+    site, runs, synthesised, built = nightly
+    result = _open((site / "maxpool2d.html").as_uri() + "#verify", tmp_path)
+    assert result.returncode == 0, result.stderr[-2000:]
+    charts = [dict(re.findall(r'data-([a-z]+)="([^"]*)"', chart))
+              for chart in re.findall(r'<div class="chart" ([^>]*)>', result.stdout)]
+    assert [chart.get("metric") for chart in charts] == [None, "instructions"]  # time, then the counts
+    attributes = charts[0]
+    timed = sum(1 for _, records, _ in runs for record in records if record["median_s"] == record["median_s"])
+    assert int(attributes["points"]) == timed == RUNS * len(STRATEGIES) - 1  # the broken case has no time
+    assert int(attributes["painted"]) == timed  # each point's centre painted on the canvas
+    assert int(attributes["red"]) == 3 and int(attributes["grey"]) == 3  # rings on the changes of this case
+    assert result.stdout.count("<canvas") >= 2
+    assert int(charts[1]["painted"]) == int(charts[1]["points"]) == timed + 1  # counts: the broken case has one
+    assert int(charts[1]["red"]) == 1 and int(charts[1]["grey"]) == 1
+    assert _console_errors(result.stderr) == [], _console_errors(result.stderr)
+    size = sum(path.stat().st_size for path in site.rglob("*") if path.is_file())
+    print(f"\n1,000-run site: synthesised in {synthesised:.1f} s, built in {built:.1f} s, {size / 1e6:.1f} MB")
+
+
+@needs_chromium
 def test_the_console_check_notices_a_broken_page(tmp_path):
-    broken = tmp_path / "broken.html"
-    broken.write_text("<html><body><img src='missing.png'><script>console.error('boom')</script></body></html>")
-    result = _open(broken.as_uri(), tmp_path)
+    broken_page = tmp_path / "broken.html"
+    broken_page.write_text("<html><body><img src='missing.png'><script>console.error('boom')</script></body></html>")
+    result = _open(broken_page.as_uri(), tmp_path)
     assert _console_errors(result.stderr), "a missing image and console.error went unnoticed"
+
+
+def test_the_data_scripts_load_from_disk_without_fetch(nightly_small):
+    """file:// refuses fetch(): the pages must load their data as scripts."""
+    site = nightly_small
+    for page in site.glob("*.html"):
+        text = page.read_text()
+        assert "fetch(" not in text
+        for link in re.findall(r"(?:href|src)='([^']+)'", text):
+            assert (site / html.unescape(link)).exists(), (page.name, link)  # relative, works from disk
+    script = (site / "assets" / "dashboard.js").read_text()
+    assert "fetch(" not in script and "XMLHttpRequest" not in script
+    assert (site / "assets" / "uPlot-LICENSE").read_text().startswith("The MIT License")
+
+
+@pytest.fixture
+def nightly_small(tmp_path):
+    scale = _scale_module()
+    meta, records, samples = scale.read_source(keep=lambda row: row["op"] == "maxpool2d" and row["params"] == MAXPOOL,
+                                               max_samples=10)
+    scale.synthesise(tmp_path / "results", 5, source=(meta, records, samples), plants={3: slower("seed_loops")})
+    dashboard.build_dashboard(tmp_path / "results", tmp_path / "site", reports=1)
+    return tmp_path / "site"
+
+
+def test_summaries_carry_the_counts_the_rows_have(tmp_path):
+    scale = _scale_module()
+    meta, records, samples = scale.read_source(keep=lambda row: row["strategy"] == "numba_fused", max_samples=5)
+    for record in records:
+        record["instructions"] = 12345.0
+    run = scale.synthesise(tmp_path, 1, source=(meta, records, samples))[0]
+    found = json.loads((run / summary.SUMMARY).read_text())
+    assert set(found["cases"]["instructions"]) == {12345.0}

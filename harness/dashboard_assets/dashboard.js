@@ -1,0 +1,134 @@
+// scatterbench dashboard: draws each case's history with uPlot from the
+// site's data files (data/runs.js, data/cases/*.js), which are plain scripts
+// so the site works from file:// (where the fetch API is refused) as from any
+// static host. Text from result files is set with textContent, never as HTML.
+(function () {
+  "use strict";
+  var SB = (window.SB = window.SB || { cases: {} });
+  var MARK_COLOURS = { red: "#d00000", grey: "#8a8a8a", source: "#1f5fbf" };
+
+  function timeText(seconds) {
+    if (seconds == null || !isFinite(seconds)) return "–";
+    var units = [["s", 1], ["ms", 1e-3], ["µs", 1e-6], ["ns", 1e-9]];
+    for (var i = 0; i < units.length; i++) {
+      if (seconds >= units[i][1] || i === units.length - 1) {
+        return Number((seconds / units[i][1]).toPrecision(3)) + " " + units[i][0];
+      }
+    }
+  }
+
+  function countText(value) {
+    return value == null || !isFinite(value) ? "–" : Number(value.toPrecision(4)).toLocaleString("en");
+  }
+
+  function runText(order) {
+    var runs = SB.runs;
+    if (order == null || !runs || runs.id[order] === undefined) return "";
+    return "#" + order + " " + runs.id[order] + " · " + runs.date[order] + " · " + runs.commit[order] + " · " +
+      SB.machines[runs.machine[order]];
+  }
+
+  function drawMarks(u, data, marks, machineChanges) {
+    var ctx = u.ctx, ratio = window.devicePixelRatio || 1;
+    ctx.save();
+    ctx.lineWidth = 2 * ratio;
+    machineChanges.forEach(function (point) {
+      var x = u.valToPos(data[0][point], "x", true);
+      ctx.strokeStyle = "#555";
+      ctx.setLineDash([4 * ratio, 4 * ratio]);
+      ctx.beginPath();
+      ctx.moveTo(x, u.bbox.top);
+      ctx.lineTo(x, u.bbox.top + u.bbox.height);
+      ctx.stroke();
+    });
+    ctx.setLineDash([]);
+    var drawn = { red: 0, grey: 0, source: 0 };
+    marks.forEach(function (mark) {
+      var value = data[mark[0] + 1][mark[1]];
+      if (value == null) value = u.scales.y.max;  // a case that broke has no time: ring the top
+      var x = u.valToPos(data[0][mark[1]], "x", true), y = u.valToPos(value, "y", true);
+      ctx.strokeStyle = MARK_COLOURS[mark[2]];
+      ctx.beginPath();
+      if (mark[2] === "source") {
+        ctx.rect(x - 6 * ratio, y - 6 * ratio, 12 * ratio, 12 * ratio);
+      } else {
+        ctx.arc(x, y, 7 * ratio, 0, 2 * Math.PI);
+      }
+      ctx.stroke();
+      drawn[mark[2]] += 1;
+    });
+    ctx.restore();
+    return drawn;
+  }
+
+  // The number of points whose centre the canvas painted (a check for tests: #verify).
+  function paintedPoints(u, data) {
+    var canvas = u.ctx.canvas, pixels = u.ctx.getImageData(0, 0, canvas.width, canvas.height).data, painted = 0;
+    for (var s = 1; s < data.length; s++) {
+      for (var i = 0; i < data[s].length; i++) {
+        if (data[s][i] == null) continue;
+        var x = Math.round(u.valToPos(data[0][i], "x", true)), y = Math.round(u.valToPos(data[s][i], "y", true));
+        if (x >= 0 && y >= 0 && x < canvas.width && y < canvas.height && pixels[4 * (y * canvas.width + x) + 3] > 0) {
+          painted += 1;
+        }
+      }
+    }
+    return painted;
+  }
+
+  function chart(element, item, metric) {
+    var data = [item.x].concat(item.series.map(function (s) { return s[metric] || item.x.map(function () { return null; }); }));
+    var points = 0;
+    for (var s = 1; s < data.length; s++) data[s].forEach(function (v) { if (v != null) points += 1; });
+    var info = document.createElement("div");
+    info.className = "runinfo";
+    var marks = metric === "y" ? item.marks : (item.count_marks || {})[metric] || [];
+    var format = metric === "y" ? timeText : countText;
+    var opts = {
+      width: Math.max(480, Math.min(1150, element.clientWidth || 1150)),
+      height: 320,
+      scales: { x: { time: false }, y: { distr: 3 } },
+      axes: [
+        { space: 110, values: function (u, splits) {
+          return splits.map(function (v) { return Number.isInteger(v) && SB.runs.date[v] ? SB.runs.date[v].slice(0, 10) : ""; });
+        } },
+        { size: 70, values: function (u, splits) { return splits.map(format); } }
+      ],
+      series: [{ label: "run", value: function (u, v) { return v == null ? "" : "#" + v; } }].concat(
+        item.series.map(function (s) {
+          return { label: s.name, stroke: s.colour, width: 1.5, spanGaps: false,
+                   points: { show: true, size: 5, fill: s.colour, stroke: s.colour },
+                   value: function (u, v, seriesIdx, idx) {
+                     var iqr = metric === "y" && idx != null ? s.iqr[idx] : null;
+                     return format(v) + (iqr != null && v != null ? " (IQR " + iqr + " %)" : "");
+                   } };
+        })),
+      hooks: {
+        draw: [function (u) {
+          var drawn = drawMarks(u, data, marks, metric === "y" ? item.machine : []);
+          element.dataset.points = points;
+          element.dataset.red = drawn.red;
+          element.dataset.grey = drawn.grey;
+          if (location.hash.indexOf("verify") >= 0) element.dataset.painted = paintedPoints(u, data);
+        }],
+        setCursor: [function (u) { info.textContent = runText(data[0][u.cursor.idx]); }]
+      }
+    };
+    new uPlot(opts, data, element);
+    element.appendChild(info);
+  }
+
+  SB.draw = function () {
+    var charts = document.querySelectorAll("div.chart[data-case]");
+    for (var i = 0; i < charts.length; i++) {
+      var element = charts[i], item = SB.cases[element.dataset.case];
+      if (!item) {
+        element.textContent = "no data for this case (data/cases/" + element.dataset.case + ".js did not load)";
+        continue;
+      }
+      chart(element, item, element.dataset.metric || "y");
+    }
+  };
+
+  document.addEventListener("DOMContentLoaded", SB.draw);
+})();

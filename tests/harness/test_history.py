@@ -1,0 +1,145 @@
+"""What the dashboard calls red: the CI gate's verdict between runs fit to
+judge (harness/history.py, analysis.unfit_reasons), screened from the
+runs' summaries without ever missing a change the gate fails."""
+
+import html
+import re
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from harness import analysis, dashboard, history, regression, store
+from test_report import fixture_run
+
+ROOT = Path(__file__).parents[2]
+QUIET = {"load_avg_start": [0.5, 0.5, 0.5], "load_avg_end": [0.7, 0.6, 0.5], "cpu_count": 2,
+         "hardware": {"cpu_model": "Fixture CPU", "cpu_count": 2, "cpu_family_model": "25-1",
+                      "caches": {"L2": "512K", "L3": "32768K"}}, "versions": {"torch": "2.13.0"}}
+
+
+def _rows(medians: dict, iqr_share: float = 0.01, load=None) -> pd.DataFrame:
+    return pd.DataFrame([{"case_id": name, "strategy": name, "status": "ok", "median_s": median,
+                          "iqr_s": iqr_share * median, "load_avg": load} for name, median in medians.items()])
+
+
+def test_unfit_reasons_name_load_unstable_share_and_cpu():
+    rows = _rows({"a": 1.0, "b": 2.0, "c": 3.0, "d": 4.0})
+    assert analysis.unfit_reasons(QUIET, rows, QUIET, rows) == []
+    busy = dict(QUIET, load_avg_end=[3.1, 2.0, 1.0])
+    assert analysis.unfit_reasons(QUIET, rows, busy, rows) == ["load 3.1 on 2 cores"]
+    assert analysis.unfit_reasons(busy, rows, QUIET, rows) == ["load 3.1 on 2 cores (base)"]
+    # a case that finished under load counts as much as the run's start and end
+    assert analysis.unfit_reasons(QUIET, rows, QUIET, _rows({"a": 1.0}, load=2.0)) == ["load 2 on 2 cores"]
+    unsteady = rows.assign(iqr_s=[0.5, 1.0, 0.03, 0.04])  # 2 of 4 over 10 % of the median: 50 % > 25 %
+    assert analysis.unfit_reasons(QUIET, rows, QUIET, unsteady) == ["2 of 4 unstable"]
+    one_of_four = rows.assign(iqr_s=[0.5, 0.02, 0.03, 0.04])  # 25 %: not more than the threshold
+    assert analysis.unfit_reasons(QUIET, rows, QUIET, one_of_four) == []
+    zen4 = dict(QUIET, hardware=dict(QUIET["hardware"], cpu_family_model="25-17"))
+    assert analysis.unfit_reasons(QUIET, rows, zen4, rows) == ["different CPU (? [25-1] → ? [25-17])"]
+    unknown = {key: value for key, value in QUIET.items() if not key.startswith("load")}
+    assert analysis.unfit_reasons(unknown, rows, QUIET, rows) == ["load not recorded (base)"]
+
+
+def test_counts_are_judged_whatever_the_load_but_not_across_library_versions():
+    rows = _rows({"a": 1.0})
+    busy = dict(QUIET, load_avg_end=[3.1, 2.0, 1.0])
+    assert analysis.unfit_reasons(QUIET, rows, busy, rows, "instructions") == []
+    newer = dict(QUIET, versions={"torch": "2.14.0"})
+    assert analysis.unfit_reasons(QUIET, rows, newer, rows, "instructions") == [
+        "different library versions (torch 2.13.0 → 2.14.0)"]
+
+
+def _random_pair(rng, strategies: int):
+    """Two runs of one case of ``strategies`` strategies, each strategy's
+    samples scaled between the runs by a random factor (0.3-4x)."""
+    names = [f"s{index}" for index in range(strategies)]
+    params = '{"C": 1, "H": 4, "N": 1, "W": 4, "k": 2}'
+    runs = []
+    for scale in (np.ones(strategies), np.exp(rng.uniform(np.log(0.3), np.log(4.0), strategies))):
+        rows, samples = [], {}
+        for name, factor in zip(names, scale):
+            values = (1e-3 * (1 + names.index(name)) * factor * rng.uniform(0.95, 1.05, 12)).tolist()
+            case_id = f"maxpool2d|{name}|cpu|float32|{params}"
+            samples[case_id] = values
+            rows.append({"case_id": case_id, "op": "maxpool2d", "strategy": name, "device": "cpu",
+                         "dtype": "float32", "params": params, "status": "ok", "median_s": float(np.median(values)),
+                         "p10_s": regression.typical_s(values, "p10"), "source": "", "machine": "m"})
+        runs.append((pd.DataFrame(rows), samples))
+    return runs
+
+
+def test_the_screen_never_clears_a_change_the_gate_fails():
+    rng = np.random.default_rng(7)
+    rule, failed = history.gate_rule(), 0
+    for trial in range(60):
+        (base_rows, base_samples), (new_rows, new_samples) = _random_pair(rng, int(rng.integers(1, 7)))
+        table = history.gate_table(base_rows, base_samples, new_rows, new_samples, rule)
+        failing = set(table.loc[table["verdict"].isin(regression.FAILING), "case_id"])
+        cases = pd.concat([base_rows.assign(run=0), new_rows.assign(run=1)], ignore_index=True)
+        suspects = history.screen(cases, history.consecutive(cases), rule.factor)
+        screened = set(cases[cases["params"].isin(suspects["params"]) & (cases["run"] == 1)]["case_id"])
+        assert failing <= screened, (trial, failing - screened)
+        failed += len(failing)
+    assert failed >= 10  # the trials did make the gate fail cases
+
+
+def test_a_reference_that_got_faster_fails_nobody_else():
+    """Normalised to a reference that got 3x faster, every other strategy
+    reads 3x slower; the gate's confirmation against all the others clears
+    them (it fails the reference only when it gets slower)."""
+    rng = np.random.default_rng(1)
+    (base_rows, base_samples), _ = _random_pair(rng, 4)
+    new_samples = {case: list(values) for case, values in base_samples.items()}
+    reference = "maxpool2d|torch_max_pool2d_indices|cpu|float32|" + base_rows["params"][0]
+    rows = base_rows.copy()
+    rows.loc[0, ["case_id", "strategy"]] = [reference, "torch_max_pool2d_indices"]
+    base_samples[reference] = [3 * value for value in base_samples.pop(base_rows["case_id"][0])]
+    new_samples[reference] = new_samples.pop(base_rows["case_id"][0])
+    table = history.gate_table(rows, base_samples, rows, new_samples, history.gate_rule())
+    assert not table["verdict"].isin(regression.FAILING).any(), table[["strategy", "verdict", "confirmed_ratio"]]
+    slower = history.gate_table(rows, new_samples, rows, base_samples, history.gate_rule())
+    assert list(slower.loc[slower["verdict"] == regression.REGRESSED, "strategy"]) == ["torch_max_pool2d_indices"]
+
+
+def test_a_case_is_judged_against_the_latest_run_that_measured_it(tmp_path):
+    """Interleaved configs: the default run's case is judged against the
+    previous default run, not against the seeds run in between."""
+    root = tmp_path / "results"
+    fixture_run(root / "a", meta=QUIET, start_time="2026-11-22T00:00:00+00:00")
+    fixture_run(root / "b", meta=QUIET, start_time="2026-11-23T00:00:00+00:00",
+                entries=[("numpy_sliding_window", "numpy", "ok", 1e-3)])
+    fixture_run(root / "c", meta=QUIET, start_time="2026-11-24T00:00:00+00:00")
+    cases, runs = history.load_history(root)
+    changes = history.consecutive(cases)
+    bases = {(run, strategy): base for run, strategy, base in zip(changes["run"], changes["strategy"],
+                                                                   changes["base_run"])}
+    assert bases[(2, "seed_loops")] == 0 and bases[(2, "numpy_sliding_window")] == 1
+
+
+@pytest.mark.slow
+def test_over_the_committed_results_red_holds_only_what_the_gate_fails(tmp_path):
+    results = shutil.copytree(ROOT / "results", tmp_path / "results", ignore=shutil.ignore_patterns("*.lock"))
+    index = dashboard.build_dashboard(results, tmp_path / "site", with_reports=False).read_text()
+    cases, runs = history.load_history(results)
+    judgement = history.judge(cases, runs, history.gate_rule())
+    rule, expected, unfit = history.gate_rule(), set(), 0
+    for base, new in zip(judgement.pairs["base_run"], judgement.pairs["run"]):
+        base_meta, base_rows, base_samples = store.read_run(Path(runs.at[base, "directory"]))
+        meta, rows, samples = store.read_run(Path(runs.at[new, "directory"]))
+        table = history.gate_table(base_rows, base_samples, rows, samples, rule)
+        mine = set(judgement.changes.loc[(judgement.changes["base_run"] == base)
+                                         & (judgement.changes["run"] == new), "case_id"])
+        failing = set(table.loc[table["verdict"].isin(regression.FAILING), "case_id"]) & mine
+        reasons = analysis.unfit_reasons(base_meta, base_rows, meta, rows)
+        unfit += bool(reasons)
+        if not reasons:
+            expected |= {(case, runs.at[base, "run_id"], runs.at[new, "run_id"]) for case in failing}
+    red = re.search(r"<ul id='red'>(.*?)</ul>", index, re.S).group(1)
+    listed = set(re.findall(r"data-case='([^']*)' data-base='([^']*)' data-new='([^']*)'", red))
+    assert {tuple(html.unescape(part) for part in item) for item in listed} == expected
+    pairs = len(judgement.pairs)
+    assert f"{pairs} pairs of consecutive runs; {pairs - unfit} judged" in index and f"{unfit} not judged" in index
+    assert "load not recorded" in index and "different CPU" in index
