@@ -110,11 +110,17 @@ def cmd_check(args) -> int:
          arg("--tables", action="store_true", help="print one table per case (strategy, status, median, IQR, "
                                                    "GB/s, %% of ceiling, speedup) instead of the compact grid"),
          arg("--grid", action="store_true", help="the compact strategies × sizes grid (the default)"),
+         arg("--instrument", choices=("callgrind",),
+             help="count instead of time: each CPU case's instructions and estimated cycles per call, in one "
+                  "process under Callgrind (valgrind), every library at 1 thread"),
          NO_PROGRESS)
 def cmd_run(args) -> int:
     from harness import store, sweep
     from harness.tables import console, progress_bar, run_summary
 
+    if args.instrument and (args.isolate or args.report):
+        raise UsageError(f"--instrument {args.instrument}: counts every case in one process, without a report; "
+                         f"drop {'--isolate' if args.isolate else '--report'}")
     plan = sweep.plan_run(args.config, output=args.output, resume=args.resume, shard_text=args.shard,
                           op=args.op, strategies=args.strategy)
     for note in plan.notes:
@@ -126,6 +132,7 @@ def cmd_run(args) -> int:
 
         def on_start(ceilings, fresh_writes):
             err.print(f"run {plan.run_id}: {len(plan.cases)} cases -> {plan.out_dir}  "
+                      + (f"counted under {args.instrument}" if args.instrument else "")
                       + "  ".join(f"{d} copy ceiling {g:.1f} GB/s" for d, g in ceilings.items())
                       + "".join(f"  fresh {a} output {g:.1f} GB/s" for a, g in fresh_writes.items()),
                       highlight=False, markup=False)
@@ -140,8 +147,13 @@ def cmd_run(args) -> int:
         def on_phase(phase):
             progress.update(task, description=f"{phase:<15} {current['label']}")
 
-        outcome = sweep.execute_run(plan, sys.argv, isolate=args.isolate, on_start=on_start,
-                                    on_case=on_case, on_phase=on_phase)
+        if args.instrument:
+            from harness.counting import execute_counting_run
+
+            outcome = execute_counting_run(plan, sys.argv, on_start=on_start, on_case=on_case, on_phase=on_phase)
+        else:
+            outcome = sweep.execute_run(plan, sys.argv, isolate=args.isolate, on_start=on_start,
+                                        on_case=on_case, on_phase=on_phase)
     resume_hint = f"scatterbench run {args.config} --resume {plan.out_dir}"
     if outcome.interrupted:
         print(f"\ninterrupted ({outcome.interrupted}): every finished case is in {plan.out_dir} "
@@ -151,7 +163,7 @@ def cmd_run(args) -> int:
         raise ResultError(f"{plan.out_dir}: {outcome.disk_full}; stopped with {outcome.cases_on_disk} cases "
                           f"safely on disk; free space and continue with: {resume_hint}")
     rows = store.read_rows(plan.out_dir)
-    for renderable in run_summary(rows, grid=not args.tables):
+    for renderable in ([_counts_table(rows)] if args.instrument else run_summary(rows, grid=not args.tables)):
         console().print(renderable)
     counts = rows["status"].value_counts().to_dict()
     print(f"results: {plan.out_dir}  ({', '.join(f'{n} {s}' for s, n in counts.items())})")
@@ -161,6 +173,22 @@ def cmd_run(args) -> int:
         written = report.build([plan.out_dir], plan.out_dir / "report")
         print(f"report: {written}")
     return EXIT_OK
+
+
+def _counts_table(rows):
+    from rich.markup import escape
+
+    from harness.counts import fmt_count
+    from harness.format import params_label
+    from harness.tables import STATUS_STYLE, Column, console, fitted_table
+
+    columns = [Column("op", 2), Column("strategy", 0), Column("dtype", 4), Column("params", 3, flexible=True),
+               Column("status", 0), Column("instructions", 0, "right"), Column("est. cycles", 1, "right"),
+               Column("message", 5, flexible=True)]
+    cells = [[escape(r["op"]), escape(r["strategy"]), r["dtype"], escape(params_label(r["params"])),
+              f"[{STATUS_STYLE.get(r['status'], '')}]{r['status']}[/]", fmt_count(r["instructions"]),
+              fmt_count(r["est_cycles"]), escape(str(r["message"]))] for _, r in rows.iterrows()]
+    return fitted_table("counts per call (Callgrind)", columns, cells, console().width)
 
 
 # --------------------------------------------------------------------- compare
@@ -296,6 +324,13 @@ def cmd_case(args) -> int:
     return EXIT_OK
 
 
+def cmd_count(args) -> int:
+    from harness.counting import child_main
+
+    child_main(sys.stdin.read())
+    return EXIT_OK
+
+
 # ---------------------------------------------------------------------- parser
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="scatterbench", description=__doc__.split("\n\n")[0])
@@ -307,9 +342,9 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument(*flags, **options)
         p.set_defaults(func=declared.run)
     # The isolated-case child: internal, so it is left out of the help's list.
-    hidden = sub.add_parser("_case")
-    hidden.set_defaults(func=cmd_case)
-    sub._choices_actions = [action for action in sub._choices_actions if action.dest != "_case"]
+    for name, run in (("_case", cmd_case), ("_count", cmd_count)):
+        sub.add_parser(name).set_defaults(func=run)
+    sub._choices_actions = [action for action in sub._choices_actions if action.dest not in ("_case", "_count")]
     return parser
 
 

@@ -97,11 +97,14 @@ def _load_avg() -> float:
 
 def execute_case(case: Case, config: Config, run_id: str, ceiling_gbps: float,
                  ref: Reference | None = None, flush=None,
-                 on_phase: Callable[[str], None] = lambda phase: None) -> CaseResult:
+                 on_phase: Callable[[str], None] = lambda phase: None, measure=None) -> CaseResult:
     """Checks, then times one case. Never raises for a strategy's fault
     (``Interrupted`` and ``KeyboardInterrupt`` do propagate). ``flush``: the
     backend's cache flush for the device, made here unless the caller passes
-    the one it keeps (an isolated case's child has none to pass)."""
+    the one it keeps (an isolated case's child has none to pass).
+    ``measure(run, backend, device) -> row fields``, when given, measures the
+    checked case instead of the timer (the counting instrument,
+    harness/counting.py)."""
     row = base_row(case, run_id, ceiling_gbps)
     strat = get_operator(case.op).strategies[case.strategy]
     backend = get_backend(strat.backend)
@@ -137,6 +140,9 @@ def execute_case(case: Case, config: Config, run_id: str, ceiling_gbps: float,
                 return finish(SKIPPED, f"checked under the {strat.backend} interpreter ({verdict.status}); "
                                        "not timed: the interpreter's speed is not the kernel's")
             on_phase(PHASE_TIME)
+            if measure is not None:
+                row.update(measure(prepared.run, backend, case.device))
+                return finish(verdict.status, verdict.message)
             if flush is None:  # made only now: an unavailable backend's flush may not even import
                 flush = backend.cache_flush(case.device)
             timed = timing.time_call(prepared.run, backend, case.device, config.timing, flush,
@@ -207,8 +213,9 @@ def child_main(stdin_text: str) -> None:
 
 # ---------------------------------------------------------------------- sweep
 def run_sweep(cases: list[Case], config: Config, writer, run_id: str, ceilings: dict,
-              isolate: bool = False, on_case=None, on_phase=None) -> list[dict]:
-    """Runs ``cases`` in order, appending each finished case to ``writer``."""
+              isolate: bool = False, on_case=None, on_phase=None, measure=None) -> list[dict]:
+    """Runs ``cases`` in order, appending each finished case to ``writer``
+    (``measure``: see ``execute_case``)."""
     rows = []
     current_group, ref, flushes = None, None, {}
     for case in cases:
@@ -230,7 +237,7 @@ def run_sweep(cases: list[Case], config: Config, writer, run_id: str, ceilings: 
             if key not in flushes:
                 flushes[key] = backend.cache_flush(case.device)
             result = execute_case(case, config, run_id, ceiling, ref, flushes[key],
-                                  on_phase or (lambda phase: None))
+                                  on_phase or (lambda phase: None), measure)
         writer.append(result.row, result.samples_s)
         rows.append(result.row)
         if on_case:
