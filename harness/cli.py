@@ -204,12 +204,17 @@ def _counts_table(rows):
              help="normalise each operator by its declared reference strategy (what `make regress` uses)"),
          arg("--statistic", choices=("median", "p10"), default="median",
              help="the typical time compared: the median, or the 10th percentile (steadier on a busy machine)"),
+         arg("--metric", choices=("time", "instructions", "est_cycles"), default="time",
+             help="what is compared: times (the default), or counts per call from `run --instrument callgrind`, "
+                  "which regress past --factor (1.03) with no statistical test: they are deterministic"),
          arg("--format", choices=("table", "md", "json"), default="table", help="output format"),
          arg("-o", "--output", help="also write the Markdown (or JSON) to this file"))
 def cmd_compare(args) -> int:
     from harness import compare
     from harness.tables import compare_table, console
 
+    if args.metric != "time":
+        return _compare_counts(args)
     rule = _rule(args)
     result = compare.compare_dirs(args.base, args.new, rule, args.relative_to, args.normalise)
     for warning in result.warnings:
@@ -234,6 +239,64 @@ def cmd_compare(args) -> int:
         print(f"{len(bad)} regressed (factor {rule.factor}, alpha {rule.alpha})", file=sys.stderr)
         return EXIT_FINDINGS
     return EXIT_OK
+
+
+def _compare_counts(args) -> int:
+    from harness import compare, counts, regression
+
+    given = [flag for flag, value in (("--alpha", args.alpha), ("--relative-to", args.relative_to),
+                                      ("--normalise", args.normalise), ("--statistic", args.statistic != "median"))
+             if value]
+    if given:
+        raise UsageError(f"{given[0]}: applies to times; counts (--metric {args.metric}) are compared as they are")
+    factor = args.factor if args.factor is not None else counts.DEFAULT_COUNT_FACTOR
+    try:
+        regression.Rule(factor)  # the one check of a factor
+    except ValueError as error:
+        raise UsageError(str(error)) from None
+    result = compare.compare_counts(args.base, args.new, args.metric, factor)
+    for warning in result.warnings:
+        print(warning, file=sys.stderr)
+    table = result.table
+    text = (compare.counts_markdown(table) if args.format == "md" else compare.as_json(table)
+            if args.format == "json" else None)
+    if args.output:
+        _write_text(args.output, text if text is not None else compare.counts_markdown(table))
+    if text is not None:
+        print(text)
+    else:
+        from harness.tables import console
+
+        console().print(_count_compare_table(table))
+        for _, r in compare.regressed(table).iterrows():
+            print(compare.count_verdict_line(r))
+        print(compare.counts_line(table))
+    bad = compare.regressed(table)
+    if len(bad):
+        print(f"{len(bad)} regressed ({args.metric}, factor {factor:g})", file=sys.stderr)
+        return EXIT_FINDINGS
+    return EXIT_OK
+
+
+def _count_compare_table(table):
+    from rich.markup import escape
+
+    from harness.counts import fmt_count
+    from harness.format import fmt_num, params_label
+    from harness.tables import VERDICT_STYLE, Column, console, fitted_table
+
+    metric = table["metric"].iloc[0] if len(table) else "count"
+    columns = [Column("op", 2), Column("strategy", 0), Column("device", 6), Column("dtype", 5),
+               Column("params", 3, flexible=True), Column(f"base {metric}", 4, "right"),
+               Column(f"new {metric}", 4, "right"), Column("ratio", 0, "right"), Column("verdict", 0)]
+    cells = []
+    for _, r in table.iterrows():
+        style = VERDICT_STYLE.get(r["verdict"], "")
+        cells.append([escape(r["op"]), escape(r["strategy"]), r["device"], r["dtype"],
+                      escape(params_label(r["params"])), fmt_count(r["base_count"]), fmt_count(r["new_count"]),
+                      fmt_num(r["ratio"], 4, "×"), f"[{style}]{escape(r['verdict'])}[/]" if style
+                      else escape(r["verdict"])])
+    return fitted_table(f"compare {metric} per call (Callgrind)", columns, cells, console().width)
 
 
 def _rule(args):
@@ -266,9 +329,14 @@ def _write_text(path, text: str) -> None:
          arg("--factor", type=float, default=None, help="median ratio beyond which a change counts (2.0)"),
          arg("--alpha", type=float, default=None, help="Mann–Whitney U p-value threshold (0.002)"),
          arg("--retries", type=int, default=2, help="re-measure a suspect case this many times (2)"),
+         arg("--counts", metavar="COUNTS_BASELINE",
+             help="also the gate on counts: CONFIG counted under Callgrind against this baseline (a counting "
+                  "run, or a directory of them, one per tool-and-library version set)"),
+         arg("--counts-factor", type=float, default=None,
+             help="count ratio beyond which a case regresses (1.03)"),
          NO_PROGRESS)
 def cmd_regress(args) -> int:
-    from harness import gate
+    from harness import counts, gate, regression
     from harness.tables import compare_table, console
 
     if args.factor is None:
@@ -276,11 +344,28 @@ def cmd_regress(args) -> int:
     rule = _rule(args)
     if args.retries < 0:
         raise UsageError(f"--retries {args.retries}: must be >= 0")
-    result = gate.run_gate(args.baseline, args.config, rule, output=args.output, retries=args.retries,
-                           log=lambda text: print(text, file=sys.stderr))
+    counts_factor = args.counts_factor if args.counts_factor is not None else counts.DEFAULT_COUNT_FACTOR
+    try:
+        regression.Rule(counts_factor)
+    except ValueError as error:
+        raise UsageError(f"--counts-factor {counts_factor}: must be a finite number > 1") from None
+    log = lambda text: print(text, file=sys.stderr)  # noqa: E731
+    result = gate.run_gate(args.baseline, args.config, rule, output=args.output, retries=args.retries, log=log)
     console().print(compare_table(result.table, True))
     print(result.summary)
-    return EXIT_FINDINGS if result.failed else EXIT_OK
+    failed = result.failed
+    if args.counts:
+        from pathlib import Path
+
+        from harness.count_gate import run_count_gate
+
+        counted = run_count_gate(args.counts, args.config, counts_factor,
+                                 output=Path(args.output) if args.output else None, log=log)
+        if len(counted.table):
+            console().print(_count_compare_table(counted.table[counted.table["metric"] == "instructions"]))
+        print(counted.summary)
+        failed = failed or counted.failed
+    return EXIT_FINDINGS if failed else EXIT_OK
 
 
 # ---------------------------------------------------------------- merge, etc.

@@ -1,21 +1,25 @@
 """The counting instrument: ``scatterbench run CONFIG --instrument callgrind``.
 
-The selected CPU cases run in one process under Callgrind, with cache
-simulation, and each row gets per-call ``instructions`` and ``est_cycles``
-(harness/counts.py) instead of times. What makes that affordable and exact:
+The selected CPU cases run under Callgrind, with cache simulation, and each
+row gets per-call ``instructions`` and ``est_cycles`` (harness/counts.py)
+instead of times. What makes that affordable and exact:
 
-- **Uninstrumented until counted.** Callgrind starts with instrumentation off
-  (``--instr-atstart=no``): importing torch then takes about 17 s instead of
-  90-190 s (measured on the 2-core VM). Each case is checked against the
-  oracle that way, by the sweep's own path (``sweep.run_sweep`` with a
-  ``measure``), then instrumentation is switched on (a ``vgdb`` monitor
-  command: Callgrind clears its simulated caches then, so a case's counts
-  do not depend on the cases before it), the case is warmed up outside
-  collection, and collection (``--collect-atstart=no``) is toggled on around
-  ``CALLS`` calls and dumped (``torch._C._valgrind_toggle`` and
-  ``_valgrind_toggle_and_dump_stats``, what ``torch.utils.benchmark``'s
-  ``collect_callgrind`` uses). Each case's dump stays in ``DIR/callgrind/``
-  for ``callgrind_annotate``.
+- **One valgrind process, uninstrumented until a case is counted.**
+  Callgrind starts with instrumentation off (``--instr-atstart=no``):
+  importing torch then takes about 17 s instead of 90-190 s (measured on the
+  2-core VM). Each case is checked against the oracle that way, by the
+  sweep's own path (``sweep.run_sweep`` with a ``measure``); then
+  instrumentation goes on (Callgrind clears its simulated caches), the case
+  is warmed up outside collection, collection (``--collect-atstart=no``) is
+  toggled on around ``CALLS`` calls, and the dump is named after the case
+  and kept in ``DIR/callgrind/`` for ``callgrind_annotate``. The switches are
+  Callgrind's client requests (``<valgrind/callgrind.h>``, compiled into a
+  small library with the system's C compiler: torch's
+  ``_valgrind_toggle`` covers collection only, and switching instrumentation
+  from outside, through vgdb, does not reach a forked process).
+- **Each case in a fork.** The process imports everything once, then counts
+  each case in a fork of itself, so every case starts from the same heap and
+  its counts do not depend on the cases before it (``_count_in_fork``).
 - **Compiled before, in a normal process.** numba kernels are compiled by a
   warm-up pass in a normal process and loaded from numba's on-disk cache
   under Callgrind (importing numba and compiling one small kernel there took
@@ -39,6 +43,7 @@ CUDA cases and kernels that reach the CPU only through an interpreter
 
 from __future__ import annotations
 
+import ctypes
 import json
 import math
 import os
@@ -46,17 +51,15 @@ import platform
 import shutil
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 from harness import counts, env, store, sweep
 from harness.config import Case, Threads
 from harness.errors import ResultError, UsageError
 from impls.registry import get_operator
-from impls.status import SKIPPED
+from impls.status import ERROR, SKIPPED
 
 INSTRUMENT = "callgrind"
-INSTRUMENTS = (INSTRUMENT,)
 CALLS = 3  # counted calls per case; the row holds the count per call
 WARMUP_CALLS = 2  # outside collection, after instrumentation is on: lazy set-ups, first touches
 # (size in bytes, associativity, line size): a common x86 L1 and an 8 MiB last level.
@@ -67,6 +70,15 @@ THREAD_ENV = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THRE
 SLOWDOWN = 50
 ROW_MARK = "@scatterbench-count "
 DUMP_DIR = "callgrind"
+DUMP_PREFIX = "callgrind.out."
+CLIENT_REQUESTS_C = r"""
+#include <valgrind/callgrind.h>
+void start_instrumentation(void) { CALLGRIND_START_INSTRUMENTATION; }
+void stop_instrumentation(void) { CALLGRIND_STOP_INSTRUMENTATION; }
+void toggle_collect(void) { CALLGRIND_TOGGLE_COLLECT; }
+void dump_stats_at(const char *name) { CALLGRIND_DUMP_STATS_AT(name); }
+unsigned running_on_valgrind(void) { return RUNNING_ON_VALGRIND; }
+"""
 
 
 # ------------------------------------------------------------------ the tool
@@ -82,16 +94,49 @@ def valgrind_version() -> str | None:
 
 def unavailable() -> str | None:
     """None when counts can be taken here, else one line saying why not."""
-    if shutil.which("valgrind") is None or shutil.which("vgdb") is None:
+    if shutil.which("valgrind") is None:
         return ("valgrind is not installed (Debian: apt-get install valgrind; `make regress` installs it when "
                 "run as root)")
     if valgrind_version() is None:
         return "`valgrind --version` fails: valgrind is installed but cannot run here"
-    import torch
-
-    if not torch._C._valgrind_supported_platform():
-        return f"torch {torch.__version__} was built without valgrind's client requests: it cannot toggle collection"
+    if shutil.which("cc") is None:
+        return "no C compiler (cc) to build Callgrind's client requests with (Debian: apt-get install gcc)"
     return None
+
+
+def build_client_requests(directory: Path) -> Path:
+    """Callgrind's client requests (``CLIENT_REQUESTS_C``) as a shared
+    library in ``directory``: the official macros, compiled here."""
+    source, library = directory / "client_requests.c", directory / "client_requests.so"
+    source.write_text(CLIENT_REQUESTS_C)
+    try:
+        done = subprocess.run(["cc", "-shared", "-fPIC", "-O1", "-o", str(library), str(source)],
+                              capture_output=True, text=True, timeout=120)
+    except (OSError, subprocess.SubprocessError) as error:
+        raise ResultError(f"cannot compile Callgrind's client requests: {error}") from None
+    if done.returncode != 0:
+        tail = (done.stderr.strip().splitlines() or ["no output"])[-1]
+        raise ResultError(f"cannot compile Callgrind's client requests ({source}): {tail} "
+                          f"(<valgrind/callgrind.h> comes with Debian's valgrind package)")
+    source.unlink()
+    return library
+
+
+class ClientRequests:
+    """The compiled client requests, loaded with ctypes: no-ops outside valgrind."""
+
+    def __init__(self, library):
+        self.library = ctypes.CDLL(str(library))
+        self.library.dump_stats_at.argtypes = [ctypes.c_char_p]
+        self.library.running_on_valgrind.restype = ctypes.c_uint
+        if not self.library.running_on_valgrind():
+            raise RuntimeError("the counting pass is not running under valgrind")
+        self.start_instrumentation = self.library.start_instrumentation
+        self.stop_instrumentation = self.library.stop_instrumentation
+        self.toggle_collect = self.library.toggle_collect
+
+    def dump_stats_at(self, name: str) -> None:
+        self.library.dump_stats_at(name.encode())
 
 
 def count_versions(valgrind: str | None = None) -> dict:
@@ -108,10 +153,10 @@ def settings() -> dict:
             "est_cycles": counts.EST_CYCLES_FORMULA, "threads": COUNT_THREADS.model_dump()}
 
 
-def valgrind_command(dump_file: Path, vgdb_prefix: str, log_file: Path) -> list[str]:
+def valgrind_command(dump_dir: Path) -> list[str]:
     cache = [f"--{level}={','.join(map(str, geometry))}" for level, geometry in CACHE.items()]
     return ["valgrind", "--tool=callgrind", "--instr-atstart=no", "--collect-atstart=no", "--cache-sim=yes",
-            *cache, f"--callgrind-out-file={dump_file}", f"--vgdb-prefix={vgdb_prefix}", f"--log-file={log_file}"]
+            *cache, f"--callgrind-out-file={dump_dir / DUMP_PREFIX}%p", f"--log-file={dump_dir / 'valgrind.log'}"]
 
 
 def not_counted(case: Case) -> str | None:
@@ -207,12 +252,18 @@ def _request(cases: list[Case], plan: sweep.RunPlan, mode: str, **extra) -> str:
                        "cases": [[c.op, c.strategy, c.device, c.dtype, c.params_dict] for c in cases], **extra})
 
 
+def _tail(path: Path) -> str:
+    try:
+        return (path.read_text(errors="replace").strip().splitlines() or ["no output"])[-1]
+    except OSError:
+        return "no output"
+
+
 def _count_cases(cases: list[Case], plan: sweep.RunPlan, writer, clock, on_case) -> None:
     by_id = {case.case_id: case for case in cases}
     clock("prepare/compile")
     backends = {get_operator(c.op).strategies[c.strategy].backend for c in cases}
-    target = llvm_target_env() if "numba" in backends else {}
-    child_env = child_environment(target)
+    child_env = child_environment(llvm_target_env() if "numba" in backends else {})
     # Warm-up pass, in a normal process: fills numba's (and inductor's) on-disk caches.
     warm = subprocess.run([sys.executable, "-m", "harness", "_count"], input=_request(cases, plan, "warm"),
                           capture_output=True, text=True, env=child_env)
@@ -221,39 +272,39 @@ def _count_cases(cases: list[Case], plan: sweep.RunPlan, writer, clock, on_case)
         raise ResultError(f"the warm-up pass before counting failed (exit {warm.returncode}): {tail}")
     clock("count")
     dumps = store.make_dir(plan.out_dir / DUMP_DIR)
-    log = dumps / "valgrind.log"
-    with tempfile.TemporaryDirectory(prefix="scatterbench-vgdb-") as vgdb_dir:
-        command = valgrind_command(dumps / "callgrind.out", f"{vgdb_dir}/vgdb", log)
-        request = _request(cases, plan, "count", dump_file=str(dumps / "callgrind.out"),
-                           vgdb_prefix=f"{vgdb_dir}/vgdb")
-        with open(dumps / "stderr.log", "w") as errors:
-            child = subprocess.Popen([*command, sys.executable, "-m", "harness", "_count"], stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, stderr=errors, text=True, env=child_env)
-            try:
-                child.stdin.write(request)
-                child.stdin.close()
-                for line in child.stdout:
-                    if not line.startswith(ROW_MARK):
-                        continue
-                    event = json.loads(line[len(ROW_MARK):])
-                    case = by_id[event["case_id"]]
-                    if event["event"] == "start":
-                        if on_case:
-                            on_case(case, "start")
-                        continue
-                    writer.append(event["row"], [])
+    first = plan.done + sum(1 for case in plan.cases if not_counted(case))  # dumps numbered after resumed ones
+    request = _request(cases, plan, "count", dump_dir=str(dumps), client_requests=str(build_client_requests(dumps)),
+                       indices=list(range(first, first + len(cases))))
+    errors = dumps / "stderr.log"
+    with open(errors, "w") as stderr:
+        child = subprocess.Popen([*valgrind_command(dumps), sys.executable, "-m", "harness", "_count"],
+                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr, text=True,
+                                 env=child_env)
+        try:
+            child.stdin.write(request)
+            child.stdin.close()
+            for line in child.stdout:
+                if not line.startswith(ROW_MARK):
+                    continue
+                event = json.loads(line[len(ROW_MARK):])
+                case = by_id[event["case_id"]]
+                if event["event"] == "start":
                     if on_case:
-                        on_case(case, event["row"])
+                        on_case(case, "start")
+                    continue
+                writer.append(event["row"], [])
+                if on_case:
+                    on_case(case, event["row"])
+            child.wait()
+        finally:
+            if child.poll() is None:
+                child.kill()
                 child.wait()
-            finally:
-                if child.poll() is None:
-                    child.kill()
-                    child.wait()
-    (dumps / "callgrind.out").unlink(missing_ok=True)  # the dump at exit: collection was off, all zeros
+    for leftover in dumps.glob(f"{DUMP_PREFIX}*"):  # each process's dump at exit: collection was off, all zeros
+        leftover.unlink()
     if child.returncode != 0:
-        tail = ((dumps / "stderr.log").read_text(errors="replace").strip().splitlines() or ["no output"])[-1]
-        raise ResultError(f"the counting process under Callgrind failed (exit {child.returncode}; "
-                          f"{dumps / 'stderr.log'} and {log}): {tail}")
+        raise ResultError(f"the counting process under Callgrind failed (exit {child.returncode}; see {errors} "
+                          f"and {dumps / 'valgrind.log'}): {_tail(errors)}")
 
 
 # --------------------------------------------------------------- the child
@@ -272,73 +323,94 @@ def _emit(event: dict) -> None:
 
 class CallgrindCounter:
     """``execute_case``'s ``measure`` under Callgrind: instrumentation on,
-    warm-up, ``CALLS`` collected calls dumped to the next part of
-    ``dump_file``, instrumentation off; the counts per call as row fields."""
+    warm-up, ``CALLS`` collected calls dumped under the case's name,
+    instrumentation off; the counts per call as row fields."""
 
-    def __init__(self, dump_file: str, vgdb_prefix: str, calls: int = CALLS, warmup_calls: int = WARMUP_CALLS):
-        import torch
-
-        self.toggle = torch._C._valgrind_toggle
-        self.toggle_and_dump = torch._C._valgrind_toggle_and_dump_stats
-        self.dump_file, self.vgdb_prefix = dump_file, vgdb_prefix
+    def __init__(self, requests: ClientRequests, dump_dir: str, name: str, calls: int = CALLS,
+                 warmup_calls: int = WARMUP_CALLS):
+        self.requests, self.dump_dir, self.name = requests, Path(dump_dir), name
         self.calls, self.warmup_calls = calls, warmup_calls
-        self.part = 0  # Callgrind numbers its dumps from 1
-
-    def monitor(self, command: str) -> None:
-        """A Callgrind monitor command to this process, through vgdb. The
-        process keeps running Python while vgdb waits (a blocking wait would
-        leave valgrind's gdbserver no point to poll at without ptrace)."""
-        helper = subprocess.Popen(["vgdb", f"--pid={os.getpid()}", f"--vgdb-prefix={self.vgdb_prefix}",
-                                   *command.split()], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        while helper.poll() is None:
-            pass
-        if helper.returncode != 0:
-            raise RuntimeError(f"vgdb {command!r} failed (exit {helper.returncode}): "
-                               f"{helper.stdout.read().strip().splitlines()[-1:]}")
 
     def __call__(self, run, backend, device) -> dict:
         from harness import timing
 
-        self.monitor("instrumentation on")
-        try:
-            for _ in range(self.warmup_calls):
-                run()
-                backend.synchronize(device)
-            with timing._collector_paused():
-                self.toggle()
+        with timing._collector_paused():
+            self.requests.start_instrumentation()
+            try:
+                for _ in range(self.warmup_calls):
+                    run()
+                    backend.synchronize(device)
+                self.requests.toggle_collect()
                 try:
                     for _ in range(self.calls):
                         run()
                         backend.synchronize(device)
                 finally:
-                    self.toggle_and_dump()
-                    self.part += 1
-        finally:
-            self.monitor("instrumentation off")
-        dump = Path(f"{self.dump_file}.{self.part}")
+                    self.requests.toggle_collect()
+                    self.requests.dump_stats_at(self.name)
+            finally:
+                self.requests.stop_instrumentation()
+        # This process's only dump (a fresh fork per case): callgrind.out.<pid>.1
+        dump = self.dump_dir / f"{DUMP_PREFIX}{os.getpid()}.1"
+        named = self.dump_dir / f"{self.name}.callgrind"
         measured = counts.per_call(counts.read_dump(dump), self.calls)
+        dump.replace(named)
         return {"instructions": measured["instructions"], "est_cycles": measured["est_cycles"],
-                "extra": {"callgrind_dump": f"{DUMP_DIR}/{dump.name}", "events_per_call": measured["events_per_call"]}}
+                "extra": {"callgrind_dump": f"{DUMP_DIR}/{named.name}",
+                          "events_per_call": measured["events_per_call"]}}
+
+
+def _count_in_fork(index: int, case: Case, config, run_id: str, requests: ClientRequests, dump_dir: str) -> None:
+    """Counts one case in a fork of this process, so that every case starts
+    from the same state (heap, collector, caches): a case's counts then do
+    not depend on the cases before it. Measured: numpy_loop's instructions
+    moved 2.5 % between a 4-case and a 19-case sweep when all ran in one
+    process (np.zeros took memory from the heap, zeroed by memset, or fresh
+    pages, zeroed by the kernel, depending on what ran before)."""
+    name = f"{index:03d}-{sweep.safe_name(case.strategy)}"
+    pid = os.fork()
+    if pid == 0:
+        status = 0
+        try:
+            env.apply_threads(config.threads)
+            sweep.run_sweep([case], config, _RowPrinter(), run_id, {},
+                            measure=CallgrindCounter(requests, dump_dir, name))
+        except BaseException as error:  # noqa: BLE001 - the parent turns any death into a row
+            print(f"counting {case.case_id} failed: {error!r}", file=sys.stderr)
+            status = 1
+        finally:
+            sys.stdout.flush()
+            os._exit(status)
+    _, status = os.waitpid(pid, 0)
+    if status != 0:
+        row = sweep.base_row(case, run_id, math.nan)
+        reason = (f"killed by signal {os.WTERMSIG(status)}" if os.WIFSIGNALED(status)
+                  else f"exited with status {os.WEXITSTATUS(status)}")
+        row.update(status=ERROR, message=f"the counting process {reason}")
+        _RowPrinter().append(row)
 
 
 def child_main(stdin_text: str) -> None:
-    """``python -m harness _count``: the warm-up pass (``mode`` warm: check,
-    which compiles) or the counting pass under Callgrind (``mode`` count)."""
+    """``python -m harness _count``: the warm-up pass (``mode`` warm: each
+    case checked, which compiles it) or the counting pass under Callgrind
+    (``mode`` count: each case in its own fork)."""
+    import importlib
+
     from harness.config import parse_config
+    from impls.backends import get_backend
 
     request = json.loads(stdin_text)
     config = parse_config(request["config"], "<counting run>")
-    env.apply_threads(config.threads)
     cases = [Case(op, strategy, device, dtype, tuple(sorted(params.items())))
              for op, strategy, device, dtype, params in request["cases"]]
-    if request["mode"] == "count":
-        measure = CallgrindCounter(request["dump_file"], request["vgdb_prefix"])
-    else:
-        def measure(run, backend, device):  # the check's call compiled it; nothing to measure
-            return {}
-
-    def on_case(case, row):
-        if row == "start":
-            _emit({"event": "start", "case_id": case.case_id})
-
-    sweep.run_sweep(cases, config, _RowPrinter(), request["run_id"], {}, on_case=on_case, measure=measure)
+    if request["mode"] != "count":
+        env.apply_threads(config.threads)
+        sweep.run_sweep(cases, config, _RowPrinter(), request["run_id"], {}, measure=lambda run, backend, device: {})
+        return
+    # Imported once, before the forks, so that no case pays for it; thread pools start in each fork.
+    for module in {get_backend(get_operator(c.op).strategies[c.strategy].backend).module for c in cases}:
+        importlib.import_module(module)
+    requests = ClientRequests(request["client_requests"])
+    for index, case in zip(request["indices"], cases):
+        _emit({"event": "start", "case_id": case.case_id})
+        _count_in_fork(index, case, config, request["run_id"], requests, request["dump_dir"])
