@@ -31,6 +31,10 @@ instead of times. What makes that affordable and exact:
   deterministic: torch, BLAS and numba run one thread, from the environment
   on (``OMP_NUM_THREADS`` and the rest), whatever the config says; and hash
   randomisation is off, so dict and set orders repeat.
+- **Allocators that do the same thing every run** (``MALLOC_TUNABLES``,
+  ``PYTHON_MALLOC``): where an array lands decides which simulated cache
+  sets it uses and whether ``calloc`` must clear it, and pymalloc's cost
+  depends on how full its pools happen to be.
 - **The same simulated machine everywhere.** The cache geometry is fixed
   (``CACHE``) rather than read from the host, and valgrind presents one CPU
   to the program whatever the host, so counts depend on the code and the
@@ -66,6 +70,15 @@ WARMUP_CALLS = 2  # outside collection, after instrumentation is on: lazy set-up
 CACHE = {"I1": (32768, 8, 64), "D1": (32768, 8, 64), "LL": (8388608, 16, 64)}
 COUNT_THREADS = Threads(torch=1, blas=1, numba=1)
 THREAD_ENV = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "NUMBA_NUM_THREADS": "1"}
+# glibc's allocator made deterministic: every block of this many bytes or more a fresh
+# mapping (page-aligned), the heap's top never padded or kept (README, "Counts"). With its
+# defaults, the same case's arrays landed at other page offsets from run to run (the heap
+# grows by mappings under valgrind), and its simulated L1 misses moved by up to 0.14 %.
+MALLOC_TUNABLES = ("glibc.malloc.mmap_threshold=16384", "glibc.malloc.top_pad=0", "glibc.malloc.trim_threshold=16384")
+# And Python's objects from glibc too (PYTHONMALLOC=malloc): pymalloc's cost depends on how full
+# its pools are, which differed between two identical runs; a torch loop's instructions moved
+# 0.12 % with it, 0.008 % without.
+PYTHON_MALLOC = "malloc"
 # A case's deadline (config timing.timeout_s) is stretched by this under Callgrind.
 SLOWDOWN = 50
 ROW_MARK = "@scatterbench-count "
@@ -150,7 +163,8 @@ def count_versions(valgrind: str | None = None) -> dict:
 def settings() -> dict:
     """How counts are taken: recorded in meta.json beside the versions."""
     return {"calls": CALLS, "warmup_calls": WARMUP_CALLS, "cache": {k: list(v) for k, v in CACHE.items()},
-            "est_cycles": counts.EST_CYCLES_FORMULA, "threads": COUNT_THREADS.model_dump()}
+            "est_cycles": counts.EST_CYCLES_FORMULA, "threads": COUNT_THREADS.model_dump(),
+            "malloc": list(MALLOC_TUNABLES), "python_malloc": PYTHON_MALLOC}
 
 
 def valgrind_command(dump_dir: Path) -> list[str]:
@@ -191,7 +205,9 @@ def llvm_target_env(python: str = sys.executable) -> dict:
 
 
 def child_environment(target: dict) -> dict:
-    return dict(os.environ, **THREAD_ENV, **target, PYTHONHASHSEED="0", PYTHONUNBUFFERED="1")
+    tunables = ":".join(filter(None, [os.environ.get("GLIBC_TUNABLES"), *MALLOC_TUNABLES]))
+    return dict(os.environ, **THREAD_ENV, **target, PYTHONHASHSEED="0", PYTHONUNBUFFERED="1",
+                GLIBC_TUNABLES=tunables, PYTHONMALLOC=PYTHON_MALLOC)
 
 
 # -------------------------------------------------------------- the parent
