@@ -123,6 +123,10 @@ def cmd_run(args) -> int:
                          f"drop {'--isolate' if args.isolate else '--report'}")
     plan = sweep.plan_run(args.config, output=args.output, resume=args.resume, shard_text=args.shard,
                           op=args.op, strategies=args.strategy)
+    if plan.resuming and store.read_meta(plan.out_dir).get("instrument") != args.instrument:
+        was = store.read_meta(plan.out_dir).get("instrument")
+        raise UsageError(f"--resume {plan.out_dir}: that run was {f'counted (--instrument {was})' if was else 'timed'}"
+                         f"; resume it the same way")
     for note in plan.notes:
         print(note, file=sys.stderr)
     err = console(stderr=True)

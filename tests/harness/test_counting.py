@@ -166,7 +166,7 @@ def _rows(values: dict, status: dict | None = None) -> pd.DataFrame:
         case = Case("dispersion", name, "cpu", "float32", (("B", 1),))
         records.append({"case_id": case.case_id, "op": case.op, "strategy": name, "device": "cpu",
                         "dtype": "float32", "params": case.params_json, "status": (status or {}).get(name, "ok"),
-                        "instructions": value})
+                        "instructions": value, "est_cycles": 2 * value})
     return pd.DataFrame.from_records(records)
 
 
@@ -268,3 +268,14 @@ def test_each_committed_counts_baseline_counts_every_case_of_the_quick_config_as
     assert {case.case_id for case in expand(load_config(ROOT / "configs" / "quick.yaml"))} - counted_ok == set()
     assert not (directory / counting.DUMP_DIR).exists()  # the dumps stay out of git
 
+
+
+def test_a_timed_run_is_not_resumed_by_counting(tmp_path):
+    config = ROOT / "configs" / "quick.yaml"
+    timed = _counting_run(tmp_path / "timed", {"a": float("nan")})
+    meta = json.loads((timed / "meta.json").read_text())
+    meta.pop("instrument")
+    meta["config"] = load_config(config).model_dump()
+    (timed / "meta.json").write_text(json.dumps(meta))
+    done = scatterbench("run", config, "--instrument", "callgrind", "--resume", timed)
+    assert done.returncode == 2 and "that run was timed; resume it the same way" in done.stderr
