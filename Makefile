@@ -74,7 +74,7 @@ dashboard: $(STAMP)
 # COUNTS_FACTOR (see README: "Regression gate" and "Counts").
 REGRESS_FACTOR ?= 2.0
 COUNTS_FACTOR ?= 1.03
-COUNTS_BASELINE ?= results/baseline-counts
+COUNTS_BASELINE ?= baselines/counts
 regress: $(STAMP)
 	@$(VALGRIND_SETUP)
 	@rm -rf $(VENV)/regress-new

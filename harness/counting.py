@@ -31,10 +31,9 @@ instead of times. What makes that affordable and exact:
   deterministic: torch, BLAS and numba run one thread, from the environment
   on (``OMP_NUM_THREADS`` and the rest), whatever the config says; and hash
   randomisation is off, so dict and set orders repeat.
-- **Allocators that do the same thing every run** (``MALLOC_TUNABLES``,
-  ``PYTHON_MALLOC``): where an array lands decides which simulated cache
-  sets it uses and whether ``calloc`` must clear it, and pymalloc's cost
-  depends on how full its pools happen to be.
+- **An allocator that does the same thing every run** (``MALLOC_TUNABLES``):
+  where an array lands decides which simulated cache sets it uses and
+  whether ``calloc`` must clear it.
 - **The same simulated machine everywhere.** The cache geometry is fixed
   (``CACHE``) rather than read from the host, and valgrind presents one CPU
   to the program whatever the host, so counts depend on the code and the
@@ -55,6 +54,7 @@ import platform
 import shutil
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 from harness import counts, env, store, sweep
@@ -66,8 +66,11 @@ from impls.status import ERROR, SKIPPED
 INSTRUMENT = "callgrind"
 CALLS = 3  # counted calls per case; the row holds the count per call
 WARMUP_CALLS = 2  # outside collection, after instrumentation is on: lazy set-ups, first touches
-# (size in bytes, associativity, line size): a common x86 L1 and an 8 MiB last level.
-CACHE = {"I1": (32768, 8, 64), "D1": (32768, 8, 64), "LL": (8388608, 16, 64)}
+# (size in bytes, associativity, line size): a common x86 L1, and the 32 MiB 16-way last level
+# of an AMD EPYC core complex (Zen 3, Zen 4). With 8 MiB, a 5 MB working set (torch_index_add's
+# at 2x20x128x128) took 650 more last-level misses per call in one run than in another, as its
+# arrays landed in other sets: 0.4 % of its est_cycles.
+CACHE = {"I1": (32768, 8, 64), "D1": (32768, 8, 64), "LL": (33554432, 16, 64)}
 COUNT_THREADS = Threads(torch=1, blas=1, numba=1)
 THREAD_ENV = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "NUMBA_NUM_THREADS": "1"}
 # glibc's allocator made deterministic: every block of this many bytes or more a fresh
@@ -75,9 +78,7 @@ THREAD_ENV = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THRE
 # defaults, the same case's arrays landed at other page offsets from run to run (the heap
 # grows by mappings under valgrind), and its simulated L1 misses moved by up to 0.14 %.
 MALLOC_TUNABLES = ("glibc.malloc.mmap_threshold=16384", "glibc.malloc.top_pad=0", "glibc.malloc.trim_threshold=16384")
-# And Python's objects from glibc too (PYTHONMALLOC=malloc): pymalloc's cost depends on how full
-# its pools are, which differed between two identical runs; a torch loop's instructions moved
-# 0.12 % with it, 0.008 % without.
+# Python's objects from glibc too, from the counting thread's own arena (CallgrindCounter).
 PYTHON_MALLOC = "malloc"
 # A case's deadline (config timing.timeout_s) is stretched by this under Callgrind.
 SLOWDOWN = 50
@@ -164,13 +165,14 @@ def settings() -> dict:
     """How counts are taken: recorded in meta.json beside the versions."""
     return {"calls": CALLS, "warmup_calls": WARMUP_CALLS, "cache": {k: list(v) for k, v in CACHE.items()},
             "est_cycles": counts.EST_CYCLES_FORMULA, "threads": COUNT_THREADS.model_dump(),
-            "malloc": list(MALLOC_TUNABLES), "python_malloc": PYTHON_MALLOC}
+            "malloc": list(MALLOC_TUNABLES), "python_malloc": PYTHON_MALLOC, "counted_in": "a fresh thread"}
 
 
-def valgrind_command(dump_dir: Path) -> list[str]:
+def valgrind_command() -> list[str]:
+    """Callgrind as counting runs it, in the directory its dumps go to."""
     cache = [f"--{level}={','.join(map(str, geometry))}" for level, geometry in CACHE.items()]
     return ["valgrind", "--tool=callgrind", "--instr-atstart=no", "--collect-atstart=no", "--cache-sim=yes",
-            *cache, f"--callgrind-out-file={dump_dir / DUMP_PREFIX}%p", f"--log-file={dump_dir / 'valgrind.log'}"]
+            *cache, f"--callgrind-out-file={DUMP_PREFIX}%p", "--log-file=valgrind.log"]
 
 
 def not_counted(case: Case) -> str | None:
@@ -205,9 +207,13 @@ def llvm_target_env(python: str = sys.executable) -> dict:
 
 
 def child_environment(target: dict) -> dict:
+    """The children's environment. They run in the dumps' directory, so that
+    no path of the run's (whose length would shift the heap) is in the
+    counting process; this checkout goes first on the path."""
     tunables = ":".join(filter(None, [os.environ.get("GLIBC_TUNABLES"), *MALLOC_TUNABLES]))
+    path = os.pathsep.join(filter(None, [str(Path(__file__).resolve().parents[1]), os.environ.get("PYTHONPATH")]))
     return dict(os.environ, **THREAD_ENV, **target, PYTHONHASHSEED="0", PYTHONUNBUFFERED="1",
-                GLIBC_TUNABLES=tunables, PYTHONMALLOC=PYTHON_MALLOC)
+                GLIBC_TUNABLES=tunables, PYTHONMALLOC=PYTHON_MALLOC, PYTHONPATH=path)
 
 
 # -------------------------------------------------------------- the parent
@@ -289,11 +295,11 @@ def _count_cases(cases: list[Case], plan: sweep.RunPlan, writer, clock, on_case)
     clock("count")
     dumps = store.make_dir(plan.out_dir / DUMP_DIR)
     first = plan.done + sum(1 for case in plan.cases if not_counted(case))  # dumps numbered after resumed ones
-    request = _request(cases, plan, "count", dump_dir=str(dumps), client_requests=str(build_client_requests(dumps)),
+    request = _request(cases, plan, "count", client_requests=f"./{build_client_requests(dumps).name}",
                        indices=list(range(first, first + len(cases))))
     errors = dumps / "stderr.log"
     with open(errors, "w") as stderr:
-        child = subprocess.Popen([*valgrind_command(dumps), sys.executable, "-m", "harness", "_count"],
+        child = subprocess.Popen([*valgrind_command(), sys.executable, "-m", "harness", "_count"], cwd=dumps,
                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr, text=True,
                                  env=child_env)
         try:
@@ -342,41 +348,58 @@ class CallgrindCounter:
     warm-up, ``CALLS`` collected calls dumped under the case's name,
     instrumentation off; the counts per call as row fields."""
 
-    def __init__(self, requests: ClientRequests, dump_dir: str, name: str, calls: int = CALLS,
-                 warmup_calls: int = WARMUP_CALLS):
-        self.requests, self.dump_dir, self.name = requests, Path(dump_dir), name
+    def __init__(self, requests: ClientRequests, name: str, calls: int = CALLS, warmup_calls: int = WARMUP_CALLS):
+        self.requests, self.name = requests, name
         self.calls, self.warmup_calls = calls, warmup_calls
 
     def __call__(self, run, backend, device) -> dict:
         from harness import timing
 
-        with timing._collector_paused():
-            self.requests.start_instrumentation()
+        failure = []
+
+        def collect():
             try:
-                for _ in range(self.warmup_calls):
-                    run()
-                    backend.synchronize(device)
-                self.requests.toggle_collect()
-                try:
-                    for _ in range(self.calls):
-                        run()
-                        backend.synchronize(device)
-                finally:
-                    self.requests.toggle_collect()
-                    self.requests.dump_stats_at(self.name)
-            finally:
-                self.requests.stop_instrumentation()
+                self._collect(run, lambda: backend.synchronize(device))
+            except BaseException as error:  # noqa: BLE001 - raised again in the case's thread
+                failure.append(error)
+
+        # In a thread of its own, so that its allocations come from a fresh glibc arena (and
+        # with PYTHONMALLOC=malloc, Python's too): the allocator's cost then depends only on
+        # this case's calls, not on what the process freed before (README, "Counts").
+        with timing._collector_paused():
+            counting = threading.Thread(target=collect, name="scatterbench-count")
+            counting.start()
+            counting.join()
+        if failure:
+            raise failure[0]
         # This process's only dump (a fresh fork per case): callgrind.out.<pid>.1
-        dump = self.dump_dir / f"{DUMP_PREFIX}{os.getpid()}.1"
-        named = self.dump_dir / f"{self.name}.callgrind"
+        dump = Path(f"{DUMP_PREFIX}{os.getpid()}.1")  # in the working directory, the dumps'
+        named = Path(f"{self.name}.callgrind")
         measured = counts.per_call(counts.read_dump(dump), self.calls)
         dump.replace(named)
         return {"instructions": measured["instructions"], "est_cycles": measured["est_cycles"],
                 "extra": {"callgrind_dump": f"{DUMP_DIR}/{named.name}",
                           "events_per_call": measured["events_per_call"]}}
 
+    def _collect(self, run, synchronize) -> None:
+        self.requests.start_instrumentation()
+        try:
+            for _ in range(self.warmup_calls):
+                run()
+                synchronize()
+            self.requests.toggle_collect()  # this thread's collection: the others wait
+            try:
+                for _ in range(self.calls):
+                    run()
+                    synchronize()
+            finally:
+                self.requests.toggle_collect()
+                self.requests.dump_stats_at(self.name)
+        finally:
+            self.requests.stop_instrumentation()
 
-def _count_in_fork(index: int, case: Case, config, run_id: str, requests: ClientRequests, dump_dir: str) -> None:
+
+def _count_in_fork(index: int, case: Case, config, run_id: str, requests: ClientRequests) -> None:
     """Counts one case in a fork of this process, so that every case starts
     from the same state (heap, collector, caches): a case's counts then do
     not depend on the cases before it. Measured: numpy_loop's instructions
@@ -390,7 +413,7 @@ def _count_in_fork(index: int, case: Case, config, run_id: str, requests: Client
         try:
             env.apply_threads(config.threads)
             sweep.run_sweep([case], config, _RowPrinter(), run_id, {},
-                            measure=CallgrindCounter(requests, dump_dir, name))
+                            measure=CallgrindCounter(requests, name))
         except BaseException as error:  # noqa: BLE001 - the parent turns any death into a row
             print(f"counting {case.case_id} failed: {error!r}", file=sys.stderr)
             status = 1
@@ -429,4 +452,4 @@ def child_main(stdin_text: str) -> None:
     requests = ClientRequests(request["client_requests"])
     for index, case in zip(request["indices"], cases):
         _emit({"event": "start", "case_id": case.case_id})
-        _count_in_fork(index, case, config, request["run_id"], requests, request["dump_dir"])
+        _count_in_fork(index, case, config, request["run_id"], requests)
