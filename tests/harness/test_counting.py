@@ -23,15 +23,17 @@ from harness.errors import ResultError, UsageError
 ROOT = Path(__file__).parents[2]
 PLUGINS = ROOT / "tests" / "plugins"
 PROBE = "probe_channel_steps"
-# C=20: 5 % more work is one more channel step of the probe.
+# C=20: 5 % more work is one more channel step of the probe. Big enough that what still
+# varies between two runs (a few hundred L1 misses a call, as allocations land elsewhere) stays
+# well under 0.1 % of a count; numba_fused exercises numba's cache.
 CONFIG = """
 name: counting-test
 timing: TIMING
 threads: {torch: 1, blas: 1, numba: 1}
 benchmarks:
   - op: dispersion
-    strategies: [seed_loop, numpy_loop, torch_index_add, numba_fused, probe_channel_steps]
-    params: {B: 1, C: 20, H: 32, W: 32, S: 2}
+    strategies: [seed_loop, numpy_loop, numba_fused, probe_channel_steps]
+    params: {B: 2, C: 20, H: 256, W: 128, S: 2}
 """
 BASELINE_TIMING = "{min_samples: 100, budget_s: 1.0, warmup_s: 0.05, timeout_s: 120}"  # as tests/harness/test_gate.py
 GATE_TIMING = "{min_samples: 20, budget_s: 0.1, warmup_s: 0.01, timeout_s: 120}"
@@ -97,7 +99,7 @@ def test_two_counting_runs_under_load_agree_within_a_thousandth(counted):
         done = scatterbench("compare", counted["base"], counted["again"], "--metric", metric, "--format", "json")
         assert done.returncode == 0, done.stdout + done.stderr
         cases = json.loads(done.stdout)["cases"]
-        assert {case["verdict"] for case in cases} == {"same"} and len(cases) == 5
+        assert {case["verdict"] for case in cases} == {"same"} and len(cases) == 4
         worst = max(abs(case["ratio"] - 1) for case in cases)
         assert worst < 1e-3, (metric, [(case["strategy"], case["ratio"]) for case in cases])
 
