@@ -232,7 +232,7 @@ def count_verdict_line(r) -> str:
     if r["verdict"] in (regression.BROKEN, regression.FIXED):
         return f"{r['verdict']}: {where}: status {r['base_status']} -> {r['new_status']}"
     return (f"{r['verdict']}: {where}: {r['metric']} {counts.fmt_count(r['base_count'])} -> "
-            f"{counts.fmt_count(r['new_count'])} per call ({fmt_num(r['ratio'], 4, 'x')}, factor {r['factor']:g})")
+            f"{counts.fmt_count(r['new_count'])} per call ({r['ratio']:.3f}x, factor {r['factor']:g})")
 
 
 def counts_markdown(table: pd.DataFrame) -> str:

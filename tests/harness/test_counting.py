@@ -179,7 +179,7 @@ def test_compare_by_count_judges_each_case_and_says_it_in_one_line():
     assert table["verdict"].to_dict() == {"a": "regressed", "b": "same", "c": "broken", "gone": "only in base",
                                           "added": "only in new"}
     line = compare.count_verdict_line(table.reset_index().iloc[0])
-    assert line == "regressed: dispersion/a cpu float32 B=1: instructions 1,000 -> 1,050 per call (1.05x, factor 1.03)"
+    assert line == "regressed: dispersion/a cpu float32 B=1: instructions 1,000 -> 1,050 per call (1.050x, factor 1.03)"
     assert list(compare.regressed(table)["verdict"]) == ["regressed", "broken"]
 
 

@@ -2,9 +2,10 @@
 
 ``dispersion/probe_channel_steps``: dispersion as one numpy step per channel
 (``y[..., i*S : i*S+W] += x[:, i] * mask``, as ``numpy_loop`` does), plus
-``SCATTERBENCH_PROBE_EXTRA_PCT`` percent more steps of the same work on a
-scratch row (C=20 and 5 make one step more): real work, not a sleep, so its
-instruction count grows by about that much and nothing else changes.
+``SCATTERBENCH_PROBE_EXTRA_PCT`` percent more of the same steps into a
+scratch array of y's shape (C=20 and 5 make one step more): real work, not a
+sleep, so its instruction count grows by about that much (a little less:
+allocating y is not repeated) and nothing else changes.
 
 ``SCATTERBENCH_PROBE_SLEEP="op/strategy:factor"`` makes that strategy's call
 take ``factor`` times as long by sleeping after it: a slowdown only a clock
@@ -37,14 +38,15 @@ def probe_channel_steps(inputs, params):
     S = params["S"]
     percent = float(os.environ.get("SCATTERBENCH_PROBE_EXTRA_PCT", "0") or 0) if _PLANTED else 0.0
     extra = round(C * percent / 100)
-    scratch = np.zeros((B, H, W), dtype=x.dtype)
+    shape = (B, 1, H, W + (C - 1) * S)
+    scratch = np.zeros(shape, dtype=x.dtype)  # the extra steps' target: the same shape, strides and slices
 
     def run():
-        y = np.zeros((B, 1, H, W + (C - 1) * S), dtype=x.dtype)
+        y = np.zeros(shape, dtype=x.dtype)
         for i in range(C):
             y[:, 0, :, i * S:i * S + W] += x[:, i] * mask
         for i in range(extra):
-            scratch[...] += x[:, i % C] * mask
+            scratch[:, 0, :, i * S:i * S + W] += x[:, i] * mask
         return y
 
     return run
