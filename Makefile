@@ -26,6 +26,14 @@ venv: $(STAMP)
 bench: $(STAMP)
 	$(PY) -m harness run $(CONFIG) --report
 
+# The count gate runs Callgrind (valgrind) and compiles its client requests
+# (a C compiler; the header comes with valgrind): installed when this machine
+# lets us (root, apt), else the count gate and its tests are skipped, saying why.
+VALGRIND_SETUP = { command -v valgrind && command -v cc; } >/dev/null 2>&1 || \
+	  { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && \
+	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq valgrind gcc) >/dev/null 2>&1; } || \
+	  echo "valgrind not installed: the count gate and its tests will be skipped"
+
 # The dashboard test opens pages in Debian's headless Chromium, and launch's
 # end-to-end test starts a one-node Slurm cluster (slurm-wlm, munge); install
 # them when this machine lets us (root, apt), else those tests skip with their reason.
@@ -36,6 +44,7 @@ test: $(STAMP)
 	@PATH="$$PATH:/usr/sbin" command -v slurmctld >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && \
 	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq slurm-wlm munge) >/dev/null 2>&1; } || \
 	  echo "slurm-wlm not installed: the Slurm end-to-end test of launch will be skipped"
+	@$(VALGRIND_SETUP)
 	$(PY) -m pytest -q
 
 # The edit-test loop: everything but the tests marked slow, one pytest-xdist
@@ -61,23 +70,35 @@ publish: $(STAMP)
 dashboard: $(STAMP)
 	$(PY) -m harness dashboard results -o site
 
-# A quick sweep compared against the committed baseline, normalised to each
-# operator's declared reference strategy (so a faster or slower CI machine
-# cancels out), failing only past REGRESS_FACTOR and only when the suspect
-# case regresses again when re-measured (see README: "Regression gate").
+# Two gates on the quick sweep. Wall time: compared against the committed
+# baseline, normalised to each operator's declared reference strategy (so a
+# faster or slower CI machine cancels out), failing only past REGRESS_FACTOR
+# and only when the suspect case regresses again when re-measured. Counts:
+# the same sweep counted under Callgrind against COUNTS_BASELINE, failing past
+# COUNTS_FACTOR (see README: "Regression gate" and "Counts").
 REGRESS_FACTOR ?= 2.0
+COUNTS_FACTOR ?= 1.03
+COUNTS_BASELINE ?= baselines/counts
 regress: $(STAMP)
+	@$(VALGRIND_SETUP)
 	@rm -rf $(VENV)/regress-new
 	$(PY) -m harness regress results/baseline-quick configs/quick.yaml -o $(VENV)/regress-new \
-	  --factor $(REGRESS_FACTOR) --no-progress
+	  --factor $(REGRESS_FACTOR) --counts $(COUNTS_BASELINE) --counts-factor $(COUNTS_FACTOR) --no-progress
 
 # Re-measure this CPU's committed baseline: results/baseline-quick holds one per
 # CPU (model name, family-model, cores), and `regress` picks the one measured on
 # the CPU it runs on (or measures one from the stored baselines' commit).
+# It also re-counts the counts baseline of this tool-and-library version set
+# (COUNTS_BASELINE holds one per set; the dumps stay out of git).
 baseline: $(STAMP)
 	@slug=$$($(PY) -c 'from harness.env import cpu_slug; print(cpu_slug())') && \
 	  rm -rf results/baseline-quick/$$slug && \
 	  $(PY) -m harness run configs/quick.yaml -o results/baseline-quick/$$slug --no-progress
+	@$(VALGRIND_SETUP)
+	@set=$$($(PY) -c 'from harness import counting, count_gate; print(count_gate.versions_slug(counting.count_versions()))') && \
+	  rm -rf $(COUNTS_BASELINE)/$$set && \
+	  $(PY) -m harness run configs/quick.yaml --instrument callgrind -o $(COUNTS_BASELINE)/$$set --no-progress && \
+	  rm -rf $(COUNTS_BASELINE)/$$set/callgrind
 
 # Everything a GPU machine should do, in one command: the check on the device,
 # the CUDA tests, the gpu.yaml sweep and its report, all under results/.

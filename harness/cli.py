@@ -120,13 +120,23 @@ def cmd_check(args) -> int:
          arg("--tables", action="store_true", help="print one table per case (strategy, status, median, IQR, "
                                                    "GB/s, %% of ceiling, speedup) instead of the compact grid"),
          arg("--grid", action="store_true", help="the compact strategies × sizes grid (the default)"),
+         arg("--instrument", choices=("callgrind",),
+             help="count instead of time: each CPU case's instructions and estimated cycles per call, in one "
+                  "process under Callgrind (valgrind), every library at 1 thread"),
          NO_PROGRESS)
 def cmd_run(args) -> int:
     from harness import store, sweep
     from harness.tables import console, progress_bar, run_summary
 
+    if args.instrument and (args.isolate or args.report):
+        raise UsageError(f"--instrument {args.instrument}: counts every case in one process, without a report; "
+                         f"drop {'--isolate' if args.isolate else '--report'}")
     plan = sweep.plan_run(args.config, output=args.output, resume=args.resume, shard_text=args.shard,
                           op=args.op, strategies=args.strategy)
+    if plan.resuming and store.read_meta(plan.out_dir).get("instrument") != args.instrument:
+        was = store.read_meta(plan.out_dir).get("instrument")
+        raise UsageError(f"--resume {plan.out_dir}: that run was {f'counted (--instrument {was})' if was else 'timed'}"
+                         f"; resume it the same way")
     for note in plan.notes:
         print(note, file=sys.stderr)
     err = console(stderr=True)
@@ -136,6 +146,7 @@ def cmd_run(args) -> int:
 
         def on_start(ceilings, fresh_writes):
             err.print(f"run {plan.run_id}: {len(plan.cases)} cases -> {plan.out_dir}  "
+                      + (f"counted under {args.instrument}" if args.instrument else "")
                       + "  ".join(f"{d} copy ceiling {g:.1f} GB/s" for d, g in ceilings.items())
                       + "".join(f"  fresh {a} output {g:.1f} GB/s" for a, g in fresh_writes.items()),
                       highlight=False, markup=False)
@@ -153,8 +164,13 @@ def cmd_run(args) -> int:
         def on_warning(text):
             err.print(f"warning: {text}", highlight=False, markup=False, soft_wrap=True)
 
-        outcome = sweep.execute_run(plan, sys.argv, isolate=args.isolate, on_start=on_start,
-                                    on_case=on_case, on_phase=on_phase, on_warning=on_warning)
+        if args.instrument:
+            from harness.counting import execute_counting_run
+
+            outcome = execute_counting_run(plan, sys.argv, on_start=on_start, on_case=on_case, on_phase=on_phase)
+        else:
+            outcome = sweep.execute_run(plan, sys.argv, isolate=args.isolate, on_start=on_start,
+                                        on_case=on_case, on_phase=on_phase, on_warning=on_warning)
     resume_hint = f"scatterbench run {args.config} --resume {plan.out_dir}"
     if outcome.interrupted:
         print(f"\ninterrupted ({outcome.interrupted}): every finished case is in {plan.out_dir} "
@@ -164,7 +180,7 @@ def cmd_run(args) -> int:
         raise ResultError(f"{plan.out_dir}: {outcome.disk_full}; stopped with {outcome.cases_on_disk} cases "
                           f"safely on disk; free space and continue with: {resume_hint}")
     rows = store.read_rows(plan.out_dir)
-    for renderable in run_summary(rows, grid=not args.tables):
+    for renderable in ([_counts_table(rows)] if args.instrument else run_summary(rows, grid=not args.tables)):
         console().print(renderable)
     counts = rows["status"].value_counts().to_dict()
     print(f"results: {plan.out_dir}  ({', '.join(f'{n} {s}' for s, n in counts.items())})")
@@ -174,6 +190,22 @@ def cmd_run(args) -> int:
         written = report.build([plan.out_dir], plan.out_dir / "report")
         print(f"report: {written}")
     return EXIT_OK
+
+
+def _counts_table(rows):
+    from rich.markup import escape
+
+    from harness.counts import fmt_count
+    from harness.format import params_label
+    from harness.tables import STATUS_STYLE, Column, console, fitted_table
+
+    columns = [Column("op", 2), Column("strategy", 0), Column("dtype", 4), Column("params", 3, flexible=True),
+               Column("status", 0), Column("instructions", 0, "right"), Column("est. cycles", 1, "right"),
+               Column("message", 5, flexible=True)]
+    cells = [[escape(r["op"]), escape(r["strategy"]), r["dtype"], escape(params_label(r["params"])),
+              f"[{STATUS_STYLE.get(r['status'], '')}]{r['status']}[/]", fmt_count(r["instructions"]),
+              fmt_count(r["est_cycles"]), escape(str(r["message"]))] for _, r in rows.iterrows()]
+    return fitted_table("counts per call (Callgrind)", columns, cells, console().width)
 
 
 # --------------------------------------------------------------------- compare
@@ -189,12 +221,17 @@ def cmd_run(args) -> int:
              help="normalise each operator by its declared reference strategy (what `make regress` uses)"),
          arg("--statistic", choices=("median", "p10"), default="median",
              help="the typical time compared: the median, or the 10th percentile (steadier on a busy machine)"),
+         arg("--metric", choices=("time", "instructions", "est_cycles"), default="time",
+             help="what is compared: times (the default), or counts per call from `run --instrument callgrind`, "
+                  "which regress past --factor (1.03) with no statistical test: they are deterministic"),
          arg("--format", choices=("table", "md", "json"), default="table", help="output format"),
          arg("-o", "--output", help="also write the Markdown (or JSON) to this file"))
 def cmd_compare(args) -> int:
     from harness import compare
     from harness.tables import compare_table, console
 
+    if args.metric != "time":
+        return _compare_counts(args)
     rule = _rule(args)
     result = compare.compare_dirs(args.base, args.new, rule, args.relative_to, args.normalise)
     for warning in result.warnings:
@@ -219,6 +256,64 @@ def cmd_compare(args) -> int:
         print(f"{len(bad)} regressed (factor {rule.factor}, alpha {rule.alpha})", file=sys.stderr)
         return EXIT_FINDINGS
     return EXIT_OK
+
+
+def _compare_counts(args) -> int:
+    from harness import compare, counts, regression
+
+    given = [flag for flag, value in (("--alpha", args.alpha), ("--relative-to", args.relative_to),
+                                      ("--normalise", args.normalise), ("--statistic", args.statistic != "median"))
+             if value]
+    if given:
+        raise UsageError(f"{given[0]}: applies to times; counts (--metric {args.metric}) are compared as they are")
+    factor = args.factor if args.factor is not None else counts.DEFAULT_COUNT_FACTOR
+    try:
+        regression.Rule(factor)  # the one check of a factor
+    except ValueError as error:
+        raise UsageError(str(error)) from None
+    result = compare.compare_counts(args.base, args.new, args.metric, factor)
+    for warning in result.warnings:
+        print(warning, file=sys.stderr)
+    table = result.table
+    text = (compare.counts_markdown(table) if args.format == "md" else compare.as_json(table)
+            if args.format == "json" else None)
+    if args.output:
+        _write_text(args.output, text if text is not None else compare.counts_markdown(table))
+    if text is not None:
+        print(text)
+    else:
+        from harness.tables import console
+
+        console().print(_count_compare_table(table))
+        for _, r in compare.regressed(table).iterrows():
+            print(compare.count_verdict_line(r))
+        print(compare.counts_line(table))
+    bad = compare.regressed(table)
+    if len(bad):
+        print(f"{len(bad)} regressed ({args.metric}, factor {factor:g})", file=sys.stderr)
+        return EXIT_FINDINGS
+    return EXIT_OK
+
+
+def _count_compare_table(table):
+    from rich.markup import escape
+
+    from harness.counts import fmt_count
+    from harness.format import fmt_num, params_label
+    from harness.tables import VERDICT_STYLE, Column, console, fitted_table
+
+    metric = table["metric"].iloc[0] if len(table) else "count"
+    columns = [Column("op", 2), Column("strategy", 0), Column("device", 6), Column("dtype", 5),
+               Column("params", 3, flexible=True), Column(f"base {metric}", 4, "right"),
+               Column(f"new {metric}", 4, "right"), Column("ratio", 0, "right"), Column("verdict", 0)]
+    cells = []
+    for _, r in table.iterrows():
+        style = VERDICT_STYLE.get(r["verdict"], "")
+        cells.append([escape(r["op"]), escape(r["strategy"]), r["device"], r["dtype"],
+                      escape(params_label(r["params"])), fmt_count(r["base_count"]), fmt_count(r["new_count"]),
+                      fmt_num(r["ratio"], 4, "×"), f"[{style}]{escape(r['verdict'])}[/]" if style
+                      else escape(r["verdict"])])
+    return fitted_table(f"compare {metric} per call (Callgrind)", columns, cells, console().width)
 
 
 def _rule(args):
@@ -251,9 +346,14 @@ def _write_text(path, text: str) -> None:
          arg("--factor", type=float, default=None, help="median ratio beyond which a change counts (2.0)"),
          arg("--alpha", type=float, default=None, help="Mann–Whitney U p-value threshold (0.002)"),
          arg("--retries", type=int, default=2, help="re-measure a suspect case this many times (2)"),
+         arg("--counts", metavar="COUNTS_BASELINE",
+             help="also the gate on counts: CONFIG counted under Callgrind against this baseline (a counting "
+                  "run, or a directory of them, one per tool-and-library version set)"),
+         arg("--counts-factor", type=float, default=None,
+             help="count ratio beyond which a case regresses (1.03)"),
          NO_PROGRESS)
 def cmd_regress(args) -> int:
-    from harness import gate
+    from harness import counts, gate, regression
     from harness.tables import compare_table, console
 
     if args.factor is None:
@@ -261,11 +361,28 @@ def cmd_regress(args) -> int:
     rule = _rule(args)
     if args.retries < 0:
         raise UsageError(f"--retries {args.retries}: must be >= 0")
-    result = gate.run_gate(args.baseline, args.config, rule, output=args.output, retries=args.retries,
-                           log=lambda text: print(text, file=sys.stderr))
+    counts_factor = args.counts_factor if args.counts_factor is not None else counts.DEFAULT_COUNT_FACTOR
+    try:
+        regression.Rule(counts_factor)
+    except ValueError:
+        raise UsageError(f"--counts-factor {counts_factor}: must be a finite number > 1") from None
+    log = lambda text: print(text, file=sys.stderr)  # noqa: E731
+    result = gate.run_gate(args.baseline, args.config, rule, output=args.output, retries=args.retries, log=log)
     console().print(compare_table(result.table, True))
     print(result.summary)
-    return EXIT_FINDINGS if result.failed else EXIT_OK
+    failed = result.failed
+    if args.counts:
+        from pathlib import Path
+
+        from harness.count_gate import run_count_gate
+
+        counted = run_count_gate(args.counts, args.config, counts_factor,
+                                 output=Path(args.output) if args.output else None, log=log)
+        if len(counted.table):
+            console().print(_count_compare_table(counted.table[counted.table["metric"] == "instructions"]))
+        print(counted.summary)
+        failed = failed or counted.failed
+    return EXIT_FINDINGS if failed else EXIT_OK
 
 
 # ---------------------------------------------------------------------- launch
@@ -377,6 +494,13 @@ def cmd_case(args) -> int:
     return EXIT_OK
 
 
+def cmd_count(args) -> int:
+    from harness.counting import child_main
+
+    child_main(sys.stdin.read())
+    return EXIT_OK
+
+
 # ---------------------------------------------------------------------- parser
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="scatterbench", description=__doc__.split("\n\n")[0])
@@ -388,9 +512,9 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument(*flags, **options)
         p.set_defaults(func=declared.run)
     # The isolated-case child: internal, so it is left out of the help's list.
-    hidden = sub.add_parser("_case")
-    hidden.set_defaults(func=cmd_case)
-    sub._choices_actions = [action for action in sub._choices_actions if action.dest != "_case"]
+    for name, run in (("_case", cmd_case), ("_count", cmd_count)):
+        sub.add_parser(name).set_defaults(func=run)
+    sub._choices_actions = [action for action in sub._choices_actions if action.dest not in ("_case", "_count")]
     return parser
 
 

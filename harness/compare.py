@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from harness import env, plugins, regression, store
+from harness import counts, env, plugins, regression, store
 from harness.errors import UsageError
 from harness.format import fmt_num, fmt_p, fmt_ratio, fmt_time, md_escape, params_label
 from impls.status import CORRECT
@@ -175,6 +175,81 @@ def compare_frames(base_rows, base_samples, new_rows, new_samples, rule=None, re
                           verdict=change.verdict, reference=used.get(case_id, ""))
         records.append(record)
     return pd.DataFrame.from_records(records)
+
+
+# ---------------------------------------------------------------- counts
+def compare_counts(base_dir, new_dir, metric: str, factor: float = counts.DEFAULT_COUNT_FACTOR) -> Comparison:
+    """Per case, the two runs' ``metric`` (a count per call, from
+    ``run --instrument callgrind``), their ratio and the count rule's
+    verdict (harness/counts.py). A run without that count is an error, not
+    a gate that passes: a timed run compared by count would judge nothing."""
+    if metric not in counts.METRICS:
+        raise UsageError(f"--metric {metric}: expected one of {', '.join(counts.METRICS)}")
+    base_meta, base_rows, _ = store.read_run(Path(base_dir))
+    new_meta, new_rows, _ = store.read_run(Path(new_dir))
+    if not set(base_rows["case_id"]) & set(new_rows["case_id"]):
+        raise UsageError(f"{base_dir} and {new_dir} have no case in common: nothing to compare")
+    for directory, rows in ((base_dir, base_rows), (new_dir, new_rows)):
+        if not rows[metric].notna().any():
+            raise UsageError(f"{directory}: no {metric} counts (a timed run?); count with "
+                             f"`scatterbench run CONFIG --instrument callgrind`")
+    warnings = []
+    base_versions, new_versions = base_meta.get("count_versions") or {}, new_meta.get("count_versions") or {}
+    differing = [f"{name} {base_versions.get(name)} vs {new_versions.get(name)}"
+                 for name in sorted(set(base_versions) | set(new_versions))
+                 if base_versions.get(name) != new_versions.get(name)]
+    if differing:
+        warnings.append(f"warning: {base_dir} and {new_dir} were counted with different versions "
+                        f"({', '.join(differing)}): counts change with them as much as with the code")
+    return Comparison(compare_count_frames(base_rows, new_rows, metric, factor), False, warnings)
+
+
+def compare_count_frames(base_rows: pd.DataFrame, new_rows: pd.DataFrame, metric: str,
+                         factor: float = counts.DEFAULT_COUNT_FACTOR) -> pd.DataFrame:
+    base, new = base_rows.set_index("case_id"), new_rows.set_index("case_id")
+    records = []
+    for case_id in list(base.index) + [c for c in new.index if c not in base.index]:
+        in_base, in_new = case_id in base.index, case_id in new.index
+        row = (base if in_base else new).loc[case_id]
+        record = {key: row[key] for key in CASE_KEY}
+        record.update(case_id=case_id, metric=metric, base_status=base.loc[case_id, "status"] if in_base else "",
+                      new_status=new.loc[case_id, "status"] if in_new else "", base_count=math.nan,
+                      new_count=math.nan, ratio=math.nan, factor=factor)
+        if not (in_base and in_new):
+            record["verdict"] = regression.ONLY_IN_BASE if in_base else regression.ONLY_IN_NEW
+        else:
+            record.update(base_count=float(base.loc[case_id, metric]), new_count=float(new.loc[case_id, metric]))
+            by_status = regression.status_change(record["base_status"], record["new_status"])
+            if by_status and by_status != regression.NOT_TIMED:
+                record["verdict"] = by_status
+            else:
+                record["ratio"], record["verdict"] = counts.count_verdict(record["base_count"], record["new_count"],
+                                                                          factor)
+        records.append(record)
+    return pd.DataFrame.from_records(records)
+
+
+def count_verdict_line(r) -> str:
+    """One line per judged case: the case, the metric, both counts, the ratio."""
+    where = f"{r['op']}/{r['strategy']} {r['device']} {r['dtype']} {params_label(r['params'])}"
+    if r["verdict"] in (regression.BROKEN, regression.FIXED):
+        return f"{r['verdict']}: {where}: status {r['base_status']} -> {r['new_status']}"
+    return (f"{r['verdict']}: {where}: {r['metric']} {counts.fmt_count(r['base_count'])} -> "
+            f"{counts.fmt_count(r['new_count'])} per call ({r['ratio']:.3f}x, factor {r['factor']:g})")
+
+
+def counts_markdown(table: pd.DataFrame) -> str:
+    metric = table["metric"].iloc[0] if len(table) else "count"
+    lines = [f"| op | strategy | device | dtype | params | base {metric} | new {metric} | ratio | verdict |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for _, r in table.iterrows():
+        verdict = f"**{r['verdict']}**" if r["verdict"] in regression.FAILING else r["verdict"]
+        cells = [md_escape(r["op"]), md_escape(r["strategy"]), r["device"], r["dtype"],
+                 md_escape(params_label(r["params"])), counts.fmt_count(r["base_count"]),
+                 counts.fmt_count(r["new_count"]), fmt_num(r["ratio"], 4, "×"), verdict]
+        lines.append("| " + " | ".join(cells) + " |")
+    lines += ["", counts_line(table)]
+    return "\n".join(lines)
 
 
 def regressed(table: pd.DataFrame) -> pd.DataFrame:

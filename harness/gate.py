@@ -112,10 +112,11 @@ def choose_baseline(path) -> BaselineChoice:
         f"`make baseline` stores one for this CPU"))
 
 
-def measure_baseline_at(commit: str, config_path, output: Path) -> Path:
+def measure_baseline_at(commit: str, config_path, output: Path, extra_args=()) -> Path:
     """Run ``config_path`` with the code of ``commit`` (its own copy of the
     config where it has one, so that it names only strategies that code
-    knows), in a subprocess on this machine, into ``output``."""
+    knows), in a subprocess on this machine, into ``output``; ``extra_args``
+    go to its ``run`` (the count gate's ``--instrument callgrind``)."""
     root = Path(__file__).resolve().parents[1]
     try:
         found = subprocess.run(["git", "cat-file", "-e", f"{commit}^{{commit}}"], cwd=root, capture_output=True,
@@ -143,8 +144,8 @@ def measure_baseline_at(commit: str, config_path, output: Path) -> Path:
     # The old code first on the path, ahead of an editable install of this checkout.
     child_env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(source), os.environ.get("PYTHONPATH")])))
     try:
-        done = subprocess.run([sys.executable, "-m", "harness", "run", str(config), "-o", str(output), "--no-progress"],
-                              cwd=source, env=child_env, stdout=subprocess.DEVNULL)  # errors go to stderr
+        done = subprocess.run([sys.executable, "-m", "harness", "run", str(config), "-o", str(output), "--no-progress",
+                               *extra_args], cwd=source, env=child_env, stdout=subprocess.DEVNULL)  # errors: stderr
     finally:
         shutil.rmtree(source, ignore_errors=True)
     if done.returncode != 0:

@@ -65,6 +65,9 @@ COLUMN_KINDS = (
     ("load_avg", "number"),  # the machine's 1-minute load average when the case finished
     ("extra", "text"),  # free-form JSON object: an operator's or backend's own measurements
     ("slow_start", "number"),  # leading samples dropped as a slow start (harness/timing.py)
+    # added within schema 2 (optional, so older directories read as before): per call, from
+    # `run --instrument callgrind` (harness/counts.py); a timed run leaves them empty
+    ("instructions", "number"), ("est_cycles", "number"),
 )
 COLUMNS = tuple(name for name, _ in COLUMN_KINDS)
 NUMERIC = tuple(name for name, kind in COLUMN_KINDS if kind == "number")

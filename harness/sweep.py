@@ -102,14 +102,16 @@ def _load_avg() -> float:
 def execute_case(case: Case, config: Config, run_id: str, ceiling_gbps: float,
                  ref: Reference | None = None, flush=None,
                  on_phase: Callable[[str], None] = lambda phase: None,
-                 gate: check.StrategyGate | None = None) -> CaseResult:
+                 gate: check.StrategyGate | None = None, measure=None) -> CaseResult:
     """Checks, then times one case. Never raises for a strategy's fault
     (``Interrupted`` and ``KeyboardInterrupt`` do propagate). ``flush``: the
     backend's cache flush for the device, made here unless the caller passes
     the one it keeps (an isolated case's child has none to pass). ``gate``:
     the run's adversarial check; a strategy that fails it is recorded with
     that failure and never timed (a strategy only interpreted on the device
-    is never timed, so it is not held up by it)."""
+    is never timed, so it is not held up by it). ``measure(run, backend,
+    device) -> row fields``, when given, measures the checked case instead of
+    the timer (the counting instrument, harness/counting.py)."""
     row = base_row(case, run_id, ceiling_gbps)
     strat = get_operator(case.op).strategies[case.strategy]
     backend = get_backend(strat.backend)
@@ -145,6 +147,9 @@ def execute_case(case: Case, config: Config, run_id: str, ceiling_gbps: float,
                 return finish(SKIPPED, f"checked under the {strat.backend} interpreter ({verdict.status}); "
                                        "not timed: the interpreter's speed is not the kernel's")
             on_phase(PHASE_TIME)
+            if measure is not None:
+                row.update(measure(tried.prepared.run, backend, case.device))
+                return finish(verdict.status, verdict.message)
             if flush is None:  # made only now: an unavailable backend's flush may not even import
                 flush = backend.cache_flush(case.device)
             timed = timing.time_call(tried.prepared.run, backend, case.device, config.timing, flush,
@@ -240,13 +245,14 @@ def strategy_key(case: Case) -> tuple[str, str, str, str]:
 
 def run_sweep(cases: list[Case], config: Config, writer, run_id: str, ceilings: dict,
               isolate: bool = False, on_case=None, on_phase=None,
-              gate: check.StrategyGate | None = None, isolate_keys=frozenset()) -> list[dict]:
+              gate: check.StrategyGate | None = None, isolate_keys=frozenset(), measure=None) -> list[dict]:
     """Runs ``cases`` in order, appending each finished case to ``writer``;
     each strategy passes ``gate`` (the run's adversarial check, made here
     unless the caller keeps its own) before its first case is timed. Each
     case is recorded in flight before it starts; a case whose
     ``strategy_key`` is in ``isolate_keys`` (one that crashed the run before)
-    runs in its own process even without ``isolate``."""
+    runs in its own process even without ``isolate``. ``measure``: see
+    ``execute_case``."""
     rows = []
     current_group, ref, flushes = None, None, {}
     gate = gate if gate is not None else check.StrategyGate(config.seed, config.timing.timeout_s)
@@ -273,7 +279,7 @@ def run_sweep(cases: list[Case], config: Config, writer, run_id: str, ceilings: 
             key = (backend.name, case.device)
             if key not in flushes:
                 flushes[key] = backend.cache_flush(case.device)
-            result = execute_case(case, config, run_id, ceiling, ref, flushes[key], on_phase, gate)
+            result = execute_case(case, config, run_id, ceiling, ref, flushes[key], on_phase, gate, measure)
         writer.append(result.row, result.samples_s)
         rows.append(result.row)
         if on_case:

@@ -1,0 +1,283 @@
+"""The counting instrument (`run --instrument callgrind`), compare by count
+and the count gate of `make regress`.
+
+The slow tests share the Callgrind runs they can (session-scoped): a baseline
+and an A/A repeat, counted side by side while two CPU hogs run. Then two
+gates, each counting a planted change: 5 % more real work in a test strategy
+(caught by the count gate, and only it) with a 3x sleep in another (caught by
+the wall-time gate, and not by counts), and 10 % more work."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from harness import compare, count_gate, counting, counts, regression, store
+from harness.config import Case, expand, load_config
+from harness.errors import ResultError, UsageError
+
+ROOT = Path(__file__).parents[2]
+PLUGINS = ROOT / "tests" / "plugins"
+PROBE = "probe_channel_steps"
+# C=20: 5 % more work is one more channel step of the probe. Big enough that what still
+# varies between two runs (a few hundred L1 misses a call, as allocations land elsewhere) stays
+# well under 0.1 % of a count; numba_fused exercises numba's cache.
+CONFIG = """
+name: counting-test
+timing: TIMING
+threads: {torch: 1, blas: 1, numba: 1}
+benchmarks:
+  - op: dispersion
+    strategies: [seed_loop, numpy_loop, numba_fused, probe_channel_steps]
+    params: {B: 2, C: 20, H: 256, W: 128, S: 2}
+"""
+BASELINE_TIMING = "{min_samples: 100, budget_s: 1.0, warmup_s: 0.05, timeout_s: 120}"  # as tests/harness/test_gate.py
+GATE_TIMING = "{min_samples: 20, budget_s: 0.1, warmup_s: 0.01, timeout_s: 120}"
+needs_valgrind = pytest.mark.skipif(counting.unavailable() is not None,
+                                    reason=f"no counts here: {counting.unavailable()}")
+
+
+def scatterbench(*args, **env_vars) -> subprocess.CompletedProcess:
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(PLUGINS), str(ROOT)]),
+               SCATTERBENCH_PLUGINS="counting_probe", COLUMNS="200", **env_vars)
+    return subprocess.run([sys.executable, "-m", "harness", *map(str, args)], capture_output=True, text=True,
+                          env=env, timeout=900)
+
+
+def hog() -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-c", "while True: pass"])
+
+
+@pytest.fixture(scope="session")
+def counted(tmp_path_factory):
+    """The test config; its counts baseline and an A/A repeat, counted at once
+    while two CPU hogs run (counts do not depend on load); a wall-time baseline."""
+    if counting.unavailable():
+        pytest.skip(counting.unavailable())
+    root = tmp_path_factory.mktemp("counting")
+    config, baseline_config = root / "counting.yaml", root / "baseline.yaml"
+    config.write_text(CONFIG.replace("TIMING", GATE_TIMING))
+    baseline_config.write_text(CONFIG.replace("TIMING", BASELINE_TIMING))
+    hogs = [hog(), hog()]
+    try:
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(PLUGINS), str(ROOT)]),
+                   SCATTERBENCH_PLUGINS="counting_probe")
+        runs = [subprocess.Popen([sys.executable, "-m", "harness", "run", str(config), "--instrument", "callgrind",
+                                  "-o", str(root / name), "--no-progress"], stdout=subprocess.PIPE,
+                                 stderr=subprocess.PIPE, text=True, env=env) for name in ("base", "again")]
+        outputs = [run.communicate(timeout=900) for run in runs]
+        load = os.getloadavg()[0]
+    finally:
+        for process in hogs:
+            process.kill()
+            process.wait()
+    for run, (out, err) in zip(runs, outputs):
+        assert run.returncode == 0, out[-2000:] + err[-2000:]
+    wall = scatterbench("run", baseline_config, "-o", root / "wall-base", "--no-progress")
+    assert wall.returncode == 0, wall.stderr[-2000:]
+    return {"root": root, "config": config, "base": root / "base", "again": root / "again",
+            "wall": root / "wall-base", "load": load}
+
+
+# ------------------------------------------------------------ with Callgrind
+@pytest.mark.slow
+@needs_valgrind
+def test_two_counting_runs_under_load_agree_within_a_thousandth(counted):
+    assert counted["load"] >= 2  # the hogs and the two runs were on the 2 cores together
+    rows = store.read_rows(counted["base"]).set_index("strategy")
+    assert set(rows["status"]) == {"ok"} and rows["instructions"].gt(0).all() and rows["est_cycles"].gt(0).all()
+    meta = store.read_meta(counted["base"])
+    assert meta["instrument"] == "callgrind" and meta["threads"] == {"torch": 1, "blas": 1, "numba": 1}
+    assert set(meta["count_versions"]) == {"valgrind", "python", "numpy", "torch", "numba", "glibc"}
+    for name in rows.index:  # each case's own dump, for callgrind_annotate
+        assert (counted["base"] / json.loads(rows.loc[name, "extra"])["callgrind_dump"]).is_file()
+    for metric in counts.METRICS:
+        done = scatterbench("compare", counted["base"], counted["again"], "--metric", metric, "--format", "json")
+        assert done.returncode == 0, done.stdout + done.stderr
+        cases = json.loads(done.stdout)["cases"]
+        assert {case["verdict"] for case in cases} == {"same"} and len(cases) == 4
+        worst = max(abs(case["ratio"] - 1) for case in cases)
+        assert worst < 1e-3, (metric, [(case["strategy"], case["ratio"]) for case in cases])
+
+
+@pytest.mark.slow
+@needs_valgrind
+def test_the_gates_catch_5_percent_more_work_by_counts_and_a_3x_sleep_by_wall_time(counted):
+    out = counted["root"] / "gate-5"
+    done = scatterbench("regress", counted["wall"], counted["config"], "--counts", counted["base"], "-o", out,
+                        "--no-progress", SCATTERBENCH_PROBE_EXTRA_PCT="5",
+                        SCATTERBENCH_PROBE_SLEEP="dispersion/numpy_loop:3")
+    assert done.returncode == 1, done.stdout[-3000:] + done.stderr[-3000:]
+    lines = done.stdout.splitlines()
+    count_fails = [line for line in lines if line.startswith("FAIL regressed: ")]
+    assert count_fails and all(f"dispersion/{PROBE} " in line for line in count_fails), count_fails
+    assert any(" instructions " in line for line in count_fails)
+    assert "FAIL dispersion/numpy_loop" in done.stdout  # the wall-time gate saw the sleep
+    assert "FAIL dispersion/probe" not in done.stdout  # ... and not 5 % more work
+    by_count = compare.compare_counts(counted["base"], out / "counts-run", "instructions").table.set_index("strategy")
+    assert by_count.loc[PROBE, "ratio"] == pytest.approx(1.05, abs=0.01)
+    assert by_count.loc["numpy_loop", "verdict"] == "same"  # a sleep costs no instructions
+    assert (by_count.drop(index=PROBE)["ratio"] - 1).abs().max() < 1e-3
+
+
+@pytest.mark.slow
+@needs_valgrind
+def test_a_counted_strategy_10_percent_slower_fails_make_regress_in_one_line(counted):
+    done = scatterbench("regress", counted["wall"], counted["config"], "--counts", counted["base"],
+                        "-o", counted["root"] / "gate-10", "--no-progress", SCATTERBENCH_PROBE_EXTRA_PCT="10")
+    assert done.returncode == 1, done.stdout[-3000:] + done.stderr[-3000:]
+    fail = next(line for line in done.stdout.splitlines() if line.startswith("FAIL regressed: ") and "instructions" in line)
+    assert f"dispersion/{PROBE} cpu float32" in fail and " -> " in fail and "factor 1.03" in fail
+    base, new = (float(text.replace(",", "")) for text in fail.split("instructions ")[1].split(" per call")[0].split(" -> "))
+    ratio = float(fail.split("per call (")[1].split("x")[0])
+    assert ratio == pytest.approx(new / base, rel=1e-3) and 1.08 < ratio < 1.12
+    assert not any(line.startswith("FAIL ") and PROBE not in line for line in done.stdout.splitlines())
+
+
+# ------------------------------------------------------------------- without
+def test_dump_totals_are_read_with_trailing_zeros_left_out(tmp_path):
+    dump = tmp_path / "callgrind.out.1"
+    dump.write_text("# callgrind format\nversion: 1\nevents: Ir Dr Dw I1mr D1mr D1mw ILmr DLmr DLmw\n"
+                    "summary: 18446744073709377075 1\n\nfn=(1) f\n5 300\n\ntotals: 3000 900 600 30 20 10 3 2\n")
+    events = counts.read_dump(dump)
+    assert events == {"Ir": 3000, "Dr": 900, "Dw": 600, "I1mr": 30, "D1mr": 20, "D1mw": 10, "ILmr": 3, "DLmr": 2,
+                      "DLmw": 0}
+    per_call = counts.per_call(events, 3)
+    assert per_call["instructions"] == 1000
+    assert per_call["est_cycles"] == pytest.approx((3000 + 10 * 60 + 100 * 5) / 3)
+    dump.write_text("events: Ir\nsummary: 5\n")  # cut off before its totals
+    with pytest.raises(counts.DumpError, match="no events header or totals line"):
+        counts.read_dump(dump)
+    with pytest.raises(counts.DumpError, match="without --cache-sim=yes"):
+        counts.est_cycles({"Ir": 10})
+
+
+@pytest.mark.parametrize("new, verdict", [(1031, "regressed"), (1029, "same"), (971, "same"), (970, "improved"),
+                                          (float("nan"), "not counted")])
+def test_the_count_rule_is_the_factor_alone(new, verdict):
+    assert counts.count_verdict(1000.0, new)[1] == verdict
+
+
+def _rows(values: dict, status: dict | None = None) -> pd.DataFrame:
+    records = []
+    for name, value in values.items():
+        case = Case("dispersion", name, "cpu", "float32", (("B", 1),))
+        records.append({"case_id": case.case_id, "op": case.op, "strategy": name, "device": "cpu",
+                        "dtype": "float32", "params": case.params_json, "status": (status or {}).get(name, "ok"),
+                        "instructions": value, "est_cycles": 2 * value})
+    return pd.DataFrame.from_records(records)
+
+
+def test_compare_by_count_judges_each_case_and_says_it_in_one_line():
+    base = _rows({"a": 1000.0, "b": 2000.0, "c": 500.0, "gone": 10.0})
+    new = _rows({"a": 1050.0, "b": 2001.0, "c": 500.0, "added": 7.0}, status={"c": "mismatch"})
+    table = compare.compare_count_frames(base, new, "instructions").set_index("strategy")
+    assert table["verdict"].to_dict() == {"a": "regressed", "b": "same", "c": "broken", "gone": "only in base",
+                                          "added": "only in new"}
+    line = compare.count_verdict_line(table.reset_index().iloc[0])
+    assert line == "regressed: dispersion/a cpu float32 B=1: instructions 1,000 -> 1,050 per call (1.050x, factor 1.03)"
+    assert list(compare.regressed(table)["verdict"]) == ["regressed", "broken"]
+
+
+def _counting_run(directory: Path, values: dict, versions: dict | None = None, commit: str | None = None,
+                  start: str = "2026-01-01T00:00:00") -> Path:
+    directory.mkdir(parents=True)
+    meta = {"schema_version": 2, "run_id": directory.name, "start_time": start, "git_commit": commit,
+            "instrument": "callgrind", "count_versions": versions or counting.count_versions()}
+    (directory / "meta.json").write_text(json.dumps(meta))
+    frame = _rows(values)
+    frame["run_id"] = directory.name
+    frame.reindex(columns=store.COLUMNS).to_csv(directory / "rows.csv", index=False)
+    return directory
+
+
+def test_compare_by_count_refuses_a_timed_run_and_time_only_options(tmp_path):
+    counted_run = _counting_run(tmp_path / "counted", {"a": 1000.0})
+    timed = _counting_run(tmp_path / "timed", {"a": float("nan")})
+    with pytest.raises(UsageError, match="timed.*no est_cycles counts"):
+        compare.compare_counts(counted_run, timed, "est_cycles")
+    done = scatterbench("compare", counted_run, counted_run, "--metric", "instructions", "--normalise")
+    assert done.returncode == 2 and done.stderr.strip().endswith(
+        "--normalise: applies to times; counts (--metric instructions) are compared as they are")
+    done = scatterbench("compare", counted_run, counted_run, "--metric", "instructions", "--factor", "0.9")
+    assert done.returncode == 2 and "--factor 0.9" in done.stderr
+    slower = _counting_run(tmp_path / "slower", {"a": 1040.0})
+    done = scatterbench("compare", counted_run, slower, "--metric", "instructions")
+    assert done.returncode == 1
+    assert "regressed: dispersion/a cpu float32 B=1: instructions 1,000 -> 1,040 per call" in done.stdout
+    assert scatterbench("compare", counted_run, slower, "--metric", "instructions", "--factor", "1.05").returncode == 0
+
+
+def test_compare_by_count_warns_when_the_versions_differ(tmp_path):
+    base = _counting_run(tmp_path / "base", {"a": 1000.0}, {**counting.count_versions(), "numpy": "1.0"})
+    new = _counting_run(tmp_path / "new", {"a": 1000.0})
+    warnings = compare.compare_counts(base, new, "instructions").warnings
+    assert len(warnings) == 1 and "numpy 1.0 vs" in warnings[0]
+
+
+def test_the_counts_baseline_is_chosen_by_version_set_or_counted_from_its_commit(tmp_path):
+    here = counting.count_versions()
+    _counting_run(tmp_path / "stored" / "older", {"a": 1.0}, {**here, "torch": "0.1"}, "aaaa", "2026-01-01T00:00:00")
+    same = _counting_run(tmp_path / "stored" / "same", {"a": 1.0}, here, "bbbb", "2026-02-01T00:00:00")
+    assert count_gate.choose_counts_baseline(tmp_path / "stored", here).run == same
+    other = {**here, "numpy": "9.9"}
+    choice = count_gate.choose_counts_baseline(tmp_path / "stored", other)
+    assert choice.run == same and choice.commit == "bbbb"
+    assert f"numpy {here['numpy']} (here 9.9)" in choice.line and "counting one here from commit bbbb" in choice.line
+    _counting_run(tmp_path / "nocommit" / "only", {"a": 1.0}, here)
+    with pytest.raises(ResultError, match="records no git commit"):
+        count_gate.choose_counts_baseline(tmp_path / "nocommit", other)
+
+
+def test_the_count_gate_is_skipped_in_one_line_where_valgrind_is_missing(tmp_path, monkeypatch):
+    monkeypatch.setenv("PATH", str(tmp_path))
+    lines = []
+    result = count_gate.run_count_gate(tmp_path / "none", ROOT / "configs" / "quick.yaml", log=lines.append)
+    assert not result.failed and result.table.empty
+    assert lines == [result.summary] and result.summary.startswith(
+        "regress: count gate skipped: valgrind is not installed")
+
+
+def test_gpu_and_interpreted_cases_are_skipped_with_their_reason():
+    assert "not done there" in counting.not_counted(Case("dispersion", "seed_loop", "cuda", "float32", ()))
+    interpreted = counting.not_counted(Case("dispersion", "triton_fused", "cpu", "float32", ()))
+    assert "interpreter" in interpreted
+    assert counting.not_counted(Case("dispersion", "seed_loop", "cpu", "float32", ())) is None
+
+
+def test_counting_refuses_isolate_and_report(tmp_path):
+    for flag in ("--isolate", "--report"):
+        done = scatterbench("run", ROOT / "configs" / "quick.yaml", "--instrument", "callgrind", flag,
+                            "-o", tmp_path / flag.strip("-"))
+        assert done.returncode == 2 and f"drop {flag}" in done.stderr
+
+
+@pytest.mark.parametrize("baseline", sorted(path.name for path in (ROOT / "baselines" / "counts").iterdir()))
+def test_each_committed_counts_baseline_counts_every_case_of_the_quick_config_as_counting_does_now(baseline):
+    """The count gate runs configs/quick.yaml; a baseline without one of its
+    cases leaves it ungated, and one counted with other settings (calls,
+    simulated caches, allocator) would differ for that reason alone."""
+    directory = ROOT / "baselines" / "counts" / baseline
+    meta = store.read_meta(directory)
+    assert baseline == count_gate.versions_slug(meta["count_versions"])
+    assert meta["count_settings"] == json.loads(json.dumps(counting.settings()))
+    rows = store.read_rows(directory)
+    counted_ok = set(rows.loc[(rows["status"] == "ok") & rows["instructions"].gt(0), "case_id"])
+    assert {case.case_id for case in expand(load_config(ROOT / "configs" / "quick.yaml"))} - counted_ok == set()
+    assert not (directory / counting.DUMP_DIR).exists()  # the dumps stay out of git
+
+
+
+def test_a_timed_run_is_not_resumed_by_counting(tmp_path):
+    config = ROOT / "configs" / "quick.yaml"
+    timed = _counting_run(tmp_path / "timed", {"a": float("nan")})
+    meta = json.loads((timed / "meta.json").read_text())
+    meta.pop("instrument")
+    meta["config"] = load_config(config).model_dump()
+    (timed / "meta.json").write_text(json.dumps(meta))
+    done = scatterbench("run", config, "--instrument", "callgrind", "--resume", timed)
+    assert done.returncode == 2 and "that run was timed; resume it the same way" in done.stderr
