@@ -346,6 +346,14 @@ class _RowPrinter:
                  for key, value in row.items()}
         _emit({"event": "row", "case_id": row["case_id"], "row": clean})
 
+    # The parent, not the counting child, keeps the run's directory: a case the
+    # child dies in is the parent's to record (a missing row), so nothing is marked here.
+    def begin_case(self, case: dict) -> None:
+        pass
+
+    def end_case(self) -> None:
+        pass
+
 
 def _emit(event: dict) -> None:
     print(ROW_MARK + json.dumps(event, default=str), flush=True)
