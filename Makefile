@@ -78,7 +78,7 @@ dashboard: $(STAMP)
 # COUNTS_FACTOR (see README: "Regression gate" and "Counts").
 REGRESS_FACTOR ?= 2.0
 COUNTS_FACTOR ?= 1.03
-COUNTS_BASELINE ?= baselines/counts
+COUNTS_BASELINE ?= results/baseline-counts
 regress: $(STAMP)
 	@$(VALGRIND_SETUP)
 	@rm -rf $(VENV)/regress-new

@@ -8,8 +8,8 @@ to re-measure and no statistical test: the factor alone decides.
 Counts depend on the code and on the tool-and-library versions (valgrind,
 python, numpy, torch, numba, glibc), not on the machine (counting.py pins
 the simulated CPU and caches). So the committed baselines are kept one per
-version set (``baselines/counts/<versions>``: outside ``results/``, which the
-dashboard reads as timed history), and the gate takes the
+version set (``results/baseline-counts/<versions>``; the dashboard reads
+their count columns like any other run's), and the gate takes the
 one counted with exactly this machine's versions. Without one, it counts a
 baseline here and now from the code of the commit the newest stored baseline
 was counted at (``gate.measure_baseline_at``, as the wall-time gate does for

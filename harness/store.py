@@ -40,7 +40,7 @@ from harness.stats import STAT_COLUMNS
 from impls.backends import LEGACY_THREAD_KEYS
 from impls.status import STATUSES
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 META, ROWS, SAMPLES, LOCK = "meta.json", "rows.csv", "samples.jsonl", ".lock"
 # The case being measured, written before it starts and removed once its row is
 # written: what a run that died without a word (a segfault without --isolate,
@@ -65,8 +65,8 @@ COLUMN_KINDS = (
     ("load_avg", "number"),  # the machine's 1-minute load average when the case finished
     ("extra", "text"),  # free-form JSON object: an operator's or backend's own measurements
     ("slow_start", "number"),  # leading samples dropped as a slow start (harness/timing.py)
-    # added within schema 2 (optional, so older directories read as before): per call, from
-    # `run --instrument callgrind` (harness/counts.py); a timed run leaves them empty
+    # schema 4: per call, from `run --instrument callgrind` (harness/counts.py); a timed run
+    # leaves them empty
     ("instructions", "number"), ("est_cycles", "number"),
 )
 COLUMNS = tuple(name for name, _ in COLUMN_KINDS)
@@ -76,6 +76,7 @@ NUMERIC = tuple(name for name, kind in COLUMN_KINDS if kind == "number")
 COLUMNS_ADDED = {
     2: ("host_s", "xcheck_s", "load_avg", "extra", "slow_start"),
     3: ("q1_s", "q3_s", "p10_s", "max_s"),
+    4: ("instructions", "est_cycles"),
 }
 
 
@@ -101,7 +102,13 @@ def update_to_3(meta: dict, rows: pd.DataFrame | None):
     return meta, _with_columns(rows, COLUMNS_ADDED[3])
 
 
-MIGRATIONS = {2: update_to_2, 3: update_to_3}
+def update_to_4(meta: dict, rows: pd.DataFrame | None):
+    """Schema 4 added the Callgrind counts, instructions and est_cycles per
+    call: a run before them did not count (empty)."""
+    return meta, _with_columns(rows, COLUMNS_ADDED[4])
+
+
+MIGRATIONS = {2: update_to_2, 3: update_to_3, 4: update_to_4}
 
 
 def _with_columns(rows: pd.DataFrame | None, columns) -> pd.DataFrame | None:

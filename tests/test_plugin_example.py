@@ -1,5 +1,5 @@
 """docs/PLUGINS.md's worked example, run as its reader would: the plugin
-(examples/plugin_avgpool2d.py, named by its file path) passes `check` and
+(docs/examples/plugin_avgpool2d.py, named by its file path) passes `check` and
 `run`; its run records the plugin, and `python report.py DIR` builds the same
 report as `run --report`, or says what it lacks without the plugin; and every
 Python block of the guide is an excerpt of the plugin, so it cannot go stale."""
@@ -20,12 +20,12 @@ from harness.store import read_meta, read_rows
 pytestmark = pytest.mark.slow  # subprocesses and a sweep: `make test` runs them, `make test-fast` does not
 
 ROOT = Path(__file__).parents[1]
-PLUGIN = ROOT / "examples" / "plugin_avgpool2d.py"
-CONFIG = "examples/avgpool2d.yaml"  # as the guide types it (commands run in the project root)
+PLUGIN = ROOT / "docs" / "examples" / "plugin_avgpool2d.py"
+CONFIG = "docs/examples/avgpool2d.yaml"  # as the guide types it (commands run in the project root)
 GUIDE = ROOT / "docs" / "PLUGINS.md"
 
 
-def command(*args, plugins="examples/plugin_avgpool2d.py"):
+def command(*args, plugins="docs/examples/plugin_avgpool2d.py"):
     environment = dict(os.environ, SCATTERBENCH_PLUGINS=plugins)
     return subprocess.run([sys.executable, *map(str, args)], capture_output=True, text=True, env=environment,
                           timeout=900, cwd=ROOT)
@@ -66,8 +66,8 @@ def test_the_run_records_its_plugin_and_how_to_reproduce_it(example):
     assert read_meta(root / "run")["plugins"] == [
         {"module": "plugin_avgpool2d", "file": str(PLUGIN.resolve()), "sha256": sha256(PLUGIN)}]
     report = (root / "run" / "report" / "report.md").read_text()
-    assert "make venv && SCATTERBENCH_PLUGINS=examples/plugin_avgpool2d.py .venv/bin/python -m harness run " \
-           "examples/avgpool2d.yaml" in report
+    assert "make venv && SCATTERBENCH_PLUGINS=docs/examples/plugin_avgpool2d.py .venv/bin/python -m harness run " \
+           "docs/examples/avgpool2d.yaml" in report
 
 
 def test_report_py_alone_builds_the_same_report_as_run_report(example):

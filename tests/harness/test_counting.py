@@ -256,12 +256,12 @@ def test_counting_refuses_isolate_and_report(tmp_path):
         assert done.returncode == 2 and f"drop {flag}" in done.stderr
 
 
-@pytest.mark.parametrize("baseline", sorted(path.name for path in (ROOT / "baselines" / "counts").iterdir()))
+@pytest.mark.parametrize("baseline", sorted(path.name for path in (ROOT / "results" / "baseline-counts").iterdir()))
 def test_each_committed_counts_baseline_counts_every_case_of_the_quick_config_as_counting_does_now(baseline):
     """The count gate runs configs/quick.yaml; a baseline without one of its
     cases leaves it ungated, and one counted with other settings (calls,
     simulated caches, allocator) would differ for that reason alone."""
-    directory = ROOT / "baselines" / "counts" / baseline
+    directory = ROOT / "results" / "baseline-counts" / baseline
     meta = store.read_meta(directory)
     assert baseline == count_gate.versions_slug(meta["count_versions"])
     assert meta["count_settings"] == json.loads(json.dumps(counting.settings()))

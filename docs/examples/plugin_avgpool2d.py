@@ -4,7 +4,7 @@ The worked example of docs/PLUGINS.md: a new operator with its oracle,
 generator, bytes formula, comparison and three strategies, and one more
 strategy for an existing operator (maxpool2d). Loaded with
 
-    SCATTERBENCH_PLUGINS=examples/plugin_avgpool2d.py scatterbench check examples/avgpool2d.yaml
+    SCATTERBENCH_PLUGINS=docs/examples/plugin_avgpool2d.py scatterbench check docs/examples/avgpool2d.yaml
 
 in:  x (N, C, H, W) float.
 out: (N, C, H//k, W//k), x's dtype: the mean of each window. Rows and
