@@ -137,7 +137,7 @@ MAX_UNSTABLE_SHARE = 0.25
 def unfit_reasons(base_meta: dict, base_rows: pd.DataFrame, new_meta: dict, new_rows: pd.DataFrame,
                   metric: str = "time") -> list[str]:
     """Why the change between two runs cannot be judged on ``metric``
-    ("time", or one of regression.COUNT_METRICS), as short phrases; empty
+    ("time", or one of counts.METRICS), as short phrases; empty
     when both runs are fit. What the dashboard asks of a pair of stored runs
     before it calls a change red, since it cannot re-measure as the CI gate does.
 
@@ -146,14 +146,14 @@ def unfit_reasons(base_meta: dict, base_rows: pd.DataFrame, new_meta: dict, new_
     or when any case finished; a run that recorded none is not known to be
     quiet) and neither with more than MAX_UNSTABLE_SHARE of its timed cases
     unstable. Counts do not see load: they are judged between runs on the
-    same CPU with the same library versions. ``*_rows``: the runs' rows
+    same CPU counted with the same tool-and-library versions (``count_versions``). ``*_rows``: the runs' rows
     (status, median_s, iqr_s, load_avg)."""
     reasons = []
     if not env.same_machine(base_meta, new_meta):
         labels = env.machine_label(base_meta), env.machine_label(new_meta)
         reasons.append("different CPU" + (f" ({labels[0]} → {labels[1]})" if labels[0] != labels[1] else ""))
     if metric != "time":
-        base_versions, new_versions = base_meta.get("versions") or {}, new_meta.get("versions") or {}
+        base_versions, new_versions = base_meta.get("count_versions") or {}, new_meta.get("count_versions") or {}
         changed = [f"{name} {base_versions.get(name)} → {new_versions.get(name)}"
                    for name in sorted(set(base_versions) | set(new_versions))
                    if base_versions.get(name) != new_versions.get(name)]

@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from harness import analysis, history, regression, store
+from harness import analysis, counts, history, regression, store
 from harness.format import fmt_p, fmt_ratio, fmt_time, ordered_params, params_label, slug
 
 ASSETS = Path(__file__).with_name("dashboard_assets")
@@ -202,20 +202,20 @@ def case_data(group: pd.DataFrame, changes: pd.DataFrame, title: str, colours: d
     """A case's chart: x the runs that measured it, a series per strategy
     (median, IQR as % of it, counts), and marks where a rule failed a change."""
     op = group["op"].iloc[0]
-    counts = [name for name in regression.COUNT_METRICS if name in group and group[name].notna().any()]
+    counted = [name for name in counts.METRICS if name in group and group[name].notna().any()]
     group = group.assign(iqr_pct=100 * group["iqr_s"] / group["median_s"].where(group["median_s"] > 0))
-    table = group.pivot(index="run", columns="strategy", values=["median_s", "iqr_pct"] + counts)
+    table = group.pivot(index="run", columns="strategy", values=["median_s", "iqr_pct"] + counted)
     x = [int(run) for run in table.index]
     names = sorted(group["strategy"].unique())
     series = []
     for name in names:
         entry = {"name": name, "colour": colours[f"{op}/{name}"], "y": _short(table[("median_s", name)]),
                  "iqr": _short(table[("iqr_pct", name)])}
-        for metric in counts:
+        for metric in counted:
             entry[metric] = _short(table[(metric, name)])
         series.append(entry)
     position = {run: index for index, run in enumerate(x)}
-    marks, count_marks = [], {metric: [] for metric in counts}
+    marks, count_marks = [], {metric: [] for metric in counted}
     marked = changes[changes["mark"] != ""]
     for strategy, run, kind, metric, why in zip(marked["strategy"], marked["run"], marked["mark"], marked["metric"],
                                                 marked["why"]):
@@ -223,7 +223,7 @@ def case_data(group: pd.DataFrame, changes: pd.DataFrame, title: str, colours: d
         (marks if metric == history.TIME else count_marks[metric]).append(mark)
     machine = sorted({position[run] for run in changes.loc[changes["machine_changed"], "run"]})
     return {"title": title, "x": x, "series": series, "marks": marks, "count_marks": count_marks,
-            "machine": machine, "counts": counts}
+            "machine": machine, "counts": counted}
 
 
 # ------------------------------------------------------------------ pages
@@ -272,17 +272,17 @@ def rule_text(rule: regression.Rule) -> str:
             f"and its confirmation (against the other strategies of its case, the median over them, more than "
             f"{rule.factor:g}× its base run's ratio), on the stored run where the gate re-measures; or a correct "
             f"case started failing its check; or an instruction count, where runs have them, grew past "
-            f"{100 * (regression.COUNT_FACTOR - 1):.0f} %. And only between two runs fit to judge: the same CPU, "
-            f"each run's peak 1-minute load below its core count and at most "
-            f"{100 * analysis.MAX_UNSTABLE_SHARE:.0f} % of its cases unstable (counts: the same CPU and library "
-            f"versions). A change failed between runs not fit to judge is listed in grey, not judged, with the "
-            f"reason; one across a change of the strategy's source is marked as such.")
+            f"{100 * (counts.DEFAULT_COUNT_FACTOR - 1):.0f} % (the count gate's factor). And only between two runs "
+            f"fit to judge: the same CPU, each run's peak 1-minute load below its core count and at most "
+            f"{100 * analysis.MAX_UNSTABLE_SHARE:.0f} % of its cases unstable (counts: the same CPU and "
+            f"tool-and-library versions). A change failed between runs not fit to judge is listed in grey, not "
+            f"judged, with the reason; one across a change of the strategy's source is marked as such.")
 
 
 def pairs_text(pairs: pd.DataFrame) -> str:
     unfit = pairs[pairs[f"reasons_{history.TIME}"].map(bool)]
-    counts = history.reason_counts(pairs)
-    reasons = ", ".join(f"{count} {html.escape(kind)}" for kind, count in counts.items())
+    by_kind = history.reason_counts(pairs)
+    reasons = ", ".join(f"{count} {html.escape(kind)}" for kind, count in by_kind.items())
     return (f"<p id='pairs'>{len(pairs)} pairs of consecutive runs; {len(pairs) - len(unfit)} judged, "
             f"<span class='not-judged'>{len(unfit)} not judged</span>"
             + (f" ({reasons}; a pair can have several reasons)" if len(unfit) else "") + ".</p>")
@@ -298,7 +298,7 @@ def overview(cases: pd.DataFrame, changes: pd.DataFrame) -> list[str]:
     unstable = int(latest["unstable"].sum())
     recent = ordered.groupby("case_id", sort=False).tail(TREND_RUNS)
     trends = recent.groupby("case_id", sort=False)["median_s"].agg(list)
-    counts = cases.groupby("case_id").size()
+    measured = cases.groupby("case_id").size()
     body = [f"<p class='unstable-legend'>{UNSTABLE_MARK} unstable: the latest run's IQR exceeds "
             f"{100 * analysis.UNSTABLE_REL_IQR:.0f} % of its median (the threshold at which torch.utils.benchmark "
             f"warns): the machine was busy or the case is noisy, so its value and trend are uncertain. "
@@ -322,8 +322,8 @@ def overview(cases: pd.DataFrame, changes: pd.DataFrame) -> list[str]:
                             f"<td>{esc(row.strategy)}</td><td>{esc(params_label(row.params))}</td>"
                             f"<td>{esc(row.device)}</td><td>{esc(row.dtype)}</td><td>{esc(row.machine)}</td>{cell}"
                             f"<td>{esc(row.status)}</td><td class='num'>{esc(versus)}</td>"
-                            f"<td>{esc(sparkline(trends[row.case_id]))}</td><td class='num'>{counts[row.case_id]}</td>"
-                            "</tr>"))
+                            f"<td>{esc(sparkline(trends[row.case_id]))}</td>"
+                            f"<td class='num'>{measured[row.case_id]}</td></tr>"))
     body += [text for _, text in sorted(rows, key=lambda item: item[0])] + ["</table>"]
     return body
 
@@ -361,10 +361,10 @@ def op_page(op: str, groups: list[tuple[str, str]], changes: pd.DataFrame, runs:
             "not judged; blue squares: the strategy's source changed; dashed lines: another CPU than the run "
             "before. Hover for the run.</p>"]
     scripts = ["assets/uPlot.iife.min.js", "assets/dashboard.js", "data/runs.js"]
-    for stem, title, counts in groups:
+    for stem, title, metrics in groups:
         body.append(f"<h2 id='{esc(stem)}'>{esc(title)}</h2><div class='chart' data-case='{esc(stem)}'></div>")
         body += [f"<h3>{esc(metric)} per call (Callgrind)</h3>"
-                 f"<div class='chart' data-case='{esc(stem)}' data-metric='{esc(metric)}'></div>" for metric in counts]
+                 f"<div class='chart' data-case='{esc(stem)}' data-metric='{esc(metric)}'></div>" for metric in metrics]
         scripts.append(f"data/cases/{stem}.js")
     head = "<link rel='stylesheet' href='assets/uPlot.min.css'>" + "".join(
         f"<script src='{esc(src)}'></script>" for src in scripts)

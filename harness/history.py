@@ -7,7 +7,7 @@ its screen, normalised to each operator's reference on 10th percentiles
 with the Mann–Whitney test, then its confirmation against the other
 strategies of the case, `gate.partner_change`, on the stored new run
 instead of a re-measurement) and, where both runs counted instructions, by
-the count rule (`regression.COUNT_FACTOR`). It is *red* only when that fails
+the count gate's rule (`counts.count_verdict`). It is *red* only when that fails
 it and `analysis.unfit_reasons` finds nothing against the pair of runs; a
 change failed between runs that were not fit (load, unstable share, another
 CPU) is *not judged*, with the reasons; a change across a new ``source`` of
@@ -34,7 +34,7 @@ import numpy as np
 import pandas as pd
 from pandas.api.types import union_categoricals
 
-from harness import analysis, compare, env, gate, regression, store, summary
+from harness import analysis, compare, counts, env, gate, regression, store, summary
 from harness.gate import DEFAULT_GATE_FACTOR
 from impls.status import CORRECT
 
@@ -237,7 +237,7 @@ def consecutive(cases: pd.DataFrame) -> pd.DataFrame:
     (``base_*`` columns); the first run of a case has none and is left out."""
     ordered = cases.sort_values(["case_id", "run"], kind="stable")
     compared = ["run", "status", "source", "median_s", "p10_s", "machine"] + [
-        name for name in regression.COUNT_METRICS if name in cases]
+        name for name in counts.METRICS if name in cases]
     base = ordered[["case_id"] + compared].groupby("case_id", sort=False).shift(1)
     changes = ordered.join(base.add_prefix("base_"))
     changes = changes[changes["base_run"].notna()].copy()
@@ -315,16 +315,15 @@ def _finite(value):
 
 
 def count_verdicts(changes: pd.DataFrame, metric: str) -> pd.Series:
-    """The count rule on each change: past COUNT_FACTOR, no test (counts are
-    deterministic), by `regression.timing_change` on the single values,
-    called for the changes whose ratio is past the factor (no other can fail)."""
-    rule = regression.Rule(regression.COUNT_FACTOR)
+    """The count gate's verdict on each change (`counts.count_verdict`: past
+    its factor, no test, counts being deterministic), asked of the changes
+    whose ratio is past the factor (no other can regress)."""
     verdicts = pd.Series("", index=changes.index, dtype=object)
     both = changes[changes[metric].notna() & changes[f"base_{metric}"].notna()]
     verdicts[both.index] = regression.SAME
-    grown = both[both[metric] > both[f"base_{metric}"] * rule.factor * (1 - 1e-9)]
+    grown = both[both[metric] > both[f"base_{metric}"] * counts.DEFAULT_COUNT_FACTOR * (1 - 1e-9)]
     for index, base, new in zip(grown.index, grown[f"base_{metric}"], grown[metric]):
-        verdicts[index] = regression.timing_change([base], [new], rule).verdict
+        verdicts[index] = counts.count_verdict(base, new)[1]
     return verdicts
 
 
@@ -335,7 +334,7 @@ def judge(cases: pd.DataFrame, runs: pd.DataFrame, rule: regression.Rule, cache:
     one new run judges one new pair."""
     cache = cache or {}
     changes = consecutive(cases)
-    metrics = [TIME] + [name for name in regression.COUNT_METRICS if name in cases and cases[name].notna().any()]
+    metrics = [TIME] + [name for name in counts.METRICS if name in cases and cases[name].notna().any()]
     pairs = changes[["base_run", "run"]].drop_duplicates().reset_index(drop=True)
     fingerprints = [json.dumps(fingerprint, sort_keys=True) for fingerprint in runs["fingerprint"]]
     pairs["key"] = [_pair_key(fingerprints, base, new, rule, metrics)

@@ -31,12 +31,6 @@ FAILING = (REGRESSED, BROKEN)
 
 STATISTICS = ("median", "p10")
 
-# Instruction counts (Callgrind, the counting gate) are deterministic: they are
-# judged by their ratio alone, past this factor, and only between runs on the
-# same CPU with the same library versions.
-COUNT_METRICS = ("instructions", "est_cycles")
-COUNT_FACTOR = 1.03
-
 
 @dataclass(frozen=True)
 class Rule:

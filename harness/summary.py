@@ -27,7 +27,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from harness import regression
+from harness import counts, regression
 from impls.status import CORRECT
 
 SUMMARY = "summary.json"
@@ -36,11 +36,11 @@ VERSION = 3  # of the summary's layout: a summary of another version is rebuilt
 # Copied from each row as they are.
 ROW_COLUMNS = ("case_id", "op", "strategy", "backend", "device", "dtype", "params", "status", "source",
                "median_s", "iqr_s", "min_s", "n_samples", "load_avg", "slow_start")
-NUMBERS = ("median_s", "iqr_s", "min_s", "n_samples", "load_avg", "slow_start", "p10_s") + regression.COUNT_METRICS
+NUMBERS = ("median_s", "iqr_s", "min_s", "n_samples", "load_avg", "slow_start", "p10_s") + counts.METRICS
 # What the dashboard and the fitness rule read of a run's metadata.
 META_KEYS = ("run_id", "start_time", "end_time", "status", "git_commit", "machine", "host", "cpu_model",
-             "cpu_count", "gpu_name", "hardware", "versions", "threads", "load_avg_start", "load_avg_end",
-             "config_file")
+             "cpu_count", "gpu_name", "hardware", "versions", "count_versions", "threads", "load_avg_start",
+             "load_avg_end", "config_file")
 SLOW_START, NO_SAMPLES = "slow-start", "no-samples"
 
 
@@ -90,11 +90,11 @@ def summarize(meta: dict, rows: pd.DataFrame, samples: dict, key: dict) -> dict:
     """The summary of one run read back (its metadata, rows and samples, as
     the store reads them), valid for the files whose fingerprint is ``key``."""
     rows = rows.copy()
-    for name in regression.COUNT_METRICS:  # numbers once the store knows the column, text before
+    for name in counts.METRICS:  # numbers (text in a row written before the store knew the column)
         if name in rows:
             rows[name] = pd.to_numeric(rows[name], errors="coerce")
-    counts = [name for name in regression.COUNT_METRICS if name in rows and rows[name].notna().any()]
-    cases = {name: [_number(value) for value in rows[name].tolist()] for name in list(ROW_COLUMNS) + counts}
+    counted = [name for name in counts.METRICS if name in rows and rows[name].notna().any()]
+    cases = {name: [_number(value) for value in rows[name].tolist()] for name in list(ROW_COLUMNS) + counted}
     timed = [samples.get(case_id) for case_id in cases["case_id"]]
     cases["p10_s"] = [regression.typical_s(values, "p10") if values else None for values in timed]
     cases["flags"] = [_flags(status, slow, bool(values))

@@ -17,7 +17,7 @@ from test_report import fixture_run
 ROOT = Path(__file__).parents[2]
 QUIET = {"load_avg_start": [0.5, 0.5, 0.5], "load_avg_end": [0.7, 0.6, 0.5], "cpu_count": 2,
          "hardware": {"cpu_model": "Fixture CPU", "cpu_count": 2, "cpu_family_model": "25-1",
-                      "caches": {"L2": "512K", "L3": "32768K"}}, "versions": {"torch": "2.13.0"}}
+                      "caches": {"L2": "512K", "L3": "32768K"}}, "count_versions": {"torch": "2.13.0"}}
 
 
 def _rows(medians: dict, iqr_share: float = 0.01, load=None) -> pd.DataFrame:
@@ -47,7 +47,7 @@ def test_counts_are_judged_whatever_the_load_but_not_across_library_versions():
     rows = _rows({"a": 1.0})
     busy = dict(QUIET, load_avg_end=[3.1, 2.0, 1.0])
     assert analysis.unfit_reasons(QUIET, rows, busy, rows, "instructions") == []
-    newer = dict(QUIET, versions={"torch": "2.14.0"})
+    newer = dict(QUIET, count_versions={"torch": "2.14.0"})
     assert analysis.unfit_reasons(QUIET, rows, newer, rows, "instructions") == [
         "different library versions (torch 2.13.0 → 2.14.0)"]
 
