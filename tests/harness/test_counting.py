@@ -120,8 +120,9 @@ def test_the_gates_catch_5_percent_more_work_by_counts_and_a_3x_sleep_by_wall_ti
     assert "FAIL dispersion/probe" not in done.stdout  # ... and not 5 % more work
     by_count = compare.compare_counts(counted["base"], out / "counts-run", "instructions").table.set_index("strategy")
     assert by_count.loc[PROBE, "ratio"] == pytest.approx(1.05, abs=0.01)
-    assert by_count.loc["numpy_loop", "verdict"] == "same"  # a sleep costs no instructions
-    assert (by_count.drop(index=PROBE)["ratio"] - 1).abs().max() < 1e-3
+    # A sleep costs no instructions (its wrapper's clock reads and call: 0.14 % of numpy_loop's count).
+    assert by_count.loc["numpy_loop", "verdict"] == "same" and by_count.loc["numpy_loop", "ratio"] < 1.005
+    assert (by_count.drop(index=[PROBE, "numpy_loop"])["ratio"] - 1).abs().max() < 1e-3
 
 
 @pytest.mark.slow
