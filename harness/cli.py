@@ -238,22 +238,30 @@ def cmd_compare(args) -> int:
         print(warning, file=sys.stderr)
     table = result.table
     relative = result.normalised
-    if args.format == "md":
-        text = compare.as_markdown(table, relative)
-    elif args.format == "json":
-        text = compare.as_json(table)
-    else:
-        text = None
+
+    def show_table():
+        console().print(compare_table(table, relative))
+        print(compare.counts_line(table))
+
+    return _emit_comparison(args, table, lambda: compare.as_markdown(table, relative), show_table,
+                            f"factor {rule.factor}, alpha {rule.alpha}")
+
+
+def _emit_comparison(args, table, markdown, show_table, rule_text: str) -> int:
+    """A comparison as --format asks (the Markdown also to --output), then its
+    exit status: 1 with one line on stderr when any case regressed."""
+    from harness import compare
+
+    text = markdown() if args.format == "md" else compare.as_json(table) if args.format == "json" else None
     if args.output:
-        _write_text(args.output, text if text is not None else compare.as_markdown(table, relative))
+        _write_text(args.output, text if text is not None else markdown())
     if text is not None:
         print(text)
     else:
-        console().print(compare_table(table, relative))
-        print(compare.counts_line(table))
+        show_table()
     bad = compare.regressed(table)
     if len(bad):
-        print(f"{len(bad)} regressed (factor {rule.factor}, alpha {rule.alpha})", file=sys.stderr)
+        print(f"{len(bad)} regressed ({rule_text})", file=sys.stderr)
         return EXIT_FINDINGS
     return EXIT_OK
 
@@ -275,24 +283,17 @@ def _compare_counts(args) -> int:
     for warning in result.warnings:
         print(warning, file=sys.stderr)
     table = result.table
-    text = (compare.counts_markdown(table) if args.format == "md" else compare.as_json(table)
-            if args.format == "json" else None)
-    if args.output:
-        _write_text(args.output, text if text is not None else compare.counts_markdown(table))
-    if text is not None:
-        print(text)
-    else:
+
+    def show_table():
         from harness.tables import console
 
         console().print(_count_compare_table(table))
         for _, r in compare.regressed(table).iterrows():
             print(compare.count_verdict_line(r))
         print(compare.counts_line(table))
-    bad = compare.regressed(table)
-    if len(bad):
-        print(f"{len(bad)} regressed ({args.metric}, factor {factor:g})", file=sys.stderr)
-        return EXIT_FINDINGS
-    return EXIT_OK
+
+    return _emit_comparison(args, table, lambda: compare.counts_markdown(table), show_table,
+                            f"{args.metric}, factor {factor:g}")
 
 
 def _count_compare_table(table):
