@@ -67,7 +67,7 @@ def bench(op: str, strategies: list[str] | None = None, *, device: str = "cpu", 
     cases = expand(config)
     if not cases:
         raise UsageError(f"bench({op!r}): no strategy runs on {device} in {dtype}")
-    warning = env.oversubscription_warning(config.threads)
+    warning = env.oversubscription_warning(config.threads, backends=sweep.backends_of(cases))
     if warning:
         warnings.warn(warning, UnpinnedThreadsWarning, stacklevel=2)
     gate = check.StrategyGate(seed, config.timing.timeout_s)

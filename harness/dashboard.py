@@ -199,31 +199,40 @@ KIND = {history.RED: "red", history.NOT_JUDGED: "grey", history.SOURCE_CHANGED: 
 
 
 def case_data(group: pd.DataFrame, changes: pd.DataFrame, title: str, colours: dict) -> dict:
-    """A case's chart: x the runs that measured it, a series per strategy
-    (median, IQR as % of it, counts), and marks where a rule failed a change."""
+    """A case's chart: x the runs that measured it, a series per strategy and
+    machine (median, IQR as % of it, counts; a machine's own dash pattern
+    where the case ran on several), and marks where a rule failed a change."""
     op = group["op"].iloc[0]
     counted = [name for name in counts.METRICS if name in group and group[name].notna().any()]
     group = group.assign(iqr_pct=100 * group["iqr_s"] / group["median_s"].where(group["median_s"] > 0))
     table = group.pivot(index="run", columns="strategy", values=["median_s", "iqr_pct"] + counted)
     x = [int(run) for run in table.index]
+    machine_of_run = group.groupby("run")["machine"].first().astype(str).reindex(table.index)
+    machines = list(dict.fromkeys(machine_of_run))  # in order of their first run of this case
     names = sorted(group["strategy"].unique())
-    series = []
+    series, index_of = [], {}
     for name in names:
-        entry = {"name": name, "colour": colours[f"{op}/{name}"], "y": _short(table[("median_s", name)]),
-                 "iqr": _short(table[("iqr_pct", name)])}
-        for metric in counted:
-            entry[metric] = _short(table[(metric, name)])
-        series.append(entry)
+        for number, machine in enumerate(machines):
+            on_machine = (machine_of_run == machine).to_numpy()
+            if not ((group["strategy"] == name) & (group["machine"].astype(str) == machine)).any():
+                continue
+            entry = {"name": name if len(machines) == 1 else f"{name} · {machine}", "colour": colours[f"{op}/{name}"],
+                     "dash": number}
+            for key, column in [("y", "median_s"), ("iqr", "iqr_pct")] + [(metric, metric) for metric in counted]:
+                entry[key] = _short(table[(column, name)].where(on_machine))
+            index_of[(name, machine)] = len(series)
+            series.append(entry)
     position = {run: index for index, run in enumerate(x)}
     marks, count_marks = [], {metric: [] for metric in counted}
     marked = changes[changes["mark"] != ""]
-    for strategy, run, kind, metric, why in zip(marked["strategy"], marked["run"], marked["mark"], marked["metric"],
-                                                marked["why"]):
-        mark = [names.index(strategy), position[run], KIND[kind], why]
+    for strategy, machine, run, kind, metric, why in zip(marked["strategy"], marked["machine"].astype(str),
+                                                         marked["run"], marked["mark"], marked["metric"], marked["why"]):
+        mark = [index_of[(strategy, machine)], position[run], KIND[kind], why]
         (marks if metric == history.TIME else count_marks[metric]).append(mark)
-    machine = sorted({position[run] for run in changes.loc[changes["machine_changed"], "run"]})
+    # Where another machine's history of this case begins: a dashed line, not a change.
+    first_runs = machine_of_run.reset_index().drop_duplicates("machine")["run"].iloc[1:]
     return {"title": title, "x": x, "series": series, "marks": marks, "count_marks": count_marks,
-            "machine": machine, "counts": counted}
+            "machine": [position[run] for run in first_runs], "machines": machines, "counts": counted}
 
 
 # ------------------------------------------------------------------ pages
@@ -283,7 +292,8 @@ def pairs_text(pairs: pd.DataFrame) -> str:
     unfit = pairs[pairs[f"reasons_{history.TIME}"].map(bool)]
     by_kind = history.reason_counts(pairs)
     reasons = ", ".join(f"{count} {html.escape(kind)}" for kind, count in by_kind.items())
-    return (f"<p id='pairs'>{len(pairs)} pairs of consecutive runs; {len(pairs) - len(unfit)} judged, "
+    return (f"<p id='pairs'>{len(pairs)} pairs of consecutive runs on one machine (each machine's runs are "
+            f"its own history: runs on different hardware are never compared); {len(pairs) - len(unfit)} judged, "
             f"<span class='not-judged'>{len(unfit)} not judged</span>"
             + (f" ({reasons}; a pair can have several reasons)" if len(unfit) else "") + ".</p>")
 
@@ -293,12 +303,13 @@ def overview(cases: pd.DataFrame, changes: pd.DataFrame) -> list[str]:
     against the run before and its trend."""
     esc = html.escape
     ordered = cases.sort_values("run", kind="stable")
-    latest = ordered.groupby("case_id", sort=False).tail(1)
+    series = ["case_id", "machine"]  # a fleet: each machine's latest, against its own run before
+    latest = ordered.groupby(series, sort=False, observed=True).tail(1)
     latest = latest.merge(changes[["run", "case_id", "mark", "ratio"]], on=["run", "case_id"], how="left")
     unstable = int(latest["unstable"].sum())
-    recent = ordered.groupby("case_id", sort=False).tail(TREND_RUNS)
-    trends = recent.groupby("case_id", sort=False)["median_s"].agg(list)
-    measured = cases.groupby("case_id").size()
+    recent = ordered.groupby(series, sort=False, observed=True).tail(TREND_RUNS)
+    trends = recent.groupby(series, sort=False, observed=True)["median_s"].agg(list)
+    measured = cases.groupby(series, observed=True).size()
     body = [f"<p class='unstable-legend'>{UNSTABLE_MARK} unstable: the latest run's IQR exceeds "
             f"{100 * analysis.UNSTABLE_REL_IQR:.0f} % of its median (the threshold at which torch.utils.benchmark "
             f"warns): the machine was busy or the case is noisy, so its value and trend are uncertain. "
@@ -311,7 +322,7 @@ def overview(cases: pd.DataFrame, changes: pd.DataFrame) -> list[str]:
         mark = row.mark if isinstance(row.mark, str) else ""
         params = json.loads(row.params)
         order = (mark != history.RED, row.op, tuple(params[k] for k in ordered_params(params)
-                                                    if isinstance(params[k], int)), row.strategy)
+                                                    if isinstance(params[k], int)), row.strategy, str(row.machine))
         noisy = bool(row.unstable)
         cell = (f"<td class='num unstable' title='unstable: IQR above {100 * analysis.UNSTABLE_REL_IQR:.0f} % of the "
                 f"median'>{esc(fmt_time(row.median_s))} {UNSTABLE_MARK}</td>" if noisy else
@@ -322,8 +333,8 @@ def overview(cases: pd.DataFrame, changes: pd.DataFrame) -> list[str]:
                             f"<td>{esc(row.strategy)}</td><td>{esc(params_label(row.params))}</td>"
                             f"<td>{esc(row.device)}</td><td>{esc(row.dtype)}</td><td>{esc(row.machine)}</td>{cell}"
                             f"<td>{esc(row.status)}</td><td class='num'>{esc(versus)}</td>"
-                            f"<td>{esc(sparkline(trends[row.case_id]))}</td>"
-                            f"<td class='num'>{measured[row.case_id]}</td></tr>"))
+                            f"<td>{esc(sparkline(trends[(row.case_id, row.machine)]))}</td>"
+                            f"<td class='num'>{measured[(row.case_id, row.machine)]}</td></tr>"))
     body += [text for _, text in sorted(rows, key=lambda item: item[0])] + ["</table>"]
     return body
 
@@ -357,9 +368,10 @@ def op_page(op: str, groups: list[tuple[str, str]], changes: pd.DataFrame, runs:
             change_list(mine, runs, history.RED, "red"),
             "<h2 class='not-judged'>Failed by the rule, not judged</h2>",
             change_list(mine, runs, history.NOT_JUDGED, "not-judged"),
-            "<p>Charts: median time per run (log scale), a line per strategy; red rings: regressions; grey rings: "
-            "not judged; blue squares: the strategy's source changed; dashed lines: another CPU than the run "
-            "before. Hover for the run.</p>"]
+            "<p>Charts: median time per run (log scale), a line per strategy and machine (each machine is its own "
+            "history, judged against its own runs: the first machine solid, the others dashed or dotted); red "
+            "rings: regressions; grey rings: not judged; blue squares: the strategy's source changed; dashed "
+            "vertical lines: where another machine's history of the case begins. Hover for the run.</p>"]
     scripts = ["assets/uPlot.iife.min.js", "assets/dashboard.js", "data/runs.js"]
     for stem, title, metrics in groups:
         body.append(f"<h2 id='{esc(stem)}'>{esc(title)}</h2><div class='chart' data-case='{esc(stem)}'></div>")
@@ -455,8 +467,7 @@ def build_dashboard(root, site, rule: regression.Rule | None = None, with_report
     site = store.writable_dir(Path(site), "the dashboard")  # before reading the history
     rule = rule or history.gate_rule()
     cases, runs, judgement = judged_history(root, site / CACHE, rule)
-    # What the pages show of the changes: those a rule failed, and crossings of a CPU change.
-    changes = judgement.changes[(judgement.changes["mark"] != "") | judgement.changes["machine_changed"]]
+    changes = judgement.changes[judgement.changes["mark"] != ""]  # what the pages show: those a rule failed
     copy_assets(site)
     links = write_reports(runs, site, reports if with_reports else 0)
     write_runs_data(runs, links, site)

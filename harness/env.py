@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import json
 import os
 import platform
 import re
@@ -59,13 +60,15 @@ def threads_applied(threads):
         restore_threads(saved)
 
 
-def unpinned_threads(threads) -> list[str]:
+def unpinned_threads(threads, backends=None) -> list[str]:
     """The installed backends whose threads a config (keyed by backend) left
-    to the library's default (every core)."""
+    to the library's default (every core); only those among ``backends``
+    (the ones a sweep's strategies run on) where given."""
     from impls.backends import thread_knobs
 
     return [backend.name for backend in thread_knobs()
-            if not backend.unavailable() and not (threads or {}).get(backend.name)]
+            if not backend.unavailable() and not (threads or {}).get(backend.name)
+            and (backends is None or backend.name in backends)]
 
 
 def competing_load(samples: int = 5, interval_s: float = 0.02) -> float:
@@ -90,13 +93,15 @@ def competing_load(samples: int = 5, interval_s: float = 0.02) -> float:
     return max(average, statistics.median(runnable) if runnable else 0.0)
 
 
-def oversubscription_warning(threads, load: float | None = None, cores: int | None = None) -> str | None:
+def oversubscription_warning(threads, load: float | None = None, cores: int | None = None,
+                             backends=None) -> str | None:
     """One line when some thread pools are unpinned and the machine is at or
     above its core count at the start: a pool sized to every core then waits
     for cores the other work holds (on the 2-core VM with a CPU hog per core,
     a 5.5 µs max_pool2d call measured 34 ms that way unpinned, 5.5-6.0 µs
-    with every pool at one thread). None otherwise."""
-    unpinned = unpinned_threads(threads)
+    with every pool at one thread). ``backends``: those the timed strategies
+    run on (a torch-only sweep does not wait on JAX's pool). None otherwise."""
+    unpinned = unpinned_threads(threads, backends)
     if not unpinned:
         return None
     cores = cores or os.cpu_count() or 1
@@ -282,6 +287,46 @@ def machine_label(meta: dict) -> str:
     label = str(meta.machine or meta.host or "?")
     family_model = meta.hardware.cpu_family_model
     return f"{label} [{family_model}]" if family_model else label
+
+
+def hardware_label(meta) -> str:
+    """A run's hardware without its host name: CPU model, cores and
+    family-model, and GPU (what `same_machine` compares)."""
+    meta = _typed(meta)
+    cpu = meta.hardware.cpu_model or meta.cpu_model or "?"
+    count = meta.hardware.cpu_count or meta.cpu_count
+    family_model = meta.hardware.cpu_family_model
+    label = (f"{cpu} x{count}" if count else cpu) + (f" [{family_model}]" if family_model else "")
+    return label + (f" / {meta.gpu_name}" if meta.gpu_name else "")
+
+
+def machine_groups(metas) -> list[str]:
+    """Each run's machine in a history, oldest first: runs that `same_machine`
+    finds alike share one label (the hardware of the first of them), so a
+    fleet's nightly runs form one series per machine however they interleave,
+    and CI runners whose host names change every run stay one machine. A run
+    joins a group only when it is alike with every kind of record already in
+    it: `same_machine` passes facts one run did not record, so a run that
+    recorded only "AMD EPYC x2" must not bind a Zen 4 and a Zen 5 together."""
+    groups: list[tuple[list, str]] = []  # (the group's distinct typed records, its label)
+    by_identity: dict[str, str] = {}  # identical records: decided once, not once per run
+    labels = []
+    for meta in metas:
+        identity = json.dumps([meta.get(key) for key in ("gpu_name", "cpu_model", "cpu_count", "hardware")],
+                              sort_keys=True, default=str)
+        if identity not in by_identity:
+            typed = _typed(meta)
+            group = next((group for group in groups if all(same_machine(other, typed) for other in group[0])), None)
+            if group is None:
+                label = hardware_label(typed)
+                while label in {other for _, other in groups}:  # alike labels, different hardware (caches)
+                    label += "'"
+                group = ([], label)
+                groups.append(group)
+            group[0].append(typed)
+            by_identity[identity] = group[1]
+        labels.append(by_identity[identity])
+    return labels
 
 
 def machine_name() -> str:

@@ -1,17 +1,21 @@
 """Every run under a results root, read from their summaries, and the verdict
 on each change between consecutive runs of a case: the dashboard's data.
 
-A case's change is judged between the latest earlier run that measured it
-(``base``) and the run (``new``) by the CI gate's own steps (`gate_table`:
-its screen, normalised to each operator's reference on 10th percentiles
-with the Mann–Whitney test, then its confirmation against the other
-strategies of the case, `gate.partner_change`, on the stored new run
-instead of a re-measurement) and, where both runs counted instructions, by
-the count gate's rule (`counts.count_verdict`). It is *red* only when that fails
-it and `analysis.unfit_reasons` finds nothing against the pair of runs; a
-change failed between runs that were not fit (load, unstable share, another
-CPU) is *not judged*, with the reasons; a change across a new ``source`` of
-the strategy is marked as such, never called a regression.
+A case's change is judged between the latest earlier run on the same
+machine that measured it (``base``) and the run (``new``): each machine of a
+fleet is its own history (`env.machine_groups`), so runs of different
+hardware are never paired, however they interleave. It is judged by the CI
+gate's own steps (`gate_table`: its screen, normalised to each operator's
+reference on 10th percentiles with the Mann–Whitney test, then its
+confirmation against the other strategies of the case,
+`gate.partner_change`, on the stored new run instead of a re-measurement)
+and, where both runs counted instructions, by the count gate's rule
+(`counts.count_verdict`). It is *red* only when that fails it and
+`analysis.unfit_reasons` finds nothing against the pair of runs; a change
+failed between runs that were not fit (load, unstable share, library
+versions for counts) is *not judged*, with the reasons; a change across a
+new ``source`` of the strategy is marked as such, never called a
+regression.
 
 The gate needs raw samples; the summaries hold their 10th percentiles. So
 every pair is first screened from the summaries with a bound the gate's
@@ -134,7 +138,7 @@ def load_history(root, cache_dir=None, known: dict | None = None) -> tuple[pd.Da
         meta = found["meta"]
         runs.append({"run": order, "run_id": str(meta.get("run_id")), "directory": str(directory),
                      "start_time": str(meta.get("start_time") or ""), "commit": str(meta.get("git_commit") or ""),
-                     "machine": env.machine_label(meta), "meta": meta, "fingerprint": found["fingerprint"]})
+                     "meta": meta, "fingerprint": found["fingerprint"]})
         # Column-wise across all runs: one DataFrame at the end, not one per run.
         count = len(found["cases"]["case_id"])
         for name, values in found["cases"].items():
@@ -157,6 +161,9 @@ def load_history(root, cache_dir=None, known: dict | None = None) -> tuple[pd.Da
         raise store.ResultError(f"{root}: no result rows found under it")
     cases = cases.sort_values("run", kind="stable").reset_index(drop=True)
     runs = pd.DataFrame(runs)
+    # Grouped by hardware (`env.same_machine`, the gate's own test), not by the recorded
+    # label: a runner's host name may change from run to run, its hardware does not.
+    runs["machine"] = env.machine_groups(list(runs["meta"]))
     machines = list(dict.fromkeys(runs["machine"]))
     codes = np.array([machines.index(machine) for machine in runs["machine"]])
     cases["machine"] = pd.Categorical.from_codes(codes[cases["run"].to_numpy()], machines)
@@ -233,12 +240,14 @@ def _typical(frame: pd.DataFrame, prefix: str = "") -> pd.Series:
 
 
 def consecutive(cases: pd.DataFrame) -> pd.DataFrame:
-    """Each case's rows with the same case of its latest earlier run
-    (``base_*`` columns); the first run of a case has none and is left out."""
+    """Each case's rows with the same case of the latest earlier run on the
+    same machine (``base_*`` columns): a fleet's machines each form their own
+    history. A case's first run on a machine has none and is left out."""
     ordered = cases.sort_values(["case_id", "run"], kind="stable")
-    compared = ["run", "status", "source", "median_s", "p10_s", "machine"] + [
+    compared = ["run", "status", "source", "median_s", "p10_s"] + [
         name for name in counts.METRICS if name in cases]
-    base = ordered[["case_id"] + compared].groupby("case_id", sort=False).shift(1)
+    base = ordered[["case_id", "machine"] + compared].groupby(["case_id", "machine"], sort=False,
+                                                              observed=True).shift(1)
     changes = ordered.join(base.add_prefix("base_"))
     changes = changes[changes["base_run"].notna()].copy()
     changes["base_run"] = changes["base_run"].astype(int)
@@ -355,10 +364,6 @@ def judge(cases: pd.DataFrame, runs: pd.DataFrame, rule: regression.Rule, cache:
     changes["ratio"] = changes["median_s"] / changes["base_median_s"]
     changes["source_changed"] = (changes["source"] != changes["base_source"]) & (changes["base_source"] != "") \
         & (changes["source"] != "")
-    crossed = pairs[f"reasons_{TIME}"].map(
-        lambda reasons: any(reason.startswith("different CPU") for reason in reasons))
-    changes["machine_changed"] = changes.merge(pairs[["base_run", "run"]].assign(crossed=crossed),
-                                               on=["base_run", "run"], how="left")["crossed"].to_numpy()
     failing = {TIME: changes["verdict"].isin(regression.FAILING)}
     for metric in metrics[1:]:
         changes[f"verdict_{metric}"] = count_verdicts(changes, metric)

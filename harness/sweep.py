@@ -58,6 +58,11 @@ class CaseResult:
     samples_s: list
 
 
+def backends_of(cases) -> set[str]:
+    """The backends the cases' strategies run on."""
+    return {get_operator(case.op).strategies[case.strategy].backend for case in cases}
+
+
 # ---------------------------------------------------------------------- memory
 def estimated_bytes(case: Case) -> int:
     """Inputs + outputs at the case's dtype, the strategy's temporaries, the
@@ -563,7 +568,7 @@ def execute_run(plan: RunPlan, argv: list[str], *, isolate: bool = False, on_sta
     with _Signals():
         try:
             threads = env.apply_threads(plan.config.threads)
-            warning = env.oversubscription_warning(plan.config.threads)
+            warning = env.oversubscription_warning(plan.config.threads, backends=backends_of(plan.cases))
             if warning and on_warning:
                 on_warning(warning)
             meta = env.run_metadata(threads, plan.config_path, argv)

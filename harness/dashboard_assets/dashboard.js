@@ -6,6 +6,9 @@
   "use strict";
   var SB = (window.SB = window.SB || { cases: {} });
   var MARK_COLOURS = { red: "#d00000", grey: "#8a8a8a", source: "#1f5fbf" };
+  // A case measured on several machines: one series per strategy and machine, the
+  // strategy's colour, the machine's dash pattern (solid for the first).
+  var DASHES = [[], [6, 3], [2, 3], [8, 3, 2, 3]];
 
   function timeText(seconds) {
     if (seconds == null || !isFinite(seconds)) return "–";
@@ -96,7 +99,8 @@
       ],
       series: [{ label: "run", value: function (u, v) { return v == null ? "" : "#" + v; } }].concat(
         item.series.map(function (s) {
-          return { label: s.name, stroke: s.colour, width: 1.5, spanGaps: false,
+          return { label: s.name, stroke: s.colour, width: 1.5, spanGaps: (item.machines || []).length > 1,
+                   dash: DASHES[(s.dash || 0) % DASHES.length],
                    points: { show: true, size: 5, fill: s.colour, stroke: s.colour },
                    value: function (u, v, seriesIdx, idx) {
                      var iqr = metric === "y" && idx != null ? s.iqr[idx] : null;
@@ -107,6 +111,7 @@
         draw: [function (u) {
           var drawn = drawMarks(u, data, marks, metric === "y" ? item.machine : []);
           element.dataset.points = points;
+          element.dataset.series = item.series.length;
           element.dataset.red = drawn.red;
           element.dataset.grey = drawn.grey;
           if (location.hash.indexOf("verify") >= 0) element.dataset.painted = paintedPoints(u, data);

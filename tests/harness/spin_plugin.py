@@ -14,6 +14,9 @@ from impls.registry import strategy
 
 def _spinning(seconds):
     def prepare(inputs, params):
+        """Test strategy: numpy_sliding_window's answer computed once in
+        prepare, then each call spins on perf_counter for a fixed time and
+        returns it (a known cost, no memory traffic)."""
         answer = maxpool2d.numpy_sliding_window(inputs, params)()
 
         def run():

@@ -91,7 +91,11 @@ def test_two_counting_runs_under_load_agree_within_a_thousandth(counted):
     rows = store.read_rows(counted["base"]).set_index("strategy")
     assert set(rows["status"]) == {"ok"} and rows["instructions"].gt(0).all() and rows["est_cycles"].gt(0).all()
     meta = store.read_meta(counted["base"])
-    assert meta["instrument"] == "callgrind" and meta["threads"] == {"torch": 1, "blas": 1, "numba": 1}
+    from impls.backends import thread_knobs
+
+    # every installed backend's pool at one thread: spin-waits are not deterministic
+    every = {backend.name: 1 for backend in thread_knobs() if not backend.unavailable()}
+    assert meta["instrument"] == "callgrind" and meta["threads"] == every and {"torch", "numpy", "numba"} <= set(every)
     assert set(meta["count_versions"]) == {"valgrind", "python", "numpy", "torch", "numba", "glibc"}
     for name in rows.index:  # each case's own dump, for callgrind_annotate
         assert (counted["base"] / json.loads(rows.loc[name, "extra"])["callgrind_dump"]).is_file()

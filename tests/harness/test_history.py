@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from harness import analysis, dashboard, history, regression, store
+from harness import analysis, dashboard, env, history, regression, store
 from test_report import fixture_run
 
 ROOT = Path(__file__).parents[2]
@@ -141,5 +141,55 @@ def test_over_the_committed_results_red_holds_only_what_the_gate_fails(tmp_path)
     listed = set(re.findall(r"data-case='([^']*)' data-base='([^']*)' data-new='([^']*)'", red))
     assert {tuple(html.unescape(part) for part in item) for item in listed} == expected
     pairs = len(judgement.pairs)
-    assert f"{pairs} pairs of consecutive runs; {pairs - unfit} judged" in index and f"{unfit} not judged" in index
-    assert "load not recorded" in index and "different CPU" in index
+    assert f"{pairs} pairs of consecutive runs on one machine" in index
+    assert f"; {pairs - unfit} judged" in index and f"{unfit} not judged" in index
+    assert "load not recorded" in index
+    # The committed runs come from two CPUs (a Zen 5 and a Xeon), interleaved: each pair is one machine's.
+    assert runs["machine"].nunique() >= 2
+    for base, new in zip(judgement.pairs["base_run"], judgement.pairs["run"]):
+        assert env.same_machine(runs.at[base, "meta"], runs.at[new, "meta"]), (base, new)
+    assert "different CPU" not in re.search(r"<p id='pairs'>(.*?)</p>", index, re.S).group(1)
+
+
+def test_runs_are_grouped_by_hardware_not_by_host_name():
+    """A CI runner's host name changes every run; its hardware does not. Two
+    CPUs alike but for their family-model are two machines."""
+    zen4 = dict(QUIET, hardware=dict(QUIET["hardware"], cpu_family_model="25-17"))
+    gpu = dict(QUIET, gpu_name="NVIDIA H100 80GB HBM3")
+    metas = [dict(QUIET, machine="runner-a"), dict(zen4, machine="runner-b"), dict(QUIET, machine="runner-c"),
+             dict(gpu, machine="node-1"), dict(zen4, machine="runner-d")]
+    labels = env.machine_groups(metas)
+    assert labels == ["Fixture CPU x2 [25-1]", "Fixture CPU x2 [25-17]", "Fixture CPU x2 [25-1]",
+                      "Fixture CPU x2 [25-1] / NVIDIA H100 80GB HBM3", "Fixture CPU x2 [25-17]"]
+    # The same label for different hardware (a cache size recorded) stays apart.
+    bigger = dict(QUIET, hardware=dict(QUIET["hardware"], caches={"L2": "1024K", "L3": "32768K"}))
+    assert env.machine_groups([QUIET, bigger]) == ["Fixture CPU x2 [25-1]", "Fixture CPU x2 [25-1]'"]
+    # A run that recorded only the model name matches either Zen; it must not bind the two together.
+    vague = {"hardware": {"cpu_model": "Fixture CPU", "cpu_count": 2}}
+    zen5 = dict(QUIET, hardware=dict(QUIET["hardware"], cpu_family_model="26-2"))
+    assert env.machine_groups([vague, zen4, zen5, zen4]) == ["Fixture CPU x2", "Fixture CPU x2",
+                                                             "Fixture CPU x2 [26-2]", "Fixture CPU x2"]
+
+
+def test_interleaved_machines_are_each_judged_against_their_own_runs(tmp_path):
+    """Two machines' nightly runs interleaved: every pair is one machine's, so
+    nothing goes unjudged for "different CPU", and a slowdown on one machine
+    is red against that machine's run before."""
+    root = tmp_path / "results"
+    other = dict(QUIET, hardware=dict(QUIET["hardware"], cpu_family_model="25-17"))
+    for day in range(6):
+        fixture_run(root / f"r{day}", meta=dict(other if day % 2 else QUIET, machine=f"runner-{day}"),
+                    start_time=f"2026-11-{10 + day}T00:00:00+00:00",
+                    entries=[("seed_loops", "python", "ok", 2e-3 if day == 5 else 1e-3),
+                             ("torch_max_pool2d_indices", "torch", "ok", 1e-4),
+                             ("numpy_sliding_window", "numpy", "ok", 5e-4)],
+                    row_fields={name: {"iqr_s": 1e-7} for name in ("seed_loops", "torch_max_pool2d_indices",
+                                                                   "numpy_sliding_window")})
+    cases, runs = history.load_history(root)
+    assert list(runs["machine"]) == ["Fixture CPU x2 [25-1]", "Fixture CPU x2 [25-17]"] * 3
+    # 5 equal samples a case here: Mann–Whitney can reach p = 0.008 at best, so alpha 0.01 for this test
+    judgement = history.judge(cases, runs, history.gate_rule(factor=1.5, alpha=0.01))
+    assert sorted(zip(judgement.pairs["base_run"], judgement.pairs["run"])) == [(0, 2), (1, 3), (2, 4), (3, 5)]
+    assert not judgement.pairs[f"reasons_{history.TIME}"].map(bool).any()
+    red = judgement.changes[judgement.changes["mark"] == history.RED]
+    assert set(zip(red["strategy"], red["base_run"], red["run"])) == {("seed_loops", 3, 5)}

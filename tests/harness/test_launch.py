@@ -324,7 +324,8 @@ def test_a_shard_that_fails_again_is_named_and_nothing_is_merged(tmp_path):
     assert [s["state"] for s in launch.read_launch(out)["shards"]] == ["failed"]
     # each job's log holds the sweep's own one line
     logs = sorted((out / launch.SUBMITIT_DIR).glob("*_0_log.err"))
-    assert len(logs) == 2 and all("cuda requested but no CUDA device" in log.read_text() for log in logs)
+    assert len(logs) == 2 and all("devices: cuda requested but no cuda device is available here" in log.read_text()
+                                  for log in logs)
 
 
 # ------------------------------------------------------ Slurm end to end
