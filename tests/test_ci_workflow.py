@@ -53,17 +53,30 @@ def test_the_jobs_run_what_the_readme_promises():
     regress = jobs["regress"]
     assert "pull_request" in regress["if"]
     text = steps_text(regress)
-    assert 'git checkout "origin/${BASE_REF}" -- results/baseline-quick' in text
+    # both gates' baselines come from the target branch
+    assert 'git checkout "origin/${BASE_REF}" -- results/baseline-quick results/baseline-counts' in text
+    makefile = (ROOT / "Makefile").read_text()
+    assert "COUNTS_BASELINE ?= results/baseline-counts" in makefile
+    # hosted runners are not root, and the Makefile installs valgrind only as root
+    assert "sudo apt-get install -y -qq valgrind gcc" in text
+    assert text.index("valgrind gcc") < text.index("make regress")
     assert "make regress" in text and '>> "$GITHUB_STEP_SUMMARY"' in text
-    # the summary picks the gate's own failing lines
+    # the summary picks the gate's own failing lines, and each gate's verdict line (or the count gate's skip)
     assert "grep -E '^FAIL ' regress.log" in text
     assert 'summary += f"\\nFAIL ' in (ROOT / "harness" / "gate.py").read_text()
+    assert "grep -E '^counts: |count gate skipped' regress.log" in text
+    count_gate = (ROOT / "harness" / "count_gate.py").read_text()
+    assert 'summary = (f"counts: ' in count_gate and 'f"regress: count gate skipped: ' in count_gate
 
     dashboard = jobs["dashboard"]
     assert "refs/heads/main" in dashboard["if"]
     assert "make dashboard" in steps_text(dashboard)
+    # the site's cache kept between builds on main (warm builds), and kept out of the published site
+    cache = next(step for step in dashboard["steps"] if "actions/cache" in step.get("uses", ""))
+    assert cache["with"]["path"] == "dashboard-cache"
+    assert "mv dashboard-cache site/.cache" in steps_text(dashboard)
+    assert "mv site/.cache dashboard-cache" in steps_text(dashboard)
     upload = next(step for step in dashboard["steps"] if "upload-pages-artifact" in step.get("uses", ""))
-    makefile = (ROOT / "Makefile").read_text()
     assert f"-o {upload['with']['path']}" in makefile.split("\ndashboard:")[1].split("\n\n")[0]
     publish = jobs["publish"]
     assert publish["needs"] == "dashboard" and publish["permissions"] == {"pages": "write", "id-token": "write"}
