@@ -9,7 +9,7 @@ import re
 
 import pandas as pd
 
-from harness import analysis, env, stats
+from harness import analysis, counts, env, stats
 from harness.analysis import (TIMERS_DISAGREE, UNSTABLE, XCHECK_TOLERANCE, clearly_faster, finite,
                               timers_disagree, unstable, xcheck_ratio)
 from harness.format import fmt_num, fmt_ratio, fmt_time, md_escape, params_label
@@ -18,7 +18,7 @@ from harness.runmeta import RunMeta
 from impls.defects import for_operators
 from impls.registry import speedup_note, unranked_reason
 from impls.backends import BACKENDS, devices, threads_text
-from impls.status import FAILED, INEXACT, UPSTREAM_DEFECT
+from impls.status import CORRECT, FAILED, INEXACT, UPSTREAM_DEFECT
 
 UNSTABLE_MARK = UNSTABLE.mark
 UNSTABLE_NOTE = f"{UNSTABLE.mark} unstable: {UNSTABLE.meaning}."
@@ -57,10 +57,14 @@ def case_table(group: pd.DataFrame) -> tuple[list[str], list[list[str]], int | N
     """The case's rows, fastest first: header, cells, the best correct row's
     index, and the notes that explain the marks used. host/call where the
     run measured it; on CUDA the independent timer's median and the ratio."""
-    ordered = group.assign(_k=group["median_s"].fillna(math.inf)).sort_values("_k")
+    counted = counted_metrics(group)
+    # A counting run has no times: its rows go in order of instructions.
+    key = group["median_s"] if group["median_s"].map(finite).any() or not counted else group[counted[0]]
+    ordered = group.assign(_k=key.fillna(math.inf)).sort_values("_k")
     with_host = bool(ordered["host_s"].map(finite).any())
     with_xcheck = bool((ordered["device"] == "cuda").any() and ordered["xcheck_s"].map(finite).any())
-    header = ["strategy", "backend", "status", "median", "IQR", "n"] + (["host/call"] if with_host else []) \
+    header = ["strategy", "backend", "status", "median", "IQR", "n"] + [f"{name}/call" for name in counted] \
+        + (["host/call"] if with_host else []) \
         + (["do_bench", "ours / do_bench"] if with_xcheck else []) \
         + ["GB/s", "% of ceiling", "× seed", "rel err", "max abs err", "source", "message"]
     no_speedup = speedup_note(group["op"].iloc[0], dict(zip(group["strategy"], group["status"])))
@@ -74,6 +78,7 @@ def case_table(group: pd.DataFrame) -> tuple[list[str], list[list[str]], int | N
         n_text = str(int(samples)) if isinstance(samples, (int, float)) and math.isfinite(samples) and samples > 0 \
             else "–"
         cells = [r["strategy"], r["backend"], r["status"], fmt_time(r["median_s"]), iqr_cell(r), n_text]
+        cells += [fmt_count(r[name]) for name in counted]
         if with_host:
             cells.append(fmt_time(r["host_s"]))
         if with_xcheck:
@@ -89,7 +94,38 @@ def case_table(group: pd.DataFrame) -> tuple[list[str], list[list[str]], int | N
         notes.append(f"× seed is blank: {no_speedup}.")
     if with_xcheck and any(timers_disagree(r) for _, r in ordered.iterrows()):
         notes.append(XCHECK_NOTE)
+    if counted:
+        notes.append(COUNTS_NOTE)
     return header, rows, best, notes
+
+
+COUNTS_NOTE = (f"instructions/call and est_cycles/call: counted under Callgrind (run --instrument callgrind), per "
+               f"call, every library at one thread; est_cycles = {counts.EST_CYCLES_FORMULA}. Deterministic, so "
+               f"they compare across runs of the same library versions; they do not see memory bandwidth, page "
+               f"faults or other threads (README, \"Counts\").")
+
+
+def count_verdict_sentence(case: pd.DataFrame, where: str) -> str:
+    """A counting run's verdict on one case: counted, not timed; the correct
+    strategies by instructions per call, fewest first."""
+    correct = case[case["status"].isin(CORRECT) & case["instructions"].map(finite)].sort_values("instructions")
+    if correct.empty:
+        return f"{where}: counted, not timed; no strategy that passed the check was counted."
+    first = correct.iloc[0]
+    others = "; ".join(f"{row['strategy']} {row['instructions'] / first['instructions']:.2f}× as many"
+                       for _, row in correct.iloc[1:].iterrows())
+    return (f"{where}: counted, not timed (instructions are not time: README, \"Counts\"): {first['strategy']} "
+            f"executes the fewest instructions per call ({fmt_count(first['instructions'])})"
+            + (f"; {others}." if others else "."))
+
+
+def counted_metrics(rows: pd.DataFrame) -> list[str]:
+    """The count columns (`counts.METRICS`) that hold a count in ``rows``."""
+    return [name for name in counts.METRICS if name in rows and rows[name].map(finite).any()]
+
+
+def fmt_count(value) -> str:
+    return f"{value:,.0f}" if finite(value) else "–"
 
 
 _MARKUP = ((re.compile(r":[a-z]+:`([^`]*)`"), r"\1"),  # :func:`name`
@@ -168,8 +204,9 @@ def conclusion(op: str, rows: pd.DataFrame) -> list[str]:
     for (machine, dtype), on_machine in rows.groupby(["machine", "dtype"], sort=False):
         sized = on_machine[on_machine["bytes"].notna()]
         largest = on_machine.loc[sized["bytes"].idxmax(), "params"] if len(sized) else on_machine["params"].iloc[0]
-        sentences.append(verdict(op, on_machine[on_machine["params"] == largest],
-                                 f"{machine}, {params_label(largest)} {dtype}"))
+        at_largest, where = on_machine[on_machine["params"] == largest], f"{machine}, {params_label(largest)} {dtype}"
+        sentences.append(verdict(op, at_largest, where) if at_largest["median_s"].map(finite).any()
+                         or not counted_metrics(at_largest) else count_verdict_sentence(at_largest, where))
         failing = on_machine[on_machine["status"].isin(FAILED + (INEXACT, UPSTREAM_DEFECT))]
         for _, row in failing.drop_duplicates("strategy").iterrows():
             where = " (a known library defect: see Defects found in libraries)" \
@@ -402,6 +439,12 @@ def _size_order(rows: pd.DataFrame) -> list[tuple[str, str, str]]:
 def _answer_cells(case: pd.DataFrame) -> list[str]:
     found = analysis.answer(case)
     if found is None:
+        correct = case[case["status"].isin(CORRECT)]
+        fewest = correct.loc[correct["instructions"].idxmin()] if "instructions" in correct \
+            and correct["instructions"].map(finite).any() else None
+        if fewest is not None and not case["median_s"].map(finite).any():  # a counting run: counts, no times
+            return [f"not timed; fewest instructions: {fewest['strategy']} "
+                    f"({fmt_count(fewest['instructions'])}/call)", "–", "–", "–", "–"]
         return ["none passed", "–", "–", "–", "–"]
     best = found.best
     median = fmt_time(best["median_s"]) + (f" {UNSTABLE.mark}" if unstable(best) else "")
