@@ -121,9 +121,9 @@ def compare_dirs(base_dir, new_dir, rule: regression.Rule = regression.Rule(),
         raise UsageError(f"{base_dir} and {new_dir} have no case in common: nothing to compare")
     if relative_to:
         known = set(base_rows["strategy"]) | set(new_rows["strategy"])
-        missing = [name for name in relative_to if name not in known]
-        if missing:
-            raise UsageError(f"--relative-to {', '.join(missing)}: neither run has this strategy")
+        unknown = [name for name in relative_to if name not in known]
+        if unknown:
+            raise UsageError(f"--relative-to {', '.join(unknown)}: neither run has this strategy")
     table = compare_frames(base_rows, base_samples, new_rows, new_samples, rule, relative_to, normalise)
     normalised = bool(relative_to or normalise)
     warnings = missing

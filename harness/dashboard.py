@@ -22,12 +22,13 @@ import importlib.util
 import json
 import math
 import shutil
+import sys
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-from harness import analysis, counts, history, regression, store
+from harness import analysis, counts, history, plugins, regression, store
 from harness.format import fmt_p, fmt_ratio, fmt_time, ordered_params, params_label, slug
 
 ASSETS = Path(__file__).with_name("dashboard_assets")
@@ -408,9 +409,28 @@ def judged_history(root, cache_dir: Path, rule: regression.Rule):
     directories = set(runs["directory"])
     _save_cache(cache_dir / FILES, {path: entry for path, entry in known.items()
                                     if str(Path(path).parent) in directories})
+    load_plugins_of(runs)  # before the judgement asks the registry for each operator's reference
     judgement = history.judge(cases, runs, rule, _load_cache(cache_dir / VERDICTS))
     _save_cache(cache_dir / VERDICTS, judgement.verdict_cache)
     return cases, runs, judgement
+
+
+def load_plugins_of(runs: pd.DataFrame) -> list[str]:
+    """Loads the plugins the runs recorded (`plugins.load_recorded`), once per
+    distinct set; says on stderr, one line per set, which cannot be loaded
+    and what the site lacks without them. Returns those lines."""
+    by_set: dict[str, list] = {}
+    for meta, directory in zip(runs["meta"], runs["directory"]):
+        if meta.get("plugins"):
+            by_set.setdefault(json.dumps(meta["plugins"], sort_keys=True, default=str), []).append((meta, directory))
+    lines = []
+    for found in by_set.values():
+        meta, directory = found[-1]
+        where = directory if len(found) == 1 else f"{len(found)} runs (the newest {directory})"
+        lines += plugins.load_recorded(meta, where, plugins.DASHBOARD_LACKS)
+    for line in lines:
+        print(f"warning: {line}", file=sys.stderr)
+    return lines
 
 
 def copy_assets(site: Path) -> None:

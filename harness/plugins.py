@@ -32,6 +32,8 @@ PROJECT_PACKAGES = ("impls", "harness")
 REPORT_LACKS = ("its operators' speedups over the seed's original (the × seed column and the speedup figures), "
                 "the comparison with the seed's original and the fastest library built-in, the strategies' 'Why', "
                 "and which strategies return partial outputs")
+DASHBOARD_LACKS = ("its operators' reference strategies (a change is then judged against the geometric mean of the "
+                   "case's strategies) and, in the runs' reports, " + REPORT_LACKS)
 COMPARE_LACKS = ("its operators' reference strategies: --normalise then divides each case by the geometric mean "
                  "of its strategies instead")
 

@@ -31,7 +31,7 @@ from harness import counts, regression
 from impls.status import CORRECT
 
 SUMMARY = "summary.json"
-VERSION = 3  # of the summary's layout: a summary of another version is rebuilt
+VERSION = 4  # of the summary's layout: a summary of another version is rebuilt (4: the run's plugins)
 
 # Copied from each row as they are.
 ROW_COLUMNS = ("case_id", "op", "strategy", "backend", "device", "dtype", "params", "status", "source",
@@ -40,7 +40,7 @@ NUMBERS = ("median_s", "iqr_s", "min_s", "n_samples", "load_avg", "slow_start", 
 # What the dashboard and the fitness rule read of a run's metadata.
 META_KEYS = ("run_id", "start_time", "end_time", "status", "git_commit", "machine", "host", "cpu_model",
              "cpu_count", "gpu_name", "hardware", "versions", "count_versions", "threads", "load_avg_start",
-             "load_avg_end", "config_file")
+             "load_avg_end", "config_file", "plugins")
 SLOW_START, NO_SAMPLES = "slow-start", "no-samples"
 
 

@@ -222,6 +222,37 @@ def test_compare_says_which_plugins_it_could_not_load(tmp_path, registry):
                                f"not here): without it this lacks {plugins.COMPARE_LACKS}"]
 
 
+def test_compare_relative_to_keeps_the_plugin_warnings(tmp_path, registry):
+    from harness import compare
+
+    gone = {"module": "gone_plugin", "file": str(tmp_path / "gone_plugin.py"), "sha256": "1" * 64}
+    base = one_case_run(tmp_path / "base", meta={"plugins": [gone]})
+    new = one_case_run(tmp_path / "new")
+    result = compare.compare_dirs(base, new, relative_to=["torch_max_pool2d_indices"])
+    assert len(result.warnings) == 1 and "made with plugin gone_plugin" in result.warnings[0]
+
+
+def test_the_dashboard_loads_the_runs_plugins_before_judging(tmp_path, registry, capsys):
+    """A plugin operator's reference is asked of the registry when the
+    dashboard judges: its recorded plugin is loaded first; one that cannot
+    be is said once per set of runs, not once per run."""
+    from harness import dashboard
+
+    plugin = write(tmp_path / "dash_plugin.py", MAXPOOL_STRATEGY.format(name="dash_max"))
+    record = {"module": "dash_plugin", "file": str(plugin), "sha256": plugins.sha256(plugin)}
+    gone = {"module": "gone_plugin", "file": str(tmp_path / "gone_plugin.py"), "sha256": "1" * 64}
+    for name, start, recorded in (("a", "2026-11-01", [record]), ("b", "2026-11-02", [gone]),
+                                  ("c", "2026-11-03", [gone])):
+        one_case_run(tmp_path / "results" / name, meta={"plugins": recorded, "start_time": start})
+    assert "dash_max" not in get_operator("maxpool2d").strategies
+    dashboard.build_dashboard(tmp_path / "results", tmp_path / "site", with_reports=False)
+    assert "dash_max" in get_operator("maxpool2d").strategies
+    lines = [line for line in capsys.readouterr().err.splitlines() if "gone_plugin" in line]
+    assert lines == [f"warning: 2 runs (the newest {tmp_path / 'results' / 'c'}): made with plugin gone_plugin "
+                     f"({tmp_path / 'gone_plugin.py'} is not here): without it this lacks "
+                     f"{plugins.DASHBOARD_LACKS}"]
+
+
 def test_merged_runs_keep_every_runs_plugins(tmp_path):
     from harness.merge import merge_runs
     from harness.store import read_meta
