@@ -22,7 +22,7 @@ from harness import analysis, stats
 from harness.analysis import BEST_MARK, PARTIAL_MARK, UNSTABLE, partial_output, with_speedups
 from harness.format import (fmt_num, fmt_p, fmt_ratio, fmt_time, md_escape, ordered_params,  # noqa: F401
                             params_label)
-from impls.registry import OPERATORS
+from impls.registry import OPERATORS, speedup_note
 from impls.status import CORRECT, ERROR, INEXACT, MISMATCH, OK, SKIPPED, TIMEOUT, UPSTREAM_DEFECT, worst
 
 STATUS_STYLE = {OK: "green", INEXACT: "yellow", MISMATCH: "bold red", UPSTREAM_DEFECT: "magenta",
@@ -155,8 +155,10 @@ def case_tables(rows: pd.DataFrame) -> list:
     out = []
     for (op, params, device, dtype), group in rows.groupby(["op", "params", "device", "dtype"], sort=False):
         baseline = OPERATORS[op].baseline if op in OPERATORS else "?"
+        no_speedup = speedup_note(op, dict(zip(group["strategy"], group["status"])))
         table = Table(title=f"{op}  {params_label(params)}  {device} {dtype}", title_justify="left",
-                      caption=f"×: speedup over {baseline}; IQR as % of the median, {UNSTABLE_MARK}: unstable "
+                      caption=(f"× blank: {no_speedup}" if no_speedup else f"×: speedup over {baseline}")
+                              + f"; IQR as % of the median, {UNSTABLE_MARK}: unstable "
                               f"(> {100 * analysis.UNSTABLE_REL_IQR:.0f} %)", caption_justify="left")
         width = max(len(str(name)) for name in group["strategy"])
         table.add_column("strategy", no_wrap=True, min_width=min(width, 40))
@@ -204,9 +206,11 @@ def grid_tables(rows: pd.DataFrame) -> list:
         baseline = OPERATORS[op].baseline if op in OPERATORS else "?"
         has_baseline = baseline in set(group["strategy"])
         partial = [name for name in dict.fromkeys(group["strategy"]) if partial_output(op, name)]
+        no_speedup = None if has_baseline else speedup_note(op, dict(zip(group["strategy"], group["status"])))
         table = Table(title=f"{op}  {device} {dtype}", title_justify="left",
                       caption=f"median per call{f' (× {baseline})' if has_baseline else ''}; "
-                              f"{BEST_MARK} bold: fastest correct; "
+                              + (f"no speedups: {no_speedup}; " if no_speedup else "")
+                              + f"{BEST_MARK} bold: fastest correct; "
                               f"{UNSTABLE_MARK}: IQR > {100 * analysis.UNSTABLE_REL_IQR:.0f} % of the median"
                               + (f"; {PARTIAL_MARK}: returns less than {OPERATORS[op].whole_output}, not ranked"
                                  if partial else ""),
