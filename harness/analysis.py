@@ -25,6 +25,7 @@ import pandas as pd
 
 from harness import env, stats
 from harness.format import fmt_time
+from harness.runmeta import record
 from harness.regression import (DEFAULT_ALPHA, DEFAULT_FACTOR, FAILING, Rule,  # noqa: F401  (re-exported)
                                 STATISTICS)
 from impls.registry import OPERATORS
@@ -108,17 +109,16 @@ def timer_disagreement(row) -> str:
             f"({100 * (ours / theirs - 1):+.0f} %)")
 
 
-def cores(meta: dict) -> int | None:
-    hardware = meta.get("hardware") if isinstance(meta.get("hardware"), dict) else {}
-    count = hardware.get("cpu_count") if finite(hardware.get("cpu_count")) else meta.get("cpu_count")
+def cores(meta) -> int | None:
+    run = record(meta)
+    count = run.hardware.cpu_count or run.cpu_count
     return int(count) if finite(count) and count > 0 else None
 
 
 def first_load(value) -> float | None:
-    """The 1-minute figure of a recorded load average ([1, 5, 15] minutes)."""
-    if isinstance(value, list) and value and finite(value[0]):
-        return float(value[0])
-    return None
+    """The 1-minute figure of a recorded load average ([1, 5, 15] minutes; as
+    `RunMeta.load_avg_start` types it, None where the file held another shape)."""
+    return float(value[0]) if value and finite(value[0]) else None
 
 
 def busy(load: float | None, meta: dict) -> bool:
@@ -158,8 +158,8 @@ def unfit_reasons(base_meta: dict, base_rows: pd.DataFrame, new_meta: dict, new_
                    for name in sorted(set(base_versions) | set(new_versions))
                    if base_versions.get(name) != new_versions.get(name)]
         return reasons + (["different library versions (" + ", ".join(changed) + ")"] if changed else [])
-    for meta, rows, where in ((base_meta, base_rows, " (base)"), (new_meta, new_rows, "")):
-        loads = [first_load(meta.get(key)) for key in ("load_avg_start", "load_avg_end")]
+    for meta, rows, where in ((record(base_meta), base_rows, " (base)"), (record(new_meta), new_rows, "")):
+        loads = [first_load(meta.load_avg_start), first_load(meta.load_avg_end)]
         loads += rows["load_avg"].to_numpy(float).tolist() if "load_avg" in rows else []
         loads = [load for load in loads if load is not None and math.isfinite(load)]
         peak = max(loads) if loads else None

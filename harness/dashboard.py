@@ -28,7 +28,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from harness import analysis, counts, history, plugins, regression, store
+from harness import analysis, counts, history, plugins, regression, runmeta, store
 from harness.format import fmt_p, fmt_ratio, fmt_time, ordered_params, params_label, slug
 
 ASSETS = Path(__file__).with_name("dashboard_assets")
@@ -349,8 +349,8 @@ def runs_table(runs: pd.DataFrame, share: pd.Series, links: dict, newest: int | 
             "<th>load 1 min (start → end)</th><th>unstable</th><th>report</th></tr>"]
     for order, run_id, start, commit, machine, meta in zip(*(shown[column].iloc[::-1] for column in (
             "run", "run_id", "start_time", "commit", "machine", "meta"))):
-        loads = [meta[key][0] if isinstance(meta.get(key), list) and meta[key] else "?"
-                 for key in ("load_avg_start", "load_avg_end")]
+        run = runmeta.record(meta)
+        loads = [analysis.first_load(value) or "?" for value in (run.load_avg_start, run.load_avg_end)]
         link = links.get(order)
         unstable = f"{100 * share[order]:.0f} %" if order in share.index else "–"
         body.append(f"<tr><td>{order}</td><td>{esc(run_id)}</td><td>{esc(start)}</td><td>{esc(commit[:12])}</td>"

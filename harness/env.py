@@ -272,11 +272,9 @@ def same_machine(meta_a: dict, meta_b: dict) -> bool:
 
 def _typed(meta):
     """A run's metadata (a dict as read, or already a ``RunMeta``) as a ``RunMeta``."""
-    from harness.runmeta import RunMeta
+    from harness.runmeta import record
 
-    if isinstance(meta, RunMeta):
-        return meta
-    return RunMeta.of({"run_id": "?", "schema_version": 0, **meta})
+    return record(meta)
 
 
 def machine_label(meta: dict) -> str:

@@ -104,3 +104,12 @@ class RunMeta(Lenient):
         from before ``hardware`` was recorded, its CPU model and count."""
         return {"cpu_model": self.cpu_model, "cpu_count": self.cpu_count,
                 **self.hardware.model_dump(exclude_none=True, exclude={"gpu"})}
+
+
+def record(meta) -> RunMeta:
+    """A run's metadata as its record: a dict as read (a partial one too, as
+    tests and old summaries hold: no run id or schema reads as "?" and 0), or
+    the record itself."""
+    if isinstance(meta, RunMeta):
+        return meta
+    return RunMeta.of({"run_id": "?", "schema_version": 0, **(meta if isinstance(meta, dict) else {})})

@@ -10,6 +10,7 @@ from harness import plugins, store
 from harness.analysis import with_speedups
 from harness.errors import ResultError
 from harness.format import params_label
+from harness.runmeta import record
 
 
 def load(dirs) -> tuple[pd.DataFrame, list[dict]]:
@@ -40,13 +41,13 @@ def load(dirs) -> tuple[pd.DataFrame, list[dict]]:
 
 
 def device_label(meta: dict, device: str) -> str:
+    run = record(meta)
     if device == "cuda":
-        return f"cuda: {meta.get('gpu_name') or 'GPU'}"
+        return f"cuda: {run.gpu_name or 'GPU'}"
     # Two CPUs may share a model name (every AMD EPYC VM reports "AMD EPYC"):
     # the family-model tells them apart, or their rows would be taken for one machine's.
-    hardware = meta.get("hardware") if isinstance(meta.get("hardware"), dict) else {}
-    family_model = f" ({hardware['cpu_family_model']})" if hardware.get("cpu_family_model") else ""
-    return f"cpu: {meta.get('cpu_model', '?')}{family_model} ×{meta.get('cpu_count', '?')}"
+    family_model = f" ({run.hardware.cpu_family_model})" if run.hardware.cpu_family_model else ""
+    return f"cpu: {run.cpu_model or '?'}{family_model} ×{run.cpu_count or '?'}"
 
 
 def case_title(row) -> str:

@@ -9,12 +9,12 @@ import re
 
 import pandas as pd
 
-from harness import analysis, counts, env, stats
+from harness import analysis, counts, env, runmeta, stats
 from harness.analysis import (TIMERS_DISAGREE, UNSTABLE, XCHECK_TOLERANCE, clearly_faster, finite,
                               timers_disagree, unstable, xcheck_ratio)
 from harness.format import fmt_num, fmt_ratio, fmt_time, md_escape, params_label
 from harness.report.document import Doc
-from harness.runmeta import RunMeta
+from harness.runmeta import Gpu
 from impls.defects import for_operators
 from impls.registry import speedup_note, unranked_reason
 from impls.backends import BACKENDS, devices, threads_text
@@ -222,22 +222,21 @@ def _number(value) -> float | None:
 
 
 def _loads(value) -> list[float] | None:
-    """A meta load average: [1-min, 5-min, 15-min], or None where absent or malformed."""
-    if not isinstance(value, list) or not value:
-        return None
-    numbers = [_number(item) for item in value]
-    return None if any(number is None for number in numbers) else numbers
+    """A recorded load average: [1-min, 5-min, 15-min], or None where absent or not finite."""
+    numbers = [_number(item) for item in value or []]
+    return None if not numbers or any(number is None for number in numbers) else numbers
 
 
 def load_cell(meta: dict) -> str:
     """The machine's load averages (1/5/15 min) at the start and the end of
     the run, and the highest 1-minute load a case finished under."""
-    start, end = _loads(meta.get("load_avg_start")), _loads(meta.get("load_avg_end"))
+    record = runmeta.record(meta)
+    start, end = _loads(record.load_avg_start), _loads(record.load_avg_end)
     parts = []
     if start or end:
         show = (lambda loads: "/".join(f"{v:.2g}" for v in loads) if loads else "?")
         parts.append(f"{show(start)} → {show(end)}")
-    peak = _number(meta.get("case_load_max"))
+    peak = _number(record.case_load_max)
     if peak is not None:
         parts.append(f"cases ≤ {peak:.2g}")
     return ", ".join(parts) or "–"
@@ -245,11 +244,8 @@ def load_cell(meta: dict) -> str:
 
 def ceiling_cell(meta: dict) -> str:
     """Each device's ceiling against the median of earlier runs on the machine."""
-    history = meta.get("ceiling_history") if isinstance(meta.get("ceiling_history"), dict) else {}
     cells = []
-    for device, entry in history.items():
-        if not isinstance(entry, dict):
-            continue
+    for device, entry in runmeta.record(meta).ceiling_history.items():
         median, runs, deviation = (_number(entry.get(key)) for key in ("history_median_gbps", "runs", "deviation_pct"))
         if median is not None and deviation is not None:
             cells.append(f"{device} {deviation:+.0f} % vs {median:.1f} GB/s ({int(runs or 0)} runs)")
@@ -259,23 +255,23 @@ def ceiling_cell(meta: dict) -> str:
 def run_warnings(meta: dict) -> list[str]:
     """Why a run's numbers may be pessimistic: a busy machine, a low ceiling;
     and what the report lacks for a run whose plugins are not here."""
-    run, warnings = meta.get("run_id", "?"), [f"Warning: {line}." for line in meta.get("plugins_missing", [])]
+    record = runmeta.record(meta)
+    run, warnings = record.run_id, [f"Warning: {line}." for line in meta.get("plugins_missing", [])]
     count = analysis.cores(meta)
-    loads = [("at the start", (_loads(meta.get("load_avg_start")) or [None])[0]),
-             ("at the end", (_loads(meta.get("load_avg_end")) or [None])[0]),
-             ("when a case finished", _number(meta.get("case_load_max")))]
+    loads = [("at the start", (_loads(record.load_avg_start) or [None])[0]),
+             ("at the end", (_loads(record.load_avg_end) or [None])[0]),
+             ("when a case finished", _number(record.case_load_max))]
     busy = [(when, value) for when, value in loads if analysis.busy(value, meta)]
     if busy:
         when, value = max(busy, key=lambda item: item[1])
         warnings.append(f"Warning: run {run} shared its machine: the 1-minute load average reached {value:.2g} "
                         f"{when}, at or above its {count} cores, so other work competed with the timed calls; "
                         f"its medians may be slow and its spreads wide.")
-    history = meta.get("ceiling_history") if isinstance(meta.get("ceiling_history"), dict) else {}
-    for device, entry in history.items():
+    for device, entry in record.ceiling_history.items():
         if analysis.ceiling_dropped(entry):
             deviation = _number(entry.get("deviation_pct"))
             median = _number(entry.get("history_median_gbps"))
-            now = _number((meta.get("ceilings_gbps") or {}).get(device))
+            now = _number(record.ceilings_gbps.get(device))
             warnings.append(f"Warning: run {run} measured its {device} copy ceiling"
                             + (f" at {now:.1f} GB/s" if now is not None else "")
                             + f", {-deviation:.0f} % below the median of earlier runs on this machine"
@@ -288,7 +284,7 @@ def environment_table(metas: list[dict]) -> tuple[list[str], list[list[str]]]:
     """One row per run: where and when, each registered backend's version
     (one column per backend any run recorded: a new backend shows with no
     edit here), threads, ceilings, load and fresh-output bandwidth."""
-    records = [RunMeta.of(meta) for meta in metas]
+    records = [runmeta.record(meta) for meta in metas]
     known = [name for name in BACKENDS if any(r.backend_versions.get(name) for r in records)]
     recorded = [name for r in records for name in r.backend_versions if name not in known]
     backends = known + list(dict.fromkeys(recorded))
@@ -297,10 +293,9 @@ def environment_table(metas: list[dict]) -> tuple[list[str], list[list[str]]]:
               "fresh output (GB/s)"]
     rows = []
     for meta, record in zip(metas, records):
-        ceilings = meta.get("ceilings_gbps") if isinstance(meta.get("ceilings_gbps"), dict) else {}
-        fresh = meta.get("fresh_write_gbps") if isinstance(meta.get("fresh_write_gbps"), dict) else {}
-        rows.append([meta.get("run_id", "?"), meta.get("machine", "?"), meta.get("start_time", "?"),
-                     str(meta.get("git_commit") or "?")[:12], meta.get("python", "?"),
+        ceilings, fresh = record.ceilings_gbps, record.fresh_write_gbps
+        rows.append([record.run_id, record.machine or "?", record.start_time or "?",
+                     str(record.git_commit or "?")[:12], record.python or "?",
                      *(str(record.backend_versions.get(name) or "–") for name in backends),
                      threads_text(meta.get("threads")),
                      ", ".join(f"{d} {fmt_ratio(_number(g), '')}" for d, g in ceilings.items()),
@@ -321,17 +316,17 @@ def hardware_table(metas: list[dict]) -> tuple[list[str], list[list[str]]]:
               "driver", "max SM / memory clock (MHz)"]
     machines: dict[tuple, list[str]] = {}
     for meta in metas:
-        hardware = meta.get("hardware") if isinstance(meta.get("hardware"), dict) else {}
-        gpu = hardware.get("gpu") if isinstance(hardware.get("gpu"), dict) else {}
-        caches = hardware.get("caches") if isinstance(hardware.get("caches"), dict) else {}
-        clocks = (gpu.get("max_sm_clock_mhz"), gpu.get("max_mem_clock_mhz"))
-        key = (env.machine_label(meta),
-               str(hardware.get("cpu_model") or meta.get("cpu_model") or "?"), str(analysis.cores(meta) or "?"),
-               " ".join(f"{level} {size}" for level, size in caches.items()) or "–",
-               _bytes(hardware.get("memory_bytes")), str(gpu.get("name") or meta.get("gpu_name") or "–"),
-               _bytes(gpu.get("memory_bytes")), str(gpu.get("sm_count") or "–"), str(gpu.get("capability") or "–"),
-               str(gpu.get("driver") or "–"), " / ".join(str(c) for c in clocks) if any(clocks) else "–")
-        machines.setdefault(key, []).append(str(meta.get("run_id", "?")))
+        record = runmeta.record(meta)
+        hardware = record.hardware
+        gpu = hardware.gpu or Gpu()
+        clocks = (gpu.max_sm_clock_mhz, gpu.max_mem_clock_mhz)
+        key = (env.machine_label(record),
+               str(hardware.cpu_model or record.cpu_model or "?"), str(analysis.cores(meta) or "?"),
+               " ".join(f"{level} {size}" for level, size in hardware.caches.items()) or "–",
+               _bytes(hardware.memory_bytes), str(gpu.name or record.gpu_name or "–"),
+               _bytes(gpu.memory_bytes), str(gpu.sm_count or "–"), str(gpu.capability or "–"),
+               str(gpu.driver or "–"), " / ".join(str(c) for c in clocks) if any(clocks) else "–")
+        machines.setdefault(key, []).append(record.run_id)
     return header, [[key[0], ", ".join(runs), *key[1:]] for key, runs in machines.items()]
 
 
@@ -399,8 +394,8 @@ def defects_section(doc: Doc, rows: pd.DataFrame, metas: list[dict]) -> None:
         doc.heading(3, f"{strategy}: {library} {versions}")
         doc.para(str(getattr(defect, "description", "")))
         doc.para(f"Condition: {getattr(defect, 'condition', '?')}.")
-        installed = sorted({str((m.get("versions") or {}).get(library)) for m in metas
-                            if isinstance(m.get("versions"), dict) and (m.get("versions") or {}).get(library)})
+        recorded = [runmeta.record(m).versions.get(library) for m in metas]
+        installed = sorted({str(version) for version in recorded if version})
         doc.para(f"Affected versions: {library} {versions}; in these runs: "
                  + (", ".join(f"{library} {v}" for v in installed) if installed else f"{library} not recorded")
                  + ".")
