@@ -16,7 +16,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from harness import compare, count_gate, counting, counts, regression, store
+from harness import compare, count_gate, counting, counts, store
 from harness.config import Case, expand, load_config
 from harness.errors import ResultError, UsageError
 

@@ -242,6 +242,26 @@ def test_an_interrupted_launcher_leaves_its_jobs_and_says_how_to_follow_them(int
 
 
 @pytest.mark.slow
+def test_the_launcher_says_each_shards_state_and_finished_cases(interrupted_launch):
+    """The progress a launch shows: without a bar (--no-progress, as in CI
+    logs) a line per shard per change of state, naming its job and its
+    finished cases, read from the shard's rows."""
+    import re
+
+    pattern = r"^shard (\d)/3 (queued|running|done|failed) \(job (\S+), (\d+)/(\d+) cases\)$"
+    first = re.findall(pattern, interrupted_launch["first"][1], re.M)
+    assert {index for index, *_ in first} == {"0", "1", "2"}  # each shard said, once submitted
+    second = re.findall(pattern, interrupted_launch["second"].stderr, re.M)
+    last = {index: (state, int(finished), int(cases)) for index, state, _, finished, cases in second}
+    assert sorted(last) == ["0", "1", "2"] and all(state == "done" for state, _, _ in last.values())
+    assert all(finished == cases for _, finished, cases in last.values())
+    assert sum(cases for _, _, cases in last.values()) == 19  # quick.yaml's cases, split in three
+    # shard 0 was killed and resubmitted: the launcher said so as it ran again, under a new job
+    jobs = {job for index, state, job, *_ in second + first if index == "0"}
+    assert len(jobs) >= 2, jobs
+
+
+@pytest.mark.slow
 def test_the_same_command_follows_the_recorded_jobs_and_resubmits_the_killed_shard(interrupted_launch):
     second, out = interrupted_launch["second"], interrupted_launch["out"]
     assert second.returncode == 0, second.stderr

@@ -116,7 +116,7 @@ def test_a_strategys_exception_names_the_strategys_own_file_and_line(tmp_path, r
 
 
 def test_reloading_a_plugin_or_rerunning_a_notebook_cell_replaces_its_strategy(tmp_path, registry, monkeypatch):
-    plugin = write(tmp_path / "reloaded_plugin.py", MAXPOOL_STRATEGY.format(name="reloaded_max"))
+    write(tmp_path / "reloaded_plugin.py", MAXPOOL_STRATEGY.format(name="reloaded_max"))
     monkeypatch.syspath_prepend(str(tmp_path))
     module = importlib.import_module("reloaded_plugin")
     first = get_operator("maxpool2d").strategies["reloaded_max"].prepare
