@@ -123,8 +123,7 @@ def first_load(value) -> float | None:
 
 def busy(load: float | None, meta: dict) -> bool:
     """Other work competed with the timed calls: a 1-minute load at or above the core count."""
-    count = cores(meta)
-    return load is not None and count is not None and load >= count
+    return env.at_capacity(load, cores(meta))
 
 
 # A run more than this share of whose timed cases are unstable is not fit to be

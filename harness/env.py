@@ -93,6 +93,12 @@ def competing_load(samples: int = 5, interval_s: float = 0.02) -> float:
     return max(average, statistics.median(runnable) if runnable else 0.0)
 
 
+def at_capacity(load: float | None, cores: int | None) -> bool:
+    """Other work competes for the cores: a load at or above their count (the
+    one rule for the unpinned-threads warning and for a run too busy to judge)."""
+    return load is not None and cores is not None and load >= cores
+
+
 def oversubscription_warning(threads, load: float | None = None, cores: int | None = None,
                              backends=None) -> str | None:
     """One line when some thread pools are unpinned and the machine is at or
@@ -106,7 +112,7 @@ def oversubscription_warning(threads, load: float | None = None, cores: int | No
         return None
     cores = cores or os.cpu_count() or 1
     load = competing_load() if load is None else load
-    if load < cores:
+    if not at_capacity(load, cores):
         return None
     names = ", ".join(f"threads.{name}" for name in unpinned)
     return (f"the machine is loaded ({load:.1f} runnable against {cores} cores) and {names} "
@@ -278,9 +284,10 @@ def _typed(meta):
 
 
 def machine_label(meta: dict) -> str:
-    """A run's machine for grouping history: its recorded name, with the CPU's
-    family-model where the run recorded one (two VMs named "vm / AMD EPYC x2"
-    may be a Zen 3 and a Zen 4, whose timings must not form one series)."""
+    """A run's machine as messages and the report name it: its recorded name,
+    with the CPU's family-model where the run recorded one (two VMs named
+    "vm / AMD EPYC x2" may be a Zen 3 and a Zen 4). History is grouped by
+    hardware instead (`machine_groups`)."""
     meta = _typed(meta)
     label = str(meta.machine or meta.host or "?")
     family_model = meta.hardware.cpu_family_model
@@ -328,7 +335,7 @@ def machine_groups(metas) -> list[str]:
 
 
 def machine_name() -> str:
-    """Host, CPU and GPU in one label: what history is grouped by."""
+    """Host, CPU and GPU in one label: the ``machine`` a run records."""
     gpu = gpu_name()
     return f"{socket.gethostname()} / {cpu_model()} x{os.cpu_count()}" + (f" / {gpu}" if gpu else "")
 
