@@ -86,6 +86,14 @@ def counted(tmp_path_factory):
 # ------------------------------------------------------------ with Callgrind
 @pytest.mark.slow
 @needs_valgrind
+# How far two counting runs of unchanged code may differ. Instructions: 0.1 % (measured: up to 0.04 %).
+# est_cycles also weighs simulated cache misses, which move with where fresh allocations land (each call's
+# outputs are new mappings): measured within 0.05 % in most runs, but seed_loop (Python loops, 2.9 M
+# instructions a call) differed by 0.16 % in one of four CI runs of this test under two hogs, and by
+# 0.165 % against the committed counts baseline: 0.25 %, still twelve times inside the gate's 3 %.
+A_A_TOLERANCE = {"instructions": 1e-3, "est_cycles": 2.5e-3}
+
+
 def test_two_counting_runs_under_load_agree_within_a_thousandth(counted):
     assert counted["load"] >= 2  # the hogs and the two runs were on the 2 cores together
     rows = store.read_rows(counted["base"]).set_index("strategy")
@@ -105,7 +113,7 @@ def test_two_counting_runs_under_load_agree_within_a_thousandth(counted):
         cases = json.loads(done.stdout)["cases"]
         assert {case["verdict"] for case in cases} == {"same"} and len(cases) == 4
         worst = max(abs(case["ratio"] - 1) for case in cases)
-        assert worst < 1e-3, (metric, [(case["strategy"], case["ratio"]) for case in cases])
+        assert worst < A_A_TOLERANCE[metric], (metric, [(case["strategy"], case["ratio"]) for case in cases])
 
 
 @pytest.mark.slow
