@@ -13,10 +13,10 @@ Per call, from one Callgrind run with cache simulation:
   bandwidth limit; what it adds to ``instructions`` is that a change which
   makes the same instructions walk memory worse shows at all.
 
-Counts are deterministic (two runs agree to about 1 in 10^7; README,
-"Counts"), so no statistical test is needed: a count regresses when it grew
-by more than the factor, 1.03 by default, and improves when it shrank by as
-much. A case that was correct and now fails its check is broken, by the same
+Counts barely move between runs of the same code (instructions within
+0.1 %, est_cycles within 0.25 %, whatever the load; README, "Counts"), so no
+statistical test is needed: a count regresses when it grew by more than the
+factor, 1.03 by default, and improves when it shrank by as much. A case that was correct and now fails its check is broken, by the same
 rule as times (``regression.status_change``).
 """
 
