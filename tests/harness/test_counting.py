@@ -84,8 +84,6 @@ def counted(tmp_path_factory):
 
 
 # ------------------------------------------------------------ with Callgrind
-@pytest.mark.slow
-@needs_valgrind
 # How far two counting runs of unchanged code may differ. Instructions: 0.1 % (measured: up to 0.04 %).
 # est_cycles also weighs simulated cache misses, which move with where fresh allocations land (each call's
 # outputs are new mappings): measured within 0.05 % in most runs, but seed_loop (Python loops, 2.9 M
@@ -94,6 +92,8 @@ def counted(tmp_path_factory):
 A_A_TOLERANCE = {"instructions": 1e-3, "est_cycles": 2.5e-3}
 
 
+@pytest.mark.slow
+@needs_valgrind
 def test_two_counting_runs_under_load_agree_within_a_thousandth(counted):
     assert counted["load"] >= 2  # the hogs and the two runs were on the 2 cores together
     rows = store.read_rows(counted["base"]).set_index("strategy")
