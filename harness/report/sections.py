@@ -100,9 +100,9 @@ def case_table(group: pd.DataFrame) -> tuple[list[str], list[list[str]], int | N
 
 
 COUNTS_NOTE = (f"instructions/call and est_cycles/call: counted under Callgrind (run --instrument callgrind), per "
-               f"call, every library at one thread; est_cycles = {counts.EST_CYCLES_FORMULA}. Deterministic, so "
-               f"they compare across runs of the same library versions; they do not see memory bandwidth, page "
-               f"faults or other threads (README, \"Counts\").")
+               f"call, every library at one thread; est_cycles = {counts.EST_CYCLES_FORMULA}. Two runs of the same "
+               f"code and library versions agree within 0.1 % (instructions) and 0.25 % (est_cycles), whatever "
+               f"the load; they do not see memory bandwidth, page faults or other threads (README, \"Counts\").")
 
 
 def count_verdict_sentence(case: pd.DataFrame, where: str) -> str:
