@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -216,6 +217,10 @@ def interrupted_launch(tmp_path_factory):
     shard0 = launch.shard_dir(out, 0, 3)
     try:
         _wait(lambda: (out / launch.LAUNCH_FILE).exists(), "the submission", process=first)
+        # The launch file is written before the first poll prints the shards' states: interrupting
+        # right after it raced that poll (a CI run saw no shard line at all).
+        _wait(lambda: {m for m in re.findall(r"^shard (\d)/3 ", first_log.read_text(), re.M)} == {"0", "1", "2"},
+              "the launcher's first line for each shard", process=first)
         recorded = launch.read_launch(out)
         first.send_signal(signal.SIGINT)  # the launcher only: its jobs go on, as Slurm's would
         first.wait(timeout=60)
@@ -246,8 +251,6 @@ def test_the_launcher_says_each_shards_state_and_finished_cases(interrupted_laun
     """The progress a launch shows: without a bar (--no-progress, as in CI
     logs) a line per shard per change of state, naming its job and its
     finished cases, read from the shard's rows."""
-    import re
-
     pattern = r"^shard (\d)/3 (queued|running|done|failed) \(job (\S+), (\d+)/(\d+) cases\)$"
     first = re.findall(pattern, interrupted_launch["first"][1], re.M)
     assert {index for index, *_ in first} == {"0", "1", "2"}  # each shard said, once submitted
