@@ -34,6 +34,7 @@ import time
 from pathlib import Path
 
 import pytest
+from terminal import sigint_as_at_a_terminal  # tests/harness, on the path as the test's own directory
 
 HERE = Path(__file__).parent
 PYTHON = sys.executable
@@ -137,10 +138,9 @@ def report_py(*args, env=None, cwd=None, timeout=180) -> subprocess.CompletedPro
 
 def spawn(*args, env=None, rlimit_as: int | None = None) -> subprocess.Popen:
     """A real ``python -m harness ARGS`` left running, with SIGINT's default
-    action (a test runner started in the background ignores SIGINT, and a
-    child inherits that)."""
+    action (``sigint_as_at_a_terminal``)."""
     def setup():
-        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        sigint_as_at_a_terminal()
         if rlimit_as:
             resource.setrlimit(resource.RLIMIT_AS, (rlimit_as, rlimit_as))
 

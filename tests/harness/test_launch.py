@@ -20,6 +20,7 @@ import psutil
 import pytest
 import torch
 import slurm_cluster  # tests/harness, on the path as the test's own directory
+from terminal import sigint_as_at_a_terminal
 
 from harness import launch, store
 from harness.cli import main
@@ -213,7 +214,8 @@ def interrupted_launch(tmp_path_factory):
     # Files, not pipes: the local jobs inherit the launcher's streams and keep a pipe open after it exits.
     first_log = base / "first-launcher.err"
     with open(first_log, "w") as stream:
-        first = subprocess.Popen(launch_argv(QUICK, out), stdout=subprocess.DEVNULL, stderr=stream)
+        first = subprocess.Popen(launch_argv(QUICK, out), stdout=subprocess.DEVNULL, stderr=stream,
+                                 preexec_fn=sigint_as_at_a_terminal)
     shard0 = launch.shard_dir(out, 0, 3)
     try:
         _wait(lambda: (out / launch.LAUNCH_FILE).exists(), "the submission", process=first)

@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from harness import cli
 from harness.config import ConfigError, parse_config
 from harness.store import read_meta, read_rows
+from terminal import sigint_as_at_a_terminal  # tests/harness, on the path as the test's own directory
 
 pytestmark = pytest.mark.slow  # subprocesses, sweeps or compiles: `make test` runs them, `make test-fast` does not
 
@@ -100,12 +101,10 @@ benchmarks:
 def start_slow_sweep(tmp_path, out):
     config = tmp_path / "slow.yaml"
     config.write_text(SLOW_SWEEP)
-    # Ctrl-C as at a terminal: a test runner started in the background by a
-    # non-interactive shell ignores SIGINT, and a child inherits that.
     process = subprocess.Popen([sys.executable, "-m", "harness", "run", str(config), "-o", str(out),
                                 "--no-progress"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                env=plugin_env("spin_plugin"),
-                               preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+                               preexec_fn=sigint_as_at_a_terminal)
     deadline = time.time() + 120
     rows = out / "rows.csv"
     while time.time() < deadline:
