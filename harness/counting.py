@@ -34,6 +34,16 @@ instead of times. What makes that affordable and exact:
 - **An allocator that does the same thing every run** (``MALLOC_TUNABLES``):
   where an array lands decides which simulated cache sets it uses and
   whether ``calloc`` must clear it.
+- **The same inputs, so the same heap.** The counting process gets nothing
+  that differs between two runs: it runs in one fixed working directory
+  (``_work_directory``; a second counting run waits for it), without that
+  directory on ``sys.path`` (``python -P``), and is not told the run's id.
+  The counted calls run in a thread started first in the case's fork, which
+  prepares the strategy itself (``CallgrindCounter``). Each of these was
+  measured: a random working-directory name of fixed length, a random run id
+  or a strategy prepared after the check each moved seed_loop's est_cycles
+  by 0.03-0.15 % between two runs of the same code; together, two runs
+  under load now agree to the count on most cases (README, "Counts").
 - **The same simulated machine everywhere.** The cache geometry is fixed
   (``CACHE``) rather than read from the host, and valgrind presents one CPU
   to the program whatever the host, so counts depend on the code and the
@@ -46,6 +56,7 @@ CUDA cases and kernels that reach the CPU only through an interpreter
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import json
 import math
@@ -54,7 +65,8 @@ import platform
 import shutil
 import subprocess
 import sys
-import threading
+import tempfile
+import _thread
 from pathlib import Path
 
 from harness import counts, env, store, sweep
@@ -85,7 +97,11 @@ THREAD_ENV = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THRE
 # mapping (page-aligned), the heap's top never padded or kept (README, "Counts"). With its
 # defaults, the same case's arrays landed at other page offsets from run to run (the heap
 # grows by mappings under valgrind), and its simulated L1 misses moved by up to 0.14 %.
-MALLOC_TUNABLES = ("glibc.malloc.mmap_threshold=16384", "glibc.malloc.top_pad=0", "glibc.malloc.trim_threshold=16384")
+# No per-thread cache (tcache): with it, a freed block of the main thread's heap could serve the
+# counted thread's next allocation, and whether it did varied from run to run (0.04 % of
+# seed_loop's instructions, all of it in free()).
+MALLOC_TUNABLES = ("glibc.malloc.mmap_threshold=16384", "glibc.malloc.top_pad=0", "glibc.malloc.trim_threshold=16384",
+                   "glibc.malloc.tcache_count=0")
 # Python's objects from glibc too, from the counting thread's own arena (CallgrindCounter).
 PYTHON_MALLOC = "malloc"
 # A case's deadline (config timing.timeout_s) is stretched by this under Callgrind.
@@ -93,6 +109,9 @@ SLOWDOWN = 50
 ROW_MARK = "@scatterbench-count "
 DUMP_DIR = "callgrind"
 DUMP_PREFIX = "callgrind.out."
+ERRORS_LOG, VALGRIND_LOG = "stderr.log", "valgrind.log"
+WORK_DIR = "scatterbench-count"
+CHILD_RUN_ID = "counting"  # the rows' run_id in the child; the parent writes the run's own
 CLIENT_REQUESTS_C = r"""
 #include <valgrind/callgrind.h>
 void start_instrumentation(void) { CALLGRIND_START_INSTRUMENTATION; }
@@ -173,14 +192,16 @@ def settings() -> dict:
     """How counts are taken: recorded in meta.json beside the versions."""
     return {"calls": CALLS, "warmup_calls": WARMUP_CALLS, "cache": {k: list(v) for k, v in CACHE.items()},
             "est_cycles": counts.EST_CYCLES_FORMULA, "threads": count_threads(),
-            "malloc": list(MALLOC_TUNABLES), "python_malloc": PYTHON_MALLOC, "counted_in": "a fresh thread"}
+            "malloc": list(MALLOC_TUNABLES), "python_malloc": PYTHON_MALLOC,
+            "counted_in": "a thread started first in the case's fork, preparing the strategy itself",
+            "working_directory": f"{WORK_DIR}-<uid> in the temporary directory, the same on every run"}
 
 
 def valgrind_command() -> list[str]:
-    """Callgrind as counting runs it, in the directory its dumps go to."""
+    """Callgrind as counting runs it, in its working directory (where its dumps are written)."""
     cache = [f"--{level}={','.join(map(str, geometry))}" for level, geometry in CACHE.items()]
     return ["valgrind", "--tool=callgrind", "--instr-atstart=no", "--collect-atstart=no", "--cache-sim=yes",
-            *cache, f"--callgrind-out-file={DUMP_PREFIX}%p", "--log-file=valgrind.log"]
+            *cache, f"--callgrind-out-file={DUMP_PREFIX}%p", f"--log-file={VALGRIND_LOG}"]
 
 
 def not_counted(case: Case) -> str | None:
@@ -215,9 +236,9 @@ def llvm_target_env(python: str = sys.executable) -> dict:
 
 
 def child_environment(target: dict) -> dict:
-    """The children's environment. They run in the dumps' directory, so that
-    no path of the run's (whose length would shift the heap) is in the
-    counting process; this checkout goes first on the path."""
+    """The children's environment: one thread per library, no hash
+    randomisation, the allocator's settings; this checkout goes first on the
+    path (the counting process runs in its own working directory)."""
     tunables = ":".join(filter(None, [os.environ.get("GLIBC_TUNABLES"), *MALLOC_TUNABLES]))
     path = os.pathsep.join(filter(None, [str(Path(__file__).resolve().parents[1]), os.environ.get("PYTHONPATH")]))
     return dict(os.environ, **THREAD_ENV, **target, PYTHONHASHSEED="0", PYTHONUNBUFFERED="1",
@@ -275,10 +296,13 @@ def execute_counting_run(plan: sweep.RunPlan, argv: list[str], *, on_start=None,
 
 
 def _request(cases: list[Case], plan: sweep.RunPlan, mode: str, **extra) -> str:
+    """What the child is asked. Not the run's id: a random part, whose
+    content reaches the counting process's heap and moved est_cycles by a few
+    hundredths of a percent; the parent writes the run's id into each row."""
     config = plan.config.model_dump()
     config["threads"] = count_threads()
     config["timing"]["timeout_s"] = config["timing"]["timeout_s"] * (SLOWDOWN if mode == "count" else 1)
-    return json.dumps({"mode": mode, "run_id": plan.run_id, "config": config,
+    return json.dumps({"mode": mode, "run_id": CHILD_RUN_ID, "config": config,
                        "cases": [[c.op, c.strategy, c.device, c.dtype, c.params_dict] for c in cases], **extra})
 
 
@@ -303,38 +327,82 @@ def _count_cases(cases: list[Case], plan: sweep.RunPlan, writer, clock, on_case)
     clock("count")
     dumps = store.make_dir(plan.out_dir / DUMP_DIR)
     first = plan.done + sum(1 for case in plan.cases if not_counted(case))  # dumps numbered after resumed ones
-    request = _request(cases, plan, "count", client_requests=f"./{build_client_requests(dumps).name}",
-                       indices=list(range(first, first + len(cases))))
-    errors = dumps / "stderr.log"
-    with open(errors, "w") as stderr:
-        child = subprocess.Popen([*valgrind_command(), sys.executable, "-m", "harness", "_count"], cwd=dumps,
-                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr, text=True,
-                                 env=child_env)
+    with _work_directory() as work:
+        _count_in(work, dumps, cases, by_id, first, plan, writer, child_env, on_case)
+
+
+@contextlib.contextmanager
+def _work_directory():
+    """The counting process's working directory, one per user, the same path
+    on every run (``WORK_DIR``), taken under a lock: a second counting run
+    waits for the first. Its path reaches that process's heap (its content
+    too: a random name of the same length moved seed_loop's est_cycles by
+    up to 0.06 % between runs), so a fixed one keeps every run's heap the
+    same. Emptied when taken: what a killed run left there is no one's."""
+    import fcntl
+
+    work = Path(tempfile.gettempdir()) / f"{WORK_DIR}-{os.getuid()}"
+    work.mkdir(exist_ok=True)
+    with open(work.with_name(work.name + ".lock"), "a+") as lock:
         try:
-            child.stdin.write(request)
-            child.stdin.close()
-            for line in child.stdout:
-                if not line.startswith(ROW_MARK):
-                    continue
-                event = json.loads(line[len(ROW_MARK):])
-                case = by_id[event["case_id"]]
-                if event["event"] == "start":
-                    if on_case:
-                        on_case(case, "start")
-                    continue
-                writer.append(event["row"], [])
-                if on_case:
-                    on_case(case, event["row"])
-            child.wait()
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            print(f"counting: waiting for another counting run, which uses {work}", file=sys.stderr, flush=True)
+            fcntl.flock(lock, fcntl.LOCK_EX)
+        for stale in work.iterdir():
+            stale.unlink()
+        try:
+            yield work
         finally:
-            if child.poll() is None:
-                child.kill()
+            for stale in work.iterdir():
+                stale.unlink(missing_ok=True)
+
+
+def _count_in(work: Path, dumps: Path, cases, by_id, first: int, plan, writer, child_env, on_case) -> None:
+    """Runs the counting process in ``work``; each dump moves into the run's
+    DIR/callgrind/ as its row arrives, the logs at the end."""
+    try:
+        request = _request(cases, plan, "count", client_requests=f"./{build_client_requests(work).name}",
+                           indices=list(range(first, first + len(cases))))
+        with open(work / ERRORS_LOG, "w") as stderr:
+            # -P: the working directory is not put on sys.path (this checkout is, by PYTHONPATH)
+            child = subprocess.Popen([*valgrind_command(), sys.executable, "-P", "-m", "harness", "_count"],
+                                     cwd=work, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr,
+                                     text=True, env=child_env)
+            try:
+                child.stdin.write(request)
+                child.stdin.close()
+                for line in child.stdout:
+                    if not line.startswith(ROW_MARK):
+                        continue
+                    event = json.loads(line[len(ROW_MARK):])
+                    case = by_id[event["case_id"]]
+                    if event["event"] == "start":
+                        if on_case:
+                            on_case(case, "start")
+                        continue
+                    extra = event["row"].get("extra")
+                    dump = extra.get("callgrind_dump") if isinstance(extra, dict) else None
+                    if dump and (work / Path(dump).name).exists():
+                        shutil.move(work / Path(dump).name, plan.out_dir / dump)
+                    event["row"]["run_id"] = plan.run_id
+                    writer.append(event["row"], [])
+                    if on_case:
+                        on_case(case, event["row"])
                 child.wait()
-    for leftover in dumps.glob(f"{DUMP_PREFIX}*"):  # each process's dump at exit: collection was off, all zeros
-        leftover.unlink()
+            finally:
+                if child.poll() is None:
+                    child.kill()
+                    child.wait()
+    finally:
+        for leftover in work.glob(f"{DUMP_PREFIX}*"):  # each process's dump at exit: collection was off, all zeros
+            leftover.unlink()
+        for kept in work.iterdir():  # the logs (and any dump whose row never came)
+            if kept.suffix != ".so":
+                shutil.move(kept, dumps / kept.name)
     if child.returncode != 0:
-        raise ResultError(f"the counting process under Callgrind failed (exit {child.returncode}; see {errors} "
-                          f"and {dumps / 'valgrind.log'}): {_tail(errors)}")
+        raise ResultError(f"the counting process under Callgrind failed (exit {child.returncode}; see "
+                          f"{dumps / ERRORS_LOG} and {dumps / VALGRIND_LOG}): {_tail(dumps / ERRORS_LOG)}")
 
 
 # --------------------------------------------------------------- the child
@@ -362,32 +430,53 @@ def _emit(event: dict) -> None:
 class CallgrindCounter:
     """``execute_case``'s ``measure`` under Callgrind: instrumentation on,
     warm-up, ``CALLS`` collected calls dumped under the case's name,
-    instrumentation off; the counts per call as row fields."""
+    instrumentation off; the counts per call as row fields.
+
+    The calls run in a thread of their own, started when the counter is made
+    (first thing in the case's fork) and waiting until the case is checked.
+    Its allocations then come from a fresh glibc arena (and, with
+    ``PYTHONMALLOC=malloc``, Python's too), and its thread state is allocated
+    before anything that differs between runs: the strategy is prepared again
+    in that thread (``make_run``), so that everything the counted calls touch
+    lands at the same addresses in every run. What the check before it
+    allocates varies (the lines of /proc files it reads, for one): preparing
+    in the main thread after it moved the simulated L1 misses of seed_loop by
+    up to 0.15 % between two runs (README, "Counts")."""
 
     def __init__(self, requests: ClientRequests, name: str, calls: int = CALLS, warmup_calls: int = WARMUP_CALLS):
         self.requests, self.name = requests, name
         self.calls, self.warmup_calls = calls, warmup_calls
+        self._job, self._failure = None, []
+        self._go, self._finished = _thread.allocate_lock(), _thread.allocate_lock()
+        self._go.acquire()
+        self._finished.acquire()
+        _thread.start_new_thread(self._serve, ())
 
-    def __call__(self, run, backend, device) -> dict:
+    def _serve(self) -> None:
+        self._go.acquire()  # the one job, or None when the case was never counted
+        try:
+            if self._job is not None:
+                make_run, synchronize = self._job
+                self._collect(make_run(), synchronize)
+        except BaseException as error:  # noqa: BLE001 - raised again in the case's thread
+            self._failure.append(error)
+        finally:
+            self._finished.release()
+
+    def close(self) -> None:
+        """Lets the waiting thread end when the case was not counted (skipped, or failed its check)."""
+        if self._job is None and self._go.locked():
+            self._go.release()
+
+    def __call__(self, make_run, backend, device) -> dict:
         from harness import timing
 
-        failure = []
-
-        def collect():
-            try:
-                self._collect(run, lambda: backend.synchronize(device))
-            except BaseException as error:  # noqa: BLE001 - raised again in the case's thread
-                failure.append(error)
-
-        # In a thread of its own, so that its allocations come from a fresh glibc arena (and
-        # with PYTHONMALLOC=malloc, Python's too): the allocator's cost then depends only on
-        # this case's calls, not on what the process freed before (README, "Counts").
+        self._job = (make_run, lambda: backend.synchronize(device))
         with timing._collector_paused():
-            counting = threading.Thread(target=collect, name="scatterbench-count")
-            counting.start()
-            counting.join()
-        if failure:
-            raise failure[0]
+            self._go.release()
+            self._finished.acquire()
+        if self._failure:
+            raise self._failure[0]
         # This process's only dump (a fresh fork per case): callgrind.out.<pid>.1
         dump = Path(f"{DUMP_PREFIX}{os.getpid()}.1")  # in the working directory, the dumps'
         named = Path(f"{self.name}.callgrind")
@@ -427,9 +516,12 @@ def _count_in_fork(index: int, case: Case, config, run_id: str, requests: Client
     if pid == 0:
         status = 0
         try:
+            counter = CallgrindCounter(requests, name)  # first: its thread state before anything that varies
             env.apply_threads(config.threads)
-            sweep.run_sweep([case], config, _RowPrinter(), run_id, {},
-                            measure=CallgrindCounter(requests, name))
+            try:
+                sweep.run_sweep([case], config, _RowPrinter(), run_id, {}, measure=counter)
+            finally:
+                counter.close()
         except BaseException as error:  # noqa: BLE001 - the parent turns any death into a row
             print(f"counting {case.case_id} failed: {error!r}", file=sys.stderr)
             status = 1
@@ -460,7 +552,7 @@ def child_main(stdin_text: str) -> None:
              for op, strategy, device, dtype, params in request["cases"]]
     if request["mode"] != "count":
         env.apply_threads(config.threads)
-        sweep.run_sweep(cases, config, _RowPrinter(), request["run_id"], {}, measure=lambda run, backend, device: {})
+        sweep.run_sweep(cases, config, _RowPrinter(), request["run_id"], {}, measure=lambda make_run, backend, device: {})
         return
     # Imported once, before the forks, so that no case pays for it; thread pools start in each fork.
     for module in {get_backend(get_operator(c.op).strategies[c.strategy].backend).module for c in cases}:

@@ -114,9 +114,12 @@ def execute_case(case: Case, config: Config, run_id: str, ceiling_gbps: float,
     the one it keeps (an isolated case's child has none to pass). ``gate``:
     the run's adversarial check; a strategy that fails it is recorded with
     that failure and never timed (a strategy only interpreted on the device
-    is never timed, so it is not held up by it). ``measure(run, backend,
+    is never timed, so it is not held up by it). ``measure(make_run, backend,
     device) -> row fields``, when given, measures the checked case instead of
-    the timer (the counting instrument, harness/counting.py)."""
+    the timer (the counting instrument, harness/counting.py); ``make_run()``
+    prepares the strategy again on the same inputs and returns the new call,
+    so that what the call touches is allocated where the measure chooses
+    (counting prepares it in its own thread's fresh heap)."""
     row = base_row(case, run_id, ceiling_gbps)
     strat = get_operator(case.op).strategies[case.strategy]
     backend = get_backend(strat.backend)
@@ -153,7 +156,8 @@ def execute_case(case: Case, config: Config, run_id: str, ceiling_gbps: float,
                                        "not timed: the interpreter's speed is not the kernel's")
             on_phase(PHASE_TIME)
             if measure is not None:
-                row.update(measure(tried.prepared.run, backend, case.device))
+                row.update(measure(lambda: check.prepare_case(strat, ref, ref.params, case.dtype, case.device).run,
+                                   backend, case.device))
                 return finish(verdict.status, verdict.message)
             if flush is None:  # made only now: an unavailable backend's flush may not even import
                 flush = backend.cache_flush(case.device)
