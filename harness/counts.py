@@ -13,8 +13,9 @@ Per call, from one Callgrind run with cache simulation:
   bandwidth limit; what it adds to ``instructions`` is that a change which
   makes the same instructions walk memory worse shows at all.
 
-Counts barely move between runs of the same code (instructions within
-0.1 %, est_cycles within 0.25 %, whatever the load; README, "Counts"), so no
+Counts barely move between runs of the same code (within 0.1 %, whatever
+the load, est_cycles of the interpreter-bound seeds at quick.yaml's small
+sizes within 0.25 %; README, "Counts"), so no
 statistical test is needed: a count regresses when it grew by more than the
 factor, 1.03 by default, and improves when it shrank by as much. A case that was correct and now fails its check is broken, by the same
 rule as times (``regression.status_change``).

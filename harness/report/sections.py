@@ -101,8 +101,8 @@ def case_table(group: pd.DataFrame) -> tuple[list[str], list[list[str]], int | N
 
 COUNTS_NOTE = (f"instructions/call and est_cycles/call: counted under Callgrind (run --instrument callgrind), per "
                f"call, every library at one thread; est_cycles = {counts.EST_CYCLES_FORMULA}. Two runs of the same "
-               f"code and library versions agree within 0.1 % (instructions) and 0.25 % (est_cycles), whatever "
-               f"the load; they do not see memory bandwidth, page faults or other threads (README, \"Counts\").")
+               f"code and library versions agree within 0.1 %, whatever the load (est_cycles of Python-loop seeds "
+               f"at small sizes within 0.25 %); they do not see memory bandwidth, page faults or other threads (README, \"Counts\").")
 
 
 def count_verdict_sentence(case: pd.DataFrame, where: str) -> str:
