@@ -478,7 +478,7 @@ class CallgrindCounter:
         if self._failure:
             raise self._failure[0]
         # This process's only dump (a fresh fork per case): callgrind.out.<pid>.1
-        dump = Path(f"{DUMP_PREFIX}{os.getpid()}.1")  # in the working directory, the dumps'
+        dump = Path(f"{DUMP_PREFIX}{os.getpid()}.1")  # in the counting process's working directory
         named = Path(f"{self.name}.callgrind")
         measured = counts.per_call(counts.read_dump(dump), self.calls)
         dump.replace(named)

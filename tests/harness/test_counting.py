@@ -86,9 +86,9 @@ def counted(tmp_path_factory):
 # ------------------------------------------------------------ with Callgrind
 # How far two counting runs of unchanged code may differ: 0.1 % on every count (issue 26).
 # Measured on the 2-core VM with the counting process's inputs made the same on every run
-# (harness/counting.py: fixed working directory, the child's run id, no tcache, the counted
-# thread started first and preparing the strategy itself): instructions within 0.005 %,
-# est_cycles within 0.04 %. Before, est_cycles of seed_loop differed by up to 0.16 %.
+# (harness/counting.py: fixed working directory, no run id, no tcache, the counted thread
+# started first and preparing the strategy itself): this test's two runs gave identical counts
+# but for one est_cycles 0.0012 % apart. Before, seed_loop's est_cycles differed by up to 0.16 %.
 A_A_TOLERANCE = {"instructions": 1e-3, "est_cycles": 1e-3}
 
 
