@@ -91,11 +91,11 @@ regress: $(STAMP)
 # It also re-counts the counts baseline of this tool-and-library version set
 # (COUNTS_BASELINE holds one per set; the dumps stay out of git).
 baseline: $(STAMP)
-	@slug=$$($(PY) -c 'from harness.env import cpu_slug; print(cpu_slug())') && \
+	@slug=$$($(PY) -c 'from harness.measuring.facts import cpu_slug; print(cpu_slug())') && \
 	  rm -rf results/baseline-quick/$$slug && \
 	  $(PY) -m harness run configs/quick.yaml -o results/baseline-quick/$$slug --no-progress
 	@$(VALGRIND_SETUP)
-	@set=$$($(PY) -c 'from harness import counting, count_gate; print(count_gate.versions_slug(counting.count_versions()))') && \
+	@set=$$($(PY) -c 'from harness.measuring import callgrind; from harness.judging import count_gate; print(count_gate.versions_slug(callgrind.count_versions()))') && \
 	  rm -rf $(COUNTS_BASELINE)/$$set && \
 	  $(PY) -m harness run configs/quick.yaml --instrument callgrind -o $(COUNTS_BASELINE)/$$set --no-progress && \
 	  rm -rf $(COUNTS_BASELINE)/$$set/callgrind

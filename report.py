@@ -6,12 +6,12 @@ embedded) and the figures as PNG and SVG under ``OUT/figures``. Every number
 comes from the result files; every text from them is escaped.
 
 This file is the documented entry point only: the report is built by the
-``harness.report`` package (loading, figures, sections, rendering).
+``harness.presenting.report`` package (loading, figures, sections, rendering).
 """
 
 import sys
 
-from harness.report import build, main
+from harness.presenting.report import build, main
 
 __all__ = ["build", "main"]
 

@@ -35,7 +35,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from harness import store  # noqa: E402
+from harness.results import store  # noqa: E402
 
 STRATEGIES = ("numpy_sliding_window", "torch_max_pool2d_indices")
 CONFIG = """

@@ -34,7 +34,7 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 
-from harness import store  # noqa: E402
+from harness.results import store  # noqa: E402
 
 SOURCE = ROOT / "results" / "20261125T024630-vm-default-0507"
 FIRST_DAY = dt.datetime(2027, 1, 1, 2, 0, tzinfo=dt.timezone.utc)

@@ -3,11 +3,11 @@
     pytest benchmarks/ --benchmark-only                 # configs/quick.yaml
     SCATTERBENCH_CONFIG=configs/default.yaml pytest benchmarks/ --benchmark-only
 
-Every case goes through the suite's own judge path (harness/check.py) before
+Every case goes through the suite's own judge path (harness/measuring/check.py) before
 pytest-benchmark times it; the config's thread settings are applied, each
 operator is its own benchmark group, and bytes moved and GB/s go into each
 benchmark's extra_info. pytest-benchmark times the suite's ``Clock.call``
-(harness/timing.py): the call and its backend's synchronize, so an
+(harness/measuring/timing.py): the call and its backend's synchronize, so an
 asynchronous backend (CUDA, JAX) is timed to completion, as every host-clock
 sample of the suite is.
 """
@@ -17,10 +17,10 @@ from pathlib import Path
 
 import pytest
 
-from harness.check import judge, prepare_case, reference
-from harness.config import expand, load_config
-from harness.env import apply_threads
-from harness.timing import Clock
+from harness.base.config import expand, load_config
+from harness.measuring.check import judge, prepare_case, reference
+from harness.measuring.pinning import apply_threads
+from harness.measuring.timing import Clock
 from impls.backends import get_backend, itemsize
 from impls.registry import get_operator
 from impls.status import CORRECT

@@ -21,10 +21,12 @@ from typing import Any
 
 import pandas as pd
 
-from harness import check, env, plugins, store, sweep
-from harness.config import expand, parse_config
-from harness.errors import UnpinnedThreadsWarning, UsageError
-from harness.format import fmt_time
+from harness.base import plugins
+from harness.base.config import expand, parse_config
+from harness.base.errors import UnpinnedThreadsWarning, UsageError
+from harness.base.format import fmt_time
+from harness.measuring import check, facts, pinning, sweep
+from harness.results import store
 
 
 @dataclass
@@ -67,14 +69,14 @@ def bench(op: str, strategies: list[str] | None = None, *, device: str = "cpu", 
     cases = expand(config)
     if not cases:
         raise UsageError(f"bench({op!r}): no strategy runs on {device} in {dtype}")
-    warning = env.oversubscription_warning(config.threads, backends=sweep.backends_of(cases))
+    warning = pinning.oversubscription_warning(config.threads, backends=sweep.backends_of(cases))
     if warning:
         warnings.warn(warning, UnpinnedThreadsWarning, stacklevel=2)
     gate = check.StrategyGate(seed, config.timing.timeout_s)
     clock = sweep.PhaseClock()
-    with env.threads_applied(config.threads) as applied:
+    with pinning.threads_applied(config.threads) as applied:
         rows = _measure(cases, config, gate, clock, applied, op, out)
-    from harness.analysis import with_speedups
+    from harness.judging.analysis import with_speedups
 
     rows = with_speedups(rows)
     figure = _figure(rows, op) if plot else None
@@ -92,7 +94,7 @@ def _measure(cases, config, gate, clock, threads_applied: dict, op: str, out) ->
     run_id = sweep.new_run_id(config.name)
     if out is not None:
         store.prepare_output_dir(Path(out))
-        meta = env.run_metadata(threads_applied, None, ["scatterbench.bench", op])
+        meta = facts.run_metadata(threads_applied, None, ["scatterbench.bench", op])
         meta.update(run_id=run_id, config=config.model_dump(), ceilings_gbps=ceilings, status="running",
                     plugins=plugins.recorded())
         writer = store.RunWriter(Path(out), meta)
@@ -101,7 +103,7 @@ def _measure(cases, config, gate, clock, threads_applied: dict, op: str, out) ->
     try:
         sweep.run_sweep(cases, config, writer, run_id, ceilings, on_phase=clock, gate=gate)
         # A result directory written by bench() reads like one `run` wrote: finished, with its end.
-        writer.update_meta(status="complete", end_time=env.now_iso(), load_avg_end=env.load_average(),
+        writer.update_meta(status="complete", end_time=facts.now_iso(), load_avg_end=facts.load_average(),
                            phase_s=clock.totals())
     except KeyboardInterrupt:
         writer.update_meta(status="interrupted", interrupted_by="SIGINT")

@@ -15,8 +15,16 @@ import sys
 from dataclasses import dataclass
 from typing import Callable
 
-from harness.errors import (EXIT_FINDINGS, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, ResultError,
-                            ScatterbenchError, UsageError, retried_after_import)
+from harness.base.errors import (
+    EXIT_FINDINGS,
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    EXIT_USAGE,
+    ResultError,
+    ScatterbenchError,
+    UsageError,
+    retried_after_import,
+)
 
 __all__ = ["EXIT_FINDINGS", "EXIT_INTERRUPTED", "EXIT_OK", "EXIT_USAGE", "UsageError", "main"]
 
@@ -58,7 +66,7 @@ STRATEGY = arg("--strategy", action="append", metavar="NAME", help="only this st
          arg("--device", help="only strategies that run on this device (cpu, cuda, or any a backend adds)"))
 def cmd_list(args) -> int:
     import impls
-    from harness.tables import console, strategies_table
+    from harness.presenting.tables import console, strategies_table
     from impls.backends import devices
 
     if args.device is not None and args.device not in devices():
@@ -80,10 +88,10 @@ FAIL_LINES_SHOWN = 20
          CONFIG, OP, STRATEGY, NO_PROGRESS,
          arg("--all", action="store_true", help=f"print every FAIL line (default: the first {FAIL_LINES_SHOWN})"))
 def cmd_check(args) -> int:
-    from harness import check
-    from harness.config import load_config
-    from harness.sweep import require_devices, select_cases
-    from harness.tables import check_table, console, progress_bar
+    from harness.base.config import load_config
+    from harness.measuring import check
+    from harness.measuring.sweep import require_devices, select_cases
+    from harness.presenting.tables import check_table, console, progress_bar
 
     config = load_config(args.config)
     require_devices(config)
@@ -125,8 +133,9 @@ def cmd_check(args) -> int:
                   "process under Callgrind (valgrind), every library at 1 thread"),
          NO_PROGRESS)
 def cmd_run(args) -> int:
-    from harness import store, sweep
-    from harness.tables import console, progress_bar, run_summary
+    from harness.measuring import sweep
+    from harness.presenting.tables import console, progress_bar, run_summary
+    from harness.results import store
 
     if args.instrument and (args.isolate or args.report):
         raise UsageError(f"--instrument {args.instrument}: counts every case in one process, without a report; "
@@ -165,7 +174,7 @@ def cmd_run(args) -> int:
             err.print(f"warning: {text}", highlight=False, markup=False, soft_wrap=True)
 
         if args.instrument:
-            from harness.counting import execute_counting_run
+            from harness.measuring.callgrind import execute_counting_run
 
             outcome = execute_counting_run(plan, sys.argv, on_start=on_start, on_case=on_case, on_phase=on_phase)
         else:
@@ -185,7 +194,7 @@ def cmd_run(args) -> int:
     counts = rows["status"].value_counts().to_dict()
     print(f"results: {plan.out_dir}  ({', '.join(f'{n} {s}' for s, n in counts.items())})")
     if args.report:
-        from harness import report
+        from harness.presenting import report
 
         written = report.build([plan.out_dir], plan.out_dir / "report")
         print(f"report: {written}")
@@ -195,9 +204,9 @@ def cmd_run(args) -> int:
 def _counts_table(rows):
     from rich.markup import escape
 
-    from harness.counts import fmt_count
-    from harness.format import params_label
-    from harness.tables import STATUS_STYLE, Column, console, fitted_table
+    from harness.base.format import params_label
+    from harness.presenting.tables import STATUS_STYLE, Column, console, fitted_table
+    from harness.results.counts import fmt_count
 
     columns = [Column("op", 2), Column("strategy", 0), Column("dtype", 4), Column("params", 3, flexible=True),
                Column("status", 0), Column("instructions", 0, "right"), Column("est. cycles", 1, "right"),
@@ -227,8 +236,8 @@ def _counts_table(rows):
          arg("--format", choices=("table", "md", "json"), default="table", help="output format"),
          arg("-o", "--output", help="also write the Markdown (or JSON) to this file"))
 def cmd_compare(args) -> int:
-    from harness import compare
-    from harness.tables import compare_table, console
+    from harness.judging import compare
+    from harness.presenting.tables import compare_table, console
 
     if args.metric != "time":
         return _compare_counts(args)
@@ -250,7 +259,7 @@ def cmd_compare(args) -> int:
 def _emit_comparison(args, table, markdown, show_table, rule_text: str) -> int:
     """A comparison as --format asks (the Markdown also to --output), then its
     exit status: 1 with one line on stderr when any case regressed."""
-    from harness import compare
+    from harness.judging import compare
 
     text = markdown() if args.format == "md" else compare.as_json(table) if args.format == "json" else None
     if args.output:
@@ -267,14 +276,14 @@ def _emit_comparison(args, table, markdown, show_table, rule_text: str) -> int:
 
 
 def _compare_counts(args) -> int:
-    from harness import compare, counts, regression
+    from harness.judging import compare, regression
 
     given = [flag for flag, value in (("--alpha", args.alpha), ("--relative-to", args.relative_to),
                                       ("--normalise", args.normalise), ("--statistic", args.statistic != "median"))
              if value]
     if given:
         raise UsageError(f"{given[0]}: applies to times; counts (--metric {args.metric}) are compared as they are")
-    factor = args.factor if args.factor is not None else counts.DEFAULT_COUNT_FACTOR
+    factor = args.factor if args.factor is not None else regression.DEFAULT_COUNT_FACTOR
     try:
         regression.Rule(factor)  # the one check of a factor
     except ValueError as error:
@@ -285,7 +294,7 @@ def _compare_counts(args) -> int:
     table = result.table
 
     def show_table():
-        from harness.tables import console
+        from harness.presenting.tables import console
 
         console().print(_count_compare_table(table))
         for _, r in compare.regressed(table).iterrows():
@@ -299,9 +308,9 @@ def _compare_counts(args) -> int:
 def _count_compare_table(table):
     from rich.markup import escape
 
-    from harness.counts import fmt_count
-    from harness.format import fmt_num, params_label
-    from harness.tables import VERDICT_STYLE, Column, console, fitted_table
+    from harness.base.format import fmt_num, params_label
+    from harness.presenting.tables import VERDICT_STYLE, Column, console, fitted_table
+    from harness.results.counts import fmt_count
 
     metric = table["metric"].iloc[0] if len(table) else "count"
     columns = [Column("op", 2), Column("strategy", 0), Column("device", 6), Column("dtype", 5),
@@ -318,7 +327,7 @@ def _count_compare_table(table):
 
 
 def _rule(args):
-    from harness import regression
+    from harness.judging import regression
 
     try:
         return regression.Rule(args.factor if args.factor is not None else regression.DEFAULT_FACTOR,
@@ -331,7 +340,7 @@ def _rule(args):
 def _write_text(path, text: str) -> None:
     from pathlib import Path
 
-    from harness.store import describe_os_error
+    from harness.results.store import describe_os_error
 
     try:
         Path(path).write_text(text)
@@ -354,28 +363,28 @@ def _write_text(path, text: str) -> None:
              help="count ratio beyond which a case regresses (1.03)"),
          NO_PROGRESS)
 def cmd_regress(args) -> int:
-    from harness import counts, gate, regression
-    from harness.tables import compare_table, console
+    from harness.judging import regression, wall_gate
+    from harness.presenting.tables import compare_table, console
 
     if args.factor is None:
-        args.factor = gate.DEFAULT_GATE_FACTOR
+        args.factor = wall_gate.DEFAULT_GATE_FACTOR
     rule = _rule(args)
     if args.retries < 0:
         raise UsageError(f"--retries {args.retries}: must be >= 0")
-    counts_factor = args.counts_factor if args.counts_factor is not None else counts.DEFAULT_COUNT_FACTOR
+    counts_factor = args.counts_factor if args.counts_factor is not None else regression.DEFAULT_COUNT_FACTOR
     try:
         regression.Rule(counts_factor)
     except ValueError:
         raise UsageError(f"--counts-factor {counts_factor}: must be a finite number > 1") from None
     log = lambda text: print(text, file=sys.stderr)  # noqa: E731
-    result = gate.run_gate(args.baseline, args.config, rule, output=args.output, retries=args.retries, log=log)
+    result = wall_gate.run_gate(args.baseline, args.config, rule, output=args.output, retries=args.retries, log=log)
     console().print(compare_table(result.table, True))
     print(result.summary)
     failed = result.failed
     if args.counts:
         from pathlib import Path
 
-        from harness.count_gate import run_count_gate
+        from harness.judging.count_gate import run_count_gate
 
         counted = run_count_gate(args.counts, args.config, counts_factor,
                                  output=Path(args.output) if args.output else None, log=log)
@@ -402,8 +411,8 @@ def cmd_regress(args) -> int:
              help="any sbatch option, passed to submitit unchanged (repeatable), e.g. qos=high"),
          NO_PROGRESS)
 def cmd_launch(args) -> int:
-    from harness import launch
-    from harness.tables import console, progress_bar
+    from harness.measuring import launch
+    from harness.presenting.tables import console, progress_bar
 
     options = launch.parse_options(args.config, args.executor, args.shards, partition=args.partition,
                                    gpus_per_task=args.gpus_per_task, time_min=args.time_min,
@@ -450,7 +459,7 @@ def cmd_launch(args) -> int:
          arg("dirs", nargs="+", help="result directories"),
          arg("-o", "--output", required=True, help="the new, merged result directory"))
 def cmd_merge(args) -> int:
-    from harness.merge import merge_runs
+    from harness.results.merge import merge_runs
 
     out = merge_runs(args.dirs, args.output)
     print(f"merged {len(args.dirs)} runs into {out}")
@@ -466,10 +475,11 @@ def cmd_merge(args) -> int:
              help="keep the light report of the newest N runs (default 10)"),
          arg("--no-reports", action="store_true", help="do not write any run's report"))
 def cmd_dashboard(args) -> int:
-    from harness import dashboard, gate, history
+    from harness.judging import history, wall_gate
+    from harness.presenting import dashboard
 
     if args.factor is None:
-        args.factor = gate.DEFAULT_GATE_FACTOR
+        args.factor = wall_gate.DEFAULT_GATE_FACTOR
     reports = dashboard.DEFAULT_REPORTS if args.reports is None else args.reports
     if reports < 0:
         raise UsageError(f"--reports {reports}: must be >= 0")
@@ -483,20 +493,20 @@ def cmd_dashboard(args) -> int:
 @command("report", "write the report of result directories (same as report.py)",
          arg("report_args", nargs=argparse.REMAINDER, help="arguments of report.py (see report.py --help)"))
 def cmd_report(args) -> int:
-    from harness import report
+    from harness.presenting import report
 
     return report.main(args.report_args)
 
 
 def cmd_case(args) -> int:
-    from harness.sweep import child_main
+    from harness.measuring.sweep import child_main
 
     child_main(sys.stdin.read())
     return EXIT_OK
 
 
 def cmd_count(args) -> int:
-    from harness.counting import child_main
+    from harness.measuring.callgrind import child_main
 
     child_main(sys.stdin.read())
     return EXIT_OK
@@ -524,7 +534,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     previous = _terminate_like_interrupt()
     try:
-        from harness.plugins import load_plugins
+        from harness.base.plugins import load_plugins
 
         load_plugins()
         return args.func(args)
@@ -540,7 +550,7 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as error:  # an output we could not write, named by the OS
         if args.debug:
             raise
-        from harness.store import describe_os_error
+        from harness.results.store import describe_os_error
 
         # matplotlib's and some libraries' errors carry no file name: name the output asked for.
         where = error.filename or getattr(args, "output", None) or "output"

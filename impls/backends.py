@@ -122,7 +122,7 @@ class Backend:
     cache_flush: Callable[[str], Callable[[], None] | None] = lambda device: None
     # (device, seconds) -> queues device work that keeps the device busy for
     # about ``seconds``, so the host can launch the timed call before the
-    # device reaches it (see harness/timing.py). None where there is no queue.
+    # device reaches it (see harness/measuring/timing.py). None where there is no queue.
     device_delay: Callable[[str, float], None] | None = None
     # (device, nbytes) -> a zero-argument call copying nbytes between two of
     # its buffers on the device, or None: the copy ceiling times it with this

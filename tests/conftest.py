@@ -13,7 +13,6 @@ if not HAS_CUDA:
 
 from impls.registry import Strategy, get_operator  # noqa: E402
 
-
 # Checking a strategy that compiles (a backend that compiles per shape:
 # numba, Triton's interpreter, PyTensor, JAX; or torch.compile, quick_check)
 # takes seconds per case: such parametrisations are slow, and `make

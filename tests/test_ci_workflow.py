@@ -63,9 +63,9 @@ def test_the_jobs_run_what_the_readme_promises():
     assert "make regress" in text and '>> "$GITHUB_STEP_SUMMARY"' in text
     # the summary picks the gate's own failing lines, and each gate's verdict line (or the count gate's skip)
     assert "grep -E '^FAIL ' regress.log" in text
-    assert 'summary += f"\\nFAIL ' in (ROOT / "harness" / "gate.py").read_text()
+    assert 'summary += f"\\nFAIL ' in (ROOT / "harness" / "judging" / "wall_gate.py").read_text()
     assert "grep -E '^counts: |count gate skipped' regress.log" in text
-    count_gate = (ROOT / "harness" / "count_gate.py").read_text()
+    count_gate = (ROOT / "harness" / "judging" / "count_gate.py").read_text()
     assert 'summary = (f"counts: ' in count_gate and 'f"regress: count gate skipped: ' in count_gate
 
     dashboard = jobs["dashboard"]

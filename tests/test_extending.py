@@ -14,8 +14,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from harness import store, timing
-from harness.config import Case, parse_config
+from harness.base.config import Case, parse_config
+from harness.measuring import timing
+from harness.results import store
 
 pytestmark = pytest.mark.slow  # subprocesses, sweeps or compiles: `make test` runs them, `make test-fast` does not
 
@@ -36,11 +37,11 @@ def scatterbench(*args, env):
 @pytest.fixture
 def lazy_backend():
     sys.path.insert(0, str(PLUGINS))
+    import lazy_backend_plugin  # noqa: F401
+
     import impls  # noqa: F401
     from impls.backends import BACKENDS
     from impls.registry import get_operator
-
-    import lazy_backend_plugin  # noqa: F401
 
     yield lazy_backend_plugin
     get_operator("maxpool2d").strategies.pop("lazy_max_pool", None)
@@ -50,7 +51,7 @@ def lazy_backend():
 
 
 def test_an_asynchronous_backend_is_timed_by_its_own_synchronise(lazy_backend):
-    from harness.sweep import execute_case
+    from harness.measuring.sweep import execute_case
 
     config = parse_config({"timing": {"min_samples": 5, "budget_s": 0.01, "warmup_s": 0},
                            "benchmarks": [{"op": "maxpool2d", "strategies": ["lazy_max_pool"],

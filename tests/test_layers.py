@@ -1,23 +1,27 @@
 """The layers the README promises, checked on every import statement (those
-inside functions too): impls at the ground; the harness core (config, check,
-timing, sweep, store, compare, gate...) above it; the analysis layer and the
-terminal tables above that; the report package above them; the dashboard and
-the Python API above the report; the command line and the top-level entry
-points on top. No import runs back up, and no two modules import each other
-round a circle."""
+inside functions too), and shown by harness/'s folders: impls at the ground;
+harness/base (errors, formatting, config, plugins); harness/results (what a
+run leaves on disk); harness/measuring (running strategies); harness/judging
+(reading results across runs); harness/presenting (tables, report,
+dashboard); the Python API, the command line and the top-level entry points
+on top. No import runs back up, and no two modules import each other round a
+circle. Every harness module lives in a layer's folder or is one of the top."""
 
 import ast
 from pathlib import Path
 
 ROOT = Path(__file__).parents[1]
 
-LAYERS = {  # module (or package prefix) -> layer; anything else under harness/ is core (1)
+LAYERS = {  # module (or package prefix) -> layer, bottom to top
     "impls": 0,
-    "harness.analysis": 2, "harness.tables": 2, "harness.history": 2,
-    "harness.report": 3,
-    "harness.api": 4, "harness.dashboard": 4,
-    "harness.cli": 5, "harness.__main__": 5, "report": 5, "scatterbench": 5,
+    "harness.base": 1,
+    "harness.results": 2,
+    "harness.measuring": 3,
+    "harness.judging": 4,
+    "harness.presenting": 5,
+    "harness.api": 6, "harness.cli": 6, "harness.__main__": 6, "harness": 6, "report": 6, "scatterbench": 6,
 }
+TOP = {"harness", "harness.api", "harness.cli", "harness.__main__"}
 
 
 def module_name(path: Path) -> str:
@@ -31,7 +35,7 @@ def layer(module: str) -> int:
     for prefix in sorted(LAYERS, key=len, reverse=True):
         if module == prefix or module.startswith(prefix + "."):
             return LAYERS[prefix]
-    return 1
+    raise AssertionError(f"{module} is in no layer")
 
 
 def project_modules() -> dict[str, Path]:
@@ -41,7 +45,7 @@ def project_modules() -> dict[str, Path]:
 
 
 def imports(path: Path, known: set[str]) -> set[str]:
-    """The project modules ``path`` imports (``from harness import store`` counts as harness.store)."""
+    """The project modules ``path`` imports (``from harness.results import store`` counts as harness.results.store)."""
     found = set()
     for node in ast.walk(ast.parse(path.read_text())):
         names = []
@@ -71,6 +75,14 @@ def test_no_import_runs_up_a_layer():
     assert not upward, "\n".join(upward)
 
 
+def test_every_harness_module_is_in_a_layer_folder():
+    """A new module dropped at harness/'s top would belong to no layer."""
+    loose = [name for name in project_modules() if name.startswith("harness") and name not in TOP
+             and not any(name.startswith(folder + ".") or name == folder
+                         for folder in LAYERS if folder.count(".") == 1 and folder not in TOP)]
+    assert not loose, f"modules outside the layer folders: {loose}"
+
+
 def test_no_import_circle():
     edges = graph()
     state: dict[str, int] = {}
@@ -97,7 +109,7 @@ def test_no_import_circle():
 def test_the_layer_check_can_fail(tmp_path):
     """A harness core module importing the report would be caught."""
     fake = tmp_path / "sneaky.py"
-    fake.write_text("from harness.report import figures\n")
+    fake.write_text("from harness.presenting.report import figures\n")
     found = imports(fake, set(project_modules()))
-    assert "harness.report.figures" in found
-    assert max(layer(name) for name in found) > layer("harness.sweep")
+    assert "harness.presenting.report.figures" in found
+    assert max(layer(name) for name in found) > layer("harness.measuring.sweep")

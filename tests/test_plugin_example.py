@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.plugins import sha256
-from harness.store import read_meta, read_rows
+from harness.base.plugins import sha256
+from harness.results.store import read_meta, read_rows
 
 pytestmark = pytest.mark.slow  # subprocesses and a sweep: `make test` runs them, `make test-fast` does not
 

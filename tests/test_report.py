@@ -2,12 +2,10 @@ import json
 import math
 
 import numpy as np
-
 from PIL import Image
 
 import report
-from harness.store import COLUMNS, RunWriter
-
+from harness.results.store import COLUMNS, RunWriter
 
 ENTRIES = [("seed_loops", "numpy", "ok", 1e-2), ("torch_max_pool2d_indices", "torch", "ok", 1e-4),
            ("numpy_sliding_window", "numpy", "inexact", 1e-3), ("broken<script>", "torch", "error", math.nan),

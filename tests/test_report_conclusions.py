@@ -1,10 +1,11 @@
 """The report's conclusions: a winner is named only when the data separates
 it from the runner-up; "Why" lines are plain text."""
 
-import report
-from harness.report import load as report_load
-from harness.report import sections as report_sections
 from test_report import fixture_run
+
+import report
+from harness.presenting.report import load as report_load
+from harness.presenting.report import sections as report_sections
 
 QUICK = dict(iqr_s=1e-6)
 

@@ -6,10 +6,10 @@ import re
 from pathlib import Path
 
 import pandas as pd
-
-from harness import store
-from harness.report.build import build
 from test_report import ENTRIES, fixture_run
+
+from harness.presenting.report.build import build
+from harness.results import store
 
 ROOT = Path(__file__).parents[1]
 COUNTS_BASELINES = sorted(path for path in (ROOT / "results" / "baseline-counts").iterdir() if path.is_dir())

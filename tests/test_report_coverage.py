@@ -5,7 +5,7 @@ with its reason where the seed's original is not among the strategies."""
 import json
 
 import report
-from harness.store import COLUMNS, RunWriter
+from harness.results.store import COLUMNS, RunWriter
 
 
 def run_of(directory, op, params, entries, meta=None):

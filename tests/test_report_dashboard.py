@@ -7,10 +7,13 @@ the results cannot be written."""
 import re
 import shutil
 
-import report
-from harness import dashboard, history, store, summary
-from harness.report import figures
 from test_report import fixture_run
+
+import report
+from harness.judging import history
+from harness.presenting import dashboard
+from harness.presenting.report import figures
+from harness.results import store, summary
 
 QUIET = {"load_avg_start": [0.5, 0.5, 0.5], "load_avg_end": [0.7, 0.6, 0.5]}
 
@@ -163,7 +166,7 @@ def test_a_summary_records_what_the_dashboard_needs_of_each_case(tmp_path):
     cases = summary.cases_frame(found).set_index("case_id")
     assert list(cases.index) == list(rows["case_id"])
     for case_id, values in samples.items():
-        assert cases.at[case_id, "p10_s"] == history.regression.typical_s(values, "p10")
+        assert cases.at[case_id, "p10_s"] == history.stats.typical_s(values, "p10")
     assert (cases.loc[cases["strategy"] == "torch_max_pool2d_indices", "flags"] == summary.SLOW_START).all()
     assert (cases.loc[cases["status"] == "ok", "n_samples"] == 5).all()
     failed = cases[~cases["status"].isin(["ok", "inexact"])]
@@ -199,7 +202,7 @@ def test_each_strategy_keeps_the_report_figures_colour(tmp_path):
 
 
 def test_sparklines_draw_noise_flat_and_a_real_change_tall():
-    from harness.dashboard import SPARK_LEVELS, sparkline
+    from harness.presenting.dashboard import SPARK_LEVELS, sparkline
 
     def SPARK(char):
         return SPARK_LEVELS.index(char)

@@ -13,13 +13,13 @@ import matplotlib.figure
 import pytest
 from matplotlib.colors import to_rgba
 from matplotlib.container import ErrorbarContainer
+from test_report import fixture_run
 
 import report
-from harness.report import figures as report_figures
-from harness.format import fmt_ratio
-from harness.dashboard import build_dashboard
+from harness.base.format import fmt_ratio
+from harness.presenting.dashboard import build_dashboard
+from harness.presenting.report import figures as report_figures
 from impls.registry import OPERATORS
-from test_report import fixture_run
 
 ROOT = Path(__file__).parents[1]
 
@@ -78,7 +78,7 @@ def test_each_strategy_has_one_colour_in_every_figure(tmp_path, drawn):
         assert len(set(colours)) == len(colours), op.name
     # An unregistered name's colour must not depend on the process (Python's str hash is salted per
     # process): the dashboard draws history figures in runs months apart.
-    code = "import impls; from harness.report import figures; print(figures.strategy_colour('maxpool2d', 'not-registered'))"
+    code = "import impls; from harness.presenting.report import figures; print(figures.strategy_colour('maxpool2d', 'not-registered'))"
     colours = {subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT,
                               env=dict(os.environ, PYTHONHASHSEED=str(seed))).stdout.strip() for seed in (1, 2, 3)}
     assert colours == {report_figures.strategy_colour("maxpool2d", "not-registered")}

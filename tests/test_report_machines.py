@@ -7,11 +7,11 @@ import math
 from pathlib import Path
 
 import pandas as pd
+from test_report import fixture_run
 
 import report
-from harness import analysis
-from harness.report import sections
-from test_report import fixture_run
+from harness.judging import analysis
+from harness.presenting.report import sections
 
 ROOT = Path(__file__).parents[1]
 ZEN5 = ROOT / "results" / "20261125T024630-vm-default-0507"  # AMD EPYC family 26 model 2

@@ -2,10 +2,11 @@
 its history with warnings, and the hardware a run recorded (older runs, which
 lack those fields, still render)."""
 
-import report
-from harness.report import load as report_load
-from harness.report import sections as report_sections
 from test_report import fixture_run
+
+import report
+from harness.presenting.report import load as report_load
+from harness.presenting.report import sections as report_sections
 
 GIB = 2**30
 HARDWARE = {"cpu_model": "Fixture EPYC 9654", "cpu_count": 2, "caches": {"L1d": "32K", "L2": "1024K", "L3": "32768K"},
@@ -92,7 +93,7 @@ def test_two_cpus_sharing_a_model_name_stay_two_machines(tmp_path):
 
 
 def test_dashboard_keeps_two_cpus_sharing_a_name_apart(tmp_path):
-    from harness import dashboard
+    from harness.presenting import dashboard
 
     zen3 = dict(QUIET, hardware=dict(HARDWARE, cpu_family_model="25-1"))
     zen4 = dict(QUIET, hardware=dict(HARDWARE, cpu_family_model="25-17"))

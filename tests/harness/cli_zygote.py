@@ -101,8 +101,8 @@ def main() -> None:
     import harness.cli  # noqa: F401
     import impls  # noqa: F401
 
-    for name in ("harness.check", "harness.compare", "harness.dashboard", "harness.sweep", "harness.tables",
-                 "harness.env", "harness.merge", "report"):
+    for name in ("harness.measuring.check", "harness.judging.compare", "harness.presenting.dashboard", "harness.measuring.sweep", "harness.presenting.tables",
+                 "harness.measuring.facts", "harness.results.merge", "report"):
         try:
             __import__(name)
         except ImportError:  # an older layout of the code under test

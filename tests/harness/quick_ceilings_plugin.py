@@ -4,7 +4,7 @@ and five times (seconds per run on a 2-core machine). The tests need a run,
 not its ceilings; the values are still measured, just less accurately.
 Loaded through SCATTERBENCH_PLUGINS before any command runs."""
 
-from harness import timing
+from harness.measuring import timing
 
 _copy_ceiling, _fresh_write = timing.copy_ceiling_gbps, timing.fresh_write_gbps
 SMALL = 4 << 20

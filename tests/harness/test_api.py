@@ -31,7 +31,7 @@ def test_bench_checks_times_and_plots_a_sweep():
 
 
 def test_bench_writes_a_result_directory_when_asked(tmp_path):
-    from harness.store import read_run
+    from harness.results.store import read_run
 
     scatterbench.bench("maxpool2d", ["torch_max_pool2d_indices"], N=1, C=1, H=8, W=8, k=2, threads=PINNED,
                        plot=False, timing={"budget_s": 0.01, "warmup_s": 0}, out=tmp_path / "run")

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from harness.check import cached_reference, check_strategy, reference
+from harness.measuring.check import cached_reference, check_strategy, reference
 from impls import maxpool2d
 
 PARAMS = dict(N=2, C=3, H=7, W=9, k=2)
@@ -58,7 +58,7 @@ def test_index_pointing_outside_its_window_is_caught_even_with_any_ties(planted)
     x_params = dict(N=1, C=1, H=2, W=4, k=2)
     strat = planted("maxpool2d", "wrong_window", oracle_based(shifted), returns="values+indices", ties="any")
     planted_x = {"x": np.array([[[[5, 0, 5, 0], [0, 0, 0, 0]]]], dtype=np.float64)}
-    from harness.check import Reference
+    from harness.measuring.check import Reference
     ref = Reference(planted_x, maxpool2d.oracle(planted_x, x_params), params=x_params)
     assert check_strategy(strat, x_params, "float32", "cpu", ref).status == "mismatch"
 
@@ -74,7 +74,7 @@ def test_an_index_in_the_next_window_is_caught_where_k_does_not_divide_the_plane
     plane = np.zeros((1, 1, 8, 8))
     plane[0, 0, 0, 0] = plane[0, 0, 3, 0] = 5.0
     planted_x = {"x": plane}
-    from harness.check import Reference
+    from harness.measuring.check import Reference
     strat = planted("maxpool2d", "next_window", oracle_based(next_window), returns="values+indices", ties="any")
     ref = Reference(planted_x, maxpool2d.oracle(planted_x, x_params), params=x_params)
     verdict = check_strategy(strat, x_params, "float32", "cpu", ref)
@@ -206,8 +206,8 @@ def test_signed_zero_loss_is_caught_with_a_clear_message(planted):
 
 
 def _plan(ops_strategies, dtype="float32"):
-    from harness.check import check_plan
-    from harness.config import Case
+    from harness.base.config import Case
+    from harness.measuring.check import check_plan
 
     class Config:
         class check:
@@ -230,8 +230,8 @@ def test_plan_checks_many_channel_half_sums_even_for_a_float32_config():
 
 
 def test_plan_lists_each_half_case_once_whatever_the_config_dtypes():
-    from harness.check import check_plan
-    from harness.config import Case
+    from harness.base.config import Case
+    from harness.measuring.check import check_plan
 
     class Config:
         class check:
@@ -309,7 +309,7 @@ def test_an_index_to_a_nan_of_another_window_is_caught(planted, ties):
     x_params = dict(N=1, C=1, H=4, W=4, k=2)
     plane = np.arange(16, dtype=np.float64).reshape(1, 1, 4, 4)
     plane[0, 0, 0, 0] = plane[0, 0, 3, 3] = np.nan
-    from harness.check import Reference
+    from harness.measuring.check import Reference
     strat = planted("maxpool2d", f"other_nan_{ties}", oracle_based(other_nan), returns="values+indices", ties=ties)
     ref = Reference({"x": plane}, maxpool2d.oracle({"x": plane}, x_params), params=x_params)
     assert check_strategy(strat, x_params, "float32", "cpu", ref).status == "mismatch"

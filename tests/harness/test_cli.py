@@ -5,7 +5,7 @@ import sys
 
 import pytest
 
-from harness.store import read_meta, read_rows, read_samples
+from harness.results.store import read_meta, read_rows, read_samples
 
 TINY = """
 name: tiny
@@ -146,7 +146,7 @@ def test_the_grid_marks_the_fastest_in_text_and_never_ranks_a_partial_output():
     import pandas as pd
     from rich.console import Console
 
-    from harness.tables import grid_tables
+    from harness.presenting.tables import grid_tables
 
     params = json.dumps({"N": 1, "C": 1, "H": 8, "W": 8, "k": 2})
     rows = pd.DataFrame([dict(op="maxpool2d", strategy=name, device="cpu", dtype="float32", params=params,
@@ -174,8 +174,8 @@ def test_list_compare_and_check_tables_fit_the_width_and_keep_names_whole(width)
     import pandas as pd
     from rich.console import Console
 
-    from harness.check import CheckItem, CheckResult
-    from harness.tables import check_table, compare_table, strategies_table
+    from harness.measuring.check import CheckItem, CheckResult
+    from harness.presenting.tables import check_table, compare_table, strategies_table
     from impls.common import Verdict
     from impls.registry import all_strategies
 
@@ -209,7 +209,7 @@ def test_list_compare_and_check_tables_fit_the_width_and_keep_names_whole(width)
 def test_the_progress_line_keeps_its_count_and_eta_at_any_width(width):
     from rich.console import Console
 
-    from harness.tables import progress_bar
+    from harness.presenting.tables import progress_bar
 
     console = Console(width=width, record=True, color_system=None, force_terminal=False)
     with progress_bar(console=console) as progress:

@@ -9,9 +9,15 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from harness.compare import as_json, as_markdown, compare_frames, compare_runs, regressed
-from harness.merge import merge_runs
-from harness.store import read_rows
+from harness.judging.compare import (
+    as_json,
+    as_markdown,
+    compare_frames,
+    compare_runs,
+    regressed,
+)
+from harness.results.merge import merge_runs
+from harness.results.store import read_rows
 
 HERE = Path(__file__).parent
 SPIN_CONFIG = """
@@ -213,9 +219,9 @@ def test_a_strategy_added_to_the_new_run_does_not_flag_the_reference():
 
 
 def test_every_unknown_relative_to_name_is_refused(tmp_path):
-    from harness.compare import compare_dirs
-    from harness.errors import UsageError
-    from harness.store import RunWriter
+    from harness.base.errors import UsageError
+    from harness.judging.compare import compare_dirs
+    from harness.results.store import RunWriter
 
     base_rows, base, new_rows, new = synthetic(1.0, 14)
     for name, rows, samples in (("base", base_rows, base), ("new", new_rows, new)):
@@ -231,7 +237,7 @@ def test_every_unknown_relative_to_name_is_refused(tmp_path):
 def test_merge_refuses_runs_from_different_hardware(tmp_path):
     """Rows carry no machine: merging a Zen 3 and a Zen 4 run (both "AMD
     EPYC") would collapse their cases and label the result with one of them."""
-    from harness.store import RunWriter, ResultError
+    from harness.results.store import ResultError, RunWriter
 
     def run(name, family_model, host):
         hardware = {"cpu_model": "AMD EPYC", "cpu_count": 2, "cpu_family_model": family_model}
@@ -254,7 +260,7 @@ def test_merge_refuses_runs_from_different_hardware(tmp_path):
 
 
 def test_merge_refuses_runs_measured_under_different_settings(tmp_path):
-    from harness.store import RunWriter, ResultError
+    from harness.results.store import ResultError, RunWriter
 
     def run(name, budget_s):
         writer = RunWriter(tmp_path / name, {"run_id": name, "status": "complete", "cpu_model": "X", "cpu_count": 2,
@@ -271,8 +277,8 @@ def test_merge_refuses_runs_measured_under_different_settings(tmp_path):
 
 
 def test_compare_warns_when_the_runs_come_from_different_cpus(tmp_path):
-    from harness.compare import compare_dirs
-    from harness.store import RunWriter
+    from harness.judging.compare import compare_dirs
+    from harness.results.store import RunWriter
 
     def run(name, family_model):
         writer = RunWriter(tmp_path / name, {"run_id": name, "status": "complete", "cpu_model": "AMD EPYC",
@@ -294,7 +300,7 @@ def test_compare_warns_when_the_runs_come_from_different_cpus(tmp_path):
 def test_ceiling_history_counts_only_runs_on_the_same_cpu(tmp_path):
     """A Zen 5's ceiling against a Zen 3's history read as +116 %: both VMs
     are named "vm / AMD EPYC x2"."""
-    from harness import env
+    from harness.measuring import facts
 
     def meta(family_model, gbps):
         return {"machine": "vm / AMD EPYC x2", "ceilings_gbps": {"cpu": gbps},
@@ -304,11 +310,11 @@ def test_ceiling_history_counts_only_runs_on_the_same_cpu(tmp_path):
         (tmp_path / name).mkdir()
         (tmp_path / name / "meta.json").write_text(json.dumps(meta(family_model, gbps)))
     (tmp_path / "new").mkdir()
-    history = env.ceiling_history(tmp_path / "new", {"cpu": 71.0}, meta("26-2", 71.0))
+    history = facts.ceiling_history(tmp_path / "new", {"cpu": 71.0}, meta("26-2", 71.0))
     assert history["cpu"]["runs"] == 1 and history["cpu"]["history_median_gbps"] == 70.0
 
 
 def test_a_p_value_that_underflowed_is_shown_as_a_bound():
-    from harness.format import fmt_p
+    from harness.base.format import fmt_p
 
     assert fmt_p(0.0) == "< 1e-300" and fmt_p(0.00123) == "0.0012" and fmt_p(float("nan")) == "–"

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.config import ConfigError, expand, load_config, parse_config, shard
+from harness.base.config import ConfigError, expand, load_config, parse_config, shard
 
 GOOD = """
 name: tiny

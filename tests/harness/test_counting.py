@@ -16,9 +16,11 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from harness import compare, count_gate, counting, counts, store
-from harness.config import Case, expand, load_config
-from harness.errors import ResultError, UsageError
+from harness.base.config import Case, expand, load_config
+from harness.base.errors import ResultError, UsageError
+from harness.judging import compare, count_gate, regression
+from harness.measuring import callgrind
+from harness.results import counts, store
 
 ROOT = Path(__file__).parents[2]
 PLUGINS = ROOT / "tests" / "plugins"
@@ -37,8 +39,8 @@ benchmarks:
 """
 BASELINE_TIMING = "{min_samples: 100, budget_s: 1.0, warmup_s: 0.05, timeout_s: 120}"  # as tests/harness/test_gate.py
 GATE_TIMING = "{min_samples: 20, budget_s: 0.1, warmup_s: 0.01, timeout_s: 120}"
-needs_valgrind = pytest.mark.skipif(counting.unavailable() is not None,
-                                    reason=f"no counts here: {counting.unavailable()}")
+needs_valgrind = pytest.mark.skipif(callgrind.unavailable() is not None,
+                                    reason=f"no counts here: {callgrind.unavailable()}")
 
 
 def scatterbench(*args, **env_vars) -> subprocess.CompletedProcess:
@@ -56,10 +58,10 @@ def hog() -> subprocess.Popen:
 def counted(tmp_path_factory):
     """The test config; its counts baseline and an A/A repeat, counted at once
     while two CPU hogs run (counts do not depend on load); a wall-time baseline."""
-    if counting.unavailable():
-        pytest.skip(counting.unavailable())
+    if callgrind.unavailable():
+        pytest.skip(callgrind.unavailable())
     root = tmp_path_factory.mktemp("counting")
-    config, baseline_config = root / "counting.yaml", root / "baseline.yaml"
+    config, baseline_config = root / "callgrind.yaml", root / "baseline.yaml"
     config.write_text(CONFIG.replace("TIMING", GATE_TIMING))
     baseline_config.write_text(CONFIG.replace("TIMING", BASELINE_TIMING))
     hogs = [hog(), hog()]
@@ -86,7 +88,7 @@ def counted(tmp_path_factory):
 # ------------------------------------------------------------ with Callgrind
 # How far two counting runs of unchanged code may differ: 0.1 % on every count (issue 26).
 # Measured on the 2-core VM with the counting process's inputs made the same on every run
-# (harness/counting.py: fixed working directory, no run id, no tcache, the counted thread
+# (harness/measuring/callgrind.py: fixed working directory, no run id, no tcache, the counted thread
 # started first and preparing the strategy itself): this test's two runs gave identical counts
 # but for one est_cycles 0.0012 % apart. Before, seed_loop's est_cycles differed by up to 0.16 %.
 A_A_TOLERANCE = {"instructions": 1e-3, "est_cycles": 1e-3}
@@ -172,7 +174,7 @@ def test_dump_totals_are_read_with_trailing_zeros_left_out(tmp_path):
 @pytest.mark.parametrize("new, verdict", [(1031, "regressed"), (1029, "same"), (971, "same"), (970, "improved"),
                                           (float("nan"), "not counted")])
 def test_the_count_rule_is_the_factor_alone(new, verdict):
-    assert counts.count_verdict(1000.0, new)[1] == verdict
+    assert regression.count_verdict(1000.0, new)[1] == verdict
 
 
 def _rows(values: dict, status: dict | None = None) -> pd.DataFrame:
@@ -200,7 +202,7 @@ def _counting_run(directory: Path, values: dict, versions: dict | None = None, c
                   start: str = "2026-01-01T00:00:00") -> Path:
     directory.mkdir(parents=True)
     meta = {"schema_version": 2, "run_id": directory.name, "start_time": start, "git_commit": commit,
-            "instrument": "callgrind", "count_versions": versions or counting.count_versions()}
+            "instrument": "callgrind", "count_versions": versions or callgrind.count_versions()}
     (directory / "meta.json").write_text(json.dumps(meta))
     frame = _rows(values)
     frame["run_id"] = directory.name
@@ -226,14 +228,14 @@ def test_compare_by_count_refuses_a_timed_run_and_time_only_options(tmp_path):
 
 
 def test_compare_by_count_warns_when_the_versions_differ(tmp_path):
-    base = _counting_run(tmp_path / "base", {"a": 1000.0}, {**counting.count_versions(), "numpy": "1.0"})
+    base = _counting_run(tmp_path / "base", {"a": 1000.0}, {**callgrind.count_versions(), "numpy": "1.0"})
     new = _counting_run(tmp_path / "new", {"a": 1000.0})
     warnings = compare.compare_counts(base, new, "instructions").warnings
     assert len(warnings) == 1 and "numpy 1.0 vs" in warnings[0]
 
 
 def test_the_counts_baseline_is_chosen_by_version_set_or_counted_from_its_commit(tmp_path):
-    here = counting.count_versions()
+    here = callgrind.count_versions()
     _counting_run(tmp_path / "stored" / "older", {"a": 1.0}, {**here, "torch": "0.1"}, "aaaa", "2026-01-01T00:00:00")
     same = _counting_run(tmp_path / "stored" / "same", {"a": 1.0}, here, "bbbb", "2026-02-01T00:00:00")
     assert count_gate.choose_counts_baseline(tmp_path / "stored", here).run == same
@@ -256,10 +258,10 @@ def test_the_count_gate_is_skipped_in_one_line_where_valgrind_is_missing(tmp_pat
 
 
 def test_gpu_and_interpreted_cases_are_skipped_with_their_reason():
-    assert "not done there" in counting.not_counted(Case("dispersion", "seed_loop", "cuda", "float32", ()))
-    interpreted = counting.not_counted(Case("dispersion", "triton_fused", "cpu", "float32", ()))
+    assert "not done there" in callgrind.not_counted(Case("dispersion", "seed_loop", "cuda", "float32", ()))
+    interpreted = callgrind.not_counted(Case("dispersion", "triton_fused", "cpu", "float32", ()))
     assert "interpreter" in interpreted
-    assert counting.not_counted(Case("dispersion", "seed_loop", "cpu", "float32", ())) is None
+    assert callgrind.not_counted(Case("dispersion", "seed_loop", "cpu", "float32", ())) is None
 
 
 def test_counting_refuses_isolate_and_report(tmp_path):
@@ -277,11 +279,11 @@ def test_each_committed_counts_baseline_counts_every_case_of_the_quick_config_as
     directory = ROOT / "results" / "baseline-counts" / baseline
     meta = store.read_meta(directory)
     assert baseline == count_gate.versions_slug(meta["count_versions"])
-    assert meta["count_settings"] == json.loads(json.dumps(counting.settings()))
+    assert meta["count_settings"] == json.loads(json.dumps(callgrind.settings()))
     rows = store.read_rows(directory)
     counted_ok = set(rows.loc[(rows["status"] == "ok") & rows["instructions"].gt(0), "case_id"])
     assert {case.case_id for case in expand(load_config(ROOT / "configs" / "quick.yaml"))} - counted_ok == set()
-    assert not (directory / counting.DUMP_DIR).exists()  # the dumps stay out of git
+    assert not (directory / callgrind.DUMP_DIR).exists()  # the dumps stay out of git
 
 
 

@@ -17,7 +17,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from harness import analysis, counts, dashboard, gate, history, regression, summary
+from harness.judging import analysis, history, regression, wall_gate
+from harness.presenting import dashboard
+from harness.results import summary
 from impls.status import MISMATCH
 
 ROOT = Path(__file__).parents[2]
@@ -155,7 +157,7 @@ def gate_verdicts(runs) -> dict[str, set]:
     `analysis.unfit_reasons` finds nothing against the pair, to "grey"
     (not judged) when it does, and to "source" when the strategy's source
     changed. No screening from summaries, no cache: what the site must match."""
-    rule = history.gate_rule(gate.DEFAULT_GATE_FACTOR)
+    rule = history.gate_rule(wall_gate.DEFAULT_GATE_FACTOR)
     found = {"red": set(), "grey": set(), "source": set()}
     for (base_meta, base_records, base_samples), (meta, records, samples) in same_machine_pairs(runs):
         base_rows, rows = pd.DataFrame(base_records), pd.DataFrame(records)
@@ -163,7 +165,7 @@ def gate_verdicts(runs) -> dict[str, set]:
         failing = {(case, "time") for case in table.loc[table["verdict"].isin(regression.FAILING), "case_id"]}
         base_counts = dict(zip(base_rows["case_id"], base_rows["instructions"]))
         for case, count in zip(rows["case_id"], rows["instructions"]):
-            if counts.count_verdict(base_counts[case], count)[1] == regression.REGRESSED:
+            if regression.count_verdict(base_counts[case], count)[1] == regression.REGRESSED:
                 failing.add((case, "instructions"))
         base_source = dict(zip(base_rows["case_id"], base_rows["source"]))
         sources = dict(zip(rows["case_id"], rows["source"]))

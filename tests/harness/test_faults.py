@@ -34,7 +34,9 @@ import time
 from pathlib import Path
 
 import pytest
-from terminal import sigint_as_at_a_terminal  # tests/harness, on the path as the test's own directory
+from terminal import (
+    sigint_as_at_a_terminal,  # tests/harness, on the path as the test's own directory
+)
 
 HERE = Path(__file__).parent
 PYTHON = sys.executable
@@ -511,7 +513,7 @@ sys.meta_path.insert(0, _SigintOnImport())
 
 
 @pytest.mark.parametrize("module", [
-    "harness.sweep",  # inside main(): the run command loading what it needs
+    "harness.measuring.sweep",  # inside main(): the run command loading what it needs
     "harness.cli",  # `python -m harness` importing the CLI itself
 ])
 def test_ctrl_c_very_early_is_a_clean_130(tmp_path, module):

@@ -2,18 +2,22 @@
 failing on a planted 3x slowdown, of an ordinary strategy and of the
 reference strategy everything is normalised by."""
 
+import json
 import os
 import subprocess
 import sys
 from pathlib import Path
 
-import json
-
 import pytest
 
-from harness import env
-from harness.errors import ResultError
-from harness.gate import choose_baseline, measure_baseline_at, screening_factor
+from harness.base.errors import ResultError
+from harness.judging.wall_gate import (
+    choose_baseline,
+    measure_baseline_at,
+    screening_factor,
+)
+from harness.measuring import facts
+from harness.results import runmeta
 
 PLUGINS = Path(__file__).parents[1] / "plugins"
 ROOT = Path(__file__).parents[2]
@@ -86,10 +90,10 @@ def _head() -> str:
 
 
 def test_gate_picks_the_baseline_measured_on_this_cpu(tmp_path):
-    this = _baseline(tmp_path / "this", env.cpu_model(), os.cpu_count(), "2026-01-01T00:00:00",
-                     hardware=env.hardware())
+    this = _baseline(tmp_path / "this", facts.cpu_model(), os.cpu_count(), "2026-01-01T00:00:00",
+                     hardware=facts.hardware())
     _baseline(tmp_path / "newer-other", "Some Other CPU", os.cpu_count(), "2026-06-01T00:00:00")
-    _baseline(tmp_path / "same-model-more-cores", env.cpu_model(), os.cpu_count() + 2, "2026-06-02T00:00:00")
+    _baseline(tmp_path / "same-model-more-cores", facts.cpu_model(), os.cpu_count() + 2, "2026-06-02T00:00:00")
     choice = choose_baseline(tmp_path)
     assert choice.run == this and choice.commit is None
     assert "measured on this CPU" in choice.line
@@ -102,11 +106,11 @@ def test_same_model_name_is_not_the_same_cpu_when_the_microarchitecture_differs(
     zen4 = {"cpu_model": "AMD EPYC", "cpu_count": 2, "cpu_family_model": "25-17",
             "caches": {"L2": "1024K", "L3": "32768K"}}
     zen3 = {**zen3_old, "cpu_family_model": "25-1"}
-    assert not env.same_cpu(zen4, zen3_old)
-    assert not env.same_cpu(zen4, {**zen3, "caches": zen4["caches"]})
-    assert env.same_cpu(zen4, dict(zen4))
-    assert env.same_cpu(zen3, zen3_old)  # what both recorded agrees
-    assert not env.same_cpu(zen4, {**zen4, "cpu_count": 4})
+    assert not runmeta.same_cpu(zen4, zen3_old)
+    assert not runmeta.same_cpu(zen4, {**zen3, "caches": zen4["caches"]})
+    assert runmeta.same_cpu(zen4, dict(zen4))
+    assert runmeta.same_cpu(zen3, zen3_old)  # what both recorded agrees
+    assert not runmeta.same_cpu(zen4, {**zen4, "cpu_count": 4})
 
 
 def test_gate_without_a_baseline_from_this_cpu_measures_one_from_the_newest_baselines_commit(tmp_path):
@@ -157,8 +161,8 @@ def test_each_committed_baseline_holds_every_case_of_the_quick_config_correct(ba
     """A baseline that misses a case of configs/quick.yaml leaves that case
     ungated (compare has nothing to hold it to): after changing the config,
     `make baseline` on each CPU."""
-    from harness import store
-    from harness.config import expand, load_config
+    from harness.base.config import expand, load_config
+    from harness.results import store
 
     wanted = {case.case_id for case in expand(load_config(ROOT / "configs" / "quick.yaml"))}
     rows = store.read_rows(ROOT / "results" / "baseline-quick" / baseline)
@@ -170,8 +174,8 @@ def test_each_committed_baseline_holds_every_case_of_the_quick_config_correct(ba
 def test_gate_falls_back_to_the_stored_baseline_when_its_commit_cannot_be_measured(tmp_path):
     import shutil
 
-    from harness import regression
-    from harness.gate import run_gate
+    from harness.judging import regression
+    from harness.judging.wall_gate import run_gate
 
     stored = tmp_path / "stored" / "other-cpu"
     shutil.copytree(ROOT / "results" / "baseline-quick" / "amd-epyc-x2", stored)

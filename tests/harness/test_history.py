@@ -1,5 +1,5 @@
 """What the dashboard calls red: the CI gate's verdict between runs fit to
-judge (harness/history.py, analysis.unfit_reasons), screened from the
+judge (harness/judging/history.py, analysis.unfit_reasons), screened from the
 runs' summaries without ever missing a change the gate fails."""
 
 import html
@@ -10,9 +10,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-
-from harness import analysis, dashboard, env, history, regression, store
 from test_report import fixture_run
+
+from harness.judging import analysis, history, regression
+from harness.presenting import dashboard
+from harness.results import runmeta, stats, store
 
 ROOT = Path(__file__).parents[2]
 QUIET = {"load_avg_start": [0.5, 0.5, 0.5], "load_avg_end": [0.7, 0.6, 0.5], "cpu_count": 2,
@@ -66,7 +68,7 @@ def _random_pair(rng, strategies: int):
             samples[case_id] = values
             rows.append({"case_id": case_id, "op": "maxpool2d", "strategy": name, "device": "cpu",
                          "dtype": "float32", "params": params, "status": "ok", "median_s": float(np.median(values)),
-                         "p10_s": regression.typical_s(values, "p10"), "source": "", "machine": "m"})
+                         "p10_s": stats.typical_s(values, "p10"), "source": "", "machine": "m"})
         runs.append((pd.DataFrame(rows), samples))
     return runs
 
@@ -147,7 +149,7 @@ def test_over_the_committed_results_red_holds_only_what_the_gate_fails(tmp_path)
     # The committed runs come from two CPUs (a Zen 5 and a Xeon), interleaved: each pair is one machine's.
     assert runs["machine"].nunique() >= 2
     for base, new in zip(judgement.pairs["base_run"], judgement.pairs["run"]):
-        assert env.same_machine(runs.at[base, "meta"], runs.at[new, "meta"]), (base, new)
+        assert runmeta.same_machine(runs.at[base, "meta"], runs.at[new, "meta"]), (base, new)
     assert "different CPU" not in re.search(r"<p id='pairs'>(.*?)</p>", index, re.S).group(1)
 
 
@@ -158,16 +160,16 @@ def test_runs_are_grouped_by_hardware_not_by_host_name():
     gpu = dict(QUIET, gpu_name="NVIDIA H100 80GB HBM3")
     metas = [dict(QUIET, machine="runner-a"), dict(zen4, machine="runner-b"), dict(QUIET, machine="runner-c"),
              dict(gpu, machine="node-1"), dict(zen4, machine="runner-d")]
-    labels = env.machine_groups(metas)
+    labels = runmeta.machine_groups(metas)
     assert labels == ["Fixture CPU x2 [25-1]", "Fixture CPU x2 [25-17]", "Fixture CPU x2 [25-1]",
                       "Fixture CPU x2 [25-1] / NVIDIA H100 80GB HBM3", "Fixture CPU x2 [25-17]"]
     # The same label for different hardware (a cache size recorded) stays apart.
     bigger = dict(QUIET, hardware=dict(QUIET["hardware"], caches={"L2": "1024K", "L3": "32768K"}))
-    assert env.machine_groups([QUIET, bigger]) == ["Fixture CPU x2 [25-1]", "Fixture CPU x2 [25-1]'"]
+    assert runmeta.machine_groups([QUIET, bigger]) == ["Fixture CPU x2 [25-1]", "Fixture CPU x2 [25-1]'"]
     # A run that recorded only the model name matches either Zen; it must not bind the two together.
     vague = {"hardware": {"cpu_model": "Fixture CPU", "cpu_count": 2}}
     zen5 = dict(QUIET, hardware=dict(QUIET["hardware"], cpu_family_model="26-2"))
-    assert env.machine_groups([vague, zen4, zen5, zen4]) == ["Fixture CPU x2", "Fixture CPU x2",
+    assert runmeta.machine_groups([vague, zen4, zen5, zen4]) == ["Fixture CPU x2", "Fixture CPU x2",
                                                              "Fixture CPU x2 [26-2]", "Fixture CPU x2"]
 
 

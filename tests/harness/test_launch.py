@@ -18,13 +18,14 @@ from pathlib import Path
 
 import psutil
 import pytest
-import torch
 import slurm_cluster  # tests/harness, on the path as the test's own directory
+import torch
 from terminal import sigint_as_at_a_terminal
 
-from harness import launch, store
+from harness.base.errors import ResultWarning
 from harness.cli import main
-from harness.errors import ResultWarning
+from harness.measuring import launch
+from harness.results import store
 
 # Imported now, while pytest's session-wide capture is sys.stderr: submitit's
 # log handlers keep the stream they find at import, and one test's capsys

@@ -10,9 +10,9 @@ import textwrap
 import pytest
 
 import impls  # noqa: F401  (the built-in strategies)
-from harness import plugins
-from harness.check import check_strategy, reference
-from harness.errors import UsageError
+from harness.base import plugins
+from harness.base.errors import UsageError
+from harness.measuring.check import check_strategy, reference
 from impls.backends import BACKEND_MODULES, BACKENDS
 from impls.registry import OPERATORS, get_operator
 
@@ -199,7 +199,7 @@ def test_recorded_plugins_load_for_a_report_or_say_in_one_line_what_is_missing(t
 
 def one_case_run(directory, meta=None):
     """A result directory holding one timed maxpool2d case."""
-    from harness.store import COLUMNS, RunWriter
+    from harness.results.store import COLUMNS, RunWriter
 
     writer = RunWriter(directory, {"run_id": directory.name, **(meta or {})})
     row = {column: "" for column in COLUMNS}
@@ -212,7 +212,7 @@ def one_case_run(directory, meta=None):
 
 
 def test_compare_says_which_plugins_it_could_not_load(tmp_path, registry):
-    from harness import compare
+    from harness.judging import compare
 
     gone = {"module": "gone_plugin", "file": str(tmp_path / "gone_plugin.py"), "sha256": "1" * 64}
     base = one_case_run(tmp_path / "base", meta={"plugins": [gone]})
@@ -223,7 +223,7 @@ def test_compare_says_which_plugins_it_could_not_load(tmp_path, registry):
 
 
 def test_compare_relative_to_keeps_the_plugin_warnings(tmp_path, registry):
-    from harness import compare
+    from harness.judging import compare
 
     gone = {"module": "gone_plugin", "file": str(tmp_path / "gone_plugin.py"), "sha256": "1" * 64}
     base = one_case_run(tmp_path / "base", meta={"plugins": [gone]})
@@ -236,7 +236,7 @@ def test_the_dashboard_loads_the_runs_plugins_before_judging(tmp_path, registry,
     """A plugin operator's reference is asked of the registry when the
     dashboard judges: its recorded plugin is loaded first; one that cannot
     be is said once per set of runs, not once per run."""
-    from harness import dashboard
+    from harness.presenting import dashboard
 
     plugin = write(tmp_path / "dash_plugin.py", MAXPOOL_STRATEGY.format(name="dash_max"))
     record = {"module": "dash_plugin", "file": str(plugin), "sha256": plugins.sha256(plugin)}
@@ -254,8 +254,8 @@ def test_the_dashboard_loads_the_runs_plugins_before_judging(tmp_path, registry,
 
 
 def test_merged_runs_keep_every_runs_plugins(tmp_path):
-    from harness.merge import merge_runs
-    from harness.store import read_meta
+    from harness.results.merge import merge_runs
+    from harness.results.store import read_meta
 
     first = {"module": "first_plugin", "file": "/x/first_plugin.py", "sha256": "1" * 64}
     second = {"module": "second_plugin", "file": "/x/second_plugin.py", "sha256": "2" * 64}

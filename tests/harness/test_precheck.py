@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from harness import env
-from harness.plugins import sha256
-from harness.errors import UnpinnedThreadsWarning
-from harness.store import IN_FLIGHT, read_meta, read_rows, read_samples
+from harness.base.errors import UnpinnedThreadsWarning
+from harness.base.plugins import sha256
+from harness.measuring import facts, pinning
+from harness.results.store import IN_FLIGHT, read_meta, read_rows, read_samples
 
 pytestmark = pytest.mark.slow  # subprocesses and sweeps: `make test` runs them, `make test-fast` does not
 
@@ -88,7 +88,7 @@ def test_regress_records_a_last_tie_strategy_wrong_and_never_times_it(tie_runs):
 @pytest.fixture
 def last_tie():
     """The last-tie strategy registered in this process for one test."""
-    from harness import plugins
+    from harness.base import plugins
     from impls.registry import get_operator
 
     plugins.load_plugins(str(LAST_TIE))
@@ -113,10 +113,10 @@ def test_bench_records_a_last_tie_strategy_wrong_and_never_times_it(last_tie):
 
 
 def test_bench_applies_records_and_restores_thread_settings(planted):
-    import scatterbench
     import torch
     from threadpoolctl import threadpool_info
 
+    import scatterbench
     from impls import maxpool2d
 
     seen = {}
@@ -149,7 +149,7 @@ def cpu_hogs():
     hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(os.cpu_count() or 1)]
     try:
         deadline = time.time() + 30
-        while env.competing_load() < (os.cpu_count() or 1) and time.time() < deadline:
+        while facts.competing_load() < (os.cpu_count() or 1) and time.time() < deadline:
             time.sleep(0.2)
         yield
     finally:
@@ -180,11 +180,11 @@ def test_unpinned_threads_on_a_loaded_machine_are_said_in_one_line(cpu_hogs, tmp
     from impls.backends import thread_knobs
 
     every = {backend.name: 1 for backend in thread_knobs() if not backend.unavailable()}
-    assert env.oversubscription_warning(every, load=10.0, cores=2) is None
-    assert env.oversubscription_warning({}, load=1.0, cores=2) is None
-    assert "threads.numba, threads.numpy are unpinned" in env.oversubscription_warning(dict(every, numba=None, numpy=None), 2.0, 2)
-    assert "and threads.numpy is unpinned" in env.oversubscription_warning({}, 2.0, 2, backends={"numpy", "cupy"})
-    assert env.oversubscription_warning({"torch": 1}, 2.0, 2, backends={"torch"}) is None
+    assert pinning.oversubscription_warning(every, load=10.0, cores=2) is None
+    assert pinning.oversubscription_warning({}, load=1.0, cores=2) is None
+    assert "threads.numba, threads.numpy are unpinned" in pinning.oversubscription_warning(dict(every, numba=None, numpy=None), 2.0, 2)
+    assert "and threads.numpy is unpinned" in pinning.oversubscription_warning({}, 2.0, 2, backends={"numpy", "cupy"})
+    assert pinning.oversubscription_warning({"torch": 1}, 2.0, 2, backends={"torch"}) is None
     config = tmp_path / "unpinned.yaml"
     config.write_text(UNPINNED_CONFIG)
     ran = cli("run", config, "-o", tmp_path / "out", "--no-progress")

@@ -11,11 +11,13 @@ import pytest
 import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from terminal import (
+    sigint_as_at_a_terminal,  # tests/harness, on the path as the test's own directory
+)
 
 from harness import cli
-from harness.config import ConfigError, parse_config
-from harness.store import read_meta, read_rows
-from terminal import sigint_as_at_a_terminal  # tests/harness, on the path as the test's own directory
+from harness.base.config import ConfigError, parse_config
+from harness.results.store import read_meta, read_rows
 
 pytestmark = pytest.mark.slow  # subprocesses, sweeps or compiles: `make test` runs them, `make test-fast` does not
 
@@ -156,7 +158,7 @@ benchmarks:
     params: {N: 1, C: 1, H: 4, W: 4, k: 2}
 """)
     with pytest.raises(ConfigError, match=r"benchmarks\[0\].dtypes: bfloat16 is not supported by numpy_sliding_window"):
-        from harness.config import load_config
+        from harness.base.config import load_config
         load_config(path)
 
 
@@ -211,7 +213,7 @@ def test_fuzzed_bad_configs_end_in_a_clean_exit_2(tmp_path, capsys, path, value,
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(text=st.text(max_size=60))
 def test_fuzzed_yaml_text_never_crashes_the_loader(tmp_path, text):
-    from harness.config import load_config
+    from harness.base.config import load_config
 
     path = tmp_path / "raw.yaml"
     path.write_text(text)

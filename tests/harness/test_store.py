@@ -3,8 +3,16 @@ import math
 
 import pytest
 
-from harness import store
-from harness.store import COLUMNS, ResultError, RunWriter, read_meta, read_rows, read_run, read_samples
+from harness.results import store
+from harness.results.store import (
+    COLUMNS,
+    ResultError,
+    RunWriter,
+    read_meta,
+    read_rows,
+    read_run,
+    read_samples,
+)
 
 
 def row(case_id="a", status="ok", **extra):
@@ -95,7 +103,7 @@ def test_unknown_columns_are_refused(tmp_path):
 def test_every_column_belongs_to_a_schema_version_with_its_migration_step():
     """A column added without a new schema version (and its update_to_N step)
     would make old runs read as if they had measured it."""
-    from harness.stats import STAT_COLUMNS
+    from harness.results.stats import STAT_COLUMNS
 
     added = [column for version in sorted(store.COLUMNS_ADDED) for column in store.COLUMNS_ADDED[version]]
     assert len(added) == len(set(added)) and set(added) <= set(COLUMNS)

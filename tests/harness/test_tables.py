@@ -4,7 +4,8 @@ from pathlib import Path
 
 from rich.console import Console
 
-from harness import store, tables
+from harness.presenting import tables
+from harness.results import store
 
 ROOT = Path(__file__).parents[2]
 

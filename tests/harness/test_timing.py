@@ -3,8 +3,9 @@ import time
 import numpy as np
 import pytest
 
-from harness import stats, timing
-from harness.config import Timing
+from harness.base.config import Timing
+from harness.measuring import timing
+from harness.results import stats
 
 
 def test_cpu_timer_measures_a_known_sleep():
@@ -114,17 +115,17 @@ def test_thread_settings_hold_once_all_are_applied():
     import subprocess
     import sys
 
-    code = ("import torch, numba; from harness import env; from harness.config import parse_config; "
+    code = ("import torch, numba; from harness.measuring import pinning; from harness.base.config import parse_config; "
             "config = parse_config({'threads': {'torch': 1, 'blas': 1, 'numba': 1}, 'benchmarks': [{'op': "
             "'maxpool2d', 'params': {'N': 1, 'C': 1, 'H': 4, 'W': 4, 'k': 2}}]}); "
-            "applied = env.apply_threads(config.threads); "
+            "applied = pinning.apply_threads(config.threads); "
             "print(applied['torch'], torch.get_num_threads(), applied['numba'], numba.get_num_threads(), "
             "applied['numpy'])")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
     # an older config's keys (blas) read as the backends' (numpy); each knob read back once all are set
     assert out == ["1", "1", "1", "1", "1"]
     # torch alone: reading numba's knob back (which starts its threading layer) must not undo it
-    code = ("import torch; from harness import env; applied = env.apply_threads({'torch': 1}); "
+    code = ("import torch; from harness.measuring import pinning; applied = pinning.apply_threads({'torch': 1}); "
             "print(applied['torch'], torch.get_num_threads())")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
     assert out == ["1", "1"]
@@ -221,9 +222,9 @@ def test_an_isolated_case_flushes_the_device_cache_like_an_in_process_one(plante
     are (a CUDA case in a child was once timed with a warm L2)."""
     import json
 
-    from harness.sweep import child_main
-    from impls.backends import BACKENDS, DeviceEvents, Backend, register_backend
+    from harness.measuring.sweep import child_main
     from impls import maxpool2d
+    from impls.backends import BACKENDS, Backend, DeviceEvents, register_backend
 
     flushes = []
 
@@ -265,8 +266,8 @@ def test_a_triton_kernel_under_the_cpu_interpreter_is_checked_but_not_timed(monk
     are checked there, and never timed (the interpreter's speed would be
     published as the kernel's)."""
     pytest.importorskip("triton")
-    from harness.config import Case, parse_config
-    from harness.sweep import execute_case
+    from harness.base.config import Case, parse_config
+    from harness.measuring.sweep import execute_case
 
     monkeypatch.setenv("TRITON_INTERPRET", "1")
     params = {"N": 1, "C": 2, "H": 8, "W": 8, "k": 2}
@@ -289,7 +290,7 @@ def test_dropping_a_slow_start_never_leaves_fewer_than_min_samples():
 def test_few_samples_a_side_still_catch_a_3x_slowdown_and_not_noise():
     """5 vs 5 samples: the exact Mann-Whitney test cannot go below p = 0.0079,
     above alpha = 0.002; a 3x slowdown must still be flagged, overlapping noise not."""
-    from harness import regression
+    from harness.judging import regression
 
     rule = regression.Rule()
     base = [0.200, 0.204, 0.198, 0.210, 0.201]

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.store import read_rows
+from harness.results.store import read_rows
 
 pytestmark = pytest.mark.slow  # subprocesses, sweeps or compiles: `make test` runs them, `make test-fast` does not
 

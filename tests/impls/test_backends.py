@@ -158,7 +158,7 @@ def test_a_backend_installed_without_the_device_skips_its_cases(planted):
     CPU-only JAX on a GPU machine) is skipped with the reason, not an error."""
     import dataclasses
 
-    from harness.check import cached_reference, check_strategy
+    from harness.measuring.check import cached_reference, check_strategy
     from impls.backends import BACKENDS, get_backend
 
     BACKENDS["absent"] = dataclasses.replace(get_backend("numpy"), name="absent", present=lambda device: False)

@@ -4,7 +4,7 @@ exactly its own mismatch into ``upstream-defect``; nothing else is excused."""
 import numpy as np
 import pytest
 
-from harness.check import UPSTREAM_DEFECT, check_strategy, reference
+from harness.measuring.check import UPSTREAM_DEFECT, check_strategy, reference
 from impls import defects, maxpool2d
 from impls.common import Verdict
 from impls.registry import get_operator

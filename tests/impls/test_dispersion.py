@@ -3,7 +3,7 @@ import pytest
 import torch
 
 import impls
-from harness.check import reference
+from harness.measuring.check import reference
 from impls import dispersion, dispersion_pinv
 from impls.common import compare_relative, to_numpy
 from impls.registry import get_operator
@@ -91,7 +91,7 @@ def test_a_lossy_strategy_is_reported_inexact(planted):
         return inner
 
     strat = planted("dispersion", "lossy_bf16", bf16_loop, backend="torch")
-    from harness.check import check_strategy
+    from harness.measuring.check import check_strategy
 
     params = dict(B=2, C=8, H=8, W=8, S=1)
     verdict = check_strategy(strat, params, "float32", "cpu", reference("dispersion", params, "float32", "random", 0))
@@ -106,7 +106,7 @@ def test_a_wrong_shift_is_a_mismatch_not_inexact(planted):
         return lambda: torch.roll(inner(), 1, dims=-1)
 
     strat = planted("dispersion", "rolled", wrong, backend="torch")
-    from harness.check import check_strategy
+    from harness.measuring.check import check_strategy
 
     params = dict(B=2, C=4, H=6, W=8, S=2)
     verdict = check_strategy(strat, params, "float32", "cpu", reference("dispersion", params, "float32", "random", 0))
@@ -123,7 +123,7 @@ def test_a_lost_channel_is_a_mismatch_in_float32(planted, C):
         return dispersion.seed_loop({"x": x, "mask": inputs["mask"]}, params)
 
     strat = planted("dispersion", "lost_channel", drops_last_channel, backend="torch")
-    from harness.check import check_strategy
+    from harness.measuring.check import check_strategy
 
     params = dict(B=1, C=C, H=4, W=16, S=1)
     verdict = check_strategy(strat, params, "float32", "cpu", reference("dispersion", params, "float32", "random", 0))
@@ -157,7 +157,7 @@ MANY = dict(B=1, C=300, H=2, W=300, S=1)  # 300 channels over 300 columns: up to
 
 
 def _verdict(name, dtype, op="dispersion", params=MANY):
-    from harness.check import check_strategy
+    from harness.measuring.check import check_strategy
 
     strat = get_operator(op).strategies[name]
     return check_strategy(strat, params, dtype, "cpu", reference(op, params, dtype, "random", 0))

@@ -100,7 +100,7 @@ def test_oracle_keeps_the_first_zeros_sign():
 def test_numpy_max_seeds_are_reported_for_the_sign_of_zero(name):
     """The seeds keep numpy's ``max``, which returns the later zero: the
     compare says so in words (the check then names the known defect)."""
-    from harness.check import reference
+    from harness.measuring.check import reference
 
     strat = get_operator("maxpool2d").strategies[name]
     params = dict(N=2, C=3, H=8, W=8, k=2)

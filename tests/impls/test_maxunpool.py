@@ -143,7 +143,7 @@ def test_scattered_positions_are_distinct_in_range_and_mostly_outside_their_wind
 def test_gather_formulation_declares_the_precondition_and_list_shows_it():
     from rich.console import Console
 
-    from harness.tables import strategies_table
+    from harness.presenting.tables import strategies_table
 
     strategies = get_operator("maxunpool").strategies
     assert strategies["triton_gather"].requires == (maxunpool.POSITIONS_IN_WINDOW,)
@@ -161,7 +161,7 @@ def test_the_gather_formulation_really_misses_scattered_positions():
     strat = get_operator("maxunpool").strategies["triton_gather"]
     if strat.available() or not strat.runs_on("cpu"):
         pytest.skip("triton under the interpreter is not available")
-    from harness.check import check_strategy, reference
+    from harness.measuring.check import check_strategy, reference
 
     params = scattered_cases()[0]["params"]
     verdict = check_strategy(strat, params, "float32", "cpu", reference("maxunpool", params, "float32", "scattered", 0))
@@ -169,8 +169,8 @@ def test_the_gather_formulation_really_misses_scattered_positions():
 
 
 def test_check_plan_keeps_declared_strategies_out_of_scattered_cases_only():
-    from harness.check import check_plan
-    from harness.config import Case
+    from harness.base.config import Case
+    from harness.measuring.check import check_plan
 
     class Config:
         class check:

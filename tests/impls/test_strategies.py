@@ -7,7 +7,14 @@ strategies run here under TRITON_INTERPRET=1."""
 import pytest
 
 import impls
-from harness.check import MODES, UPSTREAM_DEFECT, adversarial_set, cached_reference, check_strategy, extra_set
+from harness.measuring.check import (
+    MODES,
+    UPSTREAM_DEFECT,
+    adversarial_set,
+    cached_reference,
+    check_strategy,
+    extra_set,
+)
 from impls.registry import get_operator
 
 HALF = ("float16", "bfloat16")

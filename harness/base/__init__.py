@@ -1,0 +1,1 @@
+"""What every layer above uses: errors, formatting, the config and the plugins."""

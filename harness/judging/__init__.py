@@ -1,0 +1,1 @@
+"""Reading results: statistics across runs, ranking, comparison, the gates, history, summaries."""

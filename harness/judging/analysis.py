@@ -1,0 +1,340 @@
+"""The analysis layer: measured rows turned into judgements, each decided here once.
+
+- **Ranking**: which rows may be called fastest (exact, timed, returning the
+  operator's whole output), the fastest of a case, speedups over the seed's
+  original (the operator's baseline), and when the data supports "A is faster
+  than B" at all.
+- **Flags**: unstable, slow start, timer disagreement, inexact, a busy machine
+  or a low ceiling; each with its threshold, its marks and the sentence that
+  explains it; and whether two stored runs are fit to be judged against
+  each other at all (`unfit_reasons`: the dashboard's red needs it).
+- **Regression verdicts**: the gate's rule lives in :mod:`harness.judging.regression`
+  and is re-exported here, so that every reader of results (the CLI tables,
+  the report, the dashboard, ``scatterbench.bench``) imports one module.
+
+Nothing here prints or draws; the terminal tables (``harness.presenting.tables``), the
+report (``harness.presenting.report``) and the dashboard render what this module decides.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import pandas as pd
+
+from harness.base.format import fmt_time
+from harness.judging.regression import (  # noqa: F401  (re-exported)
+    DEFAULT_ALPHA,
+    DEFAULT_FACTOR,
+    FAILING,
+    STATISTICS,
+    Rule,
+)
+from harness.measuring import facts
+from harness.results import runmeta, stats
+from harness.results.runmeta import record
+from impls.registry import OPERATORS
+from impls.status import CORRECT, INEXACT, OK
+
+
+# ------------------------------------------------------------------ flags
+@dataclass(frozen=True)
+class Flag:
+    """A property of a measurement a reader must see: its mark in the report
+    and the dashboard (``mark``), its mark in a terminal table (``ascii``:
+    one cell wide in any terminal) and the sentence that explains it."""
+    name: str
+    mark: str
+    ascii: str
+    meaning: str
+
+
+# The IQR beyond which a case's timing is called unstable: torch.utils.benchmark
+# warns at the same 10 % of the median.
+UNSTABLE_REL_IQR = 0.10
+# Our device-timer median against an independent timer's (CUDA: triton's do_bench):
+# beyond this relative difference the case's time is uncertain beyond its IQR.
+XCHECK_TOLERANCE = 0.05
+# A run's ceiling this far below the median of earlier runs on the machine: busy or throttled.
+CEILING_DROP_PCT = 20.0
+
+UNSTABLE = Flag("unstable", "⚠", "!",
+                f"the IQR exceeds {100 * UNSTABLE_REL_IQR:.0f} % of the median (the threshold at which "
+                f"torch.utils.benchmark warns): the machine was busy or the case is noisy, so compare it with care")
+TIMERS_DISAGREE = Flag("timers disagree", "⚠", "!",
+                       f"the suite's CUDA-event median and triton.testing.do_bench's median (an independent timer) "
+                       f"differ by more than {100 * XCHECK_TOLERANCE:.0f} %, so this case's time is uncertain "
+                       f"beyond its IQR")
+SLOW_START = Flag("slow start", "·", ".",
+                  f"the first samples, each over {stats.SLOW_START_FACTOR:g}× the median, were dropped like "
+                  f"warm-up and counted in the slow_start column")
+INEXACT_FLAG = Flag("inexact", "inexact", "~",
+                    "over the dtype's rounding bound but under the wrong-answer bound: reported and timed, "
+                    "never ranked fastest")
+BEST_MARK = "*"  # beside the bold, which a log or a pipe does not show
+PARTIAL_MARK = "(part)"
+
+
+def is_unstable(iqr_s: float, median_s: float) -> bool:
+    """An IQR beyond UNSTABLE_REL_IQR of the median."""
+    rel = stats.rel_iqr(iqr_s, median_s)
+    return math.isfinite(rel) and rel > UNSTABLE_REL_IQR
+
+
+def unstable(row) -> bool:
+    return is_unstable(row["iqr_s"], row["median_s"])
+
+
+def slow_started(row) -> bool:
+    value = row.get("slow_start", 0) if hasattr(row, "get") else 0
+    return isinstance(value, (int, float)) and math.isfinite(value) and value > 0
+
+
+def finite(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def xcheck_ratio(row) -> float:
+    """Our median over the independent timer's (CUDA rows; NaN elsewhere)."""
+    ours, theirs = row.get("median_s", math.nan), row.get("xcheck_s", math.nan)
+    return ours / theirs if finite(ours) and finite(theirs) and theirs > 0 else math.nan
+
+
+def timers_disagree(row) -> bool:
+    ratio = xcheck_ratio(row)
+    return math.isfinite(ratio) and abs(ratio - 1) > XCHECK_TOLERANCE
+
+
+def timer_disagreement(row) -> str:
+    """The disagreement in words, or "" where the timers agree or one is missing."""
+    if not timers_disagree(row):
+        return ""
+    ours, theirs = row["median_s"], row["xcheck_s"]
+    return (f"timers disagree: median {fmt_time(ours)}, triton.testing.do_bench {fmt_time(theirs)} "
+            f"({100 * (ours / theirs - 1):+.0f} %)")
+
+
+def cores(meta) -> int | None:
+    run = record(meta)
+    count = run.hardware.cpu_count or run.cpu_count
+    return int(count) if finite(count) and count > 0 else None
+
+
+def first_load(value) -> float | None:
+    """The 1-minute figure of a recorded load average ([1, 5, 15] minutes; as
+    `RunMeta.load_avg_start` types it, None where the file held another shape)."""
+    return float(value[0]) if value and finite(value[0]) else None
+
+
+def busy(load: float | None, meta: dict) -> bool:
+    """Other work competed with the timed calls: a 1-minute load at or above the core count."""
+    return facts.at_capacity(load, cores(meta))
+
+
+# A run more than this share of whose timed cases are unstable is not fit to be
+# judged on wall time (`unfit_reasons`). Measured over the committed results:
+# quiet runs had 0-21 % of their cases unstable, the two default runs taken on
+# a busy VM 56 %, a baseline taken under load 79 %.
+MAX_UNSTABLE_SHARE = 0.25
+
+
+def unfit_reasons(base_meta: dict, base_rows: pd.DataFrame, new_meta: dict, new_rows: pd.DataFrame,
+                  metric: str = "time") -> list[str]:
+    """Why the change between two runs cannot be judged on ``metric``
+    ("time", or one of counts.METRICS), as short phrases; empty
+    when both runs are fit. What the dashboard asks of a pair of stored runs
+    before it calls a change red, since it cannot re-measure as the CI gate does.
+
+    Wall time is judged only between runs on the same CPU (`runmeta.same_machine`),
+    neither of them `busy` at its peak 1-minute load (at its start, at its end,
+    or when any case finished; a run that recorded none is not known to be
+    quiet) and neither with more than MAX_UNSTABLE_SHARE of its timed cases
+    unstable. Counts do not see load: they are judged between runs on the
+    same CPU counted with the same tool-and-library versions (``count_versions``). ``*_rows``: the runs' rows
+    (status, median_s, iqr_s, load_avg)."""
+    reasons = []
+    if not runmeta.same_machine(base_meta, new_meta):
+        labels = runmeta.machine_label(base_meta), runmeta.machine_label(new_meta)
+        reasons.append("different CPU" + (f" ({labels[0]} → {labels[1]})" if labels[0] != labels[1] else ""))
+    if metric != "time":
+        base_versions, new_versions = base_meta.get("count_versions") or {}, new_meta.get("count_versions") or {}
+        changed = [f"{name} {base_versions.get(name)} → {new_versions.get(name)}"
+                   for name in sorted(set(base_versions) | set(new_versions))
+                   if base_versions.get(name) != new_versions.get(name)]
+        return reasons + (["different library versions (" + ", ".join(changed) + ")"] if changed else [])
+    for meta, rows, where in ((record(base_meta), base_rows, " (base)"), (record(new_meta), new_rows, "")):
+        loads = [first_load(meta.load_avg_start), first_load(meta.load_avg_end)]
+        loads += rows["load_avg"].to_numpy(float).tolist() if "load_avg" in rows else []
+        loads = [load for load in loads if load is not None and math.isfinite(load)]
+        peak = max(loads) if loads else None
+        if peak is None:
+            reasons.append(f"load not recorded{where}")
+        elif busy(peak, meta):
+            reasons.append(f"load {peak:.2g} on {cores(meta)} cores{where}")
+        medians, iqrs = rows["median_s"].to_numpy(float), rows["iqr_s"].to_numpy(float)
+        timed = [index for index, status in enumerate(rows["status"]) if status in CORRECT and medians[index] > 0]
+        unstable_cases = sum(is_unstable(iqrs[index], medians[index]) for index in timed)
+        if timed and unstable_cases > MAX_UNSTABLE_SHARE * len(timed):
+            reasons.append(f"{unstable_cases} of {len(timed)} unstable{where}")
+    return reasons
+
+
+def ceiling_dropped(entry) -> bool:
+    """A ceiling-history entry (meta ``ceiling_history[device]``) more than CEILING_DROP_PCT below its history."""
+    deviation = entry.get("deviation_pct") if isinstance(entry, dict) else None
+    return finite(deviation) and deviation < -CEILING_DROP_PCT
+
+
+# ------------------------------------------------------------------ ranking
+def strategy(op: str, name: str):
+    """The registered strategy, or None (a removed strategy, an unloaded plugin's)."""
+    return OPERATORS[op].strategies.get(name) if op in OPERATORS else None
+
+
+def partial_output(op: str, name: str) -> bool:
+    """Whether ``name`` returns less than its operator's whole output (never ranked fastest)."""
+    return op in OPERATORS and OPERATORS[op].partial(name)
+
+
+def whole_output(op: str) -> str | None:
+    return OPERATORS[op].whole_output if op in OPERATORS else None
+
+
+def is_builtin(op: str, name: str) -> bool:
+    found = strategy(op, name)
+    return bool(found and found.builtin)
+
+
+def is_baseline(op: str, name: str) -> bool:
+    found = strategy(op, name)
+    return bool(found and found.baseline)
+
+
+def baseline_name(op: str) -> str | None:
+    return OPERATORS[op].baseline if op in OPERATORS else None
+
+
+def rankable(rows: pd.DataFrame) -> pd.Series:
+    """Rows that may be called fastest: exact (status ok, not merely inexact),
+    timed, and returning the operator's whole output."""
+    if rows.empty:
+        return pd.Series(False, index=rows.index)
+    whole = ~rows.apply(lambda r: partial_output(r["op"], r["strategy"]), axis=1).astype(bool)
+    return (rows["status"] == OK) & rows["median_s"].map(finite) & whole
+
+
+def ranked(case: pd.DataFrame) -> pd.DataFrame:
+    """One case's rankable rows, fastest first (ties keep the rows' order)."""
+    return case[rankable(case)].sort_values("median_s", kind="stable")
+
+
+def partial_rows(case: pd.DataFrame) -> pd.DataFrame:
+    """The exact, timed rows left out of the ranking for returning less than the whole output."""
+    timed = case[(case["status"] == OK) & case["median_s"].map(finite)]
+    return timed[timed.apply(lambda r: partial_output(r["op"], r["strategy"]), axis=1).astype(bool)] \
+        if len(timed) else timed
+
+
+def fastest(case: pd.DataFrame) -> str | None:
+    """The fastest rankable strategy of one case, or None."""
+    order = ranked(case)
+    return str(order["strategy"].iloc[0]) if len(order) else None
+
+
+CASE_KEYS = ["op", "params", "device", "dtype"]
+
+
+def case_keys(rows: pd.DataFrame) -> list[str]:
+    """What makes one case: operator, size, device, dtype, and the machine where rows come from several."""
+    return CASE_KEYS + (["machine"] if "machine" in rows.columns else [])
+
+
+def with_speedups(rows: pd.DataFrame) -> pd.DataFrame:
+    """Adds ``speedup`` over the operator's baseline (the seed's original
+    strategy) measured in the same case, on the same machine where the rows
+    come from several; NaN where the baseline was not measured correct."""
+    rows = rows.copy()
+    rows["speedup"] = math.nan
+    if rows.empty:
+        return rows
+    for _, group in rows.groupby(case_keys(rows), sort=False):
+        base = group[(group["strategy"] == baseline_name(group["op"].iloc[0])) & group["status"].isin(CORRECT)]
+        if len(base):
+            rows.loc[group.index, "speedup"] = float(base["median_s"].iloc[0]) / group["median_s"]
+    return rows
+
+
+def spread(row) -> tuple[float, float]:
+    """(low, high) of a row's time: median ± IQR/2 (its middle half when the
+    samples are symmetric); the median alone when the IQR is unknown."""
+    median, iqr = row["median_s"], row["iqr_s"]
+    half = iqr / 2 if isinstance(iqr, float) and math.isfinite(iqr) else 0.0
+    return max(median - half, median * 1e-3), median + half
+
+
+def clearly_faster(fast, slow) -> bool:
+    """The data supports "fast is faster than slow": fast's upper spread
+    (median + IQR/2) lies below slow's lower one (median − IQR/2)."""
+    return spread(fast)[1] < spread(slow)[0]
+
+
+def inexact(row) -> bool:
+    return row["status"] == INEXACT
+
+
+# ------------------------------------------------------------------ the answer
+@dataclass(frozen=True)
+class Answer:
+    """One case's answer to the suite's question on one machine: the fastest
+    rankable strategy (a row), and how much faster it is than the seed's
+    original and than the fastest library built-in (NaN where either was not
+    measured correct, 1.0 where the fastest is that strategy itself)."""
+    best: pd.Series
+    over_seed: float
+    over_builtin: float
+    builtin: str | None  # the fastest correct built-in's name
+
+
+def answer(case: pd.DataFrame) -> Answer | None:
+    """The answer for one case on one machine, or None when nothing is rankable."""
+    order = ranked(case)
+    if order.empty:
+        return None
+    best = order.iloc[0]
+    op = best["op"]
+    correct = case[case["status"].isin(CORRECT) & case["median_s"].map(finite)]
+    seed = correct[correct["strategy"] == baseline_name(op)]
+    builtins = correct[correct["strategy"].map(lambda name: is_builtin(op, name) and not partial_output(op, name))] \
+        .sort_values("median_s", kind="stable")
+    over_seed = float(seed["median_s"].iloc[0]) / best["median_s"] if len(seed) else math.nan
+    over_builtin = float(builtins["median_s"].iloc[0]) / best["median_s"] if len(builtins) else math.nan
+    return Answer(best, over_seed, over_builtin, str(builtins["strategy"].iloc[0]) if len(builtins) else None)
+
+
+def ranks(case: pd.DataFrame) -> dict[str, int]:
+    """Each rankable strategy's place (1 = fastest) within one case on one machine."""
+    return {str(name): place for place, name in enumerate(ranked(case)["strategy"], start=1)}
+
+
+def rank_flips(by_machine: dict[str, pd.DataFrame], top: int = 3) -> list[tuple[str, str, str, str]]:
+    """Pairs of strategies whose order differs between machines, as
+    (faster on first, faster on second, first machine, second machine): only
+    pairs that reach the ``top`` places on some machine (a swap of two slow
+    strategies answers nobody's question), and only where both machines' data
+    support their order (``clearly_faster`` on each)."""
+    machines = list(by_machine)
+    flips = []
+    for i, first in enumerate(machines):
+        for second in machines[i + 1:]:
+            a_rows, b_rows = ranked(by_machine[first]), ranked(by_machine[second])
+            common = [name for name in a_rows["strategy"] if name in set(b_rows["strategy"])]
+            leaders = set(a_rows["strategy"].head(top)) | set(b_rows["strategy"].head(top))
+            a_by, b_by = a_rows.set_index("strategy"), b_rows.set_index("strategy")
+            for x_index, x in enumerate(common):
+                for y in common[x_index + 1:]:  # x before y on the first machine
+                    if not ({x, y} & leaders):
+                        continue
+                    if clearly_faster(a_by.loc[x], a_by.loc[y]) and clearly_faster(b_by.loc[y], b_by.loc[x]):
+                        flips.append((x, y, first, second))
+    return flips

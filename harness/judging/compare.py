@@ -1,0 +1,293 @@
+"""``scatterbench compare BASE NEW``: did anything get slower, or break?
+
+The verdict per case is the one regression rule (harness/judging/regression.py).
+``--relative-to`` divides each strategy's samples by a reference strategy's
+median measured in the same run and case, so runs on different or noisy
+machines can still be compared; ``--normalise`` does that with each
+operator's declared reference. Both runs of a case are divided by the same
+reference, chosen among the strategies correct and timed in both; the
+reference itself, or every strategy of a case that lacks one, is divided by
+the geometric mean of the other strategies both runs timed (reference "*"),
+so a slowdown of the reference is still seen and a strategy added to one run
+changes no other verdict. Each ``--relative-to`` name must be a strategy of
+one of the runs: a typo exits 2 instead of switching the gate off.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+
+from harness.base import plugins
+from harness.base.errors import UsageError
+from harness.base.format import (
+    fmt_num,
+    fmt_p,
+    fmt_ratio,
+    fmt_time,
+    md_escape,
+    params_label,
+)
+from harness.judging import regression
+from harness.results import counts, runmeta, stats, store
+from impls.status import CORRECT
+
+CASE_KEY = ["op", "strategy", "device", "dtype", "params"]
+GROUP_KEY = ["op", "device", "dtype", "params"]
+
+
+def references_for(op: str, relative_to: list[str] | None, normalise: bool) -> list[str]:
+    if relative_to:
+        return list(relative_to)
+    if normalise:
+        from impls.registry import OPERATORS
+
+        if op in OPERATORS:
+            return [OPERATORS[op].reference]
+    return []
+
+
+OTHERS = "*"  # normalised by the geometric mean of the other strategies of the case
+
+
+def typical_by_group(rows: pd.DataFrame, samples: dict, statistic: str) -> dict:
+    """{group key: {strategy: (case_id, typical seconds)}} over the rows that
+    are correct and timed."""
+    timed = rows[rows["status"].isin(CORRECT) & rows["median_s"].notna() & (rows["median_s"] > 0)]
+    groups: dict = {}
+    for row in timed.itertuples(index=False):
+        key = tuple(getattr(row, column) for column in GROUP_KEY)
+        case_id = row.case_id
+        typical = stats.typical_s(samples[case_id], statistic) if case_id in samples else float(row.median_s)
+        groups.setdefault(key, {})[row.strategy] = (case_id, typical)
+    return groups
+
+
+def geomean(values: list[float]) -> float:
+    return math.exp(sum(math.log(v) for v in values) / len(values))
+
+
+def normalised_pair(base_rows: pd.DataFrame, base_samples: dict, new_rows: pd.DataFrame, new_samples: dict,
+                    relative_to: list[str] | None, normalise: bool = False,
+                    statistic: str = "median") -> tuple[dict, dict, dict]:
+    """Both runs' samples divided by one reference per case, and which
+    reference each case used.
+
+    Only strategies correct and timed in *both* runs take part, so the two
+    sides are always divided by the same thing: the first of the references
+    timed in both; where none is, or for the reference's own case, the
+    geometric mean of the other common strategies (``OTHERS``), so a slowdown
+    of the reference shows while a uniformly slower machine still cancels,
+    and a strategy added to one run moves nothing. A strategy alone in its
+    case is compared on absolute time ("")."""
+    base_groups = typical_by_group(base_rows, base_samples, statistic)
+    new_groups = typical_by_group(new_rows, new_samples, statistic)
+    base_scaled, new_scaled, used = {}, {}, {}
+    for key, base_typical in base_groups.items():
+        new_typical = new_groups.get(key, {})
+        common = [name for name in base_typical if name in new_typical]
+        references = [name for name in references_for(key[0], relative_to, normalise) if name in common]
+        for name in common:
+            if references and name != references[0]:
+                reference = references[0]
+                base_scale, new_scale = base_typical[reference][1], new_typical[reference][1]
+            elif len(common) > 1:
+                others = [other for other in common if other != name]
+                reference = OTHERS
+                base_scale = geomean([base_typical[other][1] for other in others])
+                new_scale = geomean([new_typical[other][1] for other in others])
+            else:
+                reference, base_scale, new_scale = "", 1.0, 1.0
+            base_id, new_id = base_typical[name][0], new_typical[name][0]
+            used[new_id] = reference
+            if base_id in base_samples:
+                base_scaled[base_id] = [s / base_scale for s in base_samples[base_id]]
+            if new_id in new_samples:
+                new_scaled[new_id] = [s / new_scale for s in new_samples[new_id]]
+    return base_scaled, new_scaled, used
+
+
+@dataclass
+class Comparison:
+    table: pd.DataFrame
+    normalised: bool
+    warnings: list[str] = field(default_factory=list)
+
+
+def compare_dirs(base_dir, new_dir, rule: regression.Rule = regression.Rule(),
+                 relative_to: list[str] | None = None, normalise: bool = False) -> Comparison:
+    base_meta, base_rows, base_samples = store.read_run(Path(base_dir))
+    new_meta, new_rows, new_samples = store.read_run(Path(new_dir))
+    # The runs' plugins before the registry is asked for references (--normalise).
+    missing = [f"warning: {line}" for meta, where in ((base_meta, base_dir), (new_meta, new_dir))
+               for line in plugins.load_recorded(meta, str(where), plugins.COMPARE_LACKS)]
+    common = set(base_rows["case_id"]) & set(new_rows["case_id"])
+    if not common:
+        raise UsageError(f"{base_dir} and {new_dir} have no case in common: nothing to compare")
+    if relative_to:
+        known = set(base_rows["strategy"]) | set(new_rows["strategy"])
+        unknown = [name for name in relative_to if name not in known]
+        if unknown:
+            raise UsageError(f"--relative-to {', '.join(unknown)}: neither run has this strategy")
+    table = compare_frames(base_rows, base_samples, new_rows, new_samples, rule, relative_to, normalise)
+    normalised = bool(relative_to or normalise)
+    warnings = missing
+    if not normalised and not runmeta.same_machine(base_meta, new_meta):
+        warnings.append(f"warning: {base_dir} ({runmeta.machine_label(base_meta)}) and {new_dir} "
+                        f"({runmeta.machine_label(new_meta)}) were measured on different hardware: their absolute "
+                        f"times differ by machine as much as by code; compare with --normalise")
+    return Comparison(table, normalised, warnings)
+
+
+def compare_runs(base_dir, new_dir, factor: float = regression.DEFAULT_FACTOR,
+                 alpha: float = regression.DEFAULT_ALPHA, relative_to: list[str] | None = None,
+                 statistic: str = "median") -> pd.DataFrame:
+    return compare_dirs(base_dir, new_dir, regression.Rule(factor, alpha, statistic), relative_to).table
+
+
+def compare_frames(base_rows, base_samples, new_rows, new_samples, rule=None, relative_to=None,
+                   normalise: bool = False, alpha=None) -> pd.DataFrame:
+    if not isinstance(rule, regression.Rule):  # (factor, alpha) positionally, as older callers pass them
+        rule = regression.Rule(rule if rule is not None else regression.DEFAULT_FACTOR,
+                               alpha if alpha is not None else regression.DEFAULT_ALPHA)
+    used = {}
+    relative = bool(relative_to or normalise)
+    if relative:
+        base_samples, new_samples, used = normalised_pair(base_rows, base_samples, new_rows, new_samples,
+                                                          relative_to, normalise, rule.statistic)
+    base = base_rows.set_index("case_id")
+    new = new_rows.set_index("case_id")
+    records = []
+    for case_id in list(base.index) + [c for c in new.index if c not in base.index]:
+        in_base, in_new = case_id in base.index, case_id in new.index
+        row = (base if in_base else new).loc[case_id]
+        record = {key: row[key] for key in CASE_KEY}
+        record.update(case_id=case_id, base_status=base.loc[case_id, "status"] if in_base else "",
+                      new_status=new.loc[case_id, "status"] if in_new else "",
+                      base_s=math.nan, new_s=math.nan, ratio=math.nan, p_value=math.nan, reference="")
+        if not (in_base and in_new):
+            record["verdict"] = regression.ONLY_IN_BASE if in_base else regression.ONLY_IN_NEW
+            records.append(record)
+            continue
+        by_status = regression.status_change(record["base_status"], record["new_status"])
+        if by_status:
+            record["verdict"] = by_status
+        elif case_id not in base_samples or case_id not in new_samples:
+            record["verdict"] = regression.NOT_TIMED
+        else:
+            change = regression.timing_change(base_samples[case_id], new_samples[case_id], rule)
+            record.update(base_s=change.base_s, new_s=change.new_s, ratio=change.ratio, p_value=change.p_value,
+                          verdict=change.verdict, reference=used.get(case_id, ""))
+        records.append(record)
+    return pd.DataFrame.from_records(records)
+
+
+# ---------------------------------------------------------------- counts
+def compare_counts(base_dir, new_dir, metric: str, factor: float = regression.DEFAULT_COUNT_FACTOR) -> Comparison:
+    """Per case, the two runs' ``metric`` (a count per call, from
+    ``run --instrument callgrind``), their ratio and the count rule's
+    verdict (harness/results/counts.py). A run without that count is an error, not
+    a gate that passes: a timed run compared by count would judge nothing."""
+    if metric not in counts.METRICS:
+        raise UsageError(f"--metric {metric}: expected one of {', '.join(counts.METRICS)}")
+    base_meta, base_rows, _ = store.read_run(Path(base_dir))
+    new_meta, new_rows, _ = store.read_run(Path(new_dir))
+    if not set(base_rows["case_id"]) & set(new_rows["case_id"]):
+        raise UsageError(f"{base_dir} and {new_dir} have no case in common: nothing to compare")
+    for directory, rows in ((base_dir, base_rows), (new_dir, new_rows)):
+        if not rows[metric].notna().any():
+            raise UsageError(f"{directory}: no {metric} counts (a timed run?); count with "
+                             f"`scatterbench run CONFIG --instrument callgrind`")
+    warnings = []
+    base_versions, new_versions = base_meta.get("count_versions") or {}, new_meta.get("count_versions") or {}
+    differing = [f"{name} {base_versions.get(name)} vs {new_versions.get(name)}"
+                 for name in sorted(set(base_versions) | set(new_versions))
+                 if base_versions.get(name) != new_versions.get(name)]
+    if differing:
+        warnings.append(f"warning: {base_dir} and {new_dir} were counted with different versions "
+                        f"({', '.join(differing)}): counts change with them as much as with the code")
+    return Comparison(compare_count_frames(base_rows, new_rows, metric, factor), False, warnings)
+
+
+def compare_count_frames(base_rows: pd.DataFrame, new_rows: pd.DataFrame, metric: str,
+                         factor: float = regression.DEFAULT_COUNT_FACTOR) -> pd.DataFrame:
+    base, new = base_rows.set_index("case_id"), new_rows.set_index("case_id")
+    records = []
+    for case_id in list(base.index) + [c for c in new.index if c not in base.index]:
+        in_base, in_new = case_id in base.index, case_id in new.index
+        row = (base if in_base else new).loc[case_id]
+        record = {key: row[key] for key in CASE_KEY}
+        record.update(case_id=case_id, metric=metric, base_status=base.loc[case_id, "status"] if in_base else "",
+                      new_status=new.loc[case_id, "status"] if in_new else "", base_count=math.nan,
+                      new_count=math.nan, ratio=math.nan, factor=factor)
+        if not (in_base and in_new):
+            record["verdict"] = regression.ONLY_IN_BASE if in_base else regression.ONLY_IN_NEW
+        else:
+            record.update(base_count=float(base.loc[case_id, metric]), new_count=float(new.loc[case_id, metric]))
+            by_status = regression.status_change(record["base_status"], record["new_status"])
+            if by_status and by_status != regression.NOT_TIMED:
+                record["verdict"] = by_status
+            else:
+                record["ratio"], record["verdict"] = regression.count_verdict(record["base_count"], record["new_count"],
+                                                                          factor)
+        records.append(record)
+    return pd.DataFrame.from_records(records)
+
+
+def count_verdict_line(r) -> str:
+    """One line per judged case: the case, the metric, both counts, the ratio."""
+    where = f"{r['op']}/{r['strategy']} {r['device']} {r['dtype']} {params_label(r['params'])}"
+    if r["verdict"] in (regression.BROKEN, regression.FIXED):
+        return f"{r['verdict']}: {where}: status {r['base_status']} -> {r['new_status']}"
+    return (f"{r['verdict']}: {where}: {r['metric']} {counts.fmt_count(r['base_count'])} -> "
+            f"{counts.fmt_count(r['new_count'])} per call ({r['ratio']:.3f}x, factor {r['factor']:g})")
+
+
+def counts_markdown(table: pd.DataFrame) -> str:
+    metric = table["metric"].iloc[0] if len(table) else "count"
+    lines = [f"| op | strategy | device | dtype | params | base {metric} | new {metric} | ratio | verdict |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for _, r in table.iterrows():
+        verdict = f"**{r['verdict']}**" if r["verdict"] in regression.FAILING else r["verdict"]
+        cells = [md_escape(r["op"]), md_escape(r["strategy"]), r["device"], r["dtype"],
+                 md_escape(params_label(r["params"])), counts.fmt_count(r["base_count"]),
+                 counts.fmt_count(r["new_count"]), fmt_num(r["ratio"], 4, "×"), verdict]
+        lines.append("| " + " | ".join(cells) + " |")
+    lines += ["", counts_line(table)]
+    return "\n".join(lines)
+
+
+def regressed(table: pd.DataFrame) -> pd.DataFrame:
+    return table[table["verdict"].isin(regression.FAILING)]
+
+
+def counts_line(table: pd.DataFrame) -> str:
+    counts = table["verdict"].value_counts().to_dict()
+    return ", ".join(f"{n} {v}" for v, n in counts.items())
+
+
+# ------------------------------------------------------------------ rendering
+def value_text(seconds: float, relative: bool) -> str:
+    return fmt_num(seconds, 3, "×ref") if relative else fmt_time(seconds)
+
+
+def as_markdown(table: pd.DataFrame, relative: bool = False) -> str:
+    lines = ["| op | strategy | device | dtype | params | base | new | ratio | p | verdict |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    for _, r in table.iterrows():
+        verdict = f"**{r['verdict']}**" if r["verdict"] in regression.FAILING else r["verdict"]
+        cells = [md_escape(r["op"]), md_escape(r["strategy"]), r["device"], r["dtype"],
+                 md_escape(params_label(r["params"])), value_text(r["base_s"], relative),
+                 value_text(r["new_s"], relative), fmt_ratio(r["ratio"]), fmt_p(r["p_value"]), verdict]
+        lines.append("| " + " | ".join(cells) + " |")
+    lines += ["", counts_line(table)]
+    return "\n".join(lines)
+
+
+def as_json(table: pd.DataFrame) -> str:
+    records = json.loads(table.to_json(orient="records"))
+    return json.dumps({"cases": records, "regressed": int(len(regressed(table)))}, indent=2)

@@ -1,0 +1,414 @@
+"""Correctness: a strategy's output against the float64 oracle (SPEC 1, 2).
+
+The one path from a case to a verdict, used by ``check``, the sweep (before it
+times a case) and the pytest-benchmark view: ``reference`` makes a case's
+inputs (rounded to the dtype) and the oracle's answer; ``attempt`` converts
+them to the strategy's backend and device, prepares the strategy (its setup
+time is measured, ``prepare_case``), calls it once and judges the output
+(``judge``); whatever the strategy raises becomes the case's verdict
+(``failure_verdict``). ``check_plan`` lists what ``scatterbench check`` runs
+for a config, ``adversarial_items`` what one strategy is held to per device and
+dtype, and ``run_one_check`` runs one item of either.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+import traceback
+from dataclasses import dataclass, field, replace
+from functools import lru_cache
+from typing import Any, Callable
+
+from harness.base.plugins import project_path
+from harness.measuring import memory, timing
+from impls.backends import float_dtypes, get_backend, to_numpy
+from impls.common import DTYPE, Verdict, round_to_dtype
+from impls.registry import NotApplicable, Strategy, get_operator
+from impls.status import ERROR, MISMATCH, SKIPPED, TIMEOUT, UPSTREAM_DEFECT
+
+MODES = ("random", "adversarial")
+# Phases of checking one case, as the sweep's progress display and phase_s name them.
+PHASE_CHECK, PHASE_PREPARE = "check", "prepare/compile"
+# What a strategy may raise that is a finding about it, not a crash of the suite:
+# CaseTimeout is a BaseException (libraries catching Exception must not swallow
+# it), and a strategy calling sys.exit is an error like any other. Ctrl-C and
+# the sweep's own Interrupted are not in this list: they stop the run.
+STRATEGY_FAULTS = (Exception, SystemExit, timing.CaseTimeout)
+
+
+@dataclass(frozen=True)
+class Reference:
+    inputs: dict  # float64 numpy, holding exactly the values the dtype can store
+    expected: object  # the oracle's output
+    mode: str = ""  # the generator mode the inputs were drawn in
+    params: dict = field(default_factory=dict)  # the case's parameters (the compare may need them)
+
+
+def reference(op_name: str, params: dict, dtype: str, mode: str, seed: int) -> Reference:
+    op = get_operator(op_name)
+    raw = op.generate(params, mode, seed)
+    inputs = {key: round_to_dtype(value, dtype) if getattr(value, "dtype", None) is not None
+              and value.dtype.kind == "f" else value for key, value in raw.items()}
+    return Reference(inputs, op.oracle(inputs, params), mode, dict(params))
+
+
+@lru_cache(maxsize=8)  # check sizes are small, but config points can reach check.max_elements
+def _cached_reference(op_name, params_items, dtype, mode, seed):
+    return reference(op_name, dict(params_items), dtype, mode, seed)
+
+
+def cached_reference(op_name: str, params: dict, dtype: str, mode: str, seed: int) -> Reference:
+    return _cached_reference(op_name, tuple(sorted(params.items())), dtype, mode, seed)
+
+
+def strategy_file(strat: Strategy | None) -> str | None:
+    """The file that defines ``strat``'s prepare function (a plugin's own file)."""
+    code = getattr(getattr(strat, "prepare", None), "__code__", None)
+    return code.co_filename if code else None
+
+
+def describe_error(error: BaseException, strat: Strategy | None = None) -> str:
+    """One line: the exception and where it was raised: the innermost frame
+    in the strategy's own file (a plugin's line, not the harness's call of
+    it), else the innermost frame of ours."""
+    frames = traceback.extract_tb(error.__traceback__)
+    own = strategy_file(strat)
+    chosen = next((frame for frame in reversed(frames) if own and frame.filename == own), None) \
+        or next((frame for frame in reversed(frames)
+                 if "/impls/" in frame.filename or "/harness/" in frame.filename), None)
+    where = f" (at {project_path(chosen.filename)}:{chosen.lineno})" if chosen else ""
+    text = str(error).strip().splitlines()[0] if str(error).strip() else ""
+    return f"{type(error).__name__}: {text}{where}"
+
+
+def failure_verdict(error: BaseException, strat: Strategy, device: str) -> Verdict:
+    """What one of ``STRATEGY_FAULTS`` makes of its case: ``skipped`` when the
+    strategy declared it not applicable, ``timeout`` past the case's time
+    limit, ``error`` otherwise (out of memory said so, the device's cache
+    released), with the strategy's own file and line."""
+    if isinstance(error, NotApplicable):
+        return Verdict(SKIPPED, str(error))
+    if isinstance(error, timing.CaseTimeout):
+        return Verdict(TIMEOUT, str(error))
+    if isinstance(error, SystemExit):
+        return Verdict(ERROR, f"the strategy called sys.exit({error.code!r})")
+    backend = get_backend(strat.backend)
+    if backend.is_oom(error):
+        backend.release_memory(device)
+        text = str(error).splitlines()[0] if str(error) else ""
+        return Verdict(ERROR, "out of memory" + (f": {text}" if text else " (host)"))
+    return Verdict(ERROR, describe_error(error, strat))
+
+
+@dataclass(frozen=True)
+class Prepared:
+    run: Callable[[], Any]  # the timed call
+    setup_s: float  # conversion excluded; prepare (tables, kernels, compiles) included
+
+
+def prepare_case(strat: Strategy, ref: Reference, params: dict, dtype: str, device: str,
+                 layout: str = "contiguous") -> Prepared:
+    """The reference inputs on the strategy's backend and device, and the
+    strategy prepared on them. Raises what the strategy raises."""
+    op = get_operator(strat.op)
+    backend = get_backend(strat.backend)
+    inputs = op.to_backend(ref.inputs, strat.backend, device, dtype, layout)
+    backend.synchronize(device)
+    start = time.perf_counter()
+    run = strat.prepare(inputs, params)
+    backend.synchronize(device)
+    return Prepared(run, time.perf_counter() - start)
+
+
+def judge(strat: Strategy, output: Any, ref: Reference, dtype: str, device: str = "cpu",
+          layout: str = "contiguous") -> Verdict:
+    """A strategy's output against the oracle, by its operator's rule; a
+    mismatch a listed upstream defect explains becomes ``upstream-defect``."""
+    op = get_operator(strat.op)
+    wrong = [name for name in float_dtypes(output) if name != dtype]
+    if wrong:
+        return Verdict(MISMATCH, f"{strat.op} output: dtype {wrong[0]}, expected {dtype}",
+                       differences=frozenset({DTYPE}))
+    verdict = op.compare(to_numpy(output), ref.expected, ref.inputs, dtype, strat, ref.params)
+    return known_defect(strat, verdict, device=device, dtype=dtype, layout=layout, mode=ref.mode)
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """One strategy on one case, called once and judged."""
+    verdict: Verdict
+    prepared: Prepared | None = None  # None when prepare or the call failed
+    setup_s: float = math.nan
+    peak_mem_bytes: float = math.nan
+
+
+def attempt(strat: Strategy, ref: Reference, dtype: str, device: str, layout: str = "contiguous", *,
+            peak: bool = False, on_phase: Callable[[str], None] = lambda phase: None) -> Attempt:
+    """Prepares ``strat`` on the reference inputs, calls it once (measuring
+    its peak memory when ``peak``) and judges the output. Never raises for a
+    strategy's fault (``STRATEGY_FAULTS``); Ctrl-C and the caller's own
+    interruptions do propagate. The one path of ``check`` and of the sweep."""
+    setup_s = math.nan
+    try:
+        on_phase(PHASE_PREPARE)
+        prepared = prepare_case(strat, ref, ref.params, dtype, device, layout)
+        setup_s = prepared.setup_s
+        on_phase(PHASE_CHECK)
+        if peak:
+            output, peak_bytes = memory.call_with_peak(prepared.run, get_backend(strat.backend), device)
+        else:
+            output, peak_bytes = prepared.run(), math.nan
+        verdict = judge(strat, output, ref, dtype, device, layout)
+    except STRATEGY_FAULTS as error:
+        return Attempt(failure_verdict(error, strat, device), setup_s=setup_s)
+    return Attempt(verdict, prepared, setup_s, peak_bytes)
+
+
+def check_strategy(strat: Strategy, params: dict, dtype: str, device: str, ref: Reference,
+                   layout: str = "contiguous") -> Verdict:
+    """Runs ``strat`` once on the reference inputs and judges its output."""
+    return attempt(strat, replace(ref, params=dict(params)), dtype, device, layout).verdict
+
+
+def known_defect(strat: Strategy, verdict: Verdict, *, device: str, dtype: str, layout: str,
+                 mode: str) -> Verdict:
+    """A mismatch that a listed upstream defect explains (impls/defects.py)
+    becomes ``upstream-defect``: still reported, with the defect and the
+    differences in its message, but not a failure (SPEC 2). Anything else is
+    returned unchanged."""
+    from impls import defects
+
+    if verdict.status != MISMATCH:
+        return verdict
+    versions = defects.installed_versions()
+    defect = defects.match(strat, verdict, device=device, dtype=dtype, layout=layout, mode=mode,
+                           versions=versions)
+    if defect is None:
+        return verdict
+    return replace(verdict, status=UPSTREAM_DEFECT,
+                   message=f"{verdict.message} — {defect.summary(versions.get(defect.library))}")
+
+
+@dataclass(frozen=True)
+class CheckItem:
+    strategy: Strategy
+    params: tuple
+    dtype: str
+    device: str
+    mode: str
+    layout: str
+
+    @property
+    def label(self) -> str:
+        import json
+
+        from harness.base.format import params_label
+
+        return f"{self.mode}/{self.layout} {params_label(json.dumps(dict(self.params)))}"
+
+
+def adversarial_set(op, strat) -> tuple[list[dict], tuple[str, ...]]:
+    """The check cases and layouts a strategy is checked on. A strategy that
+    compiles per shape (``quick_check``) gets the first two cases, contiguous and
+    strided: each further shape would cost a compile, not add coverage."""
+    cases, layouts = op.check_cases(), op.layouts(strat.backend)
+    if strat.quick_check:
+        return cases[:2], layouts[:2]
+    return cases, layouts
+
+
+def extra_set(op, strat, dtype: str) -> list[tuple[dict, str, str, str]]:
+    """The operator's ``extra_checks`` a strategy runs when checked in ``dtype``:
+    (params, dtype, mode, layout) tuples. A case whose inputs break a
+    precondition the strategy declares (``requires``) is left out, and so is
+    one not meant for compiled strategies; a case with its own dtypes runs in
+    those the strategy has, whatever ``dtype`` is."""
+    _, strategy_layouts = adversarial_set(op, strat)
+    found = []
+    for extra in op.extra_checks():
+        if set(extra.get("violates", ())) & set(strat.requires):
+            continue
+        if strat.quick_check and not extra.get("compiled", True):
+            continue
+        dtypes = [d for d in (extra.get("dtypes") or (dtype,)) if d in strat.dtypes]
+        layouts = [l for l in (extra.get("layouts") or strategy_layouts) if l in strategy_layouts]
+        if strat.quick_check:
+            layouts = layouts[:1]
+        for this_dtype in dtypes:
+            for mode in extra.get("modes", MODES):
+                for layout in layouts:
+                    found.append((extra["params"], this_dtype, mode, layout))
+    return found
+
+
+def adversarial_items(strat: Strategy, device: str, dtype: str) -> list[CheckItem]:
+    """What ``strat`` is held to on ``device`` in ``dtype``, by ``check`` and
+    before the sweep times it: the operator's small adversarial cases in both
+    modes and every layout its backend has, then its extra checks (other
+    modes, other dtypes; kept out of those that break a precondition the
+    strategy declares)."""
+    op = get_operator(strat.op)
+    check_cases, layouts = adversarial_set(op, strat)
+    items = [CheckItem(strat, tuple(sorted(params.items())), dtype, device, mode, layout)
+             for params in check_cases for mode in MODES for layout in layouts]
+    items += [CheckItem(strat, tuple(sorted(params.items())), this_dtype, device, mode, layout)
+              for params, this_dtype, mode, layout in extra_set(op, strat, dtype)]
+    return items
+
+
+def check_plan(config, cases) -> list[CheckItem]:
+    """Each selected strategy's ``adversarial_items`` per device and dtype,
+    plus each config point small enough (``check.max_elements``) in both modes."""
+    items: list[CheckItem] = []
+    seen, listed = set(), set()
+    for case in cases:
+        op = get_operator(case.op)
+        strat = op.strategies[case.strategy]
+        key = (case.op, case.strategy, case.device, case.dtype)
+        if key not in seen:
+            seen.add(key)
+            # half-type extra cases come once, whatever dtypes the config has
+            for item in adversarial_items(strat, case.device, case.dtype):
+                if item not in listed:
+                    listed.add(item)
+                    items.append(item)
+        if op.bytes_moved(case.params_dict, 1) <= config.check.max_elements:
+            for mode in MODES:
+                items.append(CheckItem(strat, case.params, case.dtype, case.device, mode, "contiguous"))
+    return items
+
+
+# --------------------------------------------------------------------- running
+@dataclass(frozen=True)
+class CheckResult:
+    item: CheckItem
+    verdict: Verdict
+    seconds: float
+
+
+# A check holds the float64 inputs and oracle output beside the case's own
+# arrays; this many times the operator's float64 traffic must fit in memory.
+CHECK_MEMORY_FACTOR = 3
+
+
+def check_memory_guard(item: CheckItem) -> str | None:
+    from harness.measuring.memory import host_free_bytes
+
+    op = get_operator(item.strategy.op)
+    needed = CHECK_MEMORY_FACTOR * op.bytes_moved(dict(item.params), 8)
+    free = host_free_bytes()
+    if needed > 0.8 * free:
+        return (f"the check needs about {needed / 2**30:.2f} GiB for its float64 reference, "
+                f"{free / 2**30:.2f} GiB free: skipped before allocating (lower check.max_elements)")
+    return None
+
+
+def run_one_check(item: CheckItem, seed: int, timeout_s: float | None = None) -> Verdict:
+    """One item: skipped when its backend is missing or its float64 reference
+    would not fit; else ``attempt``, within ``timeout_s`` (a hang is a
+    ``timeout`` verdict, not a hung check)."""
+    unavailable = item.strategy.available()
+    if unavailable:
+        return Verdict(SKIPPED, unavailable)
+    too_big = check_memory_guard(item)
+    if too_big:
+        return Verdict(SKIPPED, too_big)
+    try:
+        ref = cached_reference(item.strategy.op, dict(item.params), item.dtype, item.mode, seed)
+    except MemoryError:
+        return Verdict(SKIPPED, "out of memory while building the float64 reference")
+    try:
+        with timing.deadline(timeout_s):
+            return attempt(item.strategy, ref, item.dtype, item.device, item.layout).verdict
+    except timing.CaseTimeout as error:  # fired between the attempt's end and the deadline's
+        return Verdict(TIMEOUT, str(error))
+
+
+def run_checks(items: list[CheckItem], seed: int, on_item=None, timeout_s: float | None = None) -> list[CheckResult]:
+    results = []
+    for item in items:
+        start = time.perf_counter()
+        verdict = run_one_check(item, seed, timeout_s)
+        results.append(CheckResult(item, verdict, time.perf_counter() - start))
+        if on_item:
+            on_item(item)
+    return results
+
+
+class StrategyGate:
+    """What the sweep asks before it times a case: has this strategy, on this
+    device and in this dtype, passed its ``adversarial_items``? Each is asked
+    once per run (each item is run once, whichever key it serves), and the
+    first failing item closes the gate for that key; ``results`` keeps every
+    item run, ``seconds`` what they cost."""
+
+    def __init__(self, seed: int, timeout_s: float | None = None):
+        self.seed, self.timeout_s = seed, timeout_s
+        self.results: list[CheckResult] = []
+        self.seconds = 0.0
+        self._items: dict[CheckItem, Verdict] = {}
+        self._failures: dict[tuple, Verdict | None] = {}
+
+    @staticmethod
+    def key(strat: Strategy, device: str, dtype: str) -> tuple:
+        return strat.op, strat.name, device, dtype
+
+    def failure(self, strat: Strategy, device: str, dtype: str) -> Verdict | None:
+        """The first adversarial failure of ``strat`` (its status, and the
+        case in its message), or None once every item passed."""
+        key = self.key(strat, device, dtype)
+        if key not in self._failures:
+            self._failures[key] = self._first_failure(strat, device, dtype)
+        return self._failures[key]
+
+    def known(self, strat: Strategy, device: str, dtype: str) -> tuple[bool, Verdict | None]:
+        """(asked already, its answer): what a child process need not ask again."""
+        key = self.key(strat, device, dtype)
+        return key in self._failures, self._failures.get(key)
+
+    def remember(self, strat: Strategy, device: str, dtype: str, failure: Verdict | None) -> None:
+        self._failures[self.key(strat, device, dtype)] = failure
+
+    def _first_failure(self, strat: Strategy, device: str, dtype: str) -> Verdict | None:
+        from impls.status import FAILED
+
+        for item in adversarial_items(strat, device, dtype):
+            if item not in self._items:
+                start = time.perf_counter()
+                self._items[item] = run_one_check(item, self.seed, self.timeout_s)
+                elapsed = time.perf_counter() - start
+                self.seconds += elapsed
+                self.results.append(CheckResult(item, self._items[item], elapsed))
+            verdict = self._items[item]
+            if verdict.status in FAILED:
+                where = item.label + (f" {item.dtype}" if item.dtype != dtype else "")
+                return Verdict(verdict.status, f"adversarial check {where}: {verdict.message}")
+        return None
+
+
+@dataclass(frozen=True)
+class CheckSummary:
+    failed: int
+    text: str
+    failure_lines: list
+    defect_lines: list
+
+
+def summarize_checks(results: list[CheckResult]) -> CheckSummary:
+    from collections import Counter
+
+    from impls.status import FAILED, UPSTREAM_DEFECT
+
+    counts = Counter(r.verdict.status for r in results)
+    failures = [r for r in results if r.verdict.status in FAILED]
+    failure_lines = [f"FAIL {r.item.strategy.key} [{r.item.device} {r.item.dtype} {r.item.label}]: "
+                     f"{r.verdict.message}" for r in failures]
+    defects = {}
+    for r in results:
+        if r.verdict.status == UPSTREAM_DEFECT:
+            defects.setdefault(r.item.strategy.key, r.verdict.message)
+    defect_lines = [f"KNOWN UPSTREAM DEFECT {key}: {message}" for key, message in defects.items()]
+    detail = ", ".join(f"{n} {status}" for status, n in sorted(counts.items()))
+    text = f"{len(results)} checks, {len(failures)} failed" + (f" ({detail})" if detail else "")
+    return CheckSummary(len(failures), text, failure_lines, defect_lines)

@@ -1,0 +1,629 @@
+"""Running a sweep: every case checked against the oracle, then timed, then
+recorded; a failing case is a row with its status, and the sweep goes on.
+
+``plan_run`` turns a config and the command line's selection into the cases
+to run and where they go; ``execute_run`` measures the ceilings, writes the
+metadata and runs the cases, each finished case appended to the result
+directory at once. ``execute_case`` is the whole life of one case; it runs
+in-process, or in a child process per case under ``--isolate`` (a crash or a
+hang in native code then costs only that case).
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import math
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from harness.base import plugins
+from harness.base.config import (
+    Case,
+    Config,
+    expand,
+    load_config,
+    measurement_differences,
+    shard,
+)
+from harness.base.errors import ResultError, UsageError, retried_after_import
+from harness.measuring import check, facts, memory, pinning, timing
+from harness.measuring.check import PHASE_CHECK, Reference, reference
+from harness.results import stats, store
+from impls.backends import device_present, get_backend, itemsize
+from impls.registry import get_operator
+from impls.status import CORRECT, ERROR, SKIPPED, TIMEOUT
+
+# Fraction of the free memory a case may plan to use before it is skipped.
+MEMORY_HEADROOM = 0.8
+# Phases of a case, as the progress display and phase_s name them (check and
+# prepare/compile: harness/measuring/check.py). "adversarial": the strategy's adversarial
+# check, once per strategy, device and dtype in a run, before its first case is timed.
+PHASE_ADVERSARIAL, PHASE_TIME = "adversarial", "time"
+# --isolate: the parent's share of a case (starting the child process, importing);
+# the child's own phases are added to theirs.
+PHASE_ISOLATED = "isolated process"
+
+
+class Interrupted(BaseException):
+    """Ctrl-C or SIGTERM: a BaseException so no strategy's ``except
+    Exception`` swallows it."""
+
+    def __init__(self, signal_name: str):
+        super().__init__(signal_name)
+        self.signal_name = signal_name
+
+
+@dataclass
+class CaseResult:
+    row: dict
+    samples_s: list
+
+
+def backends_of(cases) -> set[str]:
+    """The backends the cases' strategies run on."""
+    return {get_operator(case.op).strategies[case.strategy].backend for case in cases}
+
+
+# ---------------------------------------------------------------------- memory
+def estimated_bytes(case: Case) -> int:
+    """Inputs + outputs at the case's dtype, the strategy's temporaries, the
+    float64 reference the check holds beside them, and the comparison's own
+    float64 temporaries (the output widened, and its difference from the
+    reference), about as large again."""
+    op = get_operator(case.op)
+    strat = op.strategies[case.strategy]
+    traffic = op.bytes_moved(case.params_dict, itemsize(case.dtype))
+    reference_bytes = op.bytes_moved(case.params_dict, 8)
+    return int(traffic * (1 + strat.temp_factor) + 2 * reference_bytes)
+
+
+def memory_guard(case: Case) -> str | None:
+    backend = get_backend(get_operator(case.op).strategies[case.strategy].backend)
+    needed, free = estimated_bytes(case), memory.free_bytes(backend, case.device)
+    if needed > MEMORY_HEADROOM * free:
+        return (f"needs about {needed / 2**30:.2f} GiB on {case.device}, "
+                f"{free / 2**30:.2f} GiB free: skipped before allocating")
+    return None
+
+
+# ------------------------------------------------------------------------ case
+def base_row(case: Case, run_id: str, ceiling_gbps: float) -> dict:
+    op = get_operator(case.op)
+    strat = op.strategies[case.strategy]
+    nbytes = op.bytes_moved(case.params_dict, itemsize(case.dtype), strat.returns)
+    return {"run_id": run_id, "case_id": case.case_id, "op": case.op, "strategy": case.strategy,
+            "backend": strat.backend, "device": case.device, "dtype": case.dtype,
+            "params": case.params_json, "bytes": nbytes, "ceiling_gbps": ceiling_gbps,
+            "floor_s": stats.floor_s(nbytes, ceiling_gbps), "source": strat.source,
+            "status": "", "message": ""}
+
+
+def _load_avg() -> float:
+    try:
+        return os.getloadavg()[0]
+    except OSError:
+        return math.nan
+
+
+def execute_case(case: Case, config: Config, run_id: str, ceiling_gbps: float,
+                 ref: Reference | None = None, flush=None,
+                 on_phase: Callable[[str], None] = lambda phase: None,
+                 gate: check.StrategyGate | None = None, measure=None) -> CaseResult:
+    """Checks, then times one case. Never raises for a strategy's fault
+    (``Interrupted`` and ``KeyboardInterrupt`` do propagate). ``flush``: the
+    backend's cache flush for the device, made here unless the caller passes
+    the one it keeps (an isolated case's child has none to pass). ``gate``:
+    the run's adversarial check; a strategy that fails it is recorded with
+    that failure and never timed (a strategy only interpreted on the device
+    is never timed, so it is not held up by it). ``measure(make_run, backend,
+    device) -> row fields``, when given, measures the checked case instead of
+    the timer (the counting instrument, harness/measuring/callgrind.py); ``make_run()``
+    prepares the strategy again on the same inputs and returns the new call,
+    so that what the call touches is allocated where the measure chooses
+    (counting prepares it in its own thread's fresh heap)."""
+    row = base_row(case, run_id, ceiling_gbps)
+    strat = get_operator(case.op).strategies[case.strategy]
+    backend = get_backend(strat.backend)
+
+    def finish(status: str, message: str = "", samples=()) -> CaseResult:
+        row.update(status=status, message=message, load_avg=_load_avg())
+        return CaseResult(row, list(samples))
+
+    unavailable = strat.available()
+    if unavailable:
+        return finish(SKIPPED, unavailable)
+    too_big = memory_guard(case)
+    if too_big:
+        return finish(SKIPPED, too_big)
+    if gate is not None and not strat.interpreted_on(case.device):
+        on_phase(PHASE_ADVERSARIAL)
+        failed = gate.failure(strat, case.device, case.dtype)
+        if failed is not None:
+            return finish(failed.status, failed.message)
+    try:
+        with timing.deadline(config.timing.timeout_s):
+            on_phase(PHASE_CHECK)
+            if ref is None:
+                ref = reference(case.op, case.params_dict, case.dtype, "random", config.seed)
+            tried = check.attempt(strat, ref, case.dtype, case.device, peak=True, on_phase=on_phase)
+            verdict = tried.verdict
+            row.update(setup_s=tried.setup_s, peak_mem_bytes=tried.peak_mem_bytes,
+                       max_abs_err=verdict.max_abs_err, rel_err=verdict.rel_err)
+            if verdict.status not in CORRECT:
+                return finish(verdict.status, verdict.message)
+            if strat.interpreted_on(case.device):
+                # An interpreter's speed says nothing about the compiled kernel's.
+                return finish(SKIPPED, f"checked under the {strat.backend} interpreter ({verdict.status}); "
+                                       "not timed: the interpreter's speed is not the kernel's")
+            on_phase(PHASE_TIME)
+            if measure is not None:
+                row.update(measure(lambda: check.prepare_case(strat, ref, ref.params, case.dtype, case.device).run,
+                                   backend, case.device))
+                return finish(verdict.status, verdict.message)
+            if flush is None:  # made only now: an unavailable backend's flush may not even import
+                flush = backend.cache_flush(case.device)
+            timed = timing.time_call(tried.prepared.run, backend, case.device, config.timing, flush,
+                                     cross_check=config.timing.cross_check)
+    except check.STRATEGY_FAULTS as error:  # a reference too big, a flush failing, a timing call raising
+        failed = check.failure_verdict(error, strat, case.device)
+        return finish(failed.status, failed.message)
+    summary = stats.summarize(timed.samples_s)
+    row.update(summary.as_row(), host_s=timed.host_s, xcheck_s=timed.xcheck_s, slow_start=timed.slow_start, gbps=stats.gbps(row["bytes"], summary.median_s),
+               pct_of_ceiling=stats.pct_of_ceiling(row["bytes"], summary.median_s, ceiling_gbps))
+    return finish(verdict.status, verdict.message, timed.samples_s)
+
+
+# ------------------------------------------------------------------ isolation
+def execute_isolated(case: Case, config: Config, run_id: str, ceiling_gbps: float,
+                     gate: check.StrategyGate | None = None) -> tuple[CaseResult, dict]:
+    """Runs ``execute_case`` in a fresh interpreter; a crash or hang costs only
+    this case. The child asks ``gate``'s question only when the parent has no
+    answer yet, and its answer comes back into ``gate``. Returns the result
+    and the seconds the child spent per phase."""
+    request = {"case": [case.op, case.strategy, case.device, case.dtype, case.params_dict],
+               "config": config.model_dump(), "run_id": run_id, "ceiling_gbps": ceiling_gbps,
+               "gate": None}
+    strat = get_operator(case.op).strategies[case.strategy]
+    if gate is not None:
+        asked, failure = gate.known(strat, case.device, case.dtype)
+        request["gate"] = {"asked": asked, "failure": _verdict_json(failure)}
+    # The child's own deadline fires first; this one catches a native hang.
+    limit = config.timing.timeout_s + 60
+    try:
+        child = subprocess.run([sys.executable, "-m", "harness", "_case"], input=json.dumps(request),
+                               capture_output=True, text=True, timeout=limit,
+                               env=dict(os.environ, PYTHONUNBUFFERED="1"))
+    except subprocess.TimeoutExpired:
+        result = CaseResult(base_row(case, run_id, ceiling_gbps), [])
+        result.row.update(status=TIMEOUT, message=f"isolated case killed after {limit:g} s")
+        return result, {}
+    lines = [line for line in child.stdout.splitlines() if line.startswith("{")]
+    if child.returncode != 0 or not lines:
+        result = CaseResult(base_row(case, run_id, ceiling_gbps), [])
+        reason = (f"killed by signal {-child.returncode}" if child.returncode < 0
+                  else f"exited with status {child.returncode}")
+        tail = (child.stderr.strip().splitlines() or [""])[-1][:300]
+        result.row.update(status=ERROR, message=f"isolated case {reason}" + (f": {tail}" if tail else ""))
+        return result, {}
+    answer = json.loads(lines[-1])
+    if gate is not None and answer.get("gate", {}).get("asked"):
+        gate.remember(strat, case.device, case.dtype, _verdict_of_json(answer["gate"]["failure"]))
+    return CaseResult(answer["row"], answer["samples_s"]), answer.get("phase_s", {})
+
+
+def _verdict_json(verdict) -> dict | None:
+    return None if verdict is None else {"status": verdict.status, "message": verdict.message}
+
+
+def _verdict_of_json(data: dict | None):
+    from impls.common import Verdict
+
+    return None if data is None else Verdict(data["status"], data["message"])
+
+
+def child_main(stdin_text: str) -> None:
+    """Entry point of ``python -m harness _case``: one case from JSON, row to stdout."""
+    from harness.base.config import parse_config
+
+    request = json.loads(stdin_text)
+    config = parse_config(request["config"], "<isolated case>")
+    pinning.apply_threads(config.threads)
+    op, strategy, device, dtype, params = request["case"]
+    case = Case(op, strategy, device, dtype, tuple(sorted(params.items())))
+    strat = get_operator(op).strategies[strategy]
+    gate = None
+    if request.get("gate") is not None:
+        gate = check.StrategyGate(config.seed, config.timing.timeout_s)
+        if request["gate"]["asked"]:
+            gate.remember(strat, device, dtype, _verdict_of_json(request["gate"]["failure"]))
+    clock = PhaseClock()
+    result = execute_case(case, config, request["run_id"], request["ceiling_gbps"], on_phase=clock, gate=gate)
+    clean = {key: (None if isinstance(value, float) and math.isnan(value) else value)
+             for key, value in result.row.items()}
+    answer = {"row": clean, "samples_s": [float(s) for s in result.samples_s], "phase_s": clock.totals()}
+    if gate is not None:
+        asked, failure = gate.known(strat, device, dtype)
+        answer["gate"] = {"asked": asked, "failure": _verdict_json(failure)}
+    print(json.dumps(answer), flush=True)
+
+
+# ---------------------------------------------------------------------- sweep
+def strategy_key(case: Case) -> tuple[str, str, str, str]:
+    """What a crash is blamed on: the strategy, on one device, in one dtype."""
+    return case.op, case.strategy, case.device, case.dtype
+
+
+def run_sweep(cases: list[Case], config: Config, writer, run_id: str, ceilings: dict,
+              isolate: bool = False, on_case=None, on_phase=None,
+              gate: check.StrategyGate | None = None, isolate_keys=frozenset(), measure=None) -> list[dict]:
+    """Runs ``cases`` in order, appending each finished case to ``writer``;
+    each strategy passes ``gate`` (the run's adversarial check, made here
+    unless the caller keeps its own) before its first case is timed. Each
+    case is recorded in flight before it starts; a case whose
+    ``strategy_key`` is in ``isolate_keys`` (one that crashed the run before)
+    runs in its own process even without ``isolate``. ``measure``: see
+    ``execute_case``."""
+    rows = []
+    current_group, ref, flushes = None, None, {}
+    gate = gate if gate is not None else check.StrategyGate(config.seed, config.timing.timeout_s)
+    on_phase = on_phase or (lambda phase: None)
+    for case in cases:
+        if on_case:
+            on_case(case, "start")
+        ceiling = ceilings.get(case.device, math.nan)
+        writer.begin_case({"case_id": case.case_id, "strategy_key": list(strategy_key(case))})
+        if isolate or strategy_key(case) in isolate_keys:
+            on_phase(PHASE_ISOLATED)
+            result, child_phases = execute_isolated(case, config, run_id, ceiling, gate)
+            if isinstance(on_phase, PhaseClock):
+                on_phase.absorb(child_phases)
+        else:
+            if case.group != current_group:
+                current_group, ref = case.group, None  # let the previous inputs go first
+                try:
+                    if memory_guard(case) is None:
+                        ref = reference(case.op, case.params_dict, case.dtype, "random", config.seed)
+                except MemoryError:
+                    ref = None
+            backend = get_backend(get_operator(case.op).strategies[case.strategy].backend)
+            key = (backend.name, case.device)
+            if key not in flushes:
+                flushes[key] = backend.cache_flush(case.device)
+            result = execute_case(case, config, run_id, ceiling, ref, flushes[key], on_phase, gate, measure)
+        writer.append(result.row, result.samples_s)
+        rows.append(result.row)
+        if on_case:
+            on_case(case, result.row)
+    return rows
+
+
+def measure_machine(devices, threads=None) -> tuple[dict, dict]:
+    """The copy ceiling of each device and, when the CPU is used, the
+    fresh-output write bandwidth per allocator (timing.copy_ceiling_gbps,
+    timing.fresh_write_gbps), measured in a child process.
+
+    Why a child: those measurements allocate and free buffers of 256 MiB and
+    more. In the measuring process that would raise glibc's dynamic mmap
+    threshold, so every later output of a few MB came from the heap instead
+    of fresh pages and, on a loaded machine with transparent huge pages, paid
+    compaction stalls: measured here, a 90 µs torch scatter_ then took 32 ms
+    per call in the sweep, and 80 µs in a fresh process."""
+    devices = sorted(set(devices))
+    if not devices:
+        return {}, {}
+    request = {"devices": devices, "threads": dict(threads or {})}
+    code = ("import json, sys\n"
+            "from harness.base.plugins import load_plugins\n"
+            "load_plugins()  # a plugin's backend copies for the ceiling too\n"
+            "from harness.measuring import sweep\n"
+            "request = json.loads(sys.stdin.read())\n"
+            "print(json.dumps(sweep._measure_machine_here(request)))\n")
+    child = subprocess.run([sys.executable, "-c", code], input=json.dumps(request), capture_output=True,
+                           text=True, timeout=600)
+    if child.returncode != 0:
+        tail = (child.stderr.strip().splitlines() or ["no output"])[-1]
+        raise RuntimeError(f"measuring the copy ceiling failed: {tail}")
+    answer = json.loads(child.stdout.strip().splitlines()[-1])
+    return answer["ceilings"], answer["fresh_writes"]
+
+
+def _measure_machine_here(request: dict) -> dict:
+    pinning.apply_threads(request["threads"])
+    devices = request["devices"]
+    ceilings = {device: timing.copy_ceiling_gbps(device) for device in devices}
+    fresh = ({allocator: timing.fresh_write_gbps(allocator) for allocator in ("numpy", "torch")}
+             if "cpu" in devices else {})
+    return {"ceilings": ceilings, "fresh_writes": fresh}
+
+
+def measure_ceilings(devices, threads=None) -> dict:
+    return measure_machine(devices, threads)[0]
+
+
+def new_run_id(config_name: str) -> str:
+    import secrets
+    import socket
+
+    stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
+    host = "".join(ch for ch in socket.gethostname() if ch.isalnum() or ch in "-_")[:20] or "host"
+    return f"{stamp}-{host}-{safe_name(config_name)}-{secrets.token_hex(2)}"
+
+
+def safe_name(text: str) -> str:
+    """A name (a config's, a strategy's) as one path component: letters,
+    digits, '-', '_' and '.', never '..' or a separator."""
+    cleaned = re.sub(r"[^A-Za-z0-9_.-]+", "-", str(text)).strip(".-") or "run"
+    return cleaned.replace("..", "-")[:60]
+
+
+def default_out_dir(run_id: str) -> Path:
+    return Path("results") / safe_name(run_id)
+
+
+# ------------------------------------------------------------------------ plan
+@dataclass
+class RunPlan:
+    config_path: str
+    config: Config
+    cases: list[Case]
+    out_dir: Path
+    run_id: str
+    resuming: bool
+    shard_spec: tuple[int, int] | None = None
+    done: int = 0
+    notes: list[str] = field(default_factory=list)
+    # Strategies (op, strategy, device, dtype) whose case was in flight when an
+    # earlier attempt at this run died: their cases run isolated from now on.
+    crashed: list[tuple] = field(default_factory=list)
+
+
+def select_cases(config: Config, op: str | None = None, strategies: list[str] | None = None,
+                 device: str | None = None) -> list[Case]:
+    """The config's cases narrowed by the command line; an empty result is a
+    usage error naming why, never a silent no-op."""
+    from impls.registry import OPERATORS
+
+    cases = expand(config)
+    if op:
+        if op not in OPERATORS:
+            raise UsageError(f"--op {op!r}: unknown operator (known: {', '.join(sorted(OPERATORS))})")
+        if not any(b.op == op for b in config.benchmarks):
+            raise UsageError(f"--op {op}: the config has no benchmark for it")
+        cases = [c for c in cases if c.op == op]
+    if strategies:
+        known = {name for o in OPERATORS.values() for name in o.strategies}
+        for name in strategies:
+            if name not in known:
+                raise UsageError(f"--strategy {name!r}: no operator has such a strategy "
+                                 f"(see `scatterbench list`)")
+        in_config = {c.strategy for c in cases}
+        absent = [name for name in strategies if name not in in_config]
+        cases = [c for c in cases if c.strategy in strategies]
+        if absent and not cases:
+            raise UsageError(f"--strategy {', '.join(absent)}: not selected by the config on any of its "
+                             f"devices and dtypes")
+    if not cases:
+        raise UsageError(_why_empty(config))
+    return cases
+
+
+def _why_empty(config: Config) -> str:
+    """Why a config selects no case (strategies whose devices or dtypes it never asks for)."""
+    reasons = []
+    for bench in config.benchmarks:
+        op = get_operator(bench.op)
+        names = list(op.strategies) if bench.strategies == "all" else bench.strategies
+        for name in names:
+            strat = op.strategies[name]
+            devices = bench.devices or config.devices
+            if not any(strat.runs_on(d) for d in devices):
+                reasons.append(f"{name} runs on {', '.join(strat.devices)}, not {', '.join(devices)}")
+            elif not set(strat.dtypes) & set(bench.dtypes or config.dtypes):
+                reasons.append(f"{name} takes {', '.join(strat.dtypes)}")
+    return "the selection holds no case" + (f" ({'; '.join(reasons[:3])})" if reasons else "")
+
+
+def crashed_strategies(out_dir: Path, meta: dict, done: set) -> list[tuple]:
+    """The strategies that crashed earlier attempts at a run: those recorded
+    in its meta, and the one whose case was left in flight (unless that
+    case's row was written after all)."""
+    crashed = [tuple(key) for key in meta.get("crashed") or [] if isinstance(key, list) and len(key) == 4]
+    in_flight = store.read_in_flight(out_dir)
+    if in_flight and in_flight["case_id"] not in done:
+        key = in_flight.get("strategy_key")
+        if isinstance(key, list) and len(key) == 4 and tuple(key) not in crashed:
+            crashed.append(tuple(key))
+    return crashed
+
+
+def parse_shard(text: str | None) -> tuple[int, int] | None:
+    if text is None:
+        return None
+    try:
+        index, count = (int(part) for part in text.split("/"))
+    except ValueError:
+        raise UsageError(f"--shard {text!r}: expected I/N, e.g. 0/4") from None
+    if count < 1 or not 0 <= index < count:
+        raise UsageError(f"--shard {text!r}: need 0 <= I < N")
+    return index, count
+
+
+def require_devices(config: Config) -> None:
+    from harness.base.errors import ConfigError
+
+    wanted = set(config.devices) | {d for b in config.benchmarks for d in (b.devices or [])}
+    for device in sorted(wanted):
+        if not device_present(device):
+            raise ConfigError(f"devices: {device} requested but no {device} device is available here (no "
+                              f"installed backend that runs on it finds one)")
+
+
+def plan_run(config_path: str, *, output: str | None = None, resume: str | None = None,
+             shard_text: str | None = None, op: str | None = None,
+             strategies: list[str] | None = None) -> RunPlan:
+    """Everything decided before anything is measured: the cases, the run id,
+    the output directory (checked writable, and free of another run)."""
+    config = load_config(config_path)
+    require_devices(config)
+    cases = select_cases(config, op, strategies)
+    shard_spec = parse_shard(shard_text)
+    if shard_spec:
+        cases = shard(cases, *shard_spec)
+    if resume:
+        out_dir = Path(resume)
+        meta = store.read_meta(out_dir)
+        differences = measurement_differences(meta.get("config"), config.model_dump())
+        if differences:
+            raise UsageError(f"--resume {out_dir}: {config_path} measures differently from the run it would "
+                             f"complete ({'; '.join(differences)}); resume with the run's own config "
+                             f"({meta.get('config_file', 'see its meta.json')}) or start a new run")
+        store.prepare_output_dir(out_dir, resuming=True)
+        run_id = meta["run_id"]
+        done = set(store.read_rows(out_dir)["case_id"])
+        cases = [c for c in cases if c.case_id not in done]
+        plan = RunPlan(str(config_path), config, cases, out_dir, run_id, True, shard_spec, len(done))
+        plan.notes.append(f"resuming {out_dir}: {len(done)} cases done, {len(cases)} to run")
+        plan.crashed = crashed_strategies(out_dir, meta, done)
+        for op, name, device, dtype in plan.crashed:
+            plan.notes.append(f"{op}/{name} ({device}, {dtype}) was running when an earlier attempt at this run "
+                              f"died without a word (a crash in native code, or kill -9): its cases run each in "
+                              f"its own process, as with --isolate")
+        return plan
+    suffix = f"-shard{shard_spec[0]}of{shard_spec[1]}" if shard_spec else ""
+    run_id = new_run_id((config.name or "run") + suffix)
+    out_dir = Path(output) if output else default_out_dir(run_id)
+    store.prepare_output_dir(out_dir, resuming=False)
+    return RunPlan(str(config_path), config, cases, out_dir, run_id, False, shard_spec)
+
+
+# ------------------------------------------------------------------- execution
+@dataclass
+class RunOutcome:
+    out_dir: Path
+    run_id: str
+    interrupted: str | None = None  # the signal's name
+    disk_full: str | None = None  # the error, when the disk filled up mid-run
+    cases_on_disk: int = 0
+
+
+class _Signals:
+    """SIGINT and SIGTERM raise ``Interrupted`` in the main thread while a run
+    writes, so both end the same way: meta says interrupted, every finished
+    case is kept, and the user is told how to resume."""
+
+    def __enter__(self):
+        self.previous = {}
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            try:
+                self.previous[signum] = signal.signal(signum, self._raise)
+            except ValueError:  # not the main thread: leave signals alone
+                pass
+        return self
+
+    @staticmethod
+    def _raise(signum, frame):
+        if retried_after_import(signum, frame):
+            return
+        raise Interrupted(signal.Signals(signum).name)
+
+    def __exit__(self, *exc):
+        for signum, handler in self.previous.items():
+            signal.signal(signum, handler)
+        return False
+
+
+class PhaseClock:
+    """Seconds spent per phase (ceilings, check, prepare/compile, time) over a
+    run: where a sweep's time goes, stored in meta.json as ``phase_s``."""
+
+    def __init__(self, forward=None):
+        self.seconds: dict[str, float] = {}
+        self.current, self.since = None, time.perf_counter()
+        self.forward = forward
+
+    def __call__(self, phase: str | None) -> None:
+        now = time.perf_counter()
+        if self.current:
+            self.seconds[self.current] = self.seconds.get(self.current, 0.0) + now - self.since
+        self.current, self.since = phase, now
+        if phase and self.forward:
+            self.forward(phase)
+
+    def absorb(self, phase_s: dict) -> None:
+        """Adds a child process's seconds per phase, taking them out of the
+        phase in progress (which spanned the child's whole life)."""
+        for phase, seconds in phase_s.items():
+            self.seconds[phase] = self.seconds.get(phase, 0.0) + seconds
+        self.since += sum(phase_s.values())
+
+    def totals(self) -> dict:
+        self(None)
+        return {phase: round(seconds, 3) for phase, seconds in self.seconds.items()}
+
+
+def execute_run(plan: RunPlan, argv: list[str], *, isolate: bool = False, on_start=None, on_case=None,
+                on_phase=None, on_warning=None) -> RunOutcome:
+    """Writes the metadata, measures the ceilings and runs the plan's cases.
+    Ctrl-C and SIGTERM end it as ``interrupted``; a full disk ends it with
+    every case written so far intact. ``on_warning`` hears, in one line, of
+    unpinned thread pools on a loaded machine. Returns what happened."""
+    outcome = RunOutcome(plan.out_dir, plan.run_id)
+    writer = None
+    clock = PhaseClock(on_phase)
+    with _Signals():
+        try:
+            threads = pinning.apply_threads(plan.config.threads)
+            warning = pinning.oversubscription_warning(plan.config.threads, backends=backends_of(plan.cases))
+            if warning and on_warning:
+                on_warning(warning)
+            meta = facts.run_metadata(threads, plan.config_path, argv)
+            meta.update(run_id=plan.run_id, config=plan.config.model_dump(),
+                        shard=list(plan.shard_spec) if plan.shard_spec else None, n_cases=len(plan.cases),
+                        isolate=bool(isolate), status="starting", plugins=plugins.recorded())
+            writer = store.RunWriter(plan.out_dir, meta)
+            if plan.crashed:
+                writer.update_meta(crashed=[list(key) for key in plan.crashed])
+            devices = [c.device for c in plan.cases]
+            clock("ceilings")
+            ceilings, fresh_writes = measure_machine(devices, plan.config.threads)
+            writer.update_meta(ceilings_gbps={**writer.meta.get("ceilings_gbps", {}), **ceilings},
+                               fresh_write_gbps=fresh_writes or writer.meta.get("fresh_write_gbps", {}),
+                               ceiling_history=facts.ceiling_history(plan.out_dir, ceilings, writer.meta),
+                               status="running")
+            if on_start:
+                on_start(ceilings, fresh_writes)
+            run_sweep(plan.cases, plan.config, writer, plan.run_id, ceilings, isolate=isolate,
+                      on_case=on_case, on_phase=clock, isolate_keys=frozenset(plan.crashed))
+            writer.update_meta(status="complete", end_time=facts.now_iso(), load_avg_end=facts.load_average(),
+                               phase_s=clock.totals())
+        except (KeyboardInterrupt, Interrupted) as signal_error:
+            outcome.interrupted = getattr(signal_error, "signal_name", "SIGINT")
+            if writer is not None:
+                _safely(writer.end_case)  # stopped in an orderly way: the case was not a crash
+                _safely(writer.update_meta, status="interrupted", interrupted_by=outcome.interrupted)
+        except OSError as error:
+            if error.errno not in (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EIO) or writer is None:
+                raise ResultError(f"{plan.out_dir}: {store.describe_os_error(error, plan.out_dir)}") from None
+            outcome.disk_full = store.describe_os_error(error, plan.out_dir)
+            _safely(writer.end_case)
+            _safely(writer.update_meta, status="interrupted", interrupted_by=outcome.disk_full)
+        finally:
+            if writer is not None:
+                outcome.cases_on_disk = writer.written
+                writer.close()
+    return outcome
+
+
+def _safely(update, **fields) -> None:
+    try:
+        update(**fields)
+    except OSError:  # the disk that stopped the run may refuse this too; the rows are safe
+        pass

@@ -1,0 +1,1 @@
+"""Showing results: terminal tables, the report, the dashboard."""

@@ -1,0 +1,188 @@
+"""Building the whole report: ``build(dirs, out)`` and the command line of
+``python report.py RESULT_DIR [RESULT_DIR ...] [-o OUT]``."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from harness.base import plugins
+from harness.base.errors import ResultError
+from harness.base.format import params_label, slug
+from harness.judging import analysis
+from harness.presenting.report.document import Doc, render_html, render_markdown
+from harness.presenting.report.figures import (
+    FigureDir,
+    figure_gbps,
+    figure_speedup,
+    figure_times,
+    scaling_figures,
+)
+from harness.presenting.report.load import case_title, load
+from harness.presenting.report.sections import (
+    ANSWER_NOTE,
+    UNSTABLE_MARK,
+    answer_table,
+    case_table,
+    conclusion,
+    defects_section,
+    environment_table,
+    hardware_table,
+    machines_sentence,
+    machines_table,
+    run_warnings,
+    section_intro,
+    sections,
+    slow_start_sentence,
+)
+from harness.results import store
+
+DOC = """The comparison report: ``python report.py RESULT_DIR [RESULT_DIR ...] [-o OUT]``."""
+
+
+INTRO = ("Every number below was measured by scatterbench on the machine named beside it: the median "
+         "of per-call timings (SPEC 3), % of ceiling = bytes the operator must move / that device's "
+         "measured copy bandwidth / median time. Strategies that failed the float64-oracle check are "
+         "listed with their status, never dropped; inexact ones are hatched in the figures. % of ceiling "
+         "above 100 means the case's working set stayed in cache (the ceiling is a DRAM copy). A case "
+         "measured by several runs on one machine shows the latest run's measurement. The timed call "
+         "allocates its outputs afresh, as a user's call does: on the CPU the OS zeroes a fresh output's "
+         "pages on first touch, which the copy ceiling (measured into a buffer already touched) does not "
+         "pay, so strategies with outputs of tens of MB stay well below 100 % even when their loop runs at "
+         "the copy bandwidth. The runs table gives that cost as each run measured it: 'fresh output' is "
+         "the write bandwidth into a newly allocated 256 MiB buffer, from numpy's allocator (which asks "
+         "for huge pages) and from torch's.")
+LIGHT_NOTE = ("This is the light version the dashboard keeps per run: tables, conclusions and scaling plots, "
+              "without the per-case figures; python report.py RESULT_DIR writes the full report.")
+RUNS_NOTE = ("Ceiling vs history: each device's copy ceiling against the median of the earlier runs on the same "
+             "machine. Load: the machine's 1, 5 and 15-minute load averages when the run started and ended, and "
+             "the highest 1-minute load any case finished under; at or above the core count, other work competed "
+             "with the timed calls.")
+
+
+def runs_section(doc: Doc, rows, metas: list[dict]) -> None:
+    """Where the numbers come from: runs, their warnings, the hardware, how noisy they were, how to rerun them."""
+    doc.heading(2, "Runs")
+    doc.table(*environment_table(metas))
+    doc.para(RUNS_NOTE)
+    for meta in metas:
+        for warning in run_warnings(meta):
+            doc.para(warning)
+    doc.heading(2, "Hardware")
+    doc.table(*hardware_table(metas))
+    timed = rows[rows["median_s"].notna()]
+    noisy = int(sum(analysis.unstable(row) for _, row in timed.iterrows()))
+    if noisy:
+        doc.para(f"{noisy} of {len(timed)} timed cases are marked {UNSTABLE_MARK} unstable in the tables below: "
+                 f"their IQR exceeds {100 * analysis.UNSTABLE_REL_IQR:.0f} % of their median.")
+    slow_started = slow_start_sentence(timed)
+    if slow_started:
+        doc.para(slow_started)
+    doc.para("Reproduce each run with:")
+    doc.code("\n".join(f"make venv && {(plugins.env_setting(m) + ' ') if plugins.env_setting(m) else ''}"
+                       f".venv/bin/python -m harness run {m.get('config_file', '?')}" for m in metas))
+
+
+def case_section(doc: Doc, group, figures: FigureDir | None) -> None:
+    """One case: its table, the notes its marks need, and (full report) its three figures."""
+    first = group.iloc[0]
+    title = case_title(first)
+    doc.heading(4, title)
+    header, table_rows, best, notes = case_table(group)
+    doc.table(header, table_rows, best)
+    for note in notes:
+        doc.para(note)
+    if figures is None:
+        return
+    stem = slug(f"{first['op']}-{params_label(first['params'])}-{first['machine']}-{first['dtype']}")
+    baseline = analysis.baseline_name(first["op"]) or "seed"
+    doc.figure(figure_times(group, figures, stem + "-time"), f"median time, {title}")
+    doc.figure(figure_gbps(group, figures, stem + "-gbps"), f"achieved GB/s against the ceiling, {title}")
+    speed = figure_speedup(group, figures, stem + "-speedup", baseline)
+    if speed:
+        doc.figure(speed, f"speedup over {baseline}, {title}")
+
+
+def answer_section(doc: Doc, rows) -> None:
+    """The answer first: per operator and size, per machine side by side, the fastest correct strategy."""
+    doc.heading(2, "The answer")
+    doc.table(*answer_table(rows))
+    doc.para(ANSWER_NOTE)
+
+
+def machines_section(doc: Doc, op: str, op_rows) -> None:
+    """Where an operator ran on several machines (or devices): each size's strategies side by side."""
+    for (params, dtype), case in op_rows.groupby(["params", "dtype"], sort=False):
+        if case["machine"].nunique() < 2:
+            continue
+        doc.heading(4, f"{op} {params_label(params)} {dtype} · machines side by side")
+        doc.table(*machines_table(case))
+        doc.para(machines_sentence(case) + " Each cell: median · % of that machine's copy ceiling · rank on "
+                 "that machine among the exact strategies returning the whole output.")
+
+
+def operator_section(doc: Doc, op: str, op_rows, metas: list[dict], figures: FigureDir, light: bool) -> None:
+    """Machines side by side, then per machine and dtype: where the numbers
+    come from, the conclusion, each case, the scaling figures."""
+    doc.heading(2, op)
+    if op_rows["machine"].nunique() > 1:
+        doc.heading(3, f"{op} across machines")
+        machines_section(doc, op, op_rows)
+    for (machine, dtype), section in sections(op_rows):
+        doc.heading(3, f"{op} · {machine} · {dtype}")
+        doc.para(section_intro(section, metas))
+        verdict_text, *failures = conclusion(op, section)
+        doc.para("Conclusion: " + verdict_text)
+        for sentence in failures:
+            doc.para(sentence)
+        for _, group in section.groupby("params", sort=False):
+            case_section(doc, group, None if light else figures)
+        for title, stem in scaling_figures(section, figures):
+            doc.heading(4, title)
+            doc.figure(stem, title)
+
+
+def build(dirs, out, name: str = "report", light: bool = False) -> Path:
+    """Writes ``OUT/<name>.md`` and ``.html``. ``light`` (the dashboard's
+    per-run reports): no per-case figures, PNG only, the HTML links its
+    figures instead of embedding them."""
+    out = store.writable_dir(Path(out), "the report")  # before any work: one line if it cannot be written
+    figures = FigureDir(out / "figures", svg=not light)
+    rows, metas = load(dirs)
+    doc = Doc()
+    doc.heading(1, "scatterbench report")
+    answer_section(doc, rows)
+    doc.heading(2, "How to read it")
+    doc.para(INTRO)
+    if light:
+        doc.para(LIGHT_NOTE)
+    runs_section(doc, rows, metas)
+    for op, op_rows in rows.groupby("op", sort=False):
+        operator_section(doc, op, op_rows, metas, figures, light)
+    defects_section(doc, rows, metas)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"{name}.md").write_text(render_markdown(doc, "figures"))
+    (out / f"{name}.html").write_text(render_html(doc, figures.path, "scatterbench report", embed=not light))
+    return out / f"{name}.md"
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="report.py", description=DOC.splitlines()[0])
+    parser.add_argument("dirs", nargs="+", help="result directories")
+    parser.add_argument("-o", "--output", default="report", help="output directory (default ./report)")
+    parser.add_argument("--name", default="report", help="file stem of the .md and .html (default report)")
+    parser.add_argument("--light", action="store_true",
+                        help="tables, conclusions and scaling plots only, figures linked (the dashboard's kind)")
+    args = parser.parse_args(argv)
+    try:
+        written = build([Path(d) for d in args.dirs], Path(args.output), args.name, light=args.light)
+    except ResultError as error:
+        print(f"report.py: error: {error}", file=sys.stderr)
+        return 2
+    except OSError as error:  # the disk filled up while writing, say
+        where = error.filename or args.output
+        print(f"report.py: error: {where}: {store.describe_os_error(error, where)}", file=sys.stderr)
+        return 2
+    print(f"wrote {written} and {written.with_suffix('.html')}")
+    return 0

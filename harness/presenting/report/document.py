@@ -1,0 +1,96 @@
+"""The report as a list of blocks (headings, paragraphs, tables, figures,
+code), rendered to Markdown and to one HTML page. Every text is escaped."""
+
+from __future__ import annotations
+
+import base64
+import html
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from harness.base.format import md_escape, slug
+
+
+@dataclass
+class Doc:
+    blocks: list = field(default_factory=list)
+
+    def heading(self, level: int, text: str):
+        self.blocks.append(("h", level, text))
+
+    def para(self, text: str):
+        self.blocks.append(("p", text))
+
+    def table(self, header: list[str], rows: list[list[str]], bold_row: int | None = None):
+        self.blocks.append(("table", header, rows, bold_row))
+
+    def figure(self, stem: str, caption: str):
+        self.blocks.append(("fig", stem, caption))
+
+    def code(self, text: str):
+        self.blocks.append(("code", text))
+
+
+def render_markdown(doc: Doc, figure_dir: str) -> str:
+    lines: list[str] = []
+    for block in doc.blocks:
+        kind = block[0]
+        if kind == "h":
+            lines += ["#" * block[1] + " " + md_escape(block[2]), ""]
+        elif kind == "p":
+            lines += [md_escape(block[1]), ""]
+        elif kind == "code":
+            lines += ["```", block[1].replace("```", "'''"), "```", ""]
+        elif kind == "table":
+            _, header, rows, bold = block
+            lines.append("| " + " | ".join(md_escape(h) for h in header) + " |")
+            lines.append("|" + "---|" * len(header))
+            for index, row in enumerate(rows):
+                cells = [md_escape(c) for c in row]
+                if index == bold:
+                    cells = [f"**{c}**" if c else c for c in cells]
+                lines.append("| " + " | ".join(cells) + " |")
+            lines.append("")
+        elif kind == "fig":
+            _, stem, caption = block
+            lines += [f"![{md_escape(caption)}]({figure_dir}/{stem}.png)", ""]
+    return "\n".join(lines)
+
+
+def render_html(doc: Doc, figures: Path, title: str, embed: bool = True) -> str:
+    """One HTML page; figures embedded as data: URIs (a self-contained file),
+    or linked relatively (``embed=False``: smaller, beside its figures)."""
+    esc = html.escape
+    parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>{esc(title)}</title>",
+             "<style>body{font-family:system-ui,sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;"
+             "color:#222}table{border-collapse:collapse;margin:1em 0;font-size:13px}"
+             "td,th{border:1px solid #ccc;padding:3px 8px;text-align:right}td:first-child,th:first-child"
+             "{text-align:left}tr.best td{font-weight:bold;background:#eef7ee}img{max-width:100%}"
+             "pre{background:#f4f4f4;padding:8px;overflow-x:auto}div.wide{overflow-x:auto}</style></head><body>"]
+    for block in doc.blocks:
+        kind = block[0]
+        if kind == "h":
+            parts.append(f"<h{block[1]} id='{slug(block[2])}'>{esc(block[2])}</h{block[1]}>")
+        elif kind == "p":
+            parts.append(f"<p>{esc(block[1])}</p>")
+        elif kind == "code":
+            parts.append(f"<pre>{esc(block[1])}</pre>")
+        elif kind == "table":
+            _, header, rows, bold = block
+            # A wide table scrolls in its own box instead of pushing the page sideways.
+            parts.append("<div class='wide'><table><tr>" + "".join(f"<th>{esc(h)}</th>" for h in header) + "</tr>")
+            for index, row in enumerate(rows):
+                css = " class='best'" if index == bold else ""
+                parts.append(f"<tr{css}>" + "".join(f"<td>{esc(str(c))}</td>" for c in row) + "</tr>")
+            parts.append("</table></div>")
+        elif kind == "fig":
+            _, stem, caption = block
+            if embed:
+                source = "data:image/png;base64," + base64.b64encode((figures / f"{stem}.png").read_bytes()).decode()
+            else:
+                source = f"{figures.name}/{stem}.png"
+            parts.append(f"<figure><img alt='{esc(caption)}' src='{esc(source)}'>"
+                         f"<figcaption>{esc(caption)}</figcaption></figure>")
+    parts.append("</body></html>")
+    return "\n".join(parts)
+

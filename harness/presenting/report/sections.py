@@ -1,0 +1,546 @@
+"""The report's text: case tables, conclusions, run and hardware tables,
+warnings and the defects section. Judgements come from harness.judging.analysis;
+this module only words them."""
+
+from __future__ import annotations
+
+import math
+import re
+
+import pandas as pd
+
+from harness.base.format import fmt_num, fmt_ratio, fmt_time, md_escape, params_label
+from harness.judging import analysis
+from harness.judging.analysis import (
+    TIMERS_DISAGREE,
+    UNSTABLE,
+    XCHECK_TOLERANCE,
+    clearly_faster,
+    finite,
+    timers_disagree,
+    unstable,
+    xcheck_ratio,
+)
+from harness.presenting.report.document import Doc
+from harness.results import counts, runmeta, stats
+from harness.results.runmeta import Gpu
+from impls.backends import BACKENDS, devices, threads_text
+from impls.defects import for_operators
+from impls.registry import speedup_note, unranked_reason
+from impls.status import CORRECT, FAILED, INEXACT, UPSTREAM_DEFECT
+
+UNSTABLE_MARK = UNSTABLE.mark
+UNSTABLE_NOTE = f"{UNSTABLE.mark} unstable: {UNSTABLE.meaning}."
+
+
+def slow_start_sentence(timed: pd.DataFrame) -> str:
+    """Which cases started slow and had their first samples dropped (runs
+    older than the column have none recorded)."""
+    if "slow_start" not in timed:
+        return ""
+    dropped = timed[timed["slow_start"].fillna(0) > 0]
+    if dropped.empty:
+        return ""
+    named = ", ".join(f"{r['op']}/{r['strategy']} {params_label(r['params'])} ({int(r['slow_start'])})"
+                      for _, r in dropped.head(8).iterrows())
+    more = f" and {len(dropped) - 8} more" if len(dropped) > 8 else ""
+    return (f"{len(dropped)} of {len(timed)} timed cases started slow: their first samples, each over "
+            f"{stats.SLOW_START_FACTOR:g}× the median, were dropped like warm-up and counted in the `slow_start` "
+            f"column: {md_escape(named)}{more}.")
+
+
+def iqr_cell(row) -> str:
+    """The IQR, as a time and as % of the median, marked when unstable."""
+    rel = stats.rel_iqr(row["iqr_s"], row["median_s"])
+    if not math.isfinite(rel):
+        return fmt_time(row["iqr_s"])
+    return f"{fmt_time(row['iqr_s'])} ({100 * rel:.2g} %)" + (f" {UNSTABLE_MARK}" if unstable(row) else "")
+
+
+XCHECK_NOTE = f"{TIMERS_DISAGREE.mark} in ours / do_bench: {TIMERS_DISAGREE.meaning}."
+HOST_NOTE = ("host/call: the host's median cost of one call without waiting for the device (Python, dispatch, "
+             "launch). Where it exceeds the device time, back-to-back calls are bound by the host, not the device.")
+
+
+def case_table(group: pd.DataFrame) -> tuple[list[str], list[list[str]], int | None, list[str]]:
+    """The case's rows, fastest first: header, cells, the best correct row's
+    index, and the notes that explain the marks used. host/call where the
+    run measured it; on CUDA the independent timer's median and the ratio."""
+    counted = counted_metrics(group)
+    # A counting run has no times: its rows go in order of instructions.
+    key = group["median_s"] if group["median_s"].map(finite).any() or not counted else group[counted[0]]
+    ordered = group.assign(_k=key.fillna(math.inf)).sort_values("_k")
+    with_host = bool(ordered["host_s"].map(finite).any())
+    with_xcheck = bool((ordered["device"] == "cuda").any() and ordered["xcheck_s"].map(finite).any())
+    header = ["strategy", "backend", "status", "median", "IQR", "n"] + [f"{name}/call" for name in counted] \
+        + (["host/call"] if with_host else []) \
+        + (["do_bench", "ours / do_bench"] if with_xcheck else []) \
+        + ["GB/s", "% of ceiling", "× seed", "rel err", "max abs err", "source", "message"]
+    no_speedup = speedup_note(group["op"].iloc[0], dict(zip(group["strategy"], group["status"])))
+    rows, best = [], None
+    fastest = analysis.fastest(group)
+    for index, (_, r) in enumerate(ordered.iterrows()):
+        if best is None and r["strategy"] == fastest:
+            best = index
+        # n: the samples the median and IQR rest on (a slow case gets few in its budget).
+        samples = r.get("n_samples")
+        n_text = str(int(samples)) if isinstance(samples, (int, float)) and math.isfinite(samples) and samples > 0 \
+            else "–"
+        cells = [r["strategy"], r["backend"], r["status"], fmt_time(r["median_s"]), iqr_cell(r), n_text]
+        cells += [fmt_count(r[name]) for name in counted]
+        if with_host:
+            cells.append(fmt_time(r["host_s"]))
+        if with_xcheck:
+            ratio = xcheck_ratio(r)
+            cells += [fmt_time(r["xcheck_s"]),
+                      fmt_num(ratio, 3) + (f" {TIMERS_DISAGREE.mark}" if timers_disagree(r) else "")]
+        rows.append(cells + [fmt_num(r["gbps"]), fmt_num(r["pct_of_ceiling"], 3, " %"),
+                             "" if no_speedup else fmt_ratio(r["speedup"]),
+                             fmt_num(r["rel_err"], 2), fmt_num(r["max_abs_err"], 2), r["source"],
+                             str(r["message"])[:120]])
+    notes = [UNSTABLE_NOTE] if any(unstable(r) for _, r in ordered.iterrows()) else []
+    if no_speedup:
+        notes.append(f"× seed is blank: {no_speedup}.")
+    if with_xcheck and any(timers_disagree(r) for _, r in ordered.iterrows()):
+        notes.append(XCHECK_NOTE)
+    if counted:
+        notes.append(COUNTS_NOTE)
+    return header, rows, best, notes
+
+
+COUNTS_NOTE = (f"instructions/call and est_cycles/call: counted under Callgrind (run --instrument callgrind), per "
+               f"call, every library at one thread; est_cycles = {counts.EST_CYCLES_FORMULA}. Two runs of the same "
+               f"code and library versions agree within 0.1 %, whatever the load (est_cycles of Python-loop seeds "
+               f"at small sizes within 0.25 %); they do not see memory bandwidth, page faults or other threads (README, \"Counts\").")
+
+
+def count_verdict_sentence(case: pd.DataFrame, where: str) -> str:
+    """A counting run's verdict on one case: counted, not timed; the correct
+    strategies by instructions per call, fewest first."""
+    correct = case[case["status"].isin(CORRECT) & case["instructions"].map(finite)].sort_values("instructions")
+    if correct.empty:
+        return f"{where}: counted, not timed; no strategy that passed the check was counted."
+    first = correct.iloc[0]
+    others = "; ".join(f"{row['strategy']} {row['instructions'] / first['instructions']:.2f}× as many"
+                       for _, row in correct.iloc[1:].iterrows())
+    return (f"{where}: counted, not timed (instructions are not time: README, \"Counts\"): {first['strategy']} "
+            f"executes the fewest instructions per call ({fmt_count(first['instructions'])})"
+            + (f"; {others}." if others else "."))
+
+
+def counted_metrics(rows: pd.DataFrame) -> list[str]:
+    """The count columns (`counts.METRICS`) that hold a count in ``rows``."""
+    return [name for name in counts.METRICS if name in rows and rows[name].map(finite).any()]
+
+
+def fmt_count(value) -> str:
+    return f"{value:,.0f}" if finite(value) else "–"
+
+
+_MARKUP = ((re.compile(r":[a-z]+:`([^`]*)`"), r"\1"),  # :func:`name`
+           (re.compile(r"``(.+?)``"), r"\1"),  # ``code``
+           (re.compile(r"`([^`]+)`_?"), r"\1"),  # `code`, `link`_
+           (re.compile(r"\*\*(\S(?:.*?\S)?)\*\*"), r"\1"),  # **strong**
+           (re.compile(r"(?<![\w*])\*(\S(?:[^*]*?\S)?)\*(?![\w*])"), r"\1"))  # *emphasis*, not 2*N*C
+
+
+def plain_doc(text: str) -> str:
+    """A docstring as one plain sentence: reStructuredText and Markdown
+    markup (``code``, *emphasis*, **strong**, :role:`x`) removed."""
+    text = " ".join(str(text).split())
+    for pattern, replacement in _MARKUP:
+        text = pattern.sub(replacement, text)
+    return text
+
+
+def _median_iqr(row) -> str:
+    return f"median {fmt_time(row['median_s'])}, IQR {fmt_time(row['iqr_s'])}"
+
+
+def verdict(op: str, case: pd.DataFrame, where: str) -> str:
+    """The sentence on one case: use the fastest correct strategy, and by how
+    much, only where its lead exceeds the spread; else why it is inconclusive.
+    Only strategies returning the operator's whole output are ranked: one
+    that skips part of it (maxpool2d without indices) does less work."""
+    ok = analysis.ranked(case)
+    partial = analysis.partial_rows(case)
+    whole = analysis.whole_output(op)
+    if ok.empty:
+        return f"{where}: no strategy returning {whole or 'the whole output'} passed the check."
+    best = ok.iloc[0]
+    text = f"{where}: use {best['strategy']} ({best['backend']}), {_median_iqr(best)}"
+    if len(ok) == 1:
+        text += (f", the only strategy returning {whole} that passed the check" if len(partial)
+                 else ", the only strategy that passed the check")
+    else:
+        runner = ok.iloc[1]
+        if not clearly_faster(best, runner):
+            return (f"{where}: inconclusive between {best['strategy']} ({_median_iqr(best)}) and "
+                    f"{runner['strategy']} ({_median_iqr(runner)}): a lead of "
+                    f"{fmt_ratio(runner['median_s'] / best['median_s'])} is within their spread (median ± IQR/2 "
+                    f"overlap), so the data does not say which is faster; rerun on a quieter machine or with a "
+                    f"larger timing budget.")
+        text += (f", {fmt_num(best['pct_of_ceiling'], 3)} % of the copy ceiling, "
+                 f"{fmt_ratio(runner['median_s'] / best['median_s'])} faster than the runner-up "
+                 f"{runner['strategy']} ({_median_iqr(runner)})")
+        baseline = ok[ok["strategy"].map(lambda name: analysis.is_baseline(op, name))]
+        if len(baseline) and baseline.index[0] not in (best.name, runner.name) \
+                and clearly_faster(best, baseline.iloc[0]):
+            text += f", {fmt_ratio(baseline.iloc[0]['median_s'] / best['median_s'])} the seed's original"
+        builtins = ok[ok["strategy"].map(lambda name: analysis.is_builtin(op, name))]
+        if len(builtins) and builtins.index[0] not in (best.name, runner.name) \
+                and clearly_faster(best, builtins.iloc[0]):
+            text += (f", {fmt_ratio(builtins.iloc[0]['median_s'] / best['median_s'])} faster than the fastest "
+                     f"library built-in, {builtins.iloc[0]['strategy']}")
+    if finite(best.get("host_s")) and best["device"] != "cpu" and best["host_s"] > best["median_s"]:
+        text += (f"; its host cost per call ({fmt_time(best['host_s'])}) exceeds its device time, so calls in a "
+                 f"loop are bound by the host")
+    if unstable(best):
+        text += f" (its timing is unstable: IQR {100 * stats.rel_iqr(best['iqr_s'], best['median_s']):.0f} % of the median)"
+    if len(partial):
+        text += "; not ranked: " + "; ".join(f"{r['strategy']} ({fmt_time(r['median_s'])}), as "
+                                             f"{unranked_reason(op, r['strategy'])}" for _, r in partial.iterrows())
+    strat = analysis.strategy(op, best["strategy"])
+    if strat and strat.doc:
+        text += ". Why: " + plain_doc(strat.doc)
+    return text + ("" if text.endswith(".") else ".")
+
+
+def conclusion(op: str, rows: pd.DataFrame) -> list[str]:
+    """Sentences derived from the numbers: per machine and dtype, the verdict
+    at the largest size, then every strategy that failed or was inexact."""
+    sentences = []
+    for (machine, dtype), on_machine in rows.groupby(["machine", "dtype"], sort=False):
+        sized = on_machine[on_machine["bytes"].notna()]
+        largest = on_machine.loc[sized["bytes"].idxmax(), "params"] if len(sized) else on_machine["params"].iloc[0]
+        at_largest, where = on_machine[on_machine["params"] == largest], f"{machine}, {params_label(largest)} {dtype}"
+        sentences.append(verdict(op, at_largest, where) if at_largest["median_s"].map(finite).any()
+                         or not counted_metrics(at_largest) else count_verdict_sentence(at_largest, where))
+        failing = on_machine[on_machine["status"].isin(FAILED + (INEXACT, UPSTREAM_DEFECT))]
+        for _, row in failing.drop_duplicates("strategy").iterrows():
+            where = " (a known library defect: see Defects found in libraries)" \
+                if row["status"] == UPSTREAM_DEFECT else ""
+            sentences.append(f"{machine}: {row['strategy']} is {row['status']}{where} at "
+                             f"{params_label(row['params'])} {row['dtype']}: {row['message']}")
+    return sentences
+
+
+def _number(value) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) \
+        and math.isfinite(value) else None
+
+
+def _loads(value) -> list[float] | None:
+    """A recorded load average: [1-min, 5-min, 15-min], or None where absent or not finite."""
+    numbers = [_number(item) for item in value or []]
+    return None if not numbers or any(number is None for number in numbers) else numbers
+
+
+def load_cell(meta: dict) -> str:
+    """The machine's load averages (1/5/15 min) at the start and the end of
+    the run, and the highest 1-minute load a case finished under."""
+    record = runmeta.record(meta)
+    start, end = _loads(record.load_avg_start), _loads(record.load_avg_end)
+    parts = []
+    if start or end:
+        show = (lambda loads: "/".join(f"{v:.2g}" for v in loads) if loads else "?")
+        parts.append(f"{show(start)} → {show(end)}")
+    peak = _number(record.case_load_max)
+    if peak is not None:
+        parts.append(f"cases ≤ {peak:.2g}")
+    return ", ".join(parts) or "–"
+
+
+def ceiling_cell(meta: dict) -> str:
+    """Each device's ceiling against the median of earlier runs on the machine."""
+    cells = []
+    for device, entry in runmeta.record(meta).ceiling_history.items():
+        median, runs, deviation = (_number(entry.get(key)) for key in ("history_median_gbps", "runs", "deviation_pct"))
+        if median is not None and deviation is not None:
+            cells.append(f"{device} {deviation:+.0f} % vs {median:.1f} GB/s ({int(runs or 0)} runs)")
+    return ", ".join(cells) or "–"
+
+
+def run_warnings(meta: dict) -> list[str]:
+    """Why a run's numbers may be pessimistic: a busy machine, a low ceiling;
+    and what the report lacks for a run whose plugins are not here."""
+    record = runmeta.record(meta)
+    run, warnings = record.run_id, [f"Warning: {line}." for line in meta.get("plugins_missing", [])]
+    count = analysis.cores(meta)
+    loads = [("at the start", (_loads(record.load_avg_start) or [None])[0]),
+             ("at the end", (_loads(record.load_avg_end) or [None])[0]),
+             ("when a case finished", _number(record.case_load_max))]
+    busy = [(when, value) for when, value in loads if analysis.busy(value, meta)]
+    if busy:
+        when, value = max(busy, key=lambda item: item[1])
+        warnings.append(f"Warning: run {run} shared its machine: the 1-minute load average reached {value:.2g} "
+                        f"{when}, at or above its {count} cores, so other work competed with the timed calls; "
+                        f"its medians may be slow and its spreads wide.")
+    for device, entry in record.ceiling_history.items():
+        if analysis.ceiling_dropped(entry):
+            deviation = _number(entry.get("deviation_pct"))
+            median = _number(entry.get("history_median_gbps"))
+            now = _number(record.ceilings_gbps.get(device))
+            warnings.append(f"Warning: run {run} measured its {device} copy ceiling"
+                            + (f" at {now:.1f} GB/s" if now is not None else "")
+                            + f", {-deviation:.0f} % below the median of earlier runs on this machine"
+                            + (f" ({median:.1f} GB/s)" if median is not None else "")
+                            + ": the machine was busy or throttled, and its % of ceiling read high.")
+    return warnings
+
+
+def environment_table(metas: list[dict]) -> tuple[list[str], list[list[str]]]:
+    """One row per run: where and when, each registered backend's version
+    (one column per backend any run recorded: a new backend shows with no
+    edit here), threads, ceilings, load and fresh-output bandwidth."""
+    records = [runmeta.record(meta) for meta in metas]
+    known = [name for name in BACKENDS if any(r.backend_versions.get(name) for r in records)]
+    recorded = [name for r in records for name in r.backend_versions if name not in known]
+    backends = known + list(dict.fromkeys(recorded))
+    header = ["run", "machine", "start", "commit", "python", *backends,
+              "threads", "ceilings (GB/s)", "ceiling vs history", "load 1/5/15 min (start → end)",
+              "fresh output (GB/s)"]
+    rows = []
+    for meta, record in zip(metas, records):
+        ceilings, fresh = record.ceilings_gbps, record.fresh_write_gbps
+        rows.append([record.run_id, record.machine or "?", record.start_time or "?",
+                     str(record.git_commit or "?")[:12], record.python or "?",
+                     *(str(record.backend_versions.get(name) or "–") for name in backends),
+                     threads_text(meta.get("threads")),
+                     ", ".join(f"{d} {fmt_ratio(_number(g), '')}" for d, g in ceilings.items()),
+                     ceiling_cell(meta), load_cell(meta),
+                     ", ".join(f"{a} {fmt_ratio(_number(g), '')}" for a, g in fresh.items()) or "–"])
+    return header, rows
+
+
+def _bytes(value) -> str:
+    value = _number(value)
+    return f"{value / 2**30:.1f} GiB" if value else "–"
+
+
+def hardware_table(metas: list[dict]) -> tuple[list[str], list[list[str]]]:
+    """One row per distinct machine: what the numbers depend on. Runs
+    without ``hardware`` in their metadata show their CPU model and count."""
+    header = ["machine", "runs", "CPU", "cores", "caches", "memory", "GPU", "GPU memory", "SMs", "capability",
+              "driver", "max SM / memory clock (MHz)"]
+    machines: dict[tuple, list[str]] = {}
+    for meta in metas:
+        record = runmeta.record(meta)
+        hardware = record.hardware
+        gpu = hardware.gpu or Gpu()
+        clocks = (gpu.max_sm_clock_mhz, gpu.max_mem_clock_mhz)
+        key = (runmeta.machine_label(record),
+               str(hardware.cpu_model or record.cpu_model or "?"), str(analysis.cores(meta) or "?"),
+               " ".join(f"{level} {size}" for level, size in hardware.caches.items()) or "–",
+               _bytes(hardware.memory_bytes), str(gpu.name or record.gpu_name or "–"),
+               _bytes(gpu.memory_bytes), str(gpu.sm_count or "–"), str(gpu.capability or "–"),
+               str(gpu.driver or "–"), " / ".join(str(c) for c in clocks) if any(clocks) else "–")
+        machines.setdefault(key, []).append(record.run_id)
+    return header, [[key[0], ", ".join(runs), *key[1:]] for key, runs in machines.items()]
+
+
+DTYPE_ORDER = ("float32", "float16", "bfloat16", "float64")
+
+
+def _device_rank(device: str) -> int:
+    """Devices in the registered backends' order (the CPU first); unknown ones last."""
+    order = devices()
+    return order.index(device) if device in order else len(order)
+
+
+def sections(op_rows: pd.DataFrame) -> list[tuple[tuple[str, str], pd.DataFrame]]:
+    """The operator's rows per (machine, dtype): CPU before GPU, float32 first."""
+    def order(item):
+        (machine, dtype), section = item
+        device = section["device"].iloc[0]
+        return (_device_rank(device), machine,
+                DTYPE_ORDER.index(dtype) if dtype in DTYPE_ORDER else len(DTYPE_ORDER), dtype)
+
+    return sorted(op_rows.groupby(["machine", "dtype"], sort=False), key=order)
+
+
+def section_intro(section: pd.DataFrame, metas: list[dict]) -> str:
+    """Where the section's numbers come from: the device, its measured ceiling per run."""
+    device, machine, dtype = section["device"].iloc[0], section["machine"].iloc[0], section["dtype"].iloc[0]
+    run_ids = {m["directory"]: str(m.get("run_id", "?")) for m in metas}
+    ceilings = []
+    for run_dir, in_run in section.groupby("run_dir", sort=False):
+        ceiling = in_run["ceiling_gbps"].dropna()
+        if len(ceiling):
+            ceilings.append(f"{fmt_ratio(ceiling.iloc[0], ' GB/s')} (run {run_ids.get(run_dir, '?')})")
+    text = f"{machine}, {dtype}: copy ceiling " + (", ".join(ceilings) if ceilings else "not measured") + "."
+    if section["host_s"].map(finite).any():
+        text += " " + HOST_NOTE
+    if device == "cuda" and section["xcheck_s"].map(finite).any():
+        text += (f" do_bench: triton.testing.do_bench's median for the same call, an independent timer; "
+                 f"ours / do_bench beyond 1 ± {XCHECK_TOLERANCE:g} is flagged.")
+    return text
+
+
+def known_defects() -> list:
+    """The registry of known library defects (impls/defects.py)."""
+    from impls import defects
+
+    return list(defects.DEFECTS)
+
+
+def defects_section(doc: Doc, rows: pd.DataFrame, metas: list[dict]) -> None:
+    """Every known library defect with its condition, the affected and the
+    installed versions, a description and a minimal reproduction; then the
+    rows these runs recorded as upstream-defect, with their messages."""
+    registry = for_operators(set(rows["op"]), known_defects() or [])
+    observed = rows[rows["status"] == UPSTREAM_DEFECT]
+    if not registry and observed.empty:
+        return
+    doc.heading(2, "Defects found in libraries")
+    doc.para("Wrong answers the check traced to a listed defect of a library itself, not to the suite's call of "
+             "it: such a case is reported as upstream-defect instead of mismatch, and excused only under the "
+             "defect's condition and versions.")
+    for defect in registry:
+        strategy = str(getattr(defect, "strategy", "?"))
+        library = str(getattr(defect, "library", "?"))
+        versions = str(getattr(defect, "versions", "") or "every version")
+        doc.heading(3, f"{strategy}: {library} {versions}")
+        doc.para(str(getattr(defect, "description", "")))
+        doc.para(f"Condition: {getattr(defect, 'condition', '?')}.")
+        recorded = [runmeta.record(m).versions.get(library) for m in metas]
+        installed = sorted({str(version) for version in recorded if version})
+        doc.para(f"Affected versions: {library} {versions}; in these runs: "
+                 + (", ".join(f"{library} {v}" for v in installed) if installed else f"{library} not recorded")
+                 + ".")
+        reference = getattr(defect, "reference", "")
+        if reference:
+            doc.para(f"Reference: {reference}.")
+        seen = observed[(observed["op"] + "/" + observed["strategy"]) == strategy]
+        doc.para(f"Observed in {len(seen)} case(s) of these runs." if len(seen) else "Not observed in these runs.")
+        doc.para("Minimal reproduction:")
+        doc.code(str(getattr(defect, "reproduction", "")).rstrip())
+    if len(observed):
+        doc.heading(3, "Cases recorded as upstream-defect")
+        doc.table(["op", "strategy", "params", "machine", "dtype", "message"],
+                  [[r["op"], r["strategy"], params_label(r["params"]), r["machine"], r["dtype"],
+                    str(r["message"])[:300]] for _, r in observed.iterrows()])
+
+
+
+# ------------------------------------------------------------------ the answer, across machines
+def machine_order(rows: pd.DataFrame) -> list[str]:
+    """The machines of the rows, CPU before GPU, then by name."""
+    first = rows.drop_duplicates("machine")
+    key = {m: (_device_rank(d), m)
+           for m, d in zip(first["machine"], first["device"])}
+    return sorted(key, key=key.get)
+
+
+def _size_order(rows: pd.DataFrame) -> list[tuple[str, str, str]]:
+    """(op, params, dtype) in the rows' order, float32 first within an operator and size."""
+    keys = list(dict.fromkeys(zip(rows["op"], rows["params"], rows["dtype"])))
+    ops = list(dict.fromkeys(rows["op"]))
+    return sorted(keys, key=lambda k: (ops.index(k[0]), DTYPE_ORDER.index(k[2]) if k[2] in DTYPE_ORDER
+                                       else len(DTYPE_ORDER), keys.index(k)))
+
+
+def _answer_cells(case: pd.DataFrame) -> list[str]:
+    found = analysis.answer(case)
+    if found is None:
+        correct = case[case["status"].isin(CORRECT)]
+        fewest = correct.loc[correct["instructions"].idxmin()] if "instructions" in correct \
+            and correct["instructions"].map(finite).any() else None
+        if fewest is not None and not case["median_s"].map(finite).any():  # a counting run: counts, no times
+            return [f"not timed; fewest instructions: {fewest['strategy']} "
+                    f"({fmt_count(fewest['instructions'])}/call)", "–", "–", "–", "–"]
+        return ["none passed", "–", "–", "–", "–"]
+    best = found.best
+    median = fmt_time(best["median_s"]) + (f" {UNSTABLE.mark}" if unstable(best) else "")
+    faster_inexact = case[(case["status"] == INEXACT) & case["median_s"].map(finite)
+                          & (case["median_s"] < best["median_s"])]
+    name = best["strategy"] + (f" (faster but inexact: {', '.join(faster_inexact['strategy'])})"
+                               if len(faster_inexact) else "")
+    builtin = "is one" if found.builtin == best["strategy"] else fmt_ratio(found.over_builtin)
+    return [name, median, fmt_num(best["pct_of_ceiling"], 3, " %"), fmt_ratio(found.over_seed), builtin]
+
+
+ANSWER_NOTE = (f"Per operator, size and dtype, the fastest strategy that passed the float64-oracle check exactly "
+               f"and returns the operator's whole output, on each machine: its median time, its % of that "
+               f"machine's copy ceiling, and how many times faster it is than the seed's original and than the "
+               f"fastest library built-in ('is one' where it is that built-in; – where it was not measured). "
+               f"{UNSTABLE.mark}: unstable ({UNSTABLE.meaning}). A faster strategy that is only inexact is named "
+               f"beside it. Details, spreads and every other strategy follow below.")
+
+
+def answer_table(rows: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
+    """The suite's question answered in one table: per operator and size, and
+    per machine side by side, the fastest correct strategy and by how much."""
+    machines = machine_order(rows)
+    # One machine: a column per quantity. Several: a column per machine, side
+    # by side, each cell the same five quantities in a line.
+    header = ["operator", "size", "dtype"] + (
+        ["fastest", "median", "% of ceiling", "× seed", "× best built-in"] if len(machines) == 1 else machines)
+    table = []
+    for op, params, dtype in _size_order(rows):
+        case = rows[(rows["op"] == op) & (rows["params"] == params) & (rows["dtype"] == dtype)]
+        cells = [op, params_label(params), dtype]
+        for machine in machines:
+            on_machine = case[case["machine"] == machine]
+            found = _answer_cells(on_machine) if len(on_machine) else None
+            if len(machines) == 1:
+                cells += found
+            elif found is None:
+                cells.append("not run")
+            else:
+                name, median, pct, seed, builtin = found
+                cells.append(name if median == "–" else
+                             f"{name}: {median}, {pct} of ceiling, "
+                             + ("seed not timed" if seed == "–" else f"{seed} the seed") + ", "
+                             + ("the fastest built-in" if builtin == "is one" else
+                                "no built-in timed" if builtin == "–" else f"{builtin} the best built-in"))
+        table.append(cells)
+    return header, table
+
+
+def machines_table(case: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
+    """One case on several machines: strategy × machine, each cell the
+    median, the % of that machine's ceiling and the rank there."""
+    machines = machine_order(case)
+    ranks = {machine: analysis.ranks(case[case["machine"] == machine]) for machine in machines}
+    header = ["strategy"] + [f"{machine}" for machine in machines]
+    # In the first machine's order, then the strategies it did not rank in the next one's.
+    order = sorted(dict.fromkeys(case["strategy"]),
+                   key=lambda name: tuple(ranks[m].get(name, 10**6) for m in machines))
+    table = []
+    for name in order:
+        cells = [name]
+        for machine in machines:
+            found = case[(case["machine"] == machine) & (case["strategy"] == name)]
+            if found.empty:
+                cells.append("–")
+                continue
+            row = found.iloc[0]
+            if not finite(row["median_s"]):
+                cells.append(str(row["status"]))
+                continue
+            place = ranks[machine].get(name)
+            rank_text = f"rank {place}" if place else ("not ranked" if row["status"] == "ok" else row["status"])
+            cells.append(f"{fmt_time(row['median_s'])}{' ' + UNSTABLE.mark if unstable(row) else ''} · "
+                         f"{fmt_num(row['pct_of_ceiling'], 3, ' %')} · {rank_text}")
+        table.append(cells)
+    return header, table
+
+
+def machines_sentence(case: pd.DataFrame) -> str:
+    """Which strategy wins where, and where the ranking flips."""
+    machines = machine_order(case)
+    by_machine = {machine: case[case["machine"] == machine] for machine in machines}
+    winners = [(machine, analysis.fastest(rows)) for machine, rows in by_machine.items()]
+    text = "Fastest: " + "; ".join(f"{name} on {machine}" if name else f"none passed on {machine}"
+                                   for machine, name in winners) + "."
+    if len({name for _, name in winners if name}) == 1 and all(name for _, name in winners):
+        text = f"Fastest on every machine: {winners[0][1]}."
+    flips = analysis.rank_flips(by_machine)
+    if flips:
+        text += " The ranking flips: " + "; ".join(
+            f"{x} beats {y} on {first} but {y} beats {x} on {second}" for x, y, first, second in flips[:3]) \
+            + (f" (and {len(flips) - 3} more pairs)" if len(flips) > 3 else "") + "."
+    elif len(machines) > 1:
+        text += " No pair of leading strategies changes order with the machine beyond their spread."
+    return text

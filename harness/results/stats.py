@@ -1,0 +1,153 @@
+"""Pure statistics on timing samples (seconds). No I/O, no state."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, make_dataclass
+
+import numpy as np
+
+# scipy.stats is imported in the functions that use it: it takes 0.5-1.4 s to
+# import on the 2-core VM, and commands that never compare or time (`check`,
+# `list`, a dashboard build) should not pay for it, nor be inside it when a
+# SIGTERM arrives.
+
+
+# A slow start: the first samples of a case more than this many times slower
+# than its median. Measured on the 2-core VM: right after a torch.compile case
+# (or any burst of allocation), numba_fused maxpool2d 64x32x128x128 took
+# 189-225 ms for four calls, then 26 ms, steady; with 5 samples in the budget
+# its median came out 8x too slow. Memory the VM's host has not yet backed is
+# slow to touch the first time (1 GiB of fresh pages took 1.9-3.7 s to fill,
+# against 0.1 s once backed). Ordinary noise on that VM stays within 2x.
+SLOW_START_FACTOR = 2.0
+
+
+# Sampling goes on while the latest quarter of the samples is this many times
+# faster than all of them: a stall may be ending (gradually: 71, 50, 34 ms,
+# then 22 ms steady was measured too), and a few more samples settle it.
+SETTLING_FACTOR = 1.5
+
+
+def settling(samples_s, factor: float = SETTLING_FACTOR) -> bool:
+    """Whether the latest quarter of the samples (at least the last one) is
+    more than ``factor`` times faster than the median of all: the case may
+    still be leaving a slow start, and stopping now would keep it."""
+    if len(samples_s) < 2:
+        return False
+    recent = samples_s[-max(1, len(samples_s) // 4):]
+    return factor * float(np.median(recent)) < float(np.median(samples_s))
+
+
+def slow_start(samples_s, factor: float = SLOW_START_FACTOR) -> int:
+    """How many leading samples are each more than ``factor`` times the
+    median: a slow start, to be dropped like warm-up. Never more than half
+    the samples (a case slow half the time is noisy, not warming up)."""
+    samples = np.asarray(samples_s, dtype=np.float64)
+    median = float(np.median(samples)) if samples.size else math.nan
+    count = 0
+    while count < samples.size // 2 and samples[count] > factor * median:
+        count += 1
+    return count
+
+
+def _iqr(samples) -> float:
+    from scipy import stats as scipy_stats  # imported where used (above)
+
+    return scipy_stats.iqr(samples)
+
+
+# Every statistic a timed case stores, as pytest-benchmark's ``Stats.fields``:
+# (column, function of the samples). This one list drives both computing
+# (``summarize``) and storing (the result columns, harness/results/store.py); a new
+# statistic is one entry here, and a schema version (store.SCHEMA_VERSION).
+STAT_FIELDS = (
+    ("median_s", np.median),
+    ("iqr_s", _iqr),
+    ("min_s", np.min),
+    ("mean_s", np.mean),
+    ("n_samples", np.size),
+    # schema 3: the quartiles the IQR spans (bars drawn from them are the
+    # samples' own, not median ± IQR/2), the 10th percentile the regression
+    # gate screens on, and the slowest sample
+    ("q1_s", lambda samples: np.percentile(samples, 25)),
+    ("q3_s", lambda samples: np.percentile(samples, 75)),
+    ("p10_s", lambda samples: np.percentile(samples, 10)),
+    ("max_s", np.max),
+)
+STAT_COLUMNS = tuple(name for name, _ in STAT_FIELDS)
+
+Summary = make_dataclass("Summary", [(name, float) for name in STAT_COLUMNS], frozen=True,
+                         namespace={"__doc__": "The STAT_FIELDS of one case's samples.",
+                                    "as_row": lambda self: asdict(self)})
+
+
+def summarize(samples_s) -> Summary:
+    samples = np.asarray(samples_s, dtype=np.float64)
+    if samples.size == 0:
+        raise ValueError("no samples to summarize")
+    values = {name: function(samples) for name, function in STAT_FIELDS}
+    return Summary(**{name: int(value) if name == "n_samples" else float(value) for name, value in values.items()})
+
+
+def rel_iqr(iqr_s: float, median_s: float) -> float:
+    """The IQR as a fraction of the median (the run's per-case dispersion)."""
+    try:
+        return iqr_s / median_s if median_s > 0 and math.isfinite(iqr_s) else float("nan")
+    except TypeError:
+        return float("nan")
+
+
+def gbps(bytes_moved: float, seconds: float) -> float:
+    return bytes_moved / seconds / 1e9 if seconds > 0 else float("nan")
+
+
+def floor_s(bytes_moved: float, ceiling_gbps: float) -> float:
+    """The time the case would take at the device's measured copy bandwidth."""
+    return bytes_moved / (ceiling_gbps * 1e9) if ceiling_gbps > 0 else float("nan")
+
+
+def pct_of_ceiling(bytes_moved: float, median_s: float, ceiling_gbps: float) -> float:
+    return 100.0 * floor_s(bytes_moved, ceiling_gbps) / median_s if median_s > 0 else float("nan")
+
+
+def smallest_p(n_base: int, n_new: int) -> float:
+    """The smallest two-sided p-value the exact Mann–Whitney test can give
+    for these sample counts (complete separation): 2 / C(n+m, n). With 5 and
+    5 samples it is 0.0079, so no p below 0.002 can ever be reached."""
+    if not (n_base and n_new):
+        return 1.0
+    arrangements = math.comb(n_base + n_new, n_base)
+    return min(1.0, 2.0 / arrangements) if arrangements < 1e300 else 0.0  # thousands of samples: no float holds it
+
+
+def separated(base_s, new_s) -> int:
+    """+1 when every new sample is above every base sample, -1 when every one
+    is below, else 0: the strongest evidence of a shift a rank test can see."""
+    base, new = np.asarray(base_s, float), np.asarray(new_s, float)
+    if base.size == 0 or new.size == 0:
+        return 0
+    if new.min() > base.max():
+        return 1
+    if new.max() < base.min():
+        return -1
+    return 0
+
+
+def mann_whitney_p(base_s, new_s) -> float:
+    """Two-sided Mann–Whitney U p-value: do the two sample sets differ in location?"""
+    base, new = np.asarray(base_s, float), np.asarray(new_s, float)
+    if base.size == 0 or new.size == 0:
+        return float("nan")
+    if np.all(base == base[0]) and np.all(new == new[0]) and base[0] == new[0]:
+        return 1.0
+    from scipy import stats as scipy_stats
+
+    return float(scipy_stats.mannwhitneyu(base, new, alternative="two-sided").pvalue)
+
+
+def typical_s(samples, statistic: str = "median") -> float:
+    import numpy as np
+
+    values = np.asarray(samples, dtype=float)
+    return float(np.median(values) if statistic == "median" else np.percentile(values, 10))
