@@ -23,9 +23,10 @@ import pandas as pd
 
 from harness.base import plugins
 from harness.base.config import expand, parse_config
-from harness.base.errors import UnpinnedThreadsWarning, UsageError
+from harness.base.errors import ResultError, UnpinnedThreadsWarning, UsageError
 from harness.base.format import fmt_time
-from harness.measuring import check, facts, pinning, sweep
+from harness.measuring import check, pinning, sweep
+from harness.measuring.session import RunSession, signal_again
 from harness.results import store
 
 
@@ -73,9 +74,24 @@ def bench(op: str, strategies: list[str] | None = None, *, device: str = "cpu", 
     if warning:
         warnings.warn(warning, UnpinnedThreadsWarning, stacklevel=2)
     gate = check.StrategyGate(seed, config.timing.timeout_s)
-    clock = sweep.PhaseClock()
-    with pinning.threads_applied(config.threads) as applied:
-        rows = _measure(cases, config, gate, clock, applied, op, out)
+    out = Path(out) if out is not None else None
+    run_id = sweep.new_run_id(config.name)
+    with RunSession(out, run_id) as session:
+        applied = session.pin_threads(config.threads)
+        session.clock("ceilings")
+        ceilings = sweep.measure_ceilings((case.device for case in cases), config.threads)
+        if out is not None:
+            store.prepare_output_dir(out)
+        writer = session.open(config, None, ["scatterbench.bench", op], ceilings_gbps=ceilings, status="running")
+        sweep.run_sweep(cases, config, writer, run_id, ceilings, on_phase=session.clock, gate=gate)
+        # A result directory written by bench() reads like one `run` wrote: finished, with its end.
+        session.complete()
+    outcome = session.outcome
+    if outcome.interrupted:
+        signal_again(outcome.interrupted)
+    if outcome.disk_full:
+        raise ResultError(f"{out}: {outcome.disk_full}; stopped with {outcome.cases_on_disk} cases safely on disk")
+    rows = pd.DataFrame.from_records(writer.rows) if out is None else store.read_rows(out)
     from harness.judging.analysis import with_speedups
 
     rows = with_speedups(rows)
@@ -84,33 +100,7 @@ def bench(op: str, strategies: list[str] | None = None, *, device: str = "cpu", 
         [{"strategy": r.item.strategy.name, "case": r.item.label, "dtype": r.item.dtype, "status": r.verdict.status,
           "message": r.verdict.message} for r in gate.results],
         columns=["strategy", "case", "dtype", "status", "message"])
-    return BenchResult(rows, figure, checks, applied, clock.totals(), speedup_notes(rows))
-
-
-def _measure(cases, config, gate, clock, threads_applied: dict, op: str, out) -> pd.DataFrame:
-    """The sweep, into ``out`` when given (read back from there) or memory."""
-    clock("ceilings")
-    ceilings = sweep.measure_ceilings((case.device for case in cases), config.threads)
-    run_id = sweep.new_run_id(config.name)
-    if out is not None:
-        store.prepare_output_dir(Path(out))
-        meta = facts.run_metadata(threads_applied, None, ["scatterbench.bench", op])
-        meta.update(run_id=run_id, config=config.model_dump(), ceilings_gbps=ceilings, status="running",
-                    plugins=plugins.recorded())
-        writer = store.RunWriter(Path(out), meta)
-    else:
-        writer = _MemoryWriter()
-    try:
-        sweep.run_sweep(cases, config, writer, run_id, ceilings, on_phase=clock, gate=gate)
-        # A result directory written by bench() reads like one `run` wrote: finished, with its end.
-        writer.update_meta(status="complete", end_time=facts.now_iso(), load_avg_end=facts.load_average(),
-                           phase_s=clock.totals())
-    except KeyboardInterrupt:
-        writer.update_meta(status="interrupted", interrupted_by="SIGINT")
-        raise
-    finally:
-        writer.close()
-    return pd.DataFrame.from_records(writer.rows) if out is None else store.read_rows(Path(out))
+    return BenchResult(rows, figure, checks, applied, session.clock.totals(), speedup_notes(rows))
 
 
 def speedup_notes(rows: pd.DataFrame) -> list[str]:
@@ -124,28 +114,6 @@ def speedup_notes(rows: pd.DataFrame) -> list[str]:
         if note and note not in notes:
             notes.append(note)
     return notes
-
-
-class _MemoryWriter:
-    def __init__(self):
-        self.rows: list[dict] = []
-
-    def append(self, row: dict, samples_s=None) -> None:
-        self.rows.append(dict(row))
-
-    # Rows kept in memory leave nothing on disk for a later --resume: no case
-    # in flight to record, no metadata to update, nothing to close.
-    def begin_case(self, case: dict) -> None:
-        pass
-
-    def end_case(self) -> None:
-        pass
-
-    def update_meta(self, **fields) -> None:
-        pass
-
-    def close(self) -> None:
-        pass
 
 
 def _figure(rows: pd.DataFrame, op: str):

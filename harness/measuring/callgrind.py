@@ -72,6 +72,7 @@ from pathlib import Path
 from harness.base.config import Case
 from harness.base.errors import ResultError, UsageError
 from harness.measuring import facts, pinning, sweep
+from harness.measuring.session import RunSession
 from harness.results import counts, store
 from impls.registry import get_operator
 from impls.status import ERROR, SKIPPED
@@ -255,45 +256,29 @@ def execute_counting_run(plan: sweep.RunPlan, argv: list[str], *, on_start=None,
     reason = unavailable()
     if reason:
         raise UsageError(f"--instrument {INSTRUMENT}: {reason}")
-    outcome = sweep.RunOutcome(plan.out_dir, plan.run_id)
-    writer = None
-    clock = sweep.PhaseClock(on_phase)
-    with sweep._Signals():
-        try:
-            # The children apply these (and the environment's) thread counts; the config's are overridden.
-            meta = facts.run_metadata(count_threads(), plan.config_path, argv)
-            meta.update(run_id=plan.run_id, config=plan.config.model_dump(),
-                        shard=list(plan.shard_spec) if plan.shard_spec else None, n_cases=len(plan.cases),
-                        isolate=False, status="starting", instrument=INSTRUMENT,
-                        count_versions=count_versions(), count_settings=settings())
-            writer = store.RunWriter(plan.out_dir, meta)
-            if on_start:
-                on_start({}, {})
-            counted = []
-            for case in plan.cases:
-                skip = not_counted(case)
-                if skip is None:
-                    counted.append(case)
-                    continue
-                row = sweep.base_row(case, plan.run_id, math.nan)
-                row.update(status=SKIPPED, message=skip)
-                writer.append(row, [])
-                if on_case:
-                    on_case(case, row)
-            writer.update_meta(status="running")
-            if counted:
-                _count_cases(counted, plan, writer, clock, on_case)
-            writer.update_meta(status="complete", end_time=facts.now_iso(), load_avg_end=facts.load_average(),
-                               phase_s=clock.totals())
-        except (KeyboardInterrupt, sweep.Interrupted) as signal_error:
-            outcome.interrupted = getattr(signal_error, "signal_name", "SIGINT")
-            if writer is not None:
-                sweep._safely(writer.update_meta, status="interrupted", interrupted_by=outcome.interrupted)
-        finally:
-            if writer is not None:
-                outcome.cases_on_disk = writer.written
-                writer.close()
-    return outcome
+    with RunSession(plan.out_dir, plan.run_id, on_phase=on_phase) as session:
+        # The children apply these (and the environment's) thread counts; the config's are overridden.
+        writer = session.open(plan.config, plan.config_path, argv, threads=count_threads(), **sweep.plan_meta(plan),
+                              isolate=False, instrument=INSTRUMENT, count_versions=count_versions(),
+                              count_settings=settings())
+        if on_start:
+            on_start({}, {})
+        counted = []
+        for case in plan.cases:
+            skip = not_counted(case)
+            if skip is None:
+                counted.append(case)
+                continue
+            row = sweep.base_row(case, plan.run_id, math.nan)
+            row.update(status=SKIPPED, message=skip)
+            writer.append(row, [])
+            if on_case:
+                on_case(case, row)
+        writer.update_meta(status="running")
+        if counted:
+            _count_cases(counted, plan, writer, session.clock, on_case)
+        session.complete()
+    return session.outcome
 
 
 def _request(cases: list[Case], plan: sweep.RunPlan, mode: str, **extra) -> str:

@@ -11,12 +11,10 @@ hang in native code then costs only that case).
 
 from __future__ import annotations
 
-import errno
 import json
 import math
 import os
 import re
-import signal
 import subprocess
 import sys
 import time
@@ -24,7 +22,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from harness.base import plugins
 from harness.base.config import (
     Case,
     Config,
@@ -33,9 +30,10 @@ from harness.base.config import (
     measurement_differences,
     shard,
 )
-from harness.base.errors import ResultError, UsageError, retried_after_import
+from harness.base.errors import UsageError
 from harness.measuring import check, facts, memory, pinning, timing
 from harness.measuring.check import PHASE_CHECK, Reference, reference
+from harness.measuring.session import Interrupted, PhaseClock, RunOutcome, RunSession  # noqa: F401 - Interrupted: sweep's public name
 from harness.results import stats, store
 from impls.backends import device_present, get_backend, itemsize
 from impls.registry import get_operator
@@ -50,15 +48,6 @@ PHASE_ADVERSARIAL, PHASE_TIME = "adversarial", "time"
 # --isolate: the parent's share of a case (starting the child process, importing);
 # the child's own phases are added to theirs.
 PHASE_ISOLATED = "isolated process"
-
-
-class Interrupted(BaseException):
-    """Ctrl-C or SIGTERM: a BaseException so no strategy's ``except
-    Exception`` swallows it."""
-
-    def __init__(self, signal_name: str):
-        super().__init__(signal_name)
-        self.signal_name = signal_name
 
 
 @dataclass
@@ -505,125 +494,36 @@ def plan_run(config_path: str, *, output: str | None = None, resume: str | None 
 
 
 # ------------------------------------------------------------------- execution
-@dataclass
-class RunOutcome:
-    out_dir: Path
-    run_id: str
-    interrupted: str | None = None  # the signal's name
-    disk_full: str | None = None  # the error, when the disk filled up mid-run
-    cases_on_disk: int = 0
-
-
-class _Signals:
-    """SIGINT and SIGTERM raise ``Interrupted`` in the main thread while a run
-    writes, so both end the same way: meta says interrupted, every finished
-    case is kept, and the user is told how to resume."""
-
-    def __enter__(self):
-        self.previous = {}
-        for signum in (signal.SIGINT, signal.SIGTERM):
-            try:
-                self.previous[signum] = signal.signal(signum, self._raise)
-            except ValueError:  # not the main thread: leave signals alone
-                pass
-        return self
-
-    @staticmethod
-    def _raise(signum, frame):
-        if retried_after_import(signum, frame):
-            return
-        raise Interrupted(signal.Signals(signum).name)
-
-    def __exit__(self, *exc):
-        for signum, handler in self.previous.items():
-            signal.signal(signum, handler)
-        return False
-
-
-class PhaseClock:
-    """Seconds spent per phase (ceilings, check, prepare/compile, time) over a
-    run: where a sweep's time goes, stored in meta.json as ``phase_s``."""
-
-    def __init__(self, forward=None):
-        self.seconds: dict[str, float] = {}
-        self.current, self.since = None, time.perf_counter()
-        self.forward = forward
-
-    def __call__(self, phase: str | None) -> None:
-        now = time.perf_counter()
-        if self.current:
-            self.seconds[self.current] = self.seconds.get(self.current, 0.0) + now - self.since
-        self.current, self.since = phase, now
-        if phase and self.forward:
-            self.forward(phase)
-
-    def absorb(self, phase_s: dict) -> None:
-        """Adds a child process's seconds per phase, taking them out of the
-        phase in progress (which spanned the child's whole life)."""
-        for phase, seconds in phase_s.items():
-            self.seconds[phase] = self.seconds.get(phase, 0.0) + seconds
-        self.since += sum(phase_s.values())
-
-    def totals(self) -> dict:
-        self(None)
-        return {phase: round(seconds, 3) for phase, seconds in self.seconds.items()}
-
-
 def execute_run(plan: RunPlan, argv: list[str], *, isolate: bool = False, on_start=None, on_case=None,
                 on_phase=None, on_warning=None) -> RunOutcome:
-    """Writes the metadata, measures the ceilings and runs the plan's cases.
-    Ctrl-C and SIGTERM end it as ``interrupted``; a full disk ends it with
-    every case written so far intact. ``on_warning`` hears, in one line, of
-    unpinned thread pools on a loaded machine. Returns what happened."""
-    outcome = RunOutcome(plan.out_dir, plan.run_id)
-    writer = None
-    clock = PhaseClock(on_phase)
-    with _Signals():
-        try:
-            threads = pinning.apply_threads(plan.config.threads)
-            warning = pinning.oversubscription_warning(plan.config.threads, backends=backends_of(plan.cases))
-            if warning and on_warning:
-                on_warning(warning)
-            meta = facts.run_metadata(threads, plan.config_path, argv)
-            meta.update(run_id=plan.run_id, config=plan.config.model_dump(),
-                        shard=list(plan.shard_spec) if plan.shard_spec else None, n_cases=len(plan.cases),
-                        isolate=bool(isolate), status="starting", plugins=plugins.recorded())
-            writer = store.RunWriter(plan.out_dir, meta)
-            if plan.crashed:
-                writer.update_meta(crashed=[list(key) for key in plan.crashed])
-            devices = [c.device for c in plan.cases]
-            clock("ceilings")
-            ceilings, fresh_writes = measure_machine(devices, plan.config.threads)
-            writer.update_meta(ceilings_gbps={**writer.meta.get("ceilings_gbps", {}), **ceilings},
-                               fresh_write_gbps=fresh_writes or writer.meta.get("fresh_write_gbps", {}),
-                               ceiling_history=facts.ceiling_history(plan.out_dir, ceilings, writer.meta),
-                               status="running")
-            if on_start:
-                on_start(ceilings, fresh_writes)
-            run_sweep(plan.cases, plan.config, writer, plan.run_id, ceilings, isolate=isolate,
-                      on_case=on_case, on_phase=clock, isolate_keys=frozenset(plan.crashed))
-            writer.update_meta(status="complete", end_time=facts.now_iso(), load_avg_end=facts.load_average(),
-                               phase_s=clock.totals())
-        except (KeyboardInterrupt, Interrupted) as signal_error:
-            outcome.interrupted = getattr(signal_error, "signal_name", "SIGINT")
-            if writer is not None:
-                _safely(writer.end_case)  # stopped in an orderly way: the case was not a crash
-                _safely(writer.update_meta, status="interrupted", interrupted_by=outcome.interrupted)
-        except OSError as error:
-            if error.errno not in (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EIO) or writer is None:
-                raise ResultError(f"{plan.out_dir}: {store.describe_os_error(error, plan.out_dir)}") from None
-            outcome.disk_full = store.describe_os_error(error, plan.out_dir)
-            _safely(writer.end_case)
-            _safely(writer.update_meta, status="interrupted", interrupted_by=outcome.disk_full)
-        finally:
-            if writer is not None:
-                outcome.cases_on_disk = writer.written
-                writer.close()
-    return outcome
+    """Writes the metadata, measures the ceilings and runs the plan's cases,
+    in a ``RunSession`` (harness/measuring/session.py: Ctrl-C and SIGTERM end
+    it as ``interrupted``; a full disk ends it with every case written so far
+    intact). ``on_warning`` hears, in one line, of unpinned thread pools on a
+    loaded machine. Returns what happened."""
+    with RunSession(plan.out_dir, plan.run_id, on_phase=on_phase) as session:
+        session.pin_threads(plan.config.threads)
+        warning = pinning.oversubscription_warning(plan.config.threads, backends=backends_of(plan.cases))
+        if warning and on_warning:
+            on_warning(warning)
+        writer = session.open(plan.config, plan.config_path, argv, **plan_meta(plan), isolate=bool(isolate))
+        if plan.crashed:
+            writer.update_meta(crashed=[list(key) for key in plan.crashed])
+        devices = [c.device for c in plan.cases]
+        session.clock("ceilings")
+        ceilings, fresh_writes = measure_machine(devices, plan.config.threads)
+        writer.update_meta(ceilings_gbps={**writer.meta.get("ceilings_gbps", {}), **ceilings},
+                           fresh_write_gbps=fresh_writes or writer.meta.get("fresh_write_gbps", {}),
+                           ceiling_history=facts.ceiling_history(plan.out_dir, ceilings, writer.meta),
+                           status="running")
+        if on_start:
+            on_start(ceilings, fresh_writes)
+        run_sweep(plan.cases, plan.config, writer, plan.run_id, ceilings, isolate=isolate,
+                  on_case=on_case, on_phase=session.clock, isolate_keys=frozenset(plan.crashed))
+        session.complete()
+    return session.outcome
 
 
-def _safely(update, **fields) -> None:
-    try:
-        update(**fields)
-    except OSError:  # the disk that stopped the run may refuse this too; the rows are safe
-        pass
+def plan_meta(plan: RunPlan) -> dict:
+    """What meta.json says of a planned run (besides the session's own fields): its shard and size."""
+    return {"shard": list(plan.shard_spec) if plan.shard_spec else None, "n_cases": len(plan.cases)}
