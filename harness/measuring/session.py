@@ -12,7 +12,8 @@ endings, and the directory closed.
   which signal, every finished case stays on disk, and the case in flight is
   not taken for a crash (``--resume`` runs it again in-process).
 - **disk full**: an OSError saying the disk is full, read-only or failing
-  (``DISK_FULL``) ends the run the same way, with the error as the reason.
+  (``DISK_FULL``) ends the run the same way, with the error as the reason
+  (written in the room the writer kept for it, ``store.RESERVE``).
 
 The session never raises for those endings: ``outcome`` (``RunOutcome``)
 says which one it was, for the caller to report (the CLI: one line and exit
@@ -215,6 +216,7 @@ class RunSession:
         if error.errno not in DISK_FULL or self.writer is None:
             raise ResultError(f"{self.outcome.out_dir}: {described}") from None
         self.outcome.disk_full = described
+        self.writer.free_reserve()  # the room kept for this: meta.json can still say why the run stopped
         self._stopped(described)
         return True
 

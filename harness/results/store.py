@@ -47,6 +47,9 @@ META, ROWS, SAMPLES, LOCK = "meta.json", "rows.csv", "samples.jsonl", ".lock"
 # kill -9) was doing, for --resume to treat with care.
 IN_FLIGHT = "in-flight.json"
 PROBE = ".write-probe-"
+# Room kept while a run writes (sixteen times a typical meta.json), given back when the disk
+# fills, so that meta.json can still say the run stopped, and why (RunWriter.free_reserve).
+RESERVE, RESERVE_BYTES = ".reserve", 64 << 10
 
 # A row cannot be read without these.
 KEY_COLUMNS = ("run_id", "case_id", "op", "strategy", "device", "dtype", "params", "status")
@@ -295,6 +298,7 @@ class RunWriter:
                 # Ctrl-C or SIGTERM after the metadata was written, before the caller holds
                 # this writer to mark it: say so here, or the run would read as still starting.
                 self._mark_interrupted(getattr(error, "signal_name", None) or "SIGINT")
+            self.free_reserve()
             self.lock.release()
             raise
 
@@ -331,6 +335,8 @@ class RunWriter:
         self.written = 0 if new else max(len(_data_lines(rows_path)), 0)
         if new:
             self._write(self._rows, ",".join(COLUMNS) + "\r\n")
+        with open(self.directory / RESERVE, "wb") as reserve:
+            self._write(reserve, bytes(RESERVE_BYTES))
 
     @staticmethod
     def _write(handle, text: str) -> None:
@@ -368,6 +374,14 @@ class RunWriter:
         self.meta.update(fields)
         write_json_atomic(self.directory / META, self.meta)
 
+    def free_reserve(self) -> None:
+        """Gives back the room kept at open (``RESERVE``): the disk is full,
+        and what is left to write is the metadata saying so."""
+        try:
+            (self.directory / RESERVE).unlink()
+        except OSError:
+            pass
+
     def close(self) -> None:
         for handle in (getattr(self, "_rows", None), getattr(self, "_samples", None)):
             if handle is not None and not handle.closed:
@@ -380,6 +394,7 @@ class RunWriter:
                 write_summary(self.directory)
             except (OSError, ResultError, ValueError):
                 pass  # a full disk, say: the dashboard rebuilds it from the raw results
+        self.free_reserve()
         self.lock.release()
 
 
