@@ -1,0 +1,139 @@
+"""One run lifecycle (harness/measuring/session.py) for every run mode: the
+sweep (``run``), the counting run (``run --instrument callgrind``) and
+``bench()``, each stopped mid-run in a real process by SIGTERM and by a
+full disk (a small tmpfs filled once cases are on it, as test_faults.py
+does; root only). Whatever stopped it, every case finished before is on disk
+and reads back, meta.json says ``interrupted`` and why, and the case in
+flight is not left looking like a crash."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parents[1]))  # tests/harness: the shared fault-injection helpers
+from test_counting import needs_valgrind  # noqa: E402
+from test_faults import (  # noqa: E402
+    PYTHON,
+    SLOW,
+    SLOW_CASES,
+    error_line,
+    fill,
+    finish,
+    finished_rows,
+    interrupted_line,
+    meta_of,
+    plugin_env,
+    rows_of,
+    small_fs,  # noqa: F401 - the fixture
+    spawn,
+    wait_for,
+    write,
+)
+
+from harness.results.store import IN_FLIGHT, RESERVE  # noqa: E402
+
+pytestmark = pytest.mark.slow  # real runs in subprocesses
+
+ROOT = Path(__file__).parents[3]
+# Counted under Callgrind, a case takes about 40 s on the 2-core VM: three are enough to stop mid-run.
+COUNTING = """
+name: counting-stopped
+timing: {min_samples: 5, max_samples: 40, budget_s: 0.01, warmup_s: 0, timeout_s: 30}
+threads: {torch: 1, blas: 1, numba: 1}
+benchmarks:
+  - op: maxpool2d
+    strategies: [numpy_sliding_window]
+    params: {N: 1, C: 1, H: [4, 6, 8], W: 4, k: 2}
+"""
+COUNTING_CASES = 3
+# SLOW's cases through bench(): 2 ms calls for 0.3 s each.
+BENCH = """
+import sys
+
+import scatterbench
+from harness.base.errors import ResultError
+
+try:
+    scatterbench.bench("maxpool2d", ["spin_steady"], N=1, C=1, H=[4, 6, 8, 10, 12, 14, 16, 18], W=4, k=2,
+                       timing={"min_samples": 5, "max_samples": 400, "budget_s": 0.3, "warmup_s": 0},
+                       threads={"torch": 1, "numpy": 1, "numba": 1}, plot=False, out=sys.argv[1])
+except ResultError as error:
+    print(f"bench: error: {error}", file=sys.stderr)
+    sys.exit(2)
+"""
+DISK_FULL_REASON = "no space left on the device"
+
+
+def start(mode: str, tmp_path: Path, out: Path) -> tuple[subprocess.Popen, Path | None, int]:
+    """The run in ``mode``, writing into ``out``: the process, its config
+    file (None for bench()) and how many cases it has."""
+    if mode == "sweep":
+        config = write(tmp_path / "slow.yaml", SLOW)
+        return spawn("run", config, "-o", out, "--no-progress", env=plugin_env("spin_plugin")), config, SLOW_CASES
+    if mode == "counting":
+        config = write(tmp_path / "counting.yaml", COUNTING)
+        return spawn("run", config, "--instrument", "callgrind", "-o", out, "--no-progress"), config, COUNTING_CASES
+    env = plugin_env("spin_plugin")
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env["PYTHONPATH"]])
+    process = subprocess.Popen([PYTHON, "-c", BENCH, str(out)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               text=True, errors="replace", env=env)
+    return process, None, SLOW_CASES
+
+
+def stop_mid_run(mode: str, tmp_path: Path, out: Path, stop) -> tuple[subprocess.CompletedProcess, Path | None,
+                                                                         set[str], int]:
+    """Starts the run, waits for its first finished case (the sweeps: two),
+    notes which are on disk, then ``stop()``s it. Returns how the process
+    ended, the config, the cases finished before the stop, and how many
+    cases the run has."""
+    process, config, n_cases = start(mode, tmp_path, out)
+    enough = 1 if mode == "counting" else 2
+    wait_for(lambda: finished_rows(out) >= enough, f"{enough} finished cases", timeout=600, process=process)
+    before = {row["case_id"] for row in rows_of(out)}
+    stop(process)
+    return finish(process, timeout=600), config, before, n_cases
+
+
+def assert_stopped_in_order(out: Path, before: set[str], n_cases: int, reason: str) -> None:
+    """Nothing finished is lost, the run says it was interrupted and why, and
+    it is stopped in an orderly way (no case in flight, no room left kept)."""
+    meta, rows = meta_of(out), rows_of(out)
+    ids = {row["case_id"] for row in rows}
+    assert before <= ids, f"finished cases lost: {sorted(before - ids)}"
+    assert len(ids) == len(rows) < n_cases  # each once, and the run did stop early
+    assert {row["status"] for row in rows} == {"ok"} and {row["run_id"] for row in rows} == {meta["run_id"]}
+    assert meta["status"] == "interrupted" and meta["interrupted_by"] == reason, meta
+    assert "end_time" not in meta
+    assert not (out / IN_FLIGHT).exists() and not (out / RESERVE).exists()
+
+
+MODES = ["sweep", pytest.param("counting", marks=needs_valgrind), "bench"]
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_sigterm_mid_run_keeps_every_finished_case_and_says_so(tmp_path, mode):
+    out = tmp_path / "out"
+    result, config, before, n_cases = stop_mid_run(mode, tmp_path, out, lambda process: process.terminate())
+    if config is not None:
+        interrupted_line(result, out, config)
+    else:  # bench(): SIGTERM sent again once the record was safe, to the script's default action
+        assert result.returncode == -signal.SIGTERM, (result.returncode, result.stderr[-3000:])
+    assert_stopped_in_order(out, before, n_cases, "SIGTERM")
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_full_disk_mid_run_keeps_every_finished_case_and_says_so(tmp_path, small_fs, mode):  # noqa: F811
+    out = small_fs("small", "1m") / "out"
+    result, config, before, n_cases = stop_mid_run(mode, tmp_path, out, lambda process: fill(out.parent))
+    if config is not None:
+        line = error_line(result, out, DISK_FULL_REASON, f"--resume {out}")
+    else:
+        line = error_line(result, out, DISK_FULL_REASON, prefix="bench: error: ")
+    assert f"stopped with {finished_rows(out)} cases safely on disk" in line
+    assert_stopped_in_order(out, before, n_cases, DISK_FULL_REASON)
