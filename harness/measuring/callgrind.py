@@ -2,53 +2,12 @@
 
 The selected CPU cases run under Callgrind, with cache simulation, and each
 row gets per-call ``instructions`` and ``est_cycles`` (harness/results/counts.py)
-instead of times. What makes that affordable and exact:
-
-- **One valgrind process, uninstrumented until a case is counted.**
-  Callgrind starts with instrumentation off (``--instr-atstart=no``):
-  importing torch then takes about 17 s instead of 90-190 s (measured on the
-  2-core VM). Each case is checked against the oracle that way, by the
-  sweep's own path (``sweep.run_sweep`` with a ``measure``); then
-  instrumentation goes on (Callgrind clears its simulated caches), the case
-  is warmed up outside collection, collection (``--collect-atstart=no``) is
-  toggled on around ``CALLS`` calls, and the dump is named after the case
-  and kept in ``DIR/callgrind/`` for ``callgrind_annotate``. The switches are
-  Callgrind's client requests (``<valgrind/callgrind.h>``, compiled into a
-  small library with the system's C compiler: torch's
-  ``_valgrind_toggle`` covers collection only, and switching instrumentation
-  from outside, through vgdb, does not reach a forked process).
-- **Each case in a fork.** The process imports everything once, then counts
-  each case in a fork of itself, so every case starts from the same heap and
-  its counts do not depend on the cases before it (``_count_in_fork``).
-- **Compiled before, in a normal process.** numba kernels are compiled by a
-  warm-up pass in a normal process and loaded from numba's on-disk cache
-  under Callgrind (importing numba and compiling one small kernel there took
-  3.5 minutes). numba keys its cache on the CPU it compiles for, and under
-  valgrind LLVM sees valgrind's CPU ("haswell", no AVX-512), so both
-  processes compile for the CPU valgrind shows (``NUMBA_CPU_NAME``,
-  ``NUMBA_CPU_FEATURES``, asked of LLVM under valgrind).
-- **One thread everywhere.** A multithreaded runtime's spin-waits are not
-  deterministic: torch, BLAS and numba run one thread, from the environment
-  on (``OMP_NUM_THREADS`` and the rest), whatever the config says; and hash
-  randomisation is off, so dict and set orders repeat.
-- **An allocator that does the same thing every run** (``MALLOC_TUNABLES``):
-  where an array lands decides which simulated cache sets it uses and
-  whether ``calloc`` must clear it.
-- **The same inputs, so the same heap.** The counting process gets nothing
-  that differs between two runs: it runs in one fixed working directory
-  (``_work_directory``; a second counting run waits for it), without that
-  directory on ``sys.path`` (``python -P``), and is not told the run's id.
-  The counted calls run in a thread started first in the case's fork, which
-  prepares the strategy itself (``CallgrindCounter``). Each of these was
-  measured: a random working-directory name of fixed length, a random run id
-  or a strategy prepared after the check each moved seed_loop's est_cycles
-  by 0.03-0.15 % between two runs of the same code; together, two runs
-  under load now agree to the count on most cases (README, "Counts").
-- **The same simulated machine everywhere.** The cache geometry is fixed
-  (``CACHE``) rather than read from the host, and valgrind presents one CPU
-  to the program whatever the host, so counts depend on the code and the
-  tool-and-library versions (recorded in meta.json, ``count_versions``), not
-  on the machine: the counts baseline is kept per version set.
+instead of times. Affordable: one valgrind process, instrumentation on only
+around a counted case, numba compiled beforehand in a normal process.
+Exact: each case in a fork of that process, one thread per library, a
+deterministic allocator, the same inputs on every run, the counted calls in a
+thread of their own, a fixed simulated cache. Each choice and the measurement
+behind it: docs/COUNTING.md.
 
 CUDA cases and kernels that reach the CPU only through an interpreter
 (Triton) are rows with status ``skipped`` and the reason, never counted.
@@ -81,9 +40,8 @@ INSTRUMENT = "callgrind"
 CALLS = 3  # counted calls per case; the row holds the count per call
 WARMUP_CALLS = 2  # outside collection, after instrumentation is on: lazy set-ups, first touches
 # (size in bytes, associativity, line size): a common x86 L1, and the 32 MiB 16-way last level
-# of an AMD EPYC core complex (Zen 3, Zen 4). With 8 MiB, a 5 MB working set (torch_index_add's
-# at 2x20x128x128) took 650 more last-level misses per call in one run than in another, as its
-# arrays landed in other sets: 0.4 % of its est_cycles.
+# of an AMD EPYC core complex; fixed, not the host's, so counts do not depend on the machine
+# (a smaller one moved est_cycles by 0.4 % between runs: docs/COUNTING.md).
 CACHE = {"I1": (32768, 8, 64), "D1": (32768, 8, 64), "LL": (33554432, 16, 64)}
 
 
@@ -95,13 +53,9 @@ def count_threads() -> dict:
 
 
 THREAD_ENV = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "NUMBA_NUM_THREADS": "1"}
-# glibc's allocator made deterministic: every block of this many bytes or more a fresh
-# mapping (page-aligned), the heap's top never padded or kept (README, "Counts"). With its
-# defaults, the same case's arrays landed at other page offsets from run to run (the heap
-# grows by mappings under valgrind), and its simulated L1 misses moved by up to 0.14 %.
-# No per-thread cache (tcache): with it, a freed block of the main thread's heap could serve the
-# counted thread's next allocation, and whether it did varied from run to run (0.04 % of
-# seed_loop's instructions, all of it in free()).
+# glibc's allocator made deterministic: where an array lands decides which simulated cache sets
+# it uses. Every block of this many bytes or more a fresh mapping, the heap's top never padded
+# or kept, no per-thread cache (each measured moving counts between runs: docs/COUNTING.md).
 MALLOC_TUNABLES = ("glibc.malloc.mmap_threshold=16384", "glibc.malloc.top_pad=0", "glibc.malloc.trim_threshold=16384",
                    "glibc.malloc.tcache_count=0")
 # Python's objects from glibc too, from the counting thread's own arena (CallgrindCounter).
@@ -282,9 +236,9 @@ def execute_counting_run(plan: sweep.RunPlan, argv: list[str], *, on_start=None,
 
 
 def _request(cases: list[Case], plan: sweep.RunPlan, mode: str, **extra) -> str:
-    """What the child is asked. Not the run's id: a random part, whose
-    content reaches the counting process's heap and moved est_cycles by a few
-    hundredths of a percent; the parent writes the run's id into each row."""
+    """What the child is asked. Not the run's id: its random part would reach
+    the counting process's heap (docs/COUNTING.md); the parent writes the
+    run's id into each row."""
     config = plan.config.model_dump()
     config["threads"] = count_threads()
     config["timing"]["timeout_s"] = config["timing"]["timeout_s"] * (SLOWDOWN if mode == "count" else 1)
@@ -321,10 +275,9 @@ def _count_cases(cases: list[Case], plan: sweep.RunPlan, writer, clock, on_case)
 def _work_directory():
     """The counting process's working directory, one per user, the same path
     on every run (``WORK_DIR``), taken under a lock: a second counting run
-    waits for the first. Its path reaches that process's heap (its content
-    too: a random name of the same length moved seed_loop's est_cycles by
-    up to 0.06 % between runs), so a fixed one keeps every run's heap the
-    same. Emptied when taken: what a killed run left there is no one's."""
+    waits for the first. Its path reaches that process's heap, so a fixed
+    one keeps every run's heap the same (docs/COUNTING.md). Emptied when
+    taken: what a killed run left there is no one's."""
     import fcntl
 
     work = Path(tempfile.gettempdir()) / f"{WORK_DIR}-{os.getuid()}"
@@ -419,15 +372,10 @@ class CallgrindCounter:
     instrumentation off; the counts per call as row fields.
 
     The calls run in a thread of their own, started when the counter is made
-    (first thing in the case's fork) and waiting until the case is checked.
-    Its allocations then come from a fresh glibc arena (and, with
-    ``PYTHONMALLOC=malloc``, Python's too), and its thread state is allocated
-    before anything that differs between runs: the strategy is prepared again
-    in that thread (``make_run``), so that everything the counted calls touch
-    lands at the same addresses in every run. What the check before it
-    allocates varies (the lines of /proc files it reads, for one): preparing
-    in the main thread after it moved the simulated L1 misses of seed_loop by
-    up to 0.15 % between two runs (README, "Counts")."""
+    (first thing in the case's fork) and waiting until the case is checked;
+    it prepares the strategy again itself (``make_run``), in its fresh glibc
+    arena, so that what the counted calls touch lands at the same addresses
+    in every run whatever the check allocated before (docs/COUNTING.md)."""
 
     def __init__(self, requests: ClientRequests, name: str, calls: int = CALLS, warmup_calls: int = WARMUP_CALLS):
         self.requests, self.name = requests, name
@@ -493,10 +441,8 @@ class CallgrindCounter:
 def _count_in_fork(index: int, case: Case, config, run_id: str, requests: ClientRequests) -> None:
     """Counts one case in a fork of this process, so that every case starts
     from the same state (heap, collector, caches): a case's counts then do
-    not depend on the cases before it. Measured: numpy_loop's instructions
-    moved 2.5 % between a 4-case and a 19-case sweep when all ran in one
-    process (np.zeros took memory from the heap, zeroed by memset, or fresh
-    pages, zeroed by the kernel, depending on what ran before)."""
+    not depend on the cases before it (in one process they moved by 2.5 %
+    with the cases before: docs/COUNTING.md)."""
     name = f"{index:03d}-{sweep.safe_name(case.strategy)}"
     pid = os.fork()
     if pid == 0:

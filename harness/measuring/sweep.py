@@ -297,14 +297,9 @@ def run_sweep(cases: list[Case], config: Config, writer, run_id: str, ceilings: 
 def measure_machine(devices, threads=None) -> tuple[dict, dict]:
     """The copy ceiling of each device and, when the CPU is used, the
     fresh-output write bandwidth per allocator (timing.copy_ceiling_gbps,
-    timing.fresh_write_gbps), measured in a child process.
-
-    Why a child: those measurements allocate and free buffers of 256 MiB and
-    more. In the measuring process that would raise glibc's dynamic mmap
-    threshold, so every later output of a few MB came from the heap instead
-    of fresh pages and, on a loaded machine with transparent huge pages, paid
-    compaction stalls: measured here, a 90 µs torch scatter_ then took 32 ms
-    per call in the sweep, and 80 µs in a fresh process."""
+    timing.fresh_write_gbps), measured in a child process: their 256 MiB
+    buffers would raise glibc's mmap threshold in this one and slow every
+    later case's outputs (measured: 90 µs -> 32 ms a call; docs/TIMING.md)."""
     devices = sorted(set(devices))
     if not devices:
         return {}, {}
