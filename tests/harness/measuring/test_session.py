@@ -17,7 +17,6 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parents[1]))  # tests/harness: the shared fault-injection helpers
-from test_counting import needs_valgrind  # noqa: E402
 from test_faults import (  # noqa: E402
     PYTHON,
     SLOW,
@@ -36,6 +35,7 @@ from test_faults import (  # noqa: E402
     write,
 )
 
+from harness.measuring import callgrind  # noqa: E402
 from harness.results.store import IN_FLIGHT, RESERVE  # noqa: E402
 
 pytestmark = pytest.mark.slow  # real runs in subprocesses
@@ -117,6 +117,9 @@ def assert_stopped_in_order(out: Path, before: set[str], n_cases: int, reason: s
     assert not (out / IN_FLIGHT).exists() and not (out / RESERVE).exists()
 
 
+# As the counting tests skip (test_counting.py): where valgrind or a C compiler is missing, saying which.
+needs_valgrind = pytest.mark.skipif(callgrind.unavailable() is not None,
+                                    reason=f"no counts here: {callgrind.unavailable()}")
 MODES = ["sweep", pytest.param("counting", marks=needs_valgrind), "bench"]
 
 
