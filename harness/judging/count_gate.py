@@ -102,8 +102,8 @@ def run_count_gate(baseline, config_path, factor: float = regression.DEFAULT_COU
         log(f"regress: {warning}")
     table = pd.concat([found.table for found in tables.values()], ignore_index=True)
     failing = compare.regressed(table)
-    summary = ("counts: " + "; ".join(f"{compare.counts_line(found.table)} by {name}" for name, found in tables.items())
-               + f"  (factor {factor:g}, {len(headline.table)} cases)")
+    by_metric = "; ".join(f"{compare.counts_line(found.table)} by {name}" for name, found in tables.items())
+    summary = (f"counts: {by_metric}  (factor {factor:g}, {len(headline.table)} cases)")
     for _, r in failing.iterrows():
         summary += f"\nFAIL {compare.count_verdict_line(r)}"
     return wall_gate.GateResult(table, bool(len(failing)), summary, [plan.out_dir])
