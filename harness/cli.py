@@ -25,6 +25,7 @@ from harness.base.errors import (
     UsageError,
     retried_after_import,
 )
+from harness.results.metrics import COUNTS
 
 __all__ = ["EXIT_FINDINGS", "EXIT_INTERRUPTED", "EXIT_OK", "EXIT_USAGE", "UsageError", "main"]
 
@@ -206,14 +207,16 @@ def _counts_table(rows):
 
     from harness.base.format import params_label
     from harness.presenting.tables import STATUS_STYLE, Column, console, fitted_table
-    from harness.results.counts import fmt_count
 
+    # The headline count stays longest when the table is too wide, the others in their declared order.
     columns = [Column("op", 2), Column("strategy", 0), Column("dtype", 4), Column("params", 3, flexible=True),
-               Column("status", 0), Column("instructions", 0, "right"), Column("est. cycles", 1, "right"),
+               Column("status", 0), *(Column(metric.name, min(index, 1), "right")
+                                      for index, metric in enumerate(COUNTS.fields)),
                Column("message", 5, flexible=True)]
     cells = [[escape(r["op"]), escape(r["strategy"]), r["dtype"], escape(params_label(r["params"])),
-              f"[{STATUS_STYLE.get(r['status'], '')}]{r['status']}[/]", fmt_count(r["instructions"]),
-              fmt_count(r["est_cycles"]), escape(str(r["message"]))] for _, r in rows.iterrows()]
+              f"[{STATUS_STYLE.get(r['status'], '')}]{r['status']}[/]",
+              *(metric.format(r[metric.name]) for metric in COUNTS.fields), escape(str(r["message"]))]
+             for _, r in rows.iterrows()]
     return fitted_table("counts per call (Callgrind)", columns, cells, console().width)
 
 
@@ -230,9 +233,11 @@ def _counts_table(rows):
              help="normalise each operator by its declared reference strategy (what `make regress` uses)"),
          arg("--statistic", choices=("median", "p10"), default="median",
              help="the typical time compared: the median, or the 10th percentile (steadier on a busy machine)"),
-         arg("--metric", choices=("time", "instructions", "est_cycles"), default="time",
-             help="what is compared: times (the default), or counts per call from `run --instrument callgrind`, "
-                  "which regress past --factor (1.03) with no statistical test: they are deterministic"),
+         arg("--metric", choices=("time", *COUNTS.names), default="time",
+             help="what is compared: times (the default), or a count per call from `run --instrument callgrind` ("
+                  + "; ".join(f"{metric.name}: {metric.description}" for metric in COUNTS.fields).replace("%", "%%")
+                  + f"), which regresses past --factor ({COUNTS.factor:g}) with no statistical test: counts are "
+                    f"deterministic"),
          arg("--format", choices=("table", "md", "json"), default="table", help="output format"),
          arg("-o", "--output", help="also write the Markdown (or JSON) to this file"))
 def cmd_compare(args) -> int:
@@ -310,7 +315,6 @@ def _count_compare_table(table):
 
     from harness.base.format import fmt_num, params_label
     from harness.presenting.tables import VERDICT_STYLE, Column, console, fitted_table
-    from harness.results.counts import fmt_count
 
     metric = table["metric"].iloc[0] if len(table) else "count"
     columns = [Column("op", 2), Column("strategy", 0), Column("device", 6), Column("dtype", 5),
@@ -319,8 +323,9 @@ def _count_compare_table(table):
     cells = []
     for _, r in table.iterrows():
         style = VERDICT_STYLE.get(r["verdict"], "")
+        shown = COUNTS[r["metric"]].format
         cells.append([escape(r["op"]), escape(r["strategy"]), r["device"], r["dtype"],
-                      escape(params_label(r["params"])), fmt_count(r["base_count"]), fmt_count(r["new_count"]),
+                      escape(params_label(r["params"])), shown(r["base_count"]), shown(r["new_count"]),
                       fmt_num(r["ratio"], 4, "×"), f"[{style}]{escape(r['verdict'])}[/]" if style
                       else escape(r["verdict"])])
     return fitted_table(f"compare {metric} per call (Callgrind)", columns, cells, console().width)
@@ -389,7 +394,8 @@ def cmd_regress(args) -> int:
         counted = run_count_gate(args.counts, args.config, counts_factor,
                                  output=Path(args.output) if args.output else None, log=log)
         if len(counted.table):
-            console().print(_count_compare_table(counted.table[counted.table["metric"] == "instructions"]))
+            headline = counted.table[counted.table["metric"] == COUNTS.primary.name]  # the others: in the summary
+            console().print(_count_compare_table(headline))
         print(counted.summary)
         failed = failed or counted.failed
     return EXIT_FINDINGS if failed else EXIT_OK

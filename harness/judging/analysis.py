@@ -142,7 +142,7 @@ MAX_UNSTABLE_SHARE = 0.25
 def unfit_reasons(base_meta: dict, base_rows: pd.DataFrame, new_meta: dict, new_rows: pd.DataFrame,
                   metric: str = "time") -> list[str]:
     """Why the change between two runs cannot be judged on ``metric``
-    ("time", or one of counts.METRICS), as short phrases; empty
+    ("time", or one of metrics.COUNTS), as short phrases; empty
     when both runs are fit. What the dashboard asks of a pair of stored runs
     before it calls a change red, since it cannot re-measure as the CI gate does.
 

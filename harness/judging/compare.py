@@ -33,7 +33,7 @@ from harness.base.format import (
     params_label,
 )
 from harness.judging import regression
-from harness.results import counts, runmeta, stats, store
+from harness.results import metrics, runmeta, stats, store
 from impls.status import CORRECT
 
 CASE_KEY = ["op", "strategy", "device", "dtype", "params"]
@@ -188,12 +188,13 @@ def compare_frames(base_rows, base_samples, new_rows, new_samples, rule=None, re
 
 # ---------------------------------------------------------------- counts
 def compare_counts(base_dir, new_dir, metric: str, factor: float = regression.DEFAULT_COUNT_FACTOR) -> Comparison:
-    """Per case, the two runs' ``metric`` (a count per call, from
-    ``run --instrument callgrind``), their ratio and the count rule's
-    verdict (harness/results/counts.py). A run without that count is an error, not
-    a gate that passes: a timed run compared by count would judge nothing."""
-    if metric not in counts.METRICS:
-        raise UsageError(f"--metric {metric}: expected one of {', '.join(counts.METRICS)}")
+    """Per case, the two runs' ``metric`` (a count per call of
+    ``metrics.COUNTS``, from ``run --instrument callgrind``), their ratio and
+    the count rule's verdict (harness/results/counts.py). A run without that
+    count is an error, not a gate that passes: a timed run compared by count
+    would judge nothing."""
+    if metric not in metrics.COUNTS.names:
+        raise UsageError(f"--metric {metric}: expected one of {', '.join(metrics.COUNTS.names)}")
     base_meta, base_rows, _ = store.read_run(Path(base_dir))
     new_meta, new_rows, _ = store.read_run(Path(new_dir))
     if not set(base_rows["case_id"]) & set(new_rows["case_id"]):
@@ -243,8 +244,9 @@ def count_verdict_line(r) -> str:
     where = f"{r['op']}/{r['strategy']} {r['device']} {r['dtype']} {params_label(r['params'])}"
     if r["verdict"] in (regression.BROKEN, regression.FIXED):
         return f"{r['verdict']}: {where}: status {r['base_status']} -> {r['new_status']}"
-    return (f"{r['verdict']}: {where}: {r['metric']} {counts.fmt_count(r['base_count'])} -> "
-            f"{counts.fmt_count(r['new_count'])} per call ({r['ratio']:.3f}x, factor {r['factor']:g})")
+    shown = metrics.COUNTS[r["metric"]].format
+    return (f"{r['verdict']}: {where}: {r['metric']} {shown(r['base_count'])} -> {shown(r['new_count'])} per call "
+            f"({r['ratio']:.3f}x, factor {r['factor']:g})")
 
 
 def counts_markdown(table: pd.DataFrame) -> str:
@@ -253,9 +255,10 @@ def counts_markdown(table: pd.DataFrame) -> str:
              "|---|---|---|---|---|---|---|---|---|"]
     for _, r in table.iterrows():
         verdict = f"**{r['verdict']}**" if r["verdict"] in regression.FAILING else r["verdict"]
+        shown = metrics.COUNTS[r["metric"]].format
         cells = [md_escape(r["op"]), md_escape(r["strategy"]), r["device"], r["dtype"],
-                 md_escape(params_label(r["params"])), counts.fmt_count(r["base_count"]),
-                 counts.fmt_count(r["new_count"]), fmt_num(r["ratio"], 4, "×"), verdict]
+                 md_escape(params_label(r["params"])), shown(r["base_count"]), shown(r["new_count"]),
+                 fmt_num(r["ratio"], 4, "×"), verdict]
         lines.append("| " + " | ".join(cells) + " |")
     lines += ["", counts_line(table)]
     return "\n".join(lines)

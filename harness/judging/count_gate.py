@@ -1,8 +1,8 @@
 """The gate on counts (``scatterbench regress ... --counts BASELINE``, run by
 ``make regress`` beside the wall-time gate): the config counted under
 Callgrind (harness/measuring/callgrind.py) and compared with a counts baseline, a case
-failing when its instructions or its estimated cycles per call grew by more
-than 3 % (harness/results/counts.py). Counts are deterministic, so there is nothing
+failing when any of its counts per call (``metrics.COUNTS``: instructions,
+estimated cycles) grew by more than 3 % (harness/results/counts.py). Counts are deterministic, so there is nothing
 to re-measure and no statistical test: the factor alone decides.
 
 Counts depend on the code and on the tool-and-library versions (valgrind,
@@ -28,7 +28,7 @@ import pandas as pd
 from harness.base.errors import ResultError
 from harness.judging import compare, regression, wall_gate
 from harness.measuring import callgrind, sweep
-from harness.results import counts, store
+from harness.results import metrics, store
 
 
 def versions_slug(versions: dict) -> str:
@@ -71,7 +71,7 @@ def choose_counts_baseline(path, versions: dict) -> wall_gate.BaselineChoice:
 def run_count_gate(baseline, config_path, factor: float = regression.DEFAULT_COUNT_FACTOR, output=None,
                    log=lambda text: None) -> wall_gate.GateResult:
     """Counts ``config_path`` and compares it with the counts baseline, on
-    every metric of ``counts.METRICS``. Where valgrind cannot run, the gate
+    every metric of ``metrics.COUNTS``, each with its own table. Where valgrind cannot run, the gate
     is skipped with one line saying why (``GateResult.failed`` False, an
     empty table)."""
     reason = callgrind.unavailable()
@@ -96,14 +96,14 @@ def run_count_gate(baseline, config_path, factor: float = regression.DEFAULT_COU
                                                    str(baseline)])
     if outcome.interrupted:
         raise KeyboardInterrupt(outcome.interrupted)
-    tables = [compare.compare_counts(baseline, plan.out_dir, metric, factor) for metric in counts.METRICS]
-    for warning in tables[0].warnings:
+    tables = {name: compare.compare_counts(baseline, plan.out_dir, name, factor) for name in metrics.COUNTS.names}
+    headline = tables[metrics.COUNTS.primary.name]
+    for warning in headline.warnings:  # about the two runs, the same for every metric
         log(f"regress: {warning}")
-    table = pd.concat([t.table for t in tables], ignore_index=True)
+    table = pd.concat([found.table for found in tables.values()], ignore_index=True)
     failing = compare.regressed(table)
-    judged = tables[0].table
-    summary = (f"counts: {compare.counts_line(judged)} by instructions; "
-               f"{compare.counts_line(tables[1].table)} by est_cycles  (factor {factor:g}, {len(judged)} cases)")
+    by_metric = "; ".join(f"{compare.counts_line(found.table)} by {name}" for name, found in tables.items())
+    summary = (f"counts: {by_metric}  (factor {factor:g}, {len(headline.table)} cases)")
     for _, r in failing.iterrows():
         summary += f"\nFAIL {compare.count_verdict_line(r)}"
     return wall_gate.GateResult(table, bool(len(failing)), summary, [plan.out_dir])

@@ -40,7 +40,8 @@ from pandas.api.types import union_categoricals
 
 from harness.judging import analysis, compare, regression, wall_gate
 from harness.judging.wall_gate import DEFAULT_GATE_FACTOR
-from harness.results import counts, runmeta, stats, store, summary
+from harness.results import runmeta, stats, store, summary
+from harness.results.metrics import COUNTS
 from impls.status import CORRECT
 
 GROUP = ["op", "device", "dtype", "params"]  # a chart: the strategies of one case of the report
@@ -246,7 +247,7 @@ def consecutive(cases: pd.DataFrame) -> pd.DataFrame:
     history. A case's first run on a machine has none and is left out."""
     ordered = cases.sort_values(["case_id", "run"], kind="stable")
     compared = ["run", "status", "source", "median_s", "p10_s"] + [
-        name for name in counts.METRICS if name in cases]
+        name for name in COUNTS.names if name in cases]
     base = ordered[["case_id", "machine"] + compared].groupby(["case_id", "machine"], sort=False,
                                                               observed=True).shift(1)
     changes = ordered.join(base.add_prefix("base_"))
@@ -344,7 +345,7 @@ def judge(cases: pd.DataFrame, runs: pd.DataFrame, rule: regression.Rule, cache:
     one new run judges one new pair."""
     cache = cache or {}
     changes = consecutive(cases)
-    metrics = [TIME] + [name for name in counts.METRICS if name in cases and cases[name].notna().any()]
+    metrics = [TIME] + [name for name in COUNTS.names if name in cases and cases[name].notna().any()]
     pairs = changes[["base_run", "run"]].drop_duplicates().reset_index(drop=True)
     fingerprints = [json.dumps(fingerprint, sort_keys=True) for fingerprint in runs["fingerprint"]]
     pairs["key"] = [_pair_key(fingerprints, base, new, rule, metrics)

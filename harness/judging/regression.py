@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from harness.results import counts, stats
+from harness.results import counts, metrics, stats
 from impls.status import CORRECT
 
 DEFAULT_FACTOR = 1.10
@@ -102,7 +102,7 @@ def judge_change(base_status: str, new_status: str, base_samples, new_samples, r
 
 
 # Counts: they barely move between runs of the same code, so no test is needed.
-DEFAULT_COUNT_FACTOR = 1.03
+DEFAULT_COUNT_FACTOR = metrics.COUNTS.factor
 
 
 def count_verdict(base: float, new: float, factor: float = DEFAULT_COUNT_FACTOR) -> tuple[float, str]:

@@ -32,7 +32,7 @@ from harness.base.config import Case
 from harness.base.errors import ResultError, UsageError
 from harness.measuring import facts, pinning, sweep
 from harness.measuring.session import RunSession
-from harness.results import counts, store
+from harness.results import counts, metrics, store
 from impls.registry import get_operator
 from impls.status import ERROR, SKIPPED
 
@@ -414,9 +414,9 @@ class CallgrindCounter:
         # This process's only dump (a fresh fork per case): callgrind.out.<pid>.1
         dump = Path(f"{DUMP_PREFIX}{os.getpid()}.1")  # in the counting process's working directory
         named = Path(f"{self.name}.callgrind")
-        measured = counts.per_call(counts.read_dump(dump), self.calls)
+        measured = metrics.per_call(counts.read_dump(dump), self.calls)
         dump.replace(named)
-        return {"instructions": measured["instructions"], "est_cycles": measured["est_cycles"],
+        return {**{name: measured[name] for name in metrics.COUNTS.names},
                 "extra": {"callgrind_dump": f"{DUMP_DIR}/{named.name}",
                           "events_per_call": measured["events_per_call"]}}
 

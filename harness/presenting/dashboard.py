@@ -38,7 +38,7 @@ from harness.base.format import (
     slug,
 )
 from harness.judging import analysis, history, regression
-from harness.results import counts, runmeta, store
+from harness.results import metrics, runmeta, store
 
 ASSETS = Path(__file__).with_name("dashboard_assets")
 SITE_ASSETS = ("uPlot.iife.min.js", "uPlot.min.css", "uPlot-LICENSE", "dashboard.js")
@@ -211,9 +211,10 @@ KIND = {history.RED: "red", history.NOT_JUDGED: "grey", history.SOURCE_CHANGED: 
 def case_data(group: pd.DataFrame, changes: pd.DataFrame, title: str, colours: dict) -> dict:
     """A case's chart: x the runs that measured it, a series per strategy and
     machine (median, IQR as % of it, counts; a machine's own dash pattern
-    where the case ran on several), and marks where a rule failed a change."""
+    where the case ran on several), and marks where a rule failed a change.
+    ``decimals``: each count's, for the script to print it as ``Metric.format`` does."""
     op = group["op"].iloc[0]
-    counted = [name for name in counts.METRICS if name in group and group[name].notna().any()]
+    counted = [name for name in metrics.COUNTS.names if name in group and group[name].notna().any()]
     group = group.assign(iqr_pct=100 * group["iqr_s"] / group["median_s"].where(group["median_s"] > 0))
     table = group.pivot(index="run", columns="strategy", values=["median_s", "iqr_pct"] + counted)
     x = [int(run) for run in table.index]
@@ -242,7 +243,8 @@ def case_data(group: pd.DataFrame, changes: pd.DataFrame, title: str, colours: d
     # Where another machine's history of this case begins: a dashed line, not a change.
     first_runs = machine_of_run.reset_index().drop_duplicates("machine")["run"].iloc[1:]
     return {"title": title, "x": x, "series": series, "marks": marks, "count_marks": count_marks,
-            "machine": [position[run] for run in first_runs], "machines": machines, "counts": counted}
+            "machine": [position[run] for run in first_runs], "machines": machines, "counts": counted,
+            "decimals": {name: metrics.COUNTS[name].decimals for name in counted}}
 
 
 # ------------------------------------------------------------------ pages
@@ -383,10 +385,10 @@ def op_page(op: str, groups: list[tuple[str, str]], changes: pd.DataFrame, runs:
             "rings: regressions; grey rings: not judged; blue squares: the strategy's source changed; dashed "
             "vertical lines: where another machine's history of the case begins. Hover for the run.</p>"]
     scripts = ["assets/uPlot.iife.min.js", "assets/dashboard.js", "data/runs.js"]
-    for stem, title, metrics in groups:
+    for stem, title, counted in groups:
         body.append(f"<h2 id='{esc(stem)}'>{esc(title)}</h2><div class='chart' data-case='{esc(stem)}'></div>")
         body += [f"<h3>{esc(metric)} per call (Callgrind)</h3>"
-                 f"<div class='chart' data-case='{esc(stem)}' data-metric='{esc(metric)}'></div>" for metric in metrics]
+                 f"<div class='chart' data-case='{esc(stem)}' data-metric='{esc(metric)}'></div>" for metric in counted]
         scripts.append(f"data/cases/{stem}.js")
     head = "<link rel='stylesheet' href='assets/uPlot.min.css'>" + "".join(
         f"<script src='{esc(src)}'></script>" for src in scripts)

@@ -1,6 +1,7 @@
 """Counts (``scatterbench run CONFIG --instrument callgrind``): what a counted
 row holds, how it is read from Callgrind's dumps, and the rule that judges two
-counts of one case.
+counts of one case. The count columns themselves are declared in
+harness/results/metrics.py (``COUNTS``), which computes them with this module.
 
 Per call, from one Callgrind run with cache simulation:
 
@@ -17,16 +18,14 @@ Counts barely move between runs of the same code (within 0.1 %, whatever
 the load, est_cycles of the interpreter-bound seeds at quick.yaml's small
 sizes within 0.25 %; README, "Counts"), so no
 statistical test is needed: a count regresses when it grew by more than the
-factor, 1.03 by default, and improves when it shrank by as much. A case that was correct and now fails its check is broken, by the same
+factor (``metrics.COUNTS.factor``, 1.03), and improves when it shrank by as much. A case that was correct and now fails its check is broken, by the same
 rule as times (``regression.status_change``).
 """
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 
-METRICS = ("instructions", "est_cycles")
 # Cycles an L1 miss (that hits the last level) and a last-level miss add to an instruction.
 L1_MISS_CYCLES = 10
 LL_MISS_CYCLES = 100
@@ -74,16 +73,3 @@ def est_cycles(events: dict) -> float:
     l1 = events["I1mr"] + events["D1mr"] + events["D1mw"]
     ll = events["ILmr"] + events["DLmr"] + events["DLmw"]
     return float(events["Ir"] + L1_MISS_CYCLES * l1 + LL_MISS_CYCLES * ll)
-
-
-def per_call(events: dict, calls: int) -> dict:
-    """The row's count columns, and every event per call for its ``extra``."""
-    return {"instructions": events["Ir"] / calls, "est_cycles": est_cycles(events) / calls,
-            "events_per_call": {name: value / calls for name, value in events.items()}}
-
-
-def fmt_count(value: float | None) -> str:
-    """A count per call with thousands separators (``1,234,567``)."""
-    if value is None or not math.isfinite(value):
-        return "–"
-    return f"{value:,.0f}"

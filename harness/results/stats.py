@@ -7,10 +7,12 @@ from dataclasses import asdict, make_dataclass
 
 import numpy as np
 
-# scipy.stats is imported in the functions that use it: it takes 0.5-1.4 s to
-# import on the 2-core VM, and commands that never compare or time (`check`,
-# `list`, a dashboard build) should not pay for it, nor be inside it when a
-# SIGTERM arrives.
+from harness.results.metrics import TIMING
+
+# scipy.stats is imported in the functions that use it (metrics._iqr too): it
+# takes 0.5-1.4 s to import on the 2-core VM, and commands that never compare
+# or time (`check`, `list`, a dashboard build) should not pay for it, nor be
+# inside it when a SIGTERM arrives.
 
 
 # A slow start: the first samples of a case more than this many times slower
@@ -51,43 +53,17 @@ def slow_start(samples_s, factor: float = SLOW_START_FACTOR) -> int:
     return count
 
 
-def _iqr(samples) -> float:
-    from scipy import stats as scipy_stats  # imported where used (above)
-
-    return scipy_stats.iqr(samples)
-
-
-# Every statistic a timed case stores, as pytest-benchmark's ``Stats.fields``:
-# (column, function of the samples). This one list drives both computing
-# (``summarize``) and storing (the result columns, harness/results/store.py); a new
-# statistic is one entry here, and a schema version (store.SCHEMA_VERSION).
-STAT_FIELDS = (
-    ("median_s", np.median),
-    ("iqr_s", _iqr),
-    ("min_s", np.min),
-    ("mean_s", np.mean),
-    ("n_samples", np.size),
-    # schema 3: the quartiles the IQR spans (bars drawn from them are the
-    # samples' own, not median ± IQR/2), the 10th percentile the regression
-    # gate screens on, and the slowest sample
-    ("q1_s", lambda samples: np.percentile(samples, 25)),
-    ("q3_s", lambda samples: np.percentile(samples, 75)),
-    ("p10_s", lambda samples: np.percentile(samples, 10)),
-    ("max_s", np.max),
-)
-STAT_COLUMNS = tuple(name for name, _ in STAT_FIELDS)
-
-Summary = make_dataclass("Summary", [(name, float) for name in STAT_COLUMNS], frozen=True,
-                         namespace={"__doc__": "The STAT_FIELDS of one case's samples.",
+Summary = make_dataclass("Summary", [(metric.name, metric.type) for metric in TIMING.fields], frozen=True,
+                         namespace={"__doc__": "The timing statistics (metrics.TIMING) of one case's samples.",
                                     "as_row": lambda self: asdict(self)})
 
 
 def summarize(samples_s) -> Summary:
+    """The statistics of ``metrics.TIMING``, from one case's samples (seconds)."""
     samples = np.asarray(samples_s, dtype=np.float64)
     if samples.size == 0:
         raise ValueError("no samples to summarize")
-    values = {name: function(samples) for name, function in STAT_FIELDS}
-    return Summary(**{name: int(value) if name == "n_samples" else float(value) for name, value in values.items()})
+    return Summary(**TIMING.compute(samples))
 
 
 def rel_iqr(iqr_s: float, median_s: float) -> float:

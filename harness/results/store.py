@@ -17,9 +17,10 @@ up to it when it is read, so old committed runs read as new ones. Reading
 needs only the key columns, fills a missing optional column with its empty
 value and keeps columns it does not know; and an operator can store
 measurements of its own in the free-form JSON column ``extra``. Adding a
-column is one entry in ``COLUMN_KINDS`` (a statistic: one in
-``stats.STAT_FIELDS``), a new ``SCHEMA_VERSION`` with the column under it in
-``COLUMNS_ADDED``, and its ``update_to_N``.
+column is one entry in ``COLUMN_SPECS`` (a metric: one ``Metric`` in its
+family, harness/results/metrics.py) naming a new schema version, which
+``SCHEMA_VERSION`` becomes: a step that only adds columns is derived
+(``_add_columns``); one that changes more is written out (``update_to_3``).
 """
 
 from __future__ import annotations
@@ -36,11 +37,10 @@ from pathlib import Path
 import pandas as pd
 
 from harness.base.errors import ResultError, ResultWarning
-from harness.results.stats import STAT_COLUMNS
+from harness.results.metrics import COUNTS, TIMING
 from impls.backends import LEGACY_THREAD_KEYS
 from impls.status import STATUSES
 
-SCHEMA_VERSION = 4
 META, ROWS, SAMPLES, LOCK = "meta.json", "rows.csv", "samples.jsonl", ".lock"
 # The case being measured, written before it starts and removed once its row is
 # written: what a run that died without a word (a segfault without --isolate,
@@ -53,41 +53,47 @@ RESERVE, RESERVE_BYTES = ".reserve", 64 << 10
 
 # A row cannot be read without these.
 KEY_COLUMNS = ("run_id", "case_id", "op", "strategy", "device", "dtype", "params", "status")
-# (name, kind) of every column this version writes, in file order; kind is
-# "text" or "number" and says what an absent value reads as ("" or NaN).
-COLUMN_KINDS = (
-    ("run_id", "text"), ("case_id", "text"), ("op", "text"), ("strategy", "text"), ("backend", "text"),
-    ("device", "text"), ("dtype", "text"), ("params", "text"), ("status", "text"), ("message", "text"),
-    *((name, "number") for name in STAT_COLUMNS),  # every statistic of stats.STAT_FIELDS
-    ("bytes", "number"), ("gbps", "number"), ("ceiling_gbps", "number"),
-    ("floor_s", "number"), ("pct_of_ceiling", "number"), ("max_abs_err", "number"), ("rel_err", "number"),
-    ("peak_mem_bytes", "number"), ("setup_s", "number"), ("source", "text"),
-    # schema 2
-    ("host_s", "number"),  # median host cost of one call, without synchronising
-    ("xcheck_s", "number"),  # an independent timer's median (CUDA: triton.testing.do_bench)
-    ("load_avg", "number"),  # the machine's 1-minute load average when the case finished
-    ("extra", "text"),  # free-form JSON object: an operator's or backend's own measurements
-    ("slow_start", "number"),  # leading samples dropped as a slow start (harness/measuring/timing.py)
-    # schema 4: per call, from `run --instrument callgrind` (harness/results/counts.py); a timed run
-    # leaves them empty
-    ("instructions", "number"), ("est_cycles", "number"),
+# (name, kind, schema version that added it) of every column this version
+# writes, in file order; kind is "text" or "number" and says what an absent
+# value reads as ("" or NaN).
+COLUMN_SPECS = (
+    ("run_id", "text", 1), ("case_id", "text", 1), ("op", "text", 1), ("strategy", "text", 1),
+    ("backend", "text", 1), ("device", "text", 1), ("dtype", "text", 1), ("params", "text", 1),
+    ("status", "text", 1), ("message", "text", 1),
+    *TIMING.columns(),  # the timing statistics (metrics.TIMING)
+    ("bytes", "number", 1), ("gbps", "number", 1), ("ceiling_gbps", "number", 1), ("floor_s", "number", 1),
+    ("pct_of_ceiling", "number", 1), ("max_abs_err", "number", 1), ("rel_err", "number", 1),
+    ("peak_mem_bytes", "number", 1), ("setup_s", "number", 1), ("source", "text", 1),
+    ("host_s", "number", 2),  # median host cost of one call, without synchronising
+    ("xcheck_s", "number", 2),  # an independent timer's median (CUDA: triton.testing.do_bench)
+    ("load_avg", "number", 2),  # the machine's 1-minute load average when the case finished
+    ("extra", "text", 2),  # free-form JSON object: an operator's or backend's own measurements
+    ("slow_start", "number", 2),  # leading samples dropped as a slow start (harness/measuring/timing.py)
+    *COUNTS.columns(),  # per call, from `run --instrument callgrind` (metrics.COUNTS); a timed run leaves them empty
 )
+COLUMN_KINDS = tuple((name, kind) for name, kind, _ in COLUMN_SPECS)
 COLUMNS = tuple(name for name, _ in COLUMN_KINDS)
 NUMERIC = tuple(name for name, kind in COLUMN_KINDS if kind == "number")
-# The columns each schema version added; every column not here is schema 1's.
-# A test holds COLUMNS to this: a new column means a new version.
-COLUMNS_ADDED = {
-    2: ("host_s", "xcheck_s", "load_avg", "extra", "slow_start"),
-    3: ("q1_s", "q3_s", "p10_s", "max_s"),
-    4: ("instructions", "est_cycles"),
-}
+# The columns each schema version after the first added.
+COLUMNS_ADDED = {version: tuple(name for name, _, added in COLUMN_SPECS if added == version)
+                 for version in sorted({added for _, _, added in COLUMN_SPECS} - {1})}
+# This schema: the newest version a column names (so far every version added
+# columns; one that changed only the metadata would have to raise it by hand).
+SCHEMA_VERSION = max(COLUMNS_ADDED)
 
 
 # ------------------------------------------------------------------ migrations
-def update_to_2(meta: dict, rows: pd.DataFrame | None):
-    """Schema 2 added host_s, xcheck_s, load_avg, extra and slow_start: a run
-    before them did not measure them (empty)."""
-    return meta, _with_columns(rows, COLUMNS_ADDED[2])
+def _add_columns(version: int):
+    """The migration step to a schema ``version`` that only added columns:
+    a run before them did not measure them (empty)."""
+
+    def update(meta: dict, rows: pd.DataFrame | None):
+        return meta, _with_columns(rows, COLUMNS_ADDED[version])
+
+    update.__name__ = update.__qualname__ = f"update_to_{version}"
+    update.__doc__ = f"Schema {version} added {', '.join(COLUMNS_ADDED[version])}: a run before them did not " \
+                     f"measure them (empty)."
+    return update
 
 
 def update_to_3(meta: dict, rows: pd.DataFrame | None):
@@ -105,13 +111,9 @@ def update_to_3(meta: dict, rows: pd.DataFrame | None):
     return meta, _with_columns(rows, COLUMNS_ADDED[3])
 
 
-def update_to_4(meta: dict, rows: pd.DataFrame | None):
-    """Schema 4 added the Callgrind counts, instructions and est_cycles per
-    call: a run before them did not count (empty)."""
-    return meta, _with_columns(rows, COLUMNS_ADDED[4])
-
-
-MIGRATIONS = {2: update_to_2, 3: update_to_3, 4: update_to_4}
+# Each version's step from the one before: written out where it does more than add columns.
+MIGRATIONS = {version: {3: update_to_3}.get(version) or _add_columns(version)
+              for version in range(2, SCHEMA_VERSION + 1)}
 
 
 def _with_columns(rows: pd.DataFrame | None, columns) -> pd.DataFrame | None:

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from harness.results import counts, stats
+from harness.results import metrics, stats
 from impls.status import CORRECT
 
 SUMMARY = "summary.json"
@@ -36,7 +36,7 @@ VERSION = 4  # of the summary's layout: a summary of another version is rebuilt 
 # Copied from each row as they are.
 ROW_COLUMNS = ("case_id", "op", "strategy", "backend", "device", "dtype", "params", "status", "source",
                "median_s", "iqr_s", "min_s", "n_samples", "load_avg", "slow_start")
-NUMBERS = ("median_s", "iqr_s", "min_s", "n_samples", "load_avg", "slow_start", "p10_s") + counts.METRICS
+NUMBERS = ("median_s", "iqr_s", "min_s", "n_samples", "load_avg", "slow_start", "p10_s") + metrics.COUNTS.names
 # What the dashboard and the fitness rule read of a run's metadata.
 META_KEYS = ("run_id", "start_time", "end_time", "status", "git_commit", "machine", "host", "cpu_model",
              "cpu_count", "gpu_name", "hardware", "versions", "count_versions", "threads", "load_avg_start",
@@ -90,10 +90,10 @@ def summarize(meta: dict, rows: pd.DataFrame, samples: dict, key: dict) -> dict:
     """The summary of one run read back (its metadata, rows and samples, as
     the store reads them), valid for the files whose fingerprint is ``key``."""
     rows = rows.copy()
-    for name in counts.METRICS:  # numbers (text in a row written before the store knew the column)
+    for name in metrics.COUNTS.names:  # numbers (text in a row written before the store knew the column)
         if name in rows:
             rows[name] = pd.to_numeric(rows[name], errors="coerce")
-    counted = [name for name in counts.METRICS if name in rows and rows[name].notna().any()]
+    counted = [name for name in metrics.COUNTS.names if name in rows and rows[name].notna().any()]
     cases = {name: [_number(value) for value in rows[name].tolist()] for name in list(ROW_COLUMNS) + counted}
     timed = [samples.get(case_id) for case_id in cases["case_id"]]
     cases["p10_s"] = [stats.typical_s(values, "p10") if values else None for values in timed]

@@ -20,7 +20,7 @@ from harness.base.config import Case, expand, load_config
 from harness.base.errors import ResultError, UsageError
 from harness.judging import compare, count_gate, regression
 from harness.measuring import callgrind
-from harness.results import counts, store
+from harness.results import counts, metrics, store
 
 ROOT = Path(__file__).parents[2]
 PLUGINS = ROOT / "tests" / "plugins"
@@ -109,7 +109,7 @@ def test_two_counting_runs_under_load_agree_within_a_thousandth(counted):
     assert set(meta["count_versions"]) == {"valgrind", "python", "numpy", "torch", "numba", "glibc"}
     for name in rows.index:  # each case's own dump, for callgrind_annotate
         assert (counted["base"] / json.loads(rows.loc[name, "extra"])["callgrind_dump"]).is_file()
-    for metric in counts.METRICS:
+    for metric in metrics.COUNTS.names:
         done = scatterbench("compare", counted["base"], counted["again"], "--metric", metric, "--format", "json")
         assert done.returncode == 0, done.stdout + done.stderr
         cases = json.loads(done.stdout)["cases"]
@@ -161,7 +161,7 @@ def test_dump_totals_are_read_with_trailing_zeros_left_out(tmp_path):
     events = counts.read_dump(dump)
     assert events == {"Ir": 3000, "Dr": 900, "Dw": 600, "I1mr": 30, "D1mr": 20, "D1mw": 10, "ILmr": 3, "DLmr": 2,
                       "DLmw": 0}
-    per_call = counts.per_call(events, 3)
+    per_call = metrics.per_call(events, 3)
     assert per_call["instructions"] == 1000
     assert per_call["est_cycles"] == pytest.approx((3000 + 10 * 60 + 100 * 5) / 3)
     dump.write_text("events: Ir\nsummary: 5\n")  # cut off before its totals

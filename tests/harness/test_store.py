@@ -103,13 +103,18 @@ def test_unknown_columns_are_refused(tmp_path):
 def test_every_column_belongs_to_a_schema_version_with_its_migration_step():
     """A column added without a new schema version (and its update_to_N step)
     would make old runs read as if they had measured it."""
-    from harness.results.stats import STAT_COLUMNS
+    from harness.results.metrics import COUNTS, TIMING
 
     added = [column for version in sorted(store.COLUMNS_ADDED) for column in store.COLUMNS_ADDED[version]]
     assert len(added) == len(set(added)) and set(added) <= set(COLUMNS)
     assert max(store.COLUMNS_ADDED) == store.SCHEMA_VERSION
     assert sorted(store.MIGRATIONS) == list(range(2, store.SCHEMA_VERSION + 1))
-    assert set(STAT_COLUMNS) <= set(COLUMNS)
+    assert set(TIMING.names) | set(COUNTS.names) <= set(COLUMNS)
+    # What each version added, as committed runs were written: a column added since
+    # belongs to a newer version (a metric's `schema`), never to one runs already carry.
+    assert store.SCHEMA_VERSION == 4
+    assert store.COLUMNS_ADDED == {2: ("host_s", "xcheck_s", "load_avg", "extra", "slow_start"),
+                                   3: ("q1_s", "q3_s", "p10_s", "max_s"), 4: ("instructions", "est_cycles")}
     schema_1 = ("run_id", "case_id", "op", "strategy", "backend", "device", "dtype", "params", "status", "message",
                 "median_s", "iqr_s", "min_s", "mean_s", "n_samples", "bytes", "gbps", "ceiling_gbps", "floor_s",
                 "pct_of_ceiling", "max_abs_err", "rel_err", "peak_mem_bytes", "setup_s", "source")

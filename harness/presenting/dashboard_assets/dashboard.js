@@ -20,9 +20,28 @@
     }
   }
 
-  function countText(value) {
-    return value == null || !isFinite(value) ? "–" : Number(value.toPrecision(4)).toLocaleString("en");
+  // A count as Python's metrics.fmt_count prints it, f"{value:,.{decimals}f}" (a metric's
+  // decimals come in the case's data): thousands separators, `decimals` after the point,
+  // "–" for none. toFixed rounds the double's exact value as Python does, but a tie up, where
+  // Python rounds it to even: the exact expansion (toFixed(100), exact for decimals up to 14)
+  // tells a true tie.
+  function countText(value, decimals) {
+    if (value == null || !isFinite(value)) return "–";
+    decimals = decimals || 0;
+    var magnitude = Math.abs(value), text;
+    if (magnitude >= 1e21) {  // an integer, which toFixed would write with an exponent
+      text = BigInt(magnitude).toString() + (decimals ? "." + "0".repeat(decimals) : "");
+    } else {
+      text = magnitude.toFixed(decimals);
+      var exact = magnitude.toFixed(100), cut = exact.indexOf(".") + 1 + decimals;
+      var kept = exact.slice(0, cut).replace(/\.$/, "");
+      if (/^50*$/.test(exact.slice(cut)) && /[02468]$/.test(kept)) text = kept;
+    }
+    var parts = text.split(".");
+    parts[0] = parts[0].replace(/\B(?=(\d{3})+(?!\d))/g, ",");
+    return (value < 0 || Object.is(value, -0) ? "-" : "") + parts.join(".");
   }
+  SB.countText = countText;  // for the test that holds it to Python's
 
   function runText(order) {
     var runs = SB.runs;
@@ -86,7 +105,7 @@
     var info = document.createElement("div");
     info.className = "runinfo";
     var marks = metric === "y" ? item.marks : (item.count_marks || {})[metric] || [];
-    var format = metric === "y" ? timeText : countText;
+    var format = metric === "y" ? timeText : function (v) { return countText(v, (item.decimals || {})[metric]); };
     var opts = {
       width: Math.max(480, Math.min(1150, element.clientWidth || 1150)),
       height: 320,

@@ -22,7 +22,7 @@ from harness.judging.analysis import (
     xcheck_ratio,
 )
 from harness.presenting.report.document import Doc
-from harness.results import counts, runmeta, stats
+from harness.results import metrics, runmeta, stats
 from harness.results.runmeta import Gpu
 from impls.backends import BACKENDS, devices, threads_text
 from impls.defects import for_operators
@@ -67,7 +67,7 @@ def case_table(group: pd.DataFrame) -> tuple[list[str], list[list[str]], int | N
     index, and the notes that explain the marks used. host/call where the
     run measured it; on CUDA the independent timer's median and the ratio."""
     counted = counted_metrics(group)
-    # A counting run has no times: its rows go in order of instructions.
+    # A counting run has no times: its rows go in order of its headline count (metrics.COUNTS.primary).
     key = group["median_s"] if group["median_s"].map(finite).any() or not counted else group[counted[0]]
     ordered = group.assign(_k=key.fillna(math.inf)).sort_values("_k")
     with_host = bool(ordered["host_s"].map(finite).any())
@@ -87,7 +87,7 @@ def case_table(group: pd.DataFrame) -> tuple[list[str], list[list[str]], int | N
         n_text = str(int(samples)) if isinstance(samples, (int, float)) and math.isfinite(samples) and samples > 0 \
             else "–"
         cells = [r["strategy"], r["backend"], r["status"], fmt_time(r["median_s"]), iqr_cell(r), n_text]
-        cells += [fmt_count(r[name]) for name in counted]
+        cells += [metrics.COUNTS[name].format(r[name]) for name in counted]
         if with_host:
             cells.append(fmt_time(r["host_s"]))
         if with_xcheck:
@@ -104,37 +104,40 @@ def case_table(group: pd.DataFrame) -> tuple[list[str], list[list[str]], int | N
     if with_xcheck and any(timers_disagree(r) for _, r in ordered.iterrows()):
         notes.append(XCHECK_NOTE)
     if counted:
-        notes.append(COUNTS_NOTE)
+        notes.append(counts_note(counted))
     return header, rows, best, notes
 
 
-COUNTS_NOTE = (f"instructions/call and est_cycles/call: counted under Callgrind (run --instrument callgrind), per "
-               f"call, every library at one thread; est_cycles = {counts.EST_CYCLES_FORMULA}. Two runs of the same "
-               f"code and library versions agree within 0.1 %, whatever the load (est_cycles of Python-loop seeds "
-               f"at small sizes within 0.25 %); they do not see memory bandwidth, page faults or other threads (README, \"Counts\").")
+def counts_note(counted: list[str]) -> str:
+    """What the ``counted`` columns (of ``metrics.COUNTS``) are, and how far they can be trusted."""
+    found = [metrics.COUNTS[name] for name in counted]
+    return (f"{' and '.join(f'{metric.name}/call' for metric in found)}: counted under Callgrind (run --instrument "
+            f"callgrind), per call, every library at one thread; "
+            + "; ".join(f"{metric.name}: {metric.description}" for metric in found)
+            + ". Two runs of the same code and library versions agree within 0.1 %, whatever the load (est_cycles "
+              "of Python-loop seeds at small sizes within 0.25 %); they do not see memory bandwidth, page faults "
+              "or other threads (README, \"Counts\").")
 
 
 def count_verdict_sentence(case: pd.DataFrame, where: str) -> str:
     """A counting run's verdict on one case: counted, not timed; the correct
-    strategies by instructions per call, fewest first."""
-    correct = case[case["status"].isin(CORRECT) & case["instructions"].map(finite)].sort_values("instructions")
+    strategies by the headline count per call (instructions), fewest first."""
+    headline = metrics.COUNTS.primary
+    name, unit = headline.name, headline.unit
+    correct = case[case["status"].isin(CORRECT) & case[name].map(finite)].sort_values(name)
     if correct.empty:
         return f"{where}: counted, not timed; no strategy that passed the check was counted."
     first = correct.iloc[0]
-    others = "; ".join(f"{row['strategy']} {row['instructions'] / first['instructions']:.2f}× as many"
+    others = "; ".join(f"{row['strategy']} {row[name] / first[name]:.2f}× as many"
                        for _, row in correct.iloc[1:].iterrows())
-    return (f"{where}: counted, not timed (instructions are not time: README, \"Counts\"): {first['strategy']} "
-            f"executes the fewest instructions per call ({fmt_count(first['instructions'])})"
+    return (f"{where}: counted, not timed ({unit} are not time: README, \"Counts\"): {first['strategy']} "
+            f"executes the fewest {unit} per call ({headline.format(first[name])})"
             + (f"; {others}." if others else "."))
 
 
 def counted_metrics(rows: pd.DataFrame) -> list[str]:
-    """The count columns (`counts.METRICS`) that hold a count in ``rows``."""
-    return [name for name in counts.METRICS if name in rows and rows[name].map(finite).any()]
-
-
-def fmt_count(value) -> str:
-    return f"{value:,.0f}" if finite(value) else "–"
+    """The count columns (`metrics.COUNTS`) that hold a count in ``rows``."""
+    return [name for name in metrics.COUNTS.names if name in rows and rows[name].map(finite).any()]
 
 
 _MARKUP = ((re.compile(r":[a-z]+:`([^`]*)`"), r"\1"),  # :func:`name`
@@ -444,11 +447,12 @@ def _answer_cells(case: pd.DataFrame) -> list[str]:
     found = analysis.answer(case)
     if found is None:
         correct = case[case["status"].isin(CORRECT)]
-        fewest = correct.loc[correct["instructions"].idxmin()] if "instructions" in correct \
-            and correct["instructions"].map(finite).any() else None
+        headline = metrics.COUNTS.primary
+        fewest = correct.loc[correct[headline.name].idxmin()] if headline.name in correct \
+            and correct[headline.name].map(finite).any() else None
         if fewest is not None and not case["median_s"].map(finite).any():  # a counting run: counts, no times
-            return [f"not timed; fewest instructions: {fewest['strategy']} "
-                    f"({fmt_count(fewest['instructions'])}/call)", "–", "–", "–", "–"]
+            return [f"not timed; fewest {headline.unit}: {fewest['strategy']} "
+                    f"({headline.format(fewest[headline.name])}/call)", "–", "–", "–", "–"]
         return ["none passed", "–", "–", "–", "–"]
     best = found.best
     median = fmt_time(best["median_s"]) + (f" {UNSTABLE.mark}" if unstable(best) else "")
