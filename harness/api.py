@@ -22,6 +22,7 @@ from typing import Any
 import pandas as pd
 
 from harness.base import plugins
+from harness.base.cases import CASE_GROUP
 from harness.base.config import expand, parse_config
 from harness.base.errors import UnpinnedThreadsWarning, UsageError
 from harness.base.format import fmt_time
@@ -118,7 +119,8 @@ def speedup_notes(rows: pd.DataFrame) -> list[str]:
     from impls.registry import OPERATORS
 
     notes = []
-    for (op, _params, _device, _dtype), group in rows.groupby(["op", "params", "device", "dtype"], sort=False):
+    for _group, group in rows.groupby(CASE_GROUP, sort=False):
+        op = group["op"].iloc[0]
         reason = OPERATORS[op].missing_baseline(dict(zip(group["strategy"], group["status"])))
         note = f"speedup is blank for {op}: {reason}" if reason else None
         if note and note not in notes:

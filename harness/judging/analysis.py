@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
+from harness.base.cases import CASE_GROUP
 from harness.base.format import fmt_time
 from harness.judging.regression import (  # noqa: F401  (re-exported)
     DEFAULT_ALPHA,
@@ -242,12 +243,9 @@ def fastest(case: pd.DataFrame) -> str | None:
     return str(order["strategy"].iloc[0]) if len(order) else None
 
 
-CASE_KEYS = ["op", "params", "device", "dtype"]
-
-
 def case_keys(rows: pd.DataFrame) -> list[str]:
-    """What makes one case: operator, size, device, dtype, and the machine where rows come from several."""
-    return CASE_KEYS + (["machine"] if "machine" in rows.columns else [])
+    """What makes one case's group (`CASE_GROUP`), and the machine where rows come from several."""
+    return CASE_GROUP + (["machine"] if "machine" in rows.columns else [])
 
 
 def with_speedups(rows: pd.DataFrame) -> pd.DataFrame:

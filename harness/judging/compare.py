@@ -23,6 +23,7 @@ from pathlib import Path
 import pandas as pd
 
 from harness.base import plugins
+from harness.base.cases import CASE_GROUP, CASE_KEY
 from harness.base.errors import UsageError
 from harness.base.format import (
     fmt_num,
@@ -36,8 +37,6 @@ from harness.judging import regression
 from harness.results import counts, runmeta, stats, store
 from impls.status import CORRECT
 
-CASE_KEY = ["op", "strategy", "device", "dtype", "params"]
-GROUP_KEY = ["op", "device", "dtype", "params"]
 
 
 def references_for(op: str, relative_to: list[str] | None, normalise: bool) -> list[str]:
@@ -60,7 +59,7 @@ def typical_by_group(rows: pd.DataFrame, samples: dict, statistic: str) -> dict:
     timed = rows[rows["status"].isin(CORRECT) & rows["median_s"].notna() & (rows["median_s"] > 0)]
     groups: dict = {}
     for row in timed.itertuples(index=False):
-        key = tuple(getattr(row, column) for column in GROUP_KEY)
+        key = tuple(getattr(row, column) for column in CASE_GROUP)
         case_id = row.case_id
         typical = stats.typical_s(samples[case_id], statistic) if case_id in samples else float(row.median_s)
         groups.setdefault(key, {})[row.strategy] = (case_id, typical)

@@ -38,12 +38,12 @@ import numpy as np
 import pandas as pd
 from pandas.api.types import union_categoricals
 
+from harness.base.cases import CASE_GROUP
 from harness.judging import analysis, compare, regression, wall_gate
 from harness.judging.wall_gate import DEFAULT_GATE_FACTOR
 from harness.results import counts, runmeta, stats, store, summary
 from impls.status import CORRECT
 
-GROUP = ["op", "device", "dtype", "params"]  # a chart: the strategies of one case of the report
 RED, NOT_JUDGED, SOURCE_CHANGED = "red", "not judged", "source changed"
 TIME = "time"
 
@@ -264,13 +264,13 @@ def screen(cases: pd.DataFrame, changes: pd.DataFrame, factor: float) -> pd.Data
     ratio over theirs, or its own ratio without partners) never exceeds that
     bound, so every case the gate fails is inside them."""
     pairs = changes[["base_run", "run"]].drop_duplicates()
-    key = ["case_id"] + GROUP + ["strategy"]
+    key = ["case_id"] + CASE_GROUP + ["strategy"]
     timed = cases[cases["status"].isin(CORRECT) & (cases["median_s"] > 0)]
     timed = timed.assign(typical=_typical(timed))[["run", "typical"] + key]
     both = (pairs.merge(timed, on="run")
             .merge(timed.rename(columns={"run": "base_run", "typical": "base_typical"}), on=["base_run"] + key))
     both["ratio"] = both["typical"] / both["base_typical"]
-    keys = ["base_run", "run"] + GROUP
+    keys = ["base_run", "run"] + CASE_GROUP
     both = both.sort_values(keys + ["ratio"], kind="stable")
     rank = both.groupby(keys, sort=False).cumcount()
     lowest = both.groupby(keys, sort=False)["ratio"].transform("first")
@@ -285,7 +285,7 @@ def screen(cases: pd.DataFrame, changes: pd.DataFrame, factor: float) -> pd.Data
 
 def _rows(cases: pd.DataFrame, run: int, groups: pd.DataFrame) -> pd.DataFrame:
     mine = cases[cases["run"] == run]
-    return mine.merge(groups, on=GROUP)
+    return mine.merge(groups, on=CASE_GROUP)
 
 
 def _pair_key(fingerprints: list[str], base: int, new: int, rule: regression.Rule, metrics: list[str]) -> str:
@@ -311,7 +311,7 @@ def judge_pairs(cases, runs, changes, pairs, rule, metrics) -> dict:
     suspects = screen(cases[cases["run"].isin(involved)], mine, rule.factor)
     keys = dict(zip(zip(pairs["base_run"], pairs["run"]), pairs["key"]))
     for (base, new), groups in suspects.groupby(["base_run", "run"], sort=False):
-        groups = groups[GROUP].drop_duplicates()
+        groups = groups[CASE_GROUP].drop_duplicates()
         table = gate_table(_rows(cases, base, groups), store.read_samples(Path(runs.at[base, "directory"])),
                            _rows(cases, new, groups), store.read_samples(Path(runs.at[new, "directory"])), rule)
         judged[keys[(base, new)]]["verdicts"] = [

@@ -24,6 +24,7 @@ from rich.progress import (
 from rich.table import Table
 from rich.text import Text
 
+from harness.base.cases import CASE_GROUP
 from harness.base.format import (  # noqa: F401
     fmt_num,
     fmt_p,
@@ -179,11 +180,11 @@ def _iqr_text(row) -> str:
 
 
 def case_tables(rows: pd.DataFrame) -> list:
-    """One table per (op, params, device, dtype): strategies sorted by median.
+    """One table per case group (`CASE_GROUP`): strategies sorted by median.
     Narrow enough for 80 columns: messages go under the table, not in it."""
     rows = with_speedups(rows)
     out = []
-    for (op, params, device, dtype), group in rows.groupby(["op", "params", "device", "dtype"], sort=False):
+    for (op, device, dtype, params), group in rows.groupby(CASE_GROUP, sort=False):
         baseline = OPERATORS[op].baseline if op in OPERATORS else "?"
         no_speedup = speedup_note(op, dict(zip(group["strategy"], group["status"])))
         table = Table(title=f"{op}  {params_label(params)}  {device} {dtype}", title_justify="left",
