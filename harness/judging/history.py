@@ -39,9 +39,9 @@ import pandas as pd
 from pandas.api.types import union_categoricals
 
 from harness.base.cases import CASE_GROUP
-from harness.judging import analysis, compare, regression, wall_gate
+from harness.judging import analysis, regression, wall_gate
 from harness.judging.wall_gate import DEFAULT_GATE_FACTOR
-from harness.results import counts, runmeta, stats, store, summary
+from harness.results import counts, runmeta, store, summary
 from impls.status import CORRECT
 
 RED, NOT_JUDGED, SOURCE_CHANGED = "red", "not judged", "source changed"
@@ -54,33 +54,22 @@ def gate_rule(factor: float = DEFAULT_GATE_FACTOR, alpha: float = regression.DEF
     return regression.Rule(factor, alpha, "p10")
 
 
-def _typical_of(rows: pd.DataFrame, samples: dict, suspect, names: list[str]) -> dict:
-    """Each named strategy's time in the suspect's case, as the gate takes a baseline's."""
-    case = wall_gate._same_case(rows, suspect).set_index("strategy")
-    return {name: stats.typical_s(samples[case.at[name, "case_id"]], "p10")
-            if case.at[name, "case_id"] in samples else float(case.at[name, "median_s"]) for name in names}
-
-
 def gate_table(base_rows, base_samples, new_rows, new_samples, rule: regression.Rule) -> pd.DataFrame:
     """The CI gate's verdicts on two stored runs, reached as `wall_gate.run_gate`
-    reaches them: its screen (compare normalised to each operator's
-    reference, 10th percentiles, past the square root of the factor, with
-    the Mann–Whitney test) picks suspects, and a suspect fails only if its
-    time against the other strategies of its case, relative to the base
-    run's (`wall_gate.partner_change`, the median over them), exceeds the factor.
-    The new run's own 10th percentiles stand in for the gate's
-    re-measurement, which a history cannot do. A case that broke fails at once."""
-    screen = regression.Rule(wall_gate.screening_factor(rule.factor), rule.alpha, "p10")
-    table = compare.compare_frames(base_rows, base_samples, new_rows, new_samples, screen, normalise=True)
-    table["confirmed_ratio"] = math.nan
-    for index, suspect in table[table["verdict"] == regression.REGRESSED].iterrows():
-        names = [suspect["strategy"]] + wall_gate._partners(table, suspect)
-        now = _typical_of(new_rows, new_samples, suspect, names)
-        change = wall_gate.partner_change(_typical_of(base_rows, base_samples, suspect, names),
-                                     [[now[name] for name in names]], names)
-        table.loc[index, "confirmed_ratio"] = change
-        if not change > rule.factor:
-            table.loc[index, "verdict"] = regression.SAME
+    reaches them: its screen (`wall_gate.screen`: compare normalised to each
+    operator's reference, 10th percentiles, past the square root of the
+    factor, with the Mann–Whitney test) picks suspects, and a suspect fails
+    only if its time against the other strategies of its case, relative to
+    the base run's (`wall_gate.partner_change`, the median over them),
+    exceeds the factor. The new run's own 10th percentiles stand in for the
+    gate's re-measurement, which a history cannot do. A case that broke fails at once."""
+    table = wall_gate.screen(base_rows, base_samples, new_rows, new_samples, rule)
+    for index, suspect in wall_gate.suspects(table).iterrows():
+        names = [suspect["strategy"]] + wall_gate.partners(table, suspect)
+        now = wall_gate.typical_times(new_rows, new_samples, suspect, names)
+        change = wall_gate.partner_change(wall_gate.typical_times(base_rows, base_samples, suspect, names),
+                                          [[now[name] for name in names]], names)
+        wall_gate.settle(table, index, [change], rule.factor)
     return table
 
 
