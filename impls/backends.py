@@ -28,8 +28,10 @@ from typing import Any, Callable, Mapping
 
 import numpy as np
 
+# The dtypes the suite knows, all floating: the one list (impls.registry and
+# the config re-export it; per-dtype tables are keyed by it, tests check so).
 DTYPES = ("float16", "bfloat16", "float32", "float64")
-# Bytes per element of each dtype the suite knows (bytes-moved formulas take it).
+# Bytes per element of each dtype (bytes-moved formulas take it).
 ITEMSIZE = {"float16": 2, "bfloat16": 2, "float32": 4, "float64": 8}
 LAYOUTS = ("contiguous", "noncontiguous", "channels_last")
 
@@ -284,9 +286,6 @@ def convert(inputs: dict, backend: Backend, device: str, dtype: str, layout: str
     return converted
 
 
-FLOAT_DTYPES = ("float16", "bfloat16", "float32", "float64")
-
-
 def float_dtypes(output: Any) -> list[str]:
     """The dtype names of a strategy's floating outputs as the strategy made
     them, before ``to_numpy`` widens bfloat16 to float32 (which would let a
@@ -295,7 +294,7 @@ def float_dtypes(output: Any) -> list[str]:
         return [name for item in output for name in float_dtypes(item)]
     # "torch.float32", a numpy or JAX dtype's "float32": the name after the module
     name = str(getattr(output, "dtype", "")).rsplit(".", 1)[-1]
-    return [name] if name in FLOAT_DTYPES else []
+    return [name] if name in DTYPES else []  # every dtype the suite knows is a float
 
 
 def to_numpy(output: Any) -> Any:

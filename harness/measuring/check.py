@@ -23,7 +23,7 @@ from typing import Any, Callable
 from harness.base.plugins import project_path
 from harness.measuring import memory, timing
 from impls.backends import float_dtypes, get_backend, to_numpy
-from impls.common import DTYPE, Verdict, round_to_dtype
+from impls.common import DTYPE_DIFFERENCE, Verdict, round_to_dtype
 from impls.registry import NotApplicable, Strategy, get_operator
 from impls.status import ERROR, MISMATCH, SKIPPED, TIMEOUT, UPSTREAM_DEFECT
 
@@ -129,7 +129,7 @@ def judge(strat: Strategy, output: Any, ref: Reference, dtype: str, device: str 
     wrong = [name for name in float_dtypes(output) if name != dtype]
     if wrong:
         return Verdict(MISMATCH, f"{strat.op} output: dtype {wrong[0]}, expected {dtype}",
-                       differences=frozenset({DTYPE}))
+                       differences=frozenset({DTYPE_DIFFERENCE}))
     verdict = op.compare(to_numpy(output), ref.expected, ref.inputs, dtype, strat, ref.params)
     return known_defect(strat, verdict, device=device, dtype=dtype, layout=layout, mode=ref.mode)
 
