@@ -73,7 +73,7 @@ def bench(op: str, strategies: list[str] | None = None, *, device: str = "cpu", 
     warning = pinning.oversubscription_warning(config.threads, backends=sweep.backends_of(cases))
     if warning:
         warnings.warn(warning, UnpinnedThreadsWarning, stacklevel=2)
-    gate = check.StrategyGate(seed, config.timing.timeout_s)
+    gate = check.AdversarialCheck(seed, config.timing.timeout_s)
     clock = sweep.PhaseClock()
     with pinning.threads_applied(config.threads) as applied:
         rows = _measure(cases, config, gate, clock, applied, op, out)

@@ -336,12 +336,13 @@ def run_checks(items: list[CheckItem], seed: int, on_item=None, timeout_s: float
     return results
 
 
-class StrategyGate:
+class AdversarialCheck:
     """What the sweep asks before it times a case: has this strategy, on this
     device and in this dtype, passed its ``adversarial_items``? Each is asked
     once per run (each item is run once, whichever key it serves), and the
-    first failing item closes the gate for that key; ``results`` keeps every
-    item run, ``seconds`` what they cost."""
+    first failing item is the answer for that key; ``results`` keeps every
+    item run, ``seconds`` what they cost. (Not a gate: "gate" is the CI
+    regression gate, harness/judging/wall_gate.py.)"""
 
     def __init__(self, seed: int, timeout_s: float | None = None):
         self.seed, self.timeout_s = seed, timeout_s

@@ -116,7 +116,7 @@ def _load_avg() -> float:
 def execute_case(case: Case, config: Config, run_id: str, ceiling_gbps: float,
                  ref: Reference | None = None, flush=None,
                  on_phase: Callable[[str], None] = lambda phase: None,
-                 gate: check.StrategyGate | None = None, measure=None) -> CaseResult:
+                 gate: check.AdversarialCheck | None = None, measure=None) -> CaseResult:
     """Checks, then times one case. Never raises for a strategy's fault
     (``Interrupted`` and ``KeyboardInterrupt`` do propagate). ``flush``: the
     backend's cache flush for the device, made here unless the caller passes
@@ -183,7 +183,7 @@ def execute_case(case: Case, config: Config, run_id: str, ceiling_gbps: float,
 
 # ------------------------------------------------------------------ isolation
 def execute_isolated(case: Case, config: Config, run_id: str, ceiling_gbps: float,
-                     gate: check.StrategyGate | None = None) -> tuple[CaseResult, dict]:
+                     gate: check.AdversarialCheck | None = None) -> tuple[CaseResult, dict]:
     """Runs ``execute_case`` in a fresh interpreter; a crash or hang costs only
     this case. The child asks ``gate``'s question only when the parent has no
     answer yet, and its answer comes back into ``gate``. Returns the result
@@ -241,7 +241,7 @@ def child_main(stdin_text: str) -> None:
     strat = get_operator(op).strategies[strategy]
     gate = None
     if request.get("gate") is not None:
-        gate = check.StrategyGate(config.seed, config.timing.timeout_s)
+        gate = check.AdversarialCheck(config.seed, config.timing.timeout_s)
         if request["gate"]["asked"]:
             gate.remember(strat, device, dtype, _verdict_of_json(request["gate"]["failure"]))
     clock = PhaseClock()
@@ -263,7 +263,7 @@ def strategy_key(case: Case) -> tuple[str, str, str, str]:
 
 def run_sweep(cases: list[Case], config: Config, writer, run_id: str, ceilings: dict,
               isolate: bool = False, on_case=None, on_phase=None,
-              gate: check.StrategyGate | None = None, isolate_keys=frozenset(), measure=None) -> list[dict]:
+              gate: check.AdversarialCheck | None = None, isolate_keys=frozenset(), measure=None) -> list[dict]:
     """Runs ``cases`` in order, appending each finished case to ``writer``;
     each strategy passes ``gate`` (the run's adversarial check, made here
     unless the caller keeps its own) before its first case is timed. Each
@@ -273,7 +273,7 @@ def run_sweep(cases: list[Case], config: Config, writer, run_id: str, ceilings: 
     ``execute_case``."""
     rows = []
     current_group, ref, flushes = None, None, {}
-    gate = gate if gate is not None else check.StrategyGate(config.seed, config.timing.timeout_s)
+    gate = gate if gate is not None else check.AdversarialCheck(config.seed, config.timing.timeout_s)
     on_phase = on_phase or (lambda phase: None)
     for case in cases:
         if on_case:
