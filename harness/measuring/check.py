@@ -287,19 +287,15 @@ class CheckResult:
     seconds: float
 
 
-# A check holds the float64 inputs and oracle output beside the case's own
-# arrays; this many times the operator's float64 traffic must fit in memory.
-CHECK_MEMORY_FACTOR = 3
-
-
 def check_memory_guard(item: CheckItem) -> str | None:
-    from harness.measuring.memory import host_free_bytes
+    from harness.measuring import memory
 
     op = get_operator(item.strategy.op)
-    needed = CHECK_MEMORY_FACTOR * op.bytes_moved(dict(item.params), 8)
-    free = host_free_bytes()
-    if needed > 0.8 * free:
-        return (f"the check needs about {needed / 2**30:.2f} GiB for its float64 reference, "
+    needed = memory.needed_bytes(op, item.strategy, dict(item.params), item.dtype)
+    # The host's memory: the float64 reference and the comparison live there.
+    free = memory.host_free_bytes()
+    if not memory.fits(needed, free):
+        return (f"the check needs about {needed / 2**30:.2f} GiB with its float64 reference, "
                 f"{free / 2**30:.2f} GiB free: skipped before allocating (lower check.max_elements)")
     return None
 

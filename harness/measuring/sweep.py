@@ -41,8 +41,6 @@ from impls.backends import device_present, get_backend, itemsize
 from impls.registry import get_operator
 from impls.status import CORRECT, ERROR, SKIPPED, TIMEOUT
 
-# Fraction of the free memory a case may plan to use before it is skipped.
-MEMORY_HEADROOM = 0.8
 # Phases of a case, as the progress display and phase_s name them (check and
 # prepare/compile: harness/measuring/check.py). "adversarial": the strategy's adversarial
 # check, once per strategy, device and dtype in a run, before its first case is timed.
@@ -73,22 +71,12 @@ def backends_of(cases) -> set[str]:
 
 
 # ---------------------------------------------------------------------- memory
-def estimated_bytes(case: Case) -> int:
-    """Inputs + outputs at the case's dtype, the strategy's temporaries, the
-    float64 reference the check holds beside them, and the comparison's own
-    float64 temporaries (the output widened, and its difference from the
-    reference), about as large again."""
+def memory_guard(case: Case) -> str | None:
     op = get_operator(case.op)
     strat = op.strategies[case.strategy]
-    traffic = op.bytes_moved(case.params_dict, itemsize(case.dtype))
-    reference_bytes = op.bytes_moved(case.params_dict, 8)
-    return int(traffic * (1 + strat.temp_factor) + 2 * reference_bytes)
-
-
-def memory_guard(case: Case) -> str | None:
-    backend = get_backend(get_operator(case.op).strategies[case.strategy].backend)
-    needed, free = estimated_bytes(case), memory.free_bytes(backend, case.device)
-    if needed > MEMORY_HEADROOM * free:
+    needed = memory.needed_bytes(op, strat, case.params_dict, case.dtype)
+    free = memory.free_bytes(get_backend(strat.backend), case.device)
+    if not memory.fits(needed, free):
         return (f"needs about {needed / 2**30:.2f} GiB on {case.device}, "
                 f"{free / 2**30:.2f} GiB free: skipped before allocating")
     return None
