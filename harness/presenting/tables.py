@@ -34,7 +34,7 @@ from harness.base.format import (  # noqa: F401
     ordered_params,
     params_label,
 )
-from harness.judging import analysis
+from harness.judging import analysis, regression
 from harness.judging.analysis import (
     BEST_MARK,
     PARTIAL_MARK,
@@ -58,9 +58,9 @@ from impls.status import (
 
 STATUS_STYLE = {OK: "green", INEXACT: "yellow", MISMATCH: "bold red", UPSTREAM_DEFECT: "magenta",
                 ERROR: "red", TIMEOUT: "magenta", SKIPPED: "dim"}
-VERDICT_STYLE = {"regressed": "bold red", "broken": "bold red", "improved": "green", "fixed": "green",
-                 "same": "", "only in base": "dim", "only in new": "dim",
-                 "not timed": "dim"}
+VERDICT_STYLE = {regression.REGRESSED: "bold red", regression.BROKEN: "bold red", regression.IMPROVED: "green",
+                 regression.FIXED: "green", regression.SAME: "", regression.ONLY_IN_BASE: "dim",
+                 regression.ONLY_IN_NEW: "dim", regression.NOT_TIMED: "dim"}
 UNSTABLE_MARK = UNSTABLE.ascii  # one cell wide in any terminal
 
 
