@@ -202,10 +202,7 @@ def compare_counts(base_dir, new_dir, metric: str, factor: float = regression.DE
             raise UsageError(f"{directory}: no {metric} counts (a timed run?); count with "
                              f"`scatterbench run CONFIG --instrument callgrind`")
     warnings = []
-    base_versions, new_versions = base_meta.get("count_versions") or {}, new_meta.get("count_versions") or {}
-    differing = [f"{name} {base_versions.get(name)} vs {new_versions.get(name)}"
-                 for name in sorted(set(base_versions) | set(new_versions))
-                 if base_versions.get(name) != new_versions.get(name)]
+    differing = runmeta.version_changes(base_meta.get("count_versions"), new_meta.get("count_versions"))
     if differing:
         warnings.append(f"warning: {base_dir} and {new_dir} were counted with different versions "
                         f"({', '.join(differing)}): counts change with them as much as with the code")
