@@ -47,6 +47,7 @@ from pathlib import Path
 import pandas as pd
 
 from harness.base.cases import in_group
+from harness.base.checkout import ROOT
 from harness.base.config import load_config
 from harness.base.errors import ResultError
 from harness.judging import compare, regression
@@ -121,7 +122,7 @@ def measure_baseline_at(commit: str, config_path, output: Path, extra_args=()) -
     config where it has one, so that it names only strategies that code
     knows), in a subprocess on this machine, into ``output``; ``extra_args``
     go to its ``run`` (the count gate's ``--instrument callgrind``)."""
-    root = Path(__file__).resolve().parents[1]
+    root = ROOT
     try:
         found = subprocess.run(["git", "cat-file", "-e", f"{commit}^{{commit}}"], cwd=root, capture_output=True,
                                timeout=30)

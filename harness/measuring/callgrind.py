@@ -69,6 +69,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from harness.base.checkout import ROOT
 from harness.base.config import Case
 from harness.base.errors import ResultError, UsageError
 from harness.measuring import facts, pinning, sweep
@@ -249,7 +250,7 @@ def child_environment(target: dict) -> dict:
     randomisation, the allocator's settings; this checkout goes first on the
     path (the counting process runs in its own working directory)."""
     tunables = ":".join(filter(None, [os.environ.get("GLIBC_TUNABLES"), *MALLOC_TUNABLES]))
-    path = os.pathsep.join(filter(None, [str(Path(__file__).resolve().parents[1]), os.environ.get("PYTHONPATH")]))
+    path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
     return dict(os.environ, **THREAD_ENV, **target, PYTHONHASHSEED="0", PYTHONUNBUFFERED="1",
                 GLIBC_TUNABLES=tunables, PYTHONMALLOC=PYTHON_MALLOC, PYTHONPATH=path)
 
