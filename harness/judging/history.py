@@ -111,12 +111,38 @@ def load_history(root, cache_dir=None, known: dict | None = None) -> tuple[pd.Da
     summaries of read-only runs (``summaries/``); ``known``: as for
     `summary.fingerprint`."""
     previous_cases, previous_runs = _read_frame(cache_dir) if cache_dir else (None, None)
-    reusable = {}  # directory -> its row of the previous history, where its files did not change
+    reusable = _unchanged_runs(previous_runs, known)
+    directories = store.find_runs(root, start_time=lambda path: reusable.get(str(path), {}).get("start_time"))
+    runs, renumber, columns, total = _read_runs(directories, reusable, cache_dir, known)
+    kept = None
+    if renumber:
+        kept = previous_cases[previous_cases["run"].isin(renumber)].copy()
+        kept["run"] = kept["run"].map(renumber)
+    cases = _concat([kept, _judged_cases(columns) if total else None])
+    if cases is None or not len(cases):
+        raise store.ResultError(f"{root}: no result rows found under it")
+    cases = cases.sort_values("run", kind="stable").reset_index(drop=True)
+    runs = pd.DataFrame(runs)
+    _group_by_machine(cases, runs)
+    if cache_dir and (len(reusable) != len(previous_runs or []) or total):
+        _write_frame(cases.drop(columns="machine"), runs, cache_dir)
+    return cases, runs
+
+
+def _unchanged_runs(previous_runs: list | None, known: dict | None) -> dict:
+    """{directory: its row of the previous history} for the runs whose files did not change."""
+    reusable = {}
     for run in previous_runs or []:
         directory = Path(run["directory"])
         if directory.is_dir() and summary.fingerprint(directory, FILES, known) == run["fingerprint"]:
             reusable[run["directory"]] = run
-    directories = store.find_runs(root, start_time=lambda path: reusable.get(str(path), {}).get("start_time"))
+    return reusable
+
+
+def _read_runs(directories: list, reusable: dict, cache_dir, known: dict | None) -> tuple[list, dict, dict, int]:
+    """(runs, renumber, columns, total): a row per run (reused, or from its
+    summary), the reused runs' old positions -> new, and the cases of the
+    runs read from summaries column-wise (``total`` rows)."""
     columns: dict[str, list] = {}
     runs, renumber, total = [], {}, 0
     for order, directory in enumerate(directories):
@@ -139,27 +165,26 @@ def load_history(root, cache_dir=None, known: dict | None = None) -> tuple[pd.Da
         total += count
         for values in columns.values():
             values.extend([None] * (total - len(values)))  # a column this run lacks (counts)
-    kept = None
-    if renumber:
-        kept = previous_cases[previous_cases["run"].isin(renumber)].copy()
-        kept["run"] = kept["run"].map(renumber)
-    new = summary.frame_of(columns) if total else None
-    if new is not None:  # judged here, where the threshold lives, once per run read
-        new["unstable"] = [analysis.is_unstable(iqr, median) for iqr, median in zip(new["iqr_s"], new["median_s"])]
-    cases = _concat([kept, new])
-    if cases is None or not len(cases):
-        raise store.ResultError(f"{root}: no result rows found under it")
-    cases = cases.sort_values("run", kind="stable").reset_index(drop=True)
-    runs = pd.DataFrame(runs)
-    # Grouped by hardware (`runmeta.same_machine`, the gate's own test), not by the recorded
-    # label: a runner's host name may change from run to run, its hardware does not.
+    return runs, renumber, columns, total
+
+
+def _judged_cases(columns: dict) -> pd.DataFrame:
+    """The cases read from summaries, each judged stable or not here, where
+    the threshold lives, once per run read."""
+    new = summary.frame_of(columns)
+    new["unstable"] = [analysis.is_unstable(iqr, median) for iqr, median in zip(new["iqr_s"], new["median_s"])]
+    return new
+
+
+def _group_by_machine(cases: pd.DataFrame, runs: pd.DataFrame) -> None:
+    """``machine`` of each run and each case, in place.
+
+    Grouped by hardware (`runmeta.same_machine`, the gate's own test), not by the recorded
+    label: a runner's host name may change from run to run, its hardware does not."""
     runs["machine"] = runmeta.machine_groups(list(runs["meta"]))
     machines = list(dict.fromkeys(runs["machine"]))
     codes = np.array([machines.index(machine) for machine in runs["machine"]])
     cases["machine"] = pd.Categorical.from_codes(codes[cases["run"].to_numpy()], machines)
-    if cache_dir and (len(reusable) != len(previous_runs or []) or total):
-        _write_frame(cases.drop(columns="machine"), runs, cache_dir)
-    return cases, runs
 
 
 FRAME = "history"  # in the cache directory: history.npz (the columns) and history.json (runs, categories)
