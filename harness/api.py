@@ -22,6 +22,7 @@ from typing import Any
 import pandas as pd
 
 from harness.base import plugins
+from harness.base.cases import CASE_GROUP
 from harness.base.config import expand, parse_config
 from harness.base.errors import ResultError, UnpinnedThreadsWarning, UsageError
 from harness.base.format import fmt_time
@@ -73,7 +74,7 @@ def bench(op: str, strategies: list[str] | None = None, *, device: str = "cpu", 
     warning = pinning.oversubscription_warning(config.threads, backends=sweep.backends_of(cases))
     if warning:
         warnings.warn(warning, UnpinnedThreadsWarning, stacklevel=2)
-    gate = check.StrategyGate(seed, config.timing.timeout_s)
+    gate = check.AdversarialCheck(seed, config.timing.timeout_s)
     out = Path(out) if out is not None else None
     run_id = sweep.new_run_id(config.name)
     with RunSession(out, run_id) as session:
@@ -108,7 +109,8 @@ def speedup_notes(rows: pd.DataFrame) -> list[str]:
     from impls.registry import OPERATORS
 
     notes = []
-    for (op, _params, _device, _dtype), group in rows.groupby(["op", "params", "device", "dtype"], sort=False):
+    for _group, group in rows.groupby(CASE_GROUP, sort=False):
+        op = group["op"].iloc[0]
         reason = OPERATORS[op].missing_baseline(dict(zip(group["strategy"], group["status"])))
         note = f"speedup is blank for {op}: {reason}" if reason else None
         if note and note not in notes:

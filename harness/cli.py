@@ -34,6 +34,30 @@ def arg(*flags, **options) -> tuple:
     return flags, options
 
 
+def quoting(text: str, module: str, name: str) -> Callable[[], str]:
+    """Help that quotes a default living in ``module`` as ``name`` (``{}``
+    in ``text`` stands for it, with its format), read when the help is
+    printed: the help cannot drift from the value, and parsing a command
+    line does not import the module (pandas, torch) before SIGTERM is handled."""
+
+    def text_now() -> str:
+        import importlib
+
+        return text.format(getattr(importlib.import_module(module), name))
+
+    return text_now
+
+
+class HelpParser(argparse.ArgumentParser):
+    """Reads each `quoting` help when its help is printed."""
+
+    def format_help(self) -> str:
+        for action in self._actions:
+            if callable(action.help):
+                action.help = action.help()
+        return super().format_help()
+
+
 @dataclass(frozen=True)
 class Command:
     name: str
@@ -134,8 +158,29 @@ def cmd_check(args) -> int:
                   "process under Callgrind (valgrind), every library at 1 thread"),
          NO_PROGRESS)
 def cmd_run(args) -> int:
+    plan = _plan_run(args)
+    outcome = _execute_with_progress(args, plan)
+    resume_hint = f"scatterbench run {args.config} --resume {plan.out_dir}"
+    if outcome.interrupted:
+        print(f"\ninterrupted ({outcome.interrupted}): every finished case is in {plan.out_dir} "
+              f"({outcome.cases_on_disk} on disk); continue with: {resume_hint}", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    if outcome.disk_full:
+        raise ResultError(f"{plan.out_dir}: {outcome.disk_full}; stopped with {outcome.cases_on_disk} cases "
+                          f"safely on disk; free space and continue with: {resume_hint}")
+    _print_run_results(args, plan)
+    if args.report:
+        from harness.presenting import report
+
+        written = report.build([plan.out_dir], plan.out_dir / "report")
+        print(f"report: {written}")
+    return EXIT_OK
+
+
+def _plan_run(args):
+    """The run's plan, once the flags agree with each other and with the run
+    resumed; its notes on stderr."""
     from harness.measuring import sweep
-    from harness.presenting.tables import console, progress_bar, run_summary
     from harness.results import store
 
     if args.instrument and (args.isolate or args.report):
@@ -149,6 +194,14 @@ def cmd_run(args) -> int:
                          f"; resume it the same way")
     for note in plan.notes:
         print(note, file=sys.stderr)
+    return plan
+
+
+def _execute_with_progress(args, plan):
+    """The sweep (timed, or counted under --instrument), its progress on stderr."""
+    from harness.measuring import sweep
+    from harness.presenting.tables import console, progress_bar
+
     err = console(stderr=True)
     with progress_bar(disable=args.no_progress, console=err) as progress:
         task = progress.add_task("ceilings", total=len(plan.cases))
@@ -177,29 +230,21 @@ def cmd_run(args) -> int:
         if args.instrument:
             from harness.measuring.callgrind import execute_counting_run
 
-            outcome = execute_counting_run(plan, sys.argv, on_start=on_start, on_case=on_case, on_phase=on_phase)
-        else:
-            outcome = sweep.execute_run(plan, sys.argv, isolate=args.isolate, on_start=on_start,
-                                        on_case=on_case, on_phase=on_phase, on_warning=on_warning)
-    resume_hint = f"scatterbench run {args.config} --resume {plan.out_dir}"
-    if outcome.interrupted:
-        print(f"\ninterrupted ({outcome.interrupted}): every finished case is in {plan.out_dir} "
-              f"({outcome.cases_on_disk} on disk); continue with: {resume_hint}", file=sys.stderr)
-        return EXIT_INTERRUPTED
-    if outcome.disk_full:
-        raise ResultError(f"{plan.out_dir}: {outcome.disk_full}; stopped with {outcome.cases_on_disk} cases "
-                          f"safely on disk; free space and continue with: {resume_hint}")
+            return execute_counting_run(plan, sys.argv, on_start=on_start, on_case=on_case, on_phase=on_phase)
+        return sweep.execute_run(plan, sys.argv, isolate=args.isolate, on_start=on_start,
+                                 on_case=on_case, on_phase=on_phase, on_warning=on_warning)
+
+
+def _print_run_results(args, plan) -> None:
+    """The run's tables (counts, or the grid or per-case tables) and its status counts."""
+    from harness.presenting.tables import console, run_summary
+    from harness.results import store
+
     rows = store.read_rows(plan.out_dir)
     for renderable in ([_counts_table(rows)] if args.instrument else run_summary(rows, grid=not args.tables)):
         console().print(renderable)
     counts = rows["status"].value_counts().to_dict()
     print(f"results: {plan.out_dir}  ({', '.join(f'{n} {s}' for s, n in counts.items())})")
-    if args.report:
-        from harness.presenting import report
-
-        written = report.build([plan.out_dir], plan.out_dir / "report")
-        print(f"report: {written}")
-    return EXIT_OK
 
 
 def _counts_table(rows):
@@ -224,8 +269,10 @@ def _counts_table(rows):
 @command("compare", "compare two result directories; exit 1 on a regression or breakage",
          arg("base", help="the earlier result directory"),
          arg("new", help="the later result directory"),
-         arg("--factor", type=float, default=None, help="median ratio beyond which a change counts (1.10)"),
-         arg("--alpha", type=float, default=None, help="Mann–Whitney U p-value threshold (0.002)"),
+         arg("--factor", type=float, default=None,
+             help=quoting("median ratio beyond which a change counts ({:g})", "harness.judging.regression", "DEFAULT_FACTOR")),
+         arg("--alpha", type=float, default=None,
+             help=quoting("Mann–Whitney U p-value threshold ({:g})", "harness.judging.regression", "DEFAULT_ALPHA")),
          arg("--relative-to", action="append", metavar="STRATEGY",
              help="normalise by this strategy's median in the same run and case (repeatable: the first "
                   "one present in a case is used)"),
@@ -358,14 +405,17 @@ def _write_text(path, text: str) -> None:
          arg("baseline", help="the committed baseline result directory"),
          CONFIG,
          arg("-o", "--output", help="where the new run goes (default: a temporary directory)"),
-         arg("--factor", type=float, default=None, help="median ratio beyond which a change counts (2.0)"),
-         arg("--alpha", type=float, default=None, help="Mann–Whitney U p-value threshold (0.002)"),
-         arg("--retries", type=int, default=2, help="re-measure a suspect case this many times (2)"),
+         arg("--factor", type=float, default=None,
+             help=quoting("median ratio beyond which a change counts ({:g})", "harness.judging.wall_gate", "DEFAULT_GATE_FACTOR")),
+         arg("--alpha", type=float, default=None,
+             help=quoting("Mann–Whitney U p-value threshold ({:g})", "harness.judging.regression", "DEFAULT_ALPHA")),
+         arg("--retries", type=int, default=None,
+             help=quoting("re-measure a suspect case this many times ({})", "harness.judging.wall_gate", "DEFAULT_RETRIES")),
          arg("--counts", metavar="COUNTS_BASELINE",
              help="also the gate on counts: CONFIG counted under Callgrind against this baseline (a counting "
                   "run, or a directory of them, one per tool-and-library version set)"),
          arg("--counts-factor", type=float, default=None,
-             help="count ratio beyond which a case regresses (1.03)"),
+             help=quoting("count ratio beyond which a case regresses ({:g})", "harness.judging.regression", "DEFAULT_COUNT_FACTOR")),
          NO_PROGRESS)
 def cmd_regress(args) -> int:
     from harness.judging import regression, wall_gate
@@ -373,6 +423,8 @@ def cmd_regress(args) -> int:
 
     if args.factor is None:
         args.factor = wall_gate.DEFAULT_GATE_FACTOR
+    if args.retries is None:
+        args.retries = wall_gate.DEFAULT_RETRIES
     rule = _rule(args)
     if args.retries < 0:
         raise UsageError(f"--retries {args.retries}: must be >= 0")
@@ -412,7 +464,8 @@ def cmd_regress(args) -> int:
                   "the same command again follows the jobs recorded there"),
          arg("--partition", help="Slurm partition"),
          arg("--gpus-per-task", type=int, metavar="G", help="GPUs per shard"),
-         arg("--time-min", type=int, default=60, metavar="M", help="time limit per shard in minutes (60)"),
+         arg("--time-min", type=int, default=None, metavar="M",
+             help=quoting("time limit per shard in minutes ({})", "harness.measuring.launch", "DEFAULT_TIME_MIN")),
          arg("--slurm-arg", action="append", metavar="KEY=VALUE",
              help="any sbatch option, passed to submitit unchanged (repeatable), e.g. qos=high"),
          NO_PROGRESS)
@@ -421,7 +474,8 @@ def cmd_launch(args) -> int:
     from harness.presenting.tables import console, progress_bar
 
     options = launch.parse_options(args.config, args.executor, args.shards, partition=args.partition,
-                                   gpus_per_task=args.gpus_per_task, time_min=args.time_min,
+                                   gpus_per_task=args.gpus_per_task,
+                                   time_min=launch.DEFAULT_TIME_MIN if args.time_min is None else args.time_min,
                                    slurm_args=args.slurm_arg)
     plan = launch.plan_launch(options, args.output)
     err = console(stderr=True)
@@ -474,11 +528,14 @@ def cmd_merge(args) -> int:
 
 @command("dashboard", "write a static regression dashboard of every run under a directory",
          arg("root", help="directory holding result directories (e.g. results)"),
-         arg("-o", "--output", default="site", help="site directory (default ./site)"),
-         arg("--factor", type=float, default=None, help="the gate's factor on normalised 10th percentiles (2.0)"),
-         arg("--alpha", type=float, default=None, help="Mann–Whitney U p-value threshold (0.002)"),
+         arg("-o", "--output", default="site", help="site directory (default ./%(default)s)"),
+         arg("--factor", type=float, default=None,
+             help=quoting("the gate's factor on normalised 10th percentiles ({:g})", "harness.judging.wall_gate", "DEFAULT_GATE_FACTOR")),
+         arg("--alpha", type=float, default=None,
+             help=quoting("Mann–Whitney U p-value threshold ({:g})", "harness.judging.regression", "DEFAULT_ALPHA")),
          arg("--reports", type=int, default=None, metavar="N",
-             help="keep the light report of the newest N runs (default 10)"),
+             help=quoting("keep the light report of the newest N runs (default {})", "harness.presenting.dashboard",
+                          "DEFAULT_REPORTS")),
          arg("--no-reports", action="store_true", help="do not write any run's report"))
 def cmd_dashboard(args) -> int:
     from harness.judging import history, wall_gate
@@ -520,7 +577,7 @@ def cmd_count(args) -> int:
 
 # ---------------------------------------------------------------------- parser
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="scatterbench", description=__doc__.split("\n\n")[0])
+    parser = HelpParser(prog="scatterbench", description=__doc__.split("\n\n")[0])
     parser.add_argument("--debug", action="store_true", help="show the traceback of any error")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for declared in COMMANDS:

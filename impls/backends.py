@@ -28,8 +28,10 @@ from typing import Any, Callable, Mapping
 
 import numpy as np
 
+# The dtypes the suite knows, all floating: the one list (impls.registry and
+# the config re-export it; per-dtype tables are keyed by it, tests check so).
 DTYPES = ("float16", "bfloat16", "float32", "float64")
-# Bytes per element of each dtype the suite knows (bytes-moved formulas take it).
+# Bytes per element of each dtype (bytes-moved formulas take it).
 ITEMSIZE = {"float16": 2, "bfloat16": 2, "float32": 4, "float64": 8}
 LAYOUTS = ("contiguous", "noncontiguous", "channels_last")
 
@@ -145,6 +147,15 @@ class Backend:
     # read without importing the library).
     version: Callable[[], str | None] | None = None
     distribution: str = ""  # its distribution's name where it is not ``module``
+    # Counting (``run --instrument callgrind``): whether counts record this
+    # library's version among what they depend on (``count_versions``; a
+    # stored counts baseline is taken only with the same set).
+    counts_version: bool = False
+    # (LLVM's name for a CPU, its features) -> the environment that pins this
+    # library's LLVM target to that CPU, or None where it compiles with no
+    # LLVM cache. Counting pins it to the CPU valgrind emulates, so kernels
+    # cached by the warm-up pass are found under Callgrind, not compiled again.
+    llvm_target_env: Callable[[str, str], dict] | None = None
     colour: str = "grey"  # one colour per backend in the report's figures
     extra: str = ""  # the pyproject extra that installs it
 
@@ -284,9 +295,6 @@ def convert(inputs: dict, backend: Backend, device: str, dtype: str, layout: str
     return converted
 
 
-FLOAT_DTYPES = ("float16", "bfloat16", "float32", "float64")
-
-
 def float_dtypes(output: Any) -> list[str]:
     """The dtype names of a strategy's floating outputs as the strategy made
     them, before ``to_numpy`` widens bfloat16 to float32 (which would let a
@@ -295,7 +303,7 @@ def float_dtypes(output: Any) -> list[str]:
         return [name for item in output for name in float_dtypes(item)]
     # "torch.float32", a numpy or JAX dtype's "float32": the name after the module
     name = str(getattr(output, "dtype", "")).rsplit(".", 1)[-1]
-    return [name] if name in FLOAT_DTYPES else []
+    return [name] if name in DTYPES else []  # every dtype the suite knows is a float
 
 
 def to_numpy(output: Any) -> Any:
@@ -569,22 +577,27 @@ def _with_torch(**fields) -> dict:
 register_backend(Backend(
     name="numpy", module="numpy", devices=("cpu",), dtypes=("float16", "float32", "float64"),
     layouts=LAYOUTS[:2], to_native=_numpy_to_native, to_numpy=np.asarray, owns=_is_numpy,
-    threads=NUMPY_THREADS, colour="#4c72b0"))
+    threads=NUMPY_THREADS, counts_version=True, colour="#4c72b0"))
 # torch's copy_ sets the copy ceiling on the CPU and on CUDA (timed by its events there).
 register_backend(Backend(
     name="torch", module="torch", devices=("cpu", "cuda"), dtypes=DTYPES, layouts=LAYOUTS,
-    device_info=_torch_device_info, threads=TORCH_THREADS, copy=_torch_copy, colour="#dd8452", **_with_torch()))
+    device_info=_torch_device_info, threads=TORCH_THREADS, copy=_torch_copy, counts_version=True, colour="#dd8452",
+    **_with_torch()))
 # Triton's kernels take torch tensors and run in torch's streams: torch's timer, no threads of its own.
 register_backend(Backend(
     name="triton", module="triton", devices=("cuda",), dtypes=("float16", "bfloat16", "float32"),
     layouts=LAYOUTS, interpreted=_triton_interpreted, compiles=True, colour="#55a868", extra="triton",
     **_with_torch()))
+def _numba_llvm_target_env(cpu_name: str, cpu_features: str) -> dict:
+    return {"NUMBA_CPU_NAME": cpu_name, "NUMBA_CPU_FEATURES": cpu_features}
+
+
 # numba and PyTensor compile for real types on the CPU and take numpy arrays
 # (PyTensor's C code calls numpy's BLAS: numpy's knob covers it).
 register_backend(Backend(
     name="numba", module="numba", devices=("cpu",), dtypes=("float32", "float64"), layouts=LAYOUTS[:2],
     to_native=_numpy_to_native, to_numpy=np.asarray, owns=lambda value: False, threads=NUMBA_THREADS,
-    compiles=True, colour="#8172b3", extra="numba"))
+    compiles=True, counts_version=True, llvm_target_env=_numba_llvm_target_env, colour="#8172b3", extra="numba"))
 register_backend(Backend(
     name="pytensor", module="pytensor", devices=("cpu",), dtypes=("float32", "float64"), layouts=LAYOUTS[:2],
     to_native=_numpy_to_native, to_numpy=np.asarray, owns=lambda value: False, compiles=True, colour="#937860",

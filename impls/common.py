@@ -26,7 +26,7 @@ WRONG_REL_ERR = {"float64": 1e-4, "float32": 1e-2, "float16": 5e-2, "bfloat16": 
 ZERO_SIGN = "zero-sign"  # both zero, the sign differs (-0.0 against +0.0)
 VALUE = "value"  # any other differing value
 SHAPE = "shape"
-DTYPE = "dtype"
+DTYPE_DIFFERENCE = "dtype"  # the output's dtype is not the one asked for (not a dtype itself)
 INDEX = "index"  # an index that is not the expected one
 INDEX_OUTSIDE = "index-outside-plane"
 NEG_INF_WINDOW_INDEX_0 = "neg-inf-window-index-0"  # index 0 for an all -inf window that does not hold it
@@ -90,7 +90,7 @@ def check_shape_dtype(name: str, out: np.ndarray, ref: np.ndarray, dtype: str) -
                        differences=frozenset({SHAPE}))
     got = storage_dtype_name(out, dtype)
     if got != dtype:
-        return Verdict("mismatch", f"{name}: dtype {got}, expected {dtype}", differences=frozenset({DTYPE}))
+        return Verdict("mismatch", f"{name}: dtype {got}, expected {dtype}", differences=frozenset({DTYPE_DIFFERENCE}))
     return None
 
 

@@ -143,7 +143,8 @@ def _compare_indices(got, expected, ref_values, x, ties: str, k: int) -> Verdict
         return Verdict("mismatch", f"indices: shape {getattr(got, 'shape', None)}, expected {expected.shape}",
                        differences=frozenset({common.SHAPE}))
     if got.dtype != np.int64:
-        return Verdict("mismatch", f"indices: dtype {got.dtype}, expected int64", differences=frozenset({common.DTYPE}))
+        return Verdict("mismatch", f"indices: dtype {got.dtype}, expected int64",
+                       differences=frozenset({common.DTYPE_DIFFERENCE}))
     N, C, H, W = x.shape
     if ((got < 0) | (got >= H * W)).any():
         bad = (got < 0) | (got >= H * W)

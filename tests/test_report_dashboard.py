@@ -13,7 +13,7 @@ import report
 from harness.judging import history
 from harness.presenting import dashboard
 from harness.presenting.report import figures
-from harness.results import store, summary
+from harness.results import stats, store, summary
 
 QUIET = {"load_avg_start": [0.5, 0.5, 0.5], "load_avg_end": [0.7, 0.6, 0.5]}
 
@@ -166,7 +166,7 @@ def test_a_summary_records_what_the_dashboard_needs_of_each_case(tmp_path):
     cases = summary.cases_frame(found).set_index("case_id")
     assert list(cases.index) == list(rows["case_id"])
     for case_id, values in samples.items():
-        assert cases.at[case_id, "p10_s"] == history.stats.typical_s(values, "p10")
+        assert cases.at[case_id, "p10_s"] == stats.typical_s(values, "p10")
     assert (cases.loc[cases["strategy"] == "torch_max_pool2d_indices", "flags"] == summary.SLOW_START).all()
     assert (cases.loc[cases["status"] == "ok", "n_samples"] == 5).all()
     failed = cases[~cases["status"].isin(["ok", "inexact"])]

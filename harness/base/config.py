@@ -22,6 +22,7 @@ from pydantic import (
     model_validator,
 )
 
+from harness.base.cases import CASE_GROUP
 from harness.base.errors import ConfigError
 from impls.backends import BACKENDS, LEGACY_THREAD_KEYS, thread_knobs
 from impls.registry import DTYPES, OPERATORS, devices, get_operator
@@ -135,8 +136,8 @@ class Case:
 
     @property
     def group(self) -> tuple:
-        """Cases sharing inputs and oracle: same operator, parameters, dtype and device."""
-        return (self.op, self.params, self.dtype, self.device)
+        """Cases sharing inputs and oracle: the values of `CASE_GROUP`."""
+        return tuple(getattr(self, column) for column in CASE_GROUP)
 
 
 def _location(loc) -> str:

@@ -22,10 +22,10 @@ import sys
 import traceback
 from pathlib import Path
 
+from harness.base.checkout import ROOT
 from harness.base.errors import UsageError
 
 ENV = "SCATTERBENCH_PLUGINS"
-ROOT = Path(__file__).resolve().parents[1]
 PROJECT_PACKAGES = ("impls", "harness")
 # What a report, compare or the dashboard cannot give for a plugin's operators
 # and strategies without its code.

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
+from harness.base.cases import CASE_GROUP
 from harness.base.format import fmt_time
 from harness.judging.regression import (  # noqa: F401  (re-exported)
     DEFAULT_ALPHA,
@@ -158,10 +159,7 @@ def unfit_reasons(base_meta: dict, base_rows: pd.DataFrame, new_meta: dict, new_
         labels = runmeta.machine_label(base_meta), runmeta.machine_label(new_meta)
         reasons.append("different CPU" + (f" ({labels[0]} → {labels[1]})" if labels[0] != labels[1] else ""))
     if metric != "time":
-        base_versions, new_versions = base_meta.get("count_versions") or {}, new_meta.get("count_versions") or {}
-        changed = [f"{name} {base_versions.get(name)} → {new_versions.get(name)}"
-                   for name in sorted(set(base_versions) | set(new_versions))
-                   if base_versions.get(name) != new_versions.get(name)]
+        changed = runmeta.version_changes(base_meta.get("count_versions"), new_meta.get("count_versions"))
         return reasons + (["different library versions (" + ", ".join(changed) + ")"] if changed else [])
     for meta, rows, where in ((record(base_meta), base_rows, " (base)"), (record(new_meta), new_rows, "")):
         loads = [first_load(meta.load_avg_start), first_load(meta.load_avg_end)]
@@ -242,12 +240,9 @@ def fastest(case: pd.DataFrame) -> str | None:
     return str(order["strategy"].iloc[0]) if len(order) else None
 
 
-CASE_KEYS = ["op", "params", "device", "dtype"]
-
-
 def case_keys(rows: pd.DataFrame) -> list[str]:
-    """What makes one case: operator, size, device, dtype, and the machine where rows come from several."""
-    return CASE_KEYS + (["machine"] if "machine" in rows.columns else [])
+    """What makes one case's group (`CASE_GROUP`), and the machine where rows come from several."""
+    return CASE_GROUP + (["machine"] if "machine" in rows.columns else [])
 
 
 def with_speedups(rows: pd.DataFrame) -> pd.DataFrame:

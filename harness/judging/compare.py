@@ -23,6 +23,7 @@ from pathlib import Path
 import pandas as pd
 
 from harness.base import plugins
+from harness.base.cases import CASE_GROUP, CASE_KEY
 from harness.base.errors import UsageError
 from harness.base.format import (
     fmt_num,
@@ -36,8 +37,6 @@ from harness.judging import regression
 from harness.results import metrics, runmeta, stats, store
 from impls.status import CORRECT
 
-CASE_KEY = ["op", "strategy", "device", "dtype", "params"]
-GROUP_KEY = ["op", "device", "dtype", "params"]
 
 
 def references_for(op: str, relative_to: list[str] | None, normalise: bool) -> list[str]:
@@ -60,7 +59,7 @@ def typical_by_group(rows: pd.DataFrame, samples: dict, statistic: str) -> dict:
     timed = rows[rows["status"].isin(CORRECT) & rows["median_s"].notna() & (rows["median_s"] > 0)]
     groups: dict = {}
     for row in timed.itertuples(index=False):
-        key = tuple(getattr(row, column) for column in GROUP_KEY)
+        key = tuple(getattr(row, column) for column in CASE_GROUP)
         case_id = row.case_id
         typical = stats.typical_s(samples[case_id], statistic) if case_id in samples else float(row.median_s)
         groups.setdefault(key, {})[row.strategy] = (case_id, typical)
@@ -204,10 +203,7 @@ def compare_counts(base_dir, new_dir, metric: str, factor: float = regression.DE
             raise UsageError(f"{directory}: no {metric} counts (a timed run?); count with "
                              f"`scatterbench run CONFIG --instrument callgrind`")
     warnings = []
-    base_versions, new_versions = base_meta.get("count_versions") or {}, new_meta.get("count_versions") or {}
-    differing = [f"{name} {base_versions.get(name)} vs {new_versions.get(name)}"
-                 for name in sorted(set(base_versions) | set(new_versions))
-                 if base_versions.get(name) != new_versions.get(name)]
+    differing = runmeta.version_changes(base_meta.get("count_versions"), new_meta.get("count_versions"))
     if differing:
         warnings.append(f"warning: {base_dir} and {new_dir} were counted with different versions "
                         f"({', '.join(differing)}): counts change with them as much as with the code")

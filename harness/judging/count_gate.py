@@ -28,18 +28,13 @@ import pandas as pd
 from harness.base.errors import ResultError
 from harness.judging import compare, regression, wall_gate
 from harness.measuring import callgrind, sweep
-from harness.results import metrics, store
+from harness.results import metrics, runmeta, store
 
 
 def versions_slug(versions: dict) -> str:
     """A version set as a directory name: ``valgrind-3.19.0-python-3.11.7-...``."""
     text = "-".join(f"{name}-{versions.get(name)}" for name in sorted(versions))
     return re.sub(r"[^A-Za-z0-9.]+", "-", text).strip("-")
-
-
-def _differences(wanted: dict, found: dict) -> str:
-    return ", ".join(f"{name} {found.get(name)} (here {wanted.get(name)})" for name in sorted(wanted)
-                     if wanted.get(name) != found.get(name))
 
 
 def choose_counts_baseline(path, versions: dict) -> wall_gate.BaselineChoice:
@@ -56,15 +51,16 @@ def choose_counts_baseline(path, versions: dict) -> wall_gate.BaselineChoice:
         if metas[run].get("count_versions") == versions:
             return wall_gate.BaselineChoice(run, None, f"regress: counts baseline {run}, counted with these versions")
     newest = runs[-1]
-    differing = _differences(versions, metas[newest].get("count_versions") or {})
+    differing = ", ".join(runmeta.version_changes(metas[newest].get("count_versions"), versions))
     commit = str(metas[newest].get("git_commit") or "").removesuffix("-dirty")
     if not commit:
-        raise ResultError(f"{path}: no counts baseline was counted with these versions ({newest.name} differs: "
-                          f"{differing}), and {newest / store.META} records no git commit to count one from: "
-                          f"`make baseline`")
+        raise ResultError(f"{path}: no counts baseline was counted with these versions ({newest.name} "
+                          f"differs, stored → here: {differing}), and {newest / store.META} records no git "
+                          f"commit to count one from: `make baseline`")
     return wall_gate.BaselineChoice(newest, commit, (
-        f"regress: no counts baseline under {path} was counted with these versions ({newest.name} differs: "
-        f"{differing}): counting one here from commit {commit[:12]}, which it was counted at. `make baseline` "
+        f"regress: no counts baseline under {path} was counted with these versions ({newest.name} differs, "
+        f"stored → here: {differing}): counting one here from commit {commit[:12]}, which it was counted at. "
+        f"`make baseline` "
         f"stores one for these versions"))
 
 

@@ -38,13 +38,13 @@ import numpy as np
 import pandas as pd
 from pandas.api.types import union_categoricals
 
-from harness.judging import analysis, compare, regression, wall_gate
+from harness.base.cases import CASE_GROUP
+from harness.judging import analysis, regression, wall_gate
 from harness.judging.wall_gate import DEFAULT_GATE_FACTOR
-from harness.results import runmeta, stats, store, summary
+from harness.results import runmeta, store, summary
 from harness.results.metrics import COUNTS
 from impls.status import CORRECT
 
-GROUP = ["op", "device", "dtype", "params"]  # a chart: the strategies of one case of the report
 RED, NOT_JUDGED, SOURCE_CHANGED = "red", "not judged", "source changed"
 TIME = "time"
 
@@ -55,33 +55,22 @@ def gate_rule(factor: float = DEFAULT_GATE_FACTOR, alpha: float = regression.DEF
     return regression.Rule(factor, alpha, "p10")
 
 
-def _typical_of(rows: pd.DataFrame, samples: dict, suspect, names: list[str]) -> dict:
-    """Each named strategy's time in the suspect's case, as the gate takes a baseline's."""
-    case = wall_gate._same_case(rows, suspect).set_index("strategy")
-    return {name: stats.typical_s(samples[case.at[name, "case_id"]], "p10")
-            if case.at[name, "case_id"] in samples else float(case.at[name, "median_s"]) for name in names}
-
-
 def gate_table(base_rows, base_samples, new_rows, new_samples, rule: regression.Rule) -> pd.DataFrame:
     """The CI gate's verdicts on two stored runs, reached as `wall_gate.run_gate`
-    reaches them: its screen (compare normalised to each operator's
-    reference, 10th percentiles, past the square root of the factor, with
-    the Mann–Whitney test) picks suspects, and a suspect fails only if its
-    time against the other strategies of its case, relative to the base
-    run's (`wall_gate.partner_change`, the median over them), exceeds the factor.
-    The new run's own 10th percentiles stand in for the gate's
-    re-measurement, which a history cannot do. A case that broke fails at once."""
-    screen = regression.Rule(wall_gate.screening_factor(rule.factor), rule.alpha, "p10")
-    table = compare.compare_frames(base_rows, base_samples, new_rows, new_samples, screen, normalise=True)
-    table["confirmed_ratio"] = math.nan
-    for index, suspect in table[table["verdict"] == regression.REGRESSED].iterrows():
-        names = [suspect["strategy"]] + wall_gate._partners(table, suspect)
-        now = _typical_of(new_rows, new_samples, suspect, names)
-        change = wall_gate.partner_change(_typical_of(base_rows, base_samples, suspect, names),
-                                     [[now[name] for name in names]], names)
-        table.loc[index, "confirmed_ratio"] = change
-        if not change > rule.factor:
-            table.loc[index, "verdict"] = regression.SAME
+    reaches them: its screen (`wall_gate.screen`: compare normalised to each
+    operator's reference, 10th percentiles, past the square root of the
+    factor, with the Mann–Whitney test) picks suspects, and a suspect fails
+    only if its time against the other strategies of its case, relative to
+    the base run's (`wall_gate.partner_change`, the median over them),
+    exceeds the factor. The new run's own 10th percentiles stand in for the
+    gate's re-measurement, which a history cannot do. A case that broke fails at once."""
+    table = wall_gate.screen(base_rows, base_samples, new_rows, new_samples, rule)
+    for index, suspect in wall_gate.suspects(table).iterrows():
+        names = [suspect["strategy"]] + wall_gate.partners(table, suspect)
+        now = wall_gate.typical_times(new_rows, new_samples, suspect, names)
+        change = wall_gate.partner_change(wall_gate.typical_times(base_rows, base_samples, suspect, names),
+                                          [[now[name] for name in names]], names)
+        wall_gate.settle(table, index, [change], rule.factor)
     return table
 
 
@@ -123,12 +112,38 @@ def load_history(root, cache_dir=None, known: dict | None = None) -> tuple[pd.Da
     summaries of read-only runs (``summaries/``); ``known``: as for
     `summary.fingerprint`."""
     previous_cases, previous_runs = _read_frame(cache_dir) if cache_dir else (None, None)
-    reusable = {}  # directory -> its row of the previous history, where its files did not change
+    reusable = _unchanged_runs(previous_runs, known)
+    directories = store.find_runs(root, start_time=lambda path: reusable.get(str(path), {}).get("start_time"))
+    runs, renumber, columns, total = _read_runs(directories, reusable, cache_dir, known)
+    kept = None
+    if renumber:
+        kept = previous_cases[previous_cases["run"].isin(renumber)].copy()
+        kept["run"] = kept["run"].map(renumber)
+    cases = _concat([kept, _judged_cases(columns) if total else None])
+    if cases is None or not len(cases):
+        raise store.ResultError(f"{root}: no result rows found under it")
+    cases = cases.sort_values("run", kind="stable").reset_index(drop=True)
+    runs = pd.DataFrame(runs)
+    _group_by_machine(cases, runs)
+    if cache_dir and (len(reusable) != len(previous_runs or []) or total):
+        _write_frame(cases.drop(columns="machine"), runs, cache_dir)
+    return cases, runs
+
+
+def _unchanged_runs(previous_runs: list | None, known: dict | None) -> dict:
+    """{directory: its row of the previous history} for the runs whose files did not change."""
+    reusable = {}
     for run in previous_runs or []:
         directory = Path(run["directory"])
         if directory.is_dir() and summary.fingerprint(directory, FILES, known) == run["fingerprint"]:
             reusable[run["directory"]] = run
-    directories = store.find_runs(root, start_time=lambda path: reusable.get(str(path), {}).get("start_time"))
+    return reusable
+
+
+def _read_runs(directories: list, reusable: dict, cache_dir, known: dict | None) -> tuple[list, dict, dict, int]:
+    """(runs, renumber, columns, total): a row per run (reused, or from its
+    summary), the reused runs' old positions -> new, and the cases of the
+    runs read from summaries column-wise (``total`` rows)."""
     columns: dict[str, list] = {}
     runs, renumber, total = [], {}, 0
     for order, directory in enumerate(directories):
@@ -151,27 +166,26 @@ def load_history(root, cache_dir=None, known: dict | None = None) -> tuple[pd.Da
         total += count
         for values in columns.values():
             values.extend([None] * (total - len(values)))  # a column this run lacks (counts)
-    kept = None
-    if renumber:
-        kept = previous_cases[previous_cases["run"].isin(renumber)].copy()
-        kept["run"] = kept["run"].map(renumber)
-    new = summary.frame_of(columns) if total else None
-    if new is not None:  # judged here, where the threshold lives, once per run read
-        new["unstable"] = [analysis.is_unstable(iqr, median) for iqr, median in zip(new["iqr_s"], new["median_s"])]
-    cases = _concat([kept, new])
-    if cases is None or not len(cases):
-        raise store.ResultError(f"{root}: no result rows found under it")
-    cases = cases.sort_values("run", kind="stable").reset_index(drop=True)
-    runs = pd.DataFrame(runs)
-    # Grouped by hardware (`runmeta.same_machine`, the gate's own test), not by the recorded
-    # label: a runner's host name may change from run to run, its hardware does not.
+    return runs, renumber, columns, total
+
+
+def _judged_cases(columns: dict) -> pd.DataFrame:
+    """The cases read from summaries, each judged stable or not here, where
+    the threshold lives, once per run read."""
+    new = summary.frame_of(columns)
+    new["unstable"] = [analysis.is_unstable(iqr, median) for iqr, median in zip(new["iqr_s"], new["median_s"])]
+    return new
+
+
+def _group_by_machine(cases: pd.DataFrame, runs: pd.DataFrame) -> None:
+    """``machine`` of each run and each case, in place.
+
+    Grouped by hardware (`runmeta.same_machine`, the gate's own test), not by the recorded
+    label: a runner's host name may change from run to run, its hardware does not."""
     runs["machine"] = runmeta.machine_groups(list(runs["meta"]))
     machines = list(dict.fromkeys(runs["machine"]))
     codes = np.array([machines.index(machine) for machine in runs["machine"]])
     cases["machine"] = pd.Categorical.from_codes(codes[cases["run"].to_numpy()], machines)
-    if cache_dir and (len(reusable) != len(previous_runs or []) or total):
-        _write_frame(cases.drop(columns="machine"), runs, cache_dir)
-    return cases, runs
 
 
 FRAME = "history"  # in the cache directory: history.npz (the columns) and history.json (runs, categories)
@@ -265,13 +279,13 @@ def screen(cases: pd.DataFrame, changes: pd.DataFrame, factor: float) -> pd.Data
     ratio over theirs, or its own ratio without partners) never exceeds that
     bound, so every case the gate fails is inside them."""
     pairs = changes[["base_run", "run"]].drop_duplicates()
-    key = ["case_id"] + GROUP + ["strategy"]
+    key = ["case_id"] + CASE_GROUP + ["strategy"]
     timed = cases[cases["status"].isin(CORRECT) & (cases["median_s"] > 0)]
     timed = timed.assign(typical=_typical(timed))[["run", "typical"] + key]
     both = (pairs.merge(timed, on="run")
             .merge(timed.rename(columns={"run": "base_run", "typical": "base_typical"}), on=["base_run"] + key))
     both["ratio"] = both["typical"] / both["base_typical"]
-    keys = ["base_run", "run"] + GROUP
+    keys = ["base_run", "run"] + CASE_GROUP
     both = both.sort_values(keys + ["ratio"], kind="stable")
     rank = both.groupby(keys, sort=False).cumcount()
     lowest = both.groupby(keys, sort=False)["ratio"].transform("first")
@@ -286,7 +300,7 @@ def screen(cases: pd.DataFrame, changes: pd.DataFrame, factor: float) -> pd.Data
 
 def _rows(cases: pd.DataFrame, run: int, groups: pd.DataFrame) -> pd.DataFrame:
     mine = cases[cases["run"] == run]
-    return mine.merge(groups, on=GROUP)
+    return mine.merge(groups, on=CASE_GROUP)
 
 
 def _pair_key(fingerprints: list[str], base: int, new: int, rule: regression.Rule, metrics: list[str]) -> str:
@@ -312,7 +326,7 @@ def judge_pairs(cases, runs, changes, pairs, rule, metrics) -> dict:
     suspects = screen(cases[cases["run"].isin(involved)], mine, rule.factor)
     keys = dict(zip(zip(pairs["base_run"], pairs["run"]), pairs["key"]))
     for (base, new), groups in suspects.groupby(["base_run", "run"], sort=False):
-        groups = groups[GROUP].drop_duplicates()
+        groups = groups[CASE_GROUP].drop_duplicates()
         table = gate_table(_rows(cases, base, groups), store.read_samples(Path(runs.at[base, "directory"])),
                            _rows(cases, new, groups), store.read_samples(Path(runs.at[new, "directory"])), rule)
         judged[keys[(base, new)]]["verdicts"] = [

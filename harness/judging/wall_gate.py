@@ -46,6 +46,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from harness.base.cases import in_group
+from harness.base.checkout import ROOT
 from harness.base.config import load_config
 from harness.base.errors import ResultError
 from harness.judging import compare, regression
@@ -57,6 +59,7 @@ from impls.backends import get_backend
 from impls.registry import get_operator
 
 DEFAULT_GATE_FACTOR = 2.0
+DEFAULT_RETRIES = 2  # re-measurements of a suspect (`regress --retries`)
 PAIRED_ROUNDS = 31
 CALLS_PER_ROUND = 3
 
@@ -119,7 +122,7 @@ def measure_baseline_at(commit: str, config_path, output: Path, extra_args=()) -
     config where it has one, so that it names only strategies that code
     knows), in a subprocess on this machine, into ``output``; ``extra_args``
     go to its ``run`` (the count gate's ``--instrument callgrind``)."""
-    root = Path(__file__).resolve().parents[1]
+    root = ROOT
     try:
         found = subprocess.run(["git", "cat-file", "-e", f"{commit}^{{commit}}"], cwd=root, capture_output=True,
                                timeout=30)
@@ -195,16 +198,21 @@ def paired_times(op: str, params: dict, dtype: str, device: str, names: list[str
     return [[_fastest_call_s(run, clock, CALLS_PER_ROUND) for run, clock in runs] for _ in range(rounds)]
 
 
-def _same_case(frame: pd.DataFrame, row) -> pd.DataFrame:
-    return frame[(frame["op"] == row["op"]) & (frame["device"] == row["device"])
-                 & (frame["dtype"] == row["dtype"]) & (frame["params"] == row["params"])]
-
-
-def _partners(table: pd.DataFrame, suspect) -> list[str]:
-    """Every other strategy of the suspect's case that was timed in both runs."""
-    case = _same_case(table, suspect)
+def partners(table: pd.DataFrame, suspect) -> list[str]:
+    """Every other strategy of the suspect's case that was timed in both runs
+    (``table``: the screen's)."""
+    case = in_group(table, suspect)
     timed = case[(case["strategy"] != suspect["strategy"]) & case["new_s"].notna() & case["base_s"].notna()]
     return [str(name) for name in timed["strategy"]]
+
+
+def typical_times(rows: pd.DataFrame, samples: dict, suspect, names: list[str]) -> dict:
+    """Each named strategy's time in the suspect's case of one run, as the
+    screen takes it: the 10th percentile of its samples (its median where it
+    has none)."""
+    case = in_group(rows, suspect).set_index("strategy")
+    return {name: stats.typical_s(samples[case.loc[name, "case_id"]], "p10")
+            if case.loc[name, "case_id"] in samples else float(case.loc[name, "median_s"]) for name in names}
 
 
 def confirmed_change(base_rows: pd.DataFrame, base_samples: dict, suspect, partners: list[str], seed: int) -> float:
@@ -213,13 +221,10 @@ def confirmed_change(base_rows: pd.DataFrame, base_samples: dict, suspect, partn
     partner that was noisy in the baseline cannot decide), or against its
     own baseline time when it has no partner. Baseline times are 10th
     percentiles of its samples, like the screen's."""
-    case = _same_case(base_rows, suspect).set_index("strategy")
-    base = {name: stats.typical_s(base_samples[case.loc[name, "case_id"]], "p10")
-            if case.loc[name, "case_id"] in base_samples else float(case.loc[name, "median_s"])
-            for name in [suspect["strategy"]] + partners}
+    names = [suspect["strategy"]] + partners
     rounds = paired_times(suspect["op"], json.loads(suspect["params"]), suspect["dtype"], suspect["device"],
-                          [suspect["strategy"]] + partners, seed)
-    return partner_change(base, rounds, [suspect["strategy"]] + partners)
+                          names, seed)
+    return partner_change(typical_times(base_rows, base_samples, suspect, names), rounds, names)
 
 
 def partner_change(base: dict, rounds: list[list[float]], names: list[str]) -> float:
@@ -239,59 +244,115 @@ def partner_change(base: dict, rounds: list[list[float]], names: list[str]) -> f
     return statistics.median(changes)
 
 
-def run_gate(baseline, config_path, rule: regression.Rule, output=None, retries: int = 2,
+def screen_rule(rule: regression.Rule, retries: int = DEFAULT_RETRIES) -> regression.Rule:
+    """Step 1's rule: 10th percentiles, at the `screening_factor` of the
+    gate's, or at the full factor when no re-measurement follows
+    (``retries`` 0), since the screen's verdict is then final."""
+    return regression.Rule(screening_factor(rule.factor) if retries else rule.factor, rule.alpha, "p10")
+
+
+def _screened(table: pd.DataFrame) -> pd.DataFrame:
+    table["confirmed_ratio"] = math.nan  # filled by `settle` for each suspect
+    return table
+
+
+def screen(base_rows, base_samples, new_rows, new_samples, rule: regression.Rule) -> pd.DataFrame:
+    """Step 1 on two runs' rows and samples (the dashboard's stored runs): the
+    comparison normalised to each operator's reference, by `screen_rule`;
+    its ``regressed`` rows are the suspects (`suspects`)."""
+    return _screened(compare.compare_frames(base_rows, base_samples, new_rows, new_samples, screen_rule(rule),
+                                            normalise=True))
+
+
+def suspects(table: pd.DataFrame) -> pd.DataFrame:
+    """The cases the screen flags: what step 2 confirms or clears."""
+    return table[table["verdict"] == regression.REGRESSED]
+
+
+def settle(table: pd.DataFrame, index, ratios: list[float], factor: float) -> bool:
+    """Step 2's verdict on the suspect at ``index``, from its confirmed
+    changes (`partner_change`, one per measurement): regressed only if every
+    one exceeds ``factor``, else back to ``same``. Records the smallest."""
+    confirmed = all(ratio > factor for ratio in ratios)
+    table.loc[index, "confirmed_ratio"] = min(ratios)
+    if not confirmed:
+        table.loc[index, "verdict"] = regression.SAME
+    return confirmed
+
+
+def run_gate(baseline, config_path, rule: regression.Rule, output=None, retries: int = DEFAULT_RETRIES,
              log=lambda text: None) -> GateResult:
+    """The gate (module docstring): step 0, the run of ``config_path``, step 1, step 2."""
     choice = choose_baseline(baseline)
     log(choice.line)
     out_root = Path(output) if output else Path(tempfile.mkdtemp(prefix="scatterbench-regress-"))
-    baseline = choice.run
-    if choice.commit:
-        try:
-            baseline = measure_baseline_at(choice.commit, config_path, out_root / "baseline")
-        except ResultError as error:
-            # A gate that stops CI because git is missing would be worse than
-            # one that may cry wolf across CPUs: warn and use the stored one.
-            log(f"regress: {error}; gating against {choice.run} instead, measured on another CPU: ratios "
-                f"between strategies can shift across CPUs")
+    baseline = _baseline_run(choice, config_path, out_root, log)
     config = load_config(config_path)
-    first = out_root / "run"
-    plan = sweep.plan_run(str(config_path), output=str(first))
+    new = _run_config(config_path, out_root / "run", log)
+    table = _screened(compare.compare_dirs(baseline, new, screen_rule(rule, retries), normalise=True).table)
+    if len(suspects(table)) and retries:
+        _confirm_suspects(table, baseline, config, rule, retries, log)
+    failing = compare.regressed(table)
+    return GateResult(table, bool(len(failing)), _summary(table, failing, rule, retries), [new])
+
+
+def _baseline_run(choice: BaselineChoice, config_path, out_root: Path, log) -> Path:
+    """Step 0, once `choose_baseline` chose: the stored run, or one measured
+    here from its commit (the stored one where that cannot be done)."""
+    if not choice.commit:
+        return choice.run
+    try:
+        return measure_baseline_at(choice.commit, config_path, out_root / "baseline")
+    except ResultError as error:
+        # A gate that stops CI because git is missing would be worse than
+        # one that may cry wolf across CPUs: warn and use the stored one.
+        log(f"regress: {error}; gating against {choice.run} instead, measured on another CPU: ratios "
+            f"between strategies can shift across CPUs")
+        return choice.run
+
+
+def _run_config(config_path, output: Path, log) -> Path:
+    """The run the gate judges, into ``output``."""
+    plan = sweep.plan_run(str(config_path), output=str(output))
     outcome = sweep.execute_run(plan, ["scatterbench", "regress", str(config_path)],
                                 on_warning=lambda text: log(f"warning: {text}"))
     if outcome.interrupted:
         raise KeyboardInterrupt
-    # Without re-measurement the screen's verdict is final, so it keeps the full factor.
-    screen = regression.Rule(screening_factor(rule.factor) if retries else rule.factor, rule.alpha, "p10")
-    table = compare.compare_dirs(baseline, first, screen, normalise=True).table
-    table["confirmed_ratio"] = math.nan
-    suspects = table[table["verdict"] == regression.REGRESSED]
-    if len(suspects) and retries:
-        pinning.apply_threads(config.threads)
-        _, base_rows, base_samples = store.read_run(Path(baseline))
-        log(f"regress: {len(suspects)} suspect(s); re-measuring each in alternation with the other strategies "
-            f"of its case, up to {retries} time(s): "
-            + ", ".join(f"{s['op']}/{s['strategy']}" for _, s in suspects.iterrows()))
-        for index, suspect in suspects.iterrows():
-            partners = _partners(table, suspect)
-            ratios = []
-            for _attempt in range(retries):
-                ratios.append(confirmed_change(base_rows, base_samples, suspect, partners, config.seed))
-                if ratios[-1] <= rule.factor:
-                    break
-            confirmed = all(ratio > rule.factor for ratio in ratios)
-            log(f"regress: {suspect['op']}/{suspect['strategy']} against {len(partners)} other strateg"
-                f"{'y' if len(partners) == 1 else 'ies'}: {', '.join(f'{r:.3g}x' for r in ratios)} the "
-                f"baseline's ratio -> {'confirmed' if confirmed else 'noise'}")
-            table.loc[index, "confirmed_ratio"] = min(ratios)
-            if not confirmed:
-                table.loc[index, "verdict"] = regression.SAME
-    failing = compare.regressed(table)
+    return output
+
+
+def _confirm_suspects(table: pd.DataFrame, baseline: Path, config, rule: regression.Rule, retries: int,
+                      log) -> None:
+    """Step 2 on every suspect of ``table``, in place: re-measured up to
+    ``retries`` times against its partners (stopping at the first
+    measurement within the factor), then `settle`."""
+    flagged = suspects(table)
+    pinning.apply_threads(config.threads)
+    _, base_rows, base_samples = store.read_run(Path(baseline))
+    log(f"regress: {len(flagged)} suspect(s); re-measuring each in alternation with the other strategies "
+        f"of its case, up to {retries} time(s): "
+        + ", ".join(f"{s['op']}/{s['strategy']}" for _, s in flagged.iterrows()))
+    for index, suspect in flagged.iterrows():
+        others = partners(table, suspect)
+        ratios = []
+        for _attempt in range(retries):
+            ratios.append(confirmed_change(base_rows, base_samples, suspect, others, config.seed))
+            if ratios[-1] <= rule.factor:
+                break
+        confirmed = settle(table, index, ratios, rule.factor)
+        log(f"regress: {suspect['op']}/{suspect['strategy']} against {len(others)} other strateg"
+            f"{'y' if len(others) == 1 else 'ies'}: {', '.join(f'{r:.3g}x' for r in ratios)} the "
+            f"baseline's ratio -> {'confirmed' if confirmed else 'noise'}")
+
+
+def _summary(table: pd.DataFrame, failing: pd.DataFrame, rule: regression.Rule, retries: int) -> str:
+    """The verdict counts, the rule, and a FAIL line per failing case."""
     summary = (compare.counts_line(table)
-               + f"  (factor {rule.factor:g}, screened at {screen.factor:.3g}, alpha {rule.alpha:g}, 10th percentiles, "
-               f"retries {retries})")
+               + f"  (factor {rule.factor:g}, screened at {screen_rule(rule, retries).factor:.3g}, "
+               f"alpha {rule.alpha:g}, 10th percentiles, retries {retries})")
     for _, r in failing.iterrows():
         summary += f"\nFAIL {r['op']}/{r['strategy']} {r['device']} {r['dtype']} {r['params']}: {r['verdict']}"
         if math.isfinite(r["confirmed_ratio"]):
             summary += (f", {r['confirmed_ratio']:.3g}x the baseline's ratio to the other strategies of its case "
                         f"when re-measured")
-    return GateResult(table, bool(len(failing)), summary, [first])
+    return summary

@@ -28,11 +28,13 @@ import sys
 import tempfile
 from pathlib import Path
 
+from harness.base.checkout import ROOT
 from harness.base.config import Case
 from harness.base.errors import ResultError, UsageError
 from harness.measuring import facts, pinning, sweep
 from harness.measuring.session import RunSession
 from harness.results import counts, metrics, store
+from impls.backends import BACKENDS, get_backend
 from impls.registry import get_operator
 from impls.status import ERROR, SKIPPED
 
@@ -138,9 +140,11 @@ class ClientRequests:
 
 def count_versions(valgrind: str | None = None) -> dict:
     """What counts depend on besides the code: the tool's and the libraries'
-    versions (glibc's too: memcpy and malloc are counted)."""
-    return {"valgrind": valgrind or valgrind_version(), "python": platform.python_version(),
-            "numpy": facts.version("numpy"), "torch": facts.version("torch"), "numba": facts.version("numba"),
+    versions (the backends that say so: ``Backend.counts_version``; glibc's
+    too: memcpy and malloc are counted)."""
+    libraries = {backend.name: facts.version(backend.distribution or backend.module)
+                 for backend in BACKENDS.values() if backend.counts_version}
+    return {"valgrind": valgrind or valgrind_version(), "python": platform.python_version(), **libraries,
             "glibc": platform.libc_ver()[1] or None}
 
 
@@ -172,11 +176,16 @@ def not_counted(case: Case) -> str | None:
     return None
 
 
-def llvm_target_env(python: str = sys.executable) -> dict:
-    """numba's target pinned to the CPU LLVM sees under valgrind, so that
-    kernels compiled in a normal process are found in numba's cache by the
-    process under Callgrind (which would otherwise compile them again, for
-    minutes)."""
+def llvm_target_env(backends: set[str], python: str = sys.executable) -> dict:
+    """The LLVM targets of ``backends`` (names) pinned to the CPU LLVM sees
+    under valgrind (``Backend.llvm_target_env``), so that kernels compiled in
+    a normal process are found in their cache by the process under Callgrind
+    (which would otherwise compile them again, for minutes); empty when none
+    of them compiles with LLVM."""
+    pins = [get_backend(name).llvm_target_env for name in sorted(backends)]
+    pins = [pin for pin in pins if pin is not None]
+    if not pins:
+        return {}
     code = ("import llvmlite.binding as b\nb.initialize_native_target()\n"
             "print(b.get_host_cpu_name())\nprint(b.get_host_cpu_features().flatten())\n")
     try:
@@ -188,7 +197,7 @@ def llvm_target_env(python: str = sys.executable) -> dict:
     if done.returncode != 0 or len(lines) != 2:
         tail = (done.stderr.strip().splitlines() or ["no output"])[-1]
         raise ResultError(f"asking LLVM for valgrind's CPU failed (exit {done.returncode}): {tail}")
-    return {"NUMBA_CPU_NAME": lines[0], "NUMBA_CPU_FEATURES": lines[1]}
+    return {key: value for pin in pins for key, value in pin(lines[0], lines[1]).items()}
 
 
 def child_environment(target: dict) -> dict:
@@ -196,7 +205,7 @@ def child_environment(target: dict) -> dict:
     randomisation, the allocator's settings; this checkout goes first on the
     path (the counting process runs in its own working directory)."""
     tunables = ":".join(filter(None, [os.environ.get("GLIBC_TUNABLES"), *MALLOC_TUNABLES]))
-    path = os.pathsep.join(filter(None, [str(Path(__file__).resolve().parents[1]), os.environ.get("PYTHONPATH")]))
+    path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
     return dict(os.environ, **THREAD_ENV, **target, PYTHONHASHSEED="0", PYTHONUNBUFFERED="1",
                 GLIBC_TUNABLES=tunables, PYTHONMALLOC=PYTHON_MALLOC, PYTHONPATH=path)
 
@@ -257,7 +266,7 @@ def _count_cases(cases: list[Case], plan: sweep.RunPlan, writer, clock, on_case)
     by_id = {case.case_id: case for case in cases}
     clock("prepare/compile")
     backends = {get_operator(c.op).strategies[c.strategy].backend for c in cases}
-    child_env = child_environment(llvm_target_env() if "numba" in backends else {})
+    child_env = child_environment(llvm_target_env(backends))
     # Warm-up pass, in a normal process: fills numba's (and inductor's) on-disk caches.
     warm = subprocess.run([sys.executable, "-m", "harness", "_count"], input=_request(cases, plan, "warm"),
                           capture_output=True, text=True, env=child_env)

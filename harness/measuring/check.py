@@ -23,7 +23,7 @@ from typing import Any, Callable
 from harness.base.plugins import project_path
 from harness.measuring import memory, timing
 from impls.backends import float_dtypes, get_backend, to_numpy
-from impls.common import DTYPE, Verdict, round_to_dtype
+from impls.common import DTYPE_DIFFERENCE, Verdict, round_to_dtype
 from impls.registry import NotApplicable, Strategy, get_operator
 from impls.status import ERROR, MISMATCH, SKIPPED, TIMEOUT, UPSTREAM_DEFECT
 
@@ -129,7 +129,7 @@ def judge(strat: Strategy, output: Any, ref: Reference, dtype: str, device: str 
     wrong = [name for name in float_dtypes(output) if name != dtype]
     if wrong:
         return Verdict(MISMATCH, f"{strat.op} output: dtype {wrong[0]}, expected {dtype}",
-                       differences=frozenset({DTYPE}))
+                       differences=frozenset({DTYPE_DIFFERENCE}))
     verdict = op.compare(to_numpy(output), ref.expected, ref.inputs, dtype, strat, ref.params)
     return known_defect(strat, verdict, device=device, dtype=dtype, layout=layout, mode=ref.mode)
 
@@ -287,19 +287,15 @@ class CheckResult:
     seconds: float
 
 
-# A check holds the float64 inputs and oracle output beside the case's own
-# arrays; this many times the operator's float64 traffic must fit in memory.
-CHECK_MEMORY_FACTOR = 3
-
-
 def check_memory_guard(item: CheckItem) -> str | None:
-    from harness.measuring.memory import host_free_bytes
+    from harness.measuring import memory
 
     op = get_operator(item.strategy.op)
-    needed = CHECK_MEMORY_FACTOR * op.bytes_moved(dict(item.params), 8)
-    free = host_free_bytes()
-    if needed > 0.8 * free:
-        return (f"the check needs about {needed / 2**30:.2f} GiB for its float64 reference, "
+    needed = memory.needed_bytes(op, item.strategy, dict(item.params), item.dtype)
+    # The host's memory: the float64 reference and the comparison live there.
+    free = memory.host_free_bytes()
+    if not memory.fits(needed, free):
+        return (f"the check needs about {needed / 2**30:.2f} GiB with its float64 reference, "
                 f"{free / 2**30:.2f} GiB free: skipped before allocating (lower check.max_elements)")
     return None
 
@@ -336,12 +332,13 @@ def run_checks(items: list[CheckItem], seed: int, on_item=None, timeout_s: float
     return results
 
 
-class StrategyGate:
+class AdversarialCheck:
     """What the sweep asks before it times a case: has this strategy, on this
     device and in this dtype, passed its ``adversarial_items``? Each is asked
     once per run (each item is run once, whichever key it serves), and the
-    first failing item closes the gate for that key; ``results`` keeps every
-    item run, ``seconds`` what they cost."""
+    first failing item is the answer for that key; ``results`` keeps every
+    item run, ``seconds`` what they cost. (Not a gate: "gate" is the CI
+    regression gate, harness/judging/wall_gate.py.)"""
 
     def __init__(self, seed: int, timeout_s: float | None = None):
         self.seed, self.timeout_s = seed, timeout_s

@@ -229,9 +229,9 @@ def ceiling_history(out_dir, ceilings: dict, meta: dict) -> dict:
 def run_metadata(threads_applied: dict, config_path: str | None, command: list[str]) -> dict:
     from impls import backends
 
-    packages = ["numpy", "torch", "triton", "numba", "pytensor", "scipy", "pandas"]
-    packages += [b.distribution or b.module for b in backends.BACKENDS.values()
-                 if (b.distribution or b.module) not in packages]
+    # Every backend's library, then the libraries the harness itself computes with.
+    packages = list(dict.fromkeys([b.distribution or b.module for b in backends.BACKENDS.values()]
+                                  + ["scipy", "pandas"]))
     machine = hardware()
     gpu = machine.get("gpu") or {}
     return {

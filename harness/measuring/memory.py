@@ -1,5 +1,6 @@
 """Peak memory of one call, outside the timed region, and the memory a case
-may plan to use.
+(or a check) may plan to use: one estimate (`needed_bytes`) and one headroom
+(`fits`), for the sweep's guard and the check's alike.
 
 A backend that tracks its own device memory reports the peak (torch on
 CUDA: the caching allocator's peak over the call). Otherwise: growth of the
@@ -12,6 +13,8 @@ from __future__ import annotations
 
 import os
 from typing import Any, Callable
+
+from impls.backends import itemsize
 
 _STATUS = "/proc/self/status"
 
@@ -93,8 +96,32 @@ def host_free_bytes() -> int:
 
 
 def free_bytes(backend, device: str) -> int:
+    """What ``device`` has free, as its backend tells (else the host's)."""
     if backend.free_bytes is not None:
         measured = backend.free_bytes(device)
         if measured is not None:
             return measured
     return host_free_bytes()
+
+
+# ------------------------------------------------------------ what a case needs
+# Fraction of the free memory a case or a check may plan to use before it is
+# skipped: the rest is for what no estimate sees (the interpreter, libraries'
+# pools and caches).
+HEADROOM = 0.8
+
+
+def needed_bytes(op, strat, params: dict, dtype: str) -> int:
+    """What checking ``strat`` on one point needs: inputs + outputs at
+    ``dtype``, the strategy's temporaries, the float64 reference the check
+    holds beside them, and the comparison's own float64 temporaries (the
+    output widened, and its difference from the reference), about as large
+    again. Timing needs no more than its check."""
+    traffic = op.bytes_moved(params, itemsize(dtype))
+    reference_bytes = op.bytes_moved(params, 8)
+    return int(traffic * (1 + strat.temp_factor) + 2 * reference_bytes)
+
+
+def fits(needed: float, free: float) -> bool:
+    """Whether ``needed`` bytes leave the `HEADROOM` of ``free`` bytes."""
+    return needed <= HEADROOM * free

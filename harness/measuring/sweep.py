@@ -39,8 +39,6 @@ from impls.backends import device_present, get_backend, itemsize
 from impls.registry import get_operator
 from impls.status import CORRECT, ERROR, SKIPPED, TIMEOUT
 
-# Fraction of the free memory a case may plan to use before it is skipped.
-MEMORY_HEADROOM = 0.8
 # Phases of a case, as the progress display and phase_s name them (check and
 # prepare/compile: harness/measuring/check.py). "adversarial": the strategy's adversarial
 # check, once per strategy, device and dtype in a run, before its first case is timed.
@@ -62,22 +60,12 @@ def backends_of(cases) -> set[str]:
 
 
 # ---------------------------------------------------------------------- memory
-def estimated_bytes(case: Case) -> int:
-    """Inputs + outputs at the case's dtype, the strategy's temporaries, the
-    float64 reference the check holds beside them, and the comparison's own
-    float64 temporaries (the output widened, and its difference from the
-    reference), about as large again."""
+def memory_guard(case: Case) -> str | None:
     op = get_operator(case.op)
     strat = op.strategies[case.strategy]
-    traffic = op.bytes_moved(case.params_dict, itemsize(case.dtype))
-    reference_bytes = op.bytes_moved(case.params_dict, 8)
-    return int(traffic * (1 + strat.temp_factor) + 2 * reference_bytes)
-
-
-def memory_guard(case: Case) -> str | None:
-    backend = get_backend(get_operator(case.op).strategies[case.strategy].backend)
-    needed, free = estimated_bytes(case), memory.free_bytes(backend, case.device)
-    if needed > MEMORY_HEADROOM * free:
+    needed = memory.needed_bytes(op, strat, case.params_dict, case.dtype)
+    free = memory.free_bytes(get_backend(strat.backend), case.device)
+    if not memory.fits(needed, free):
         return (f"needs about {needed / 2**30:.2f} GiB on {case.device}, "
                 f"{free / 2**30:.2f} GiB free: skipped before allocating")
     return None
@@ -105,7 +93,7 @@ def _load_avg() -> float:
 def execute_case(case: Case, config: Config, run_id: str, ceiling_gbps: float,
                  ref: Reference | None = None, flush=None,
                  on_phase: Callable[[str], None] = lambda phase: None,
-                 gate: check.StrategyGate | None = None, measure=None) -> CaseResult:
+                 gate: check.AdversarialCheck | None = None, measure=None) -> CaseResult:
     """Checks, then times one case. Never raises for a strategy's fault
     (``Interrupted`` and ``KeyboardInterrupt`` do propagate). ``flush``: the
     backend's cache flush for the device, made here unless the caller passes
@@ -172,7 +160,7 @@ def execute_case(case: Case, config: Config, run_id: str, ceiling_gbps: float,
 
 # ------------------------------------------------------------------ isolation
 def execute_isolated(case: Case, config: Config, run_id: str, ceiling_gbps: float,
-                     gate: check.StrategyGate | None = None) -> tuple[CaseResult, dict]:
+                     gate: check.AdversarialCheck | None = None) -> tuple[CaseResult, dict]:
     """Runs ``execute_case`` in a fresh interpreter; a crash or hang costs only
     this case. The child asks ``gate``'s question only when the parent has no
     answer yet, and its answer comes back into ``gate``. Returns the result
@@ -230,7 +218,7 @@ def child_main(stdin_text: str) -> None:
     strat = get_operator(op).strategies[strategy]
     gate = None
     if request.get("gate") is not None:
-        gate = check.StrategyGate(config.seed, config.timing.timeout_s)
+        gate = check.AdversarialCheck(config.seed, config.timing.timeout_s)
         if request["gate"]["asked"]:
             gate.remember(strat, device, dtype, _verdict_of_json(request["gate"]["failure"]))
     clock = PhaseClock()
@@ -252,7 +240,7 @@ def strategy_key(case: Case) -> tuple[str, str, str, str]:
 
 def run_sweep(cases: list[Case], config: Config, writer, run_id: str, ceilings: dict,
               isolate: bool = False, on_case=None, on_phase=None,
-              gate: check.StrategyGate | None = None, isolate_keys=frozenset(), measure=None) -> list[dict]:
+              gate: check.AdversarialCheck | None = None, isolate_keys=frozenset(), measure=None) -> list[dict]:
     """Runs ``cases`` in order, appending each finished case to ``writer``;
     each strategy passes ``gate`` (the run's adversarial check, made here
     unless the caller keeps its own) before its first case is timed. Each
@@ -262,7 +250,7 @@ def run_sweep(cases: list[Case], config: Config, writer, run_id: str, ceilings: 
     ``execute_case``."""
     rows = []
     current_group, ref, flushes = None, None, {}
-    gate = gate if gate is not None else check.StrategyGate(config.seed, config.timing.timeout_s)
+    gate = gate if gate is not None else check.AdversarialCheck(config.seed, config.timing.timeout_s)
     on_phase = on_phase or (lambda phase: None)
     for case in cases:
         if on_case:

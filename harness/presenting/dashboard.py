@@ -29,6 +29,7 @@ import numpy as np
 import pandas as pd
 
 from harness.base import plugins
+from harness.base.cases import CASE_GROUP
 from harness.base.format import (
     fmt_p,
     fmt_ratio,
@@ -458,10 +459,10 @@ def write_case_data(cases: pd.DataFrame, changes: pd.DataFrame, site: Path) -> d
     (site / "data" / "cases").mkdir(parents=True, exist_ok=True)
     names = cases[["op", "strategy"]].drop_duplicates()
     colours = strategy_colours(list(zip(names["op"], names["strategy"])), site / CACHE / COLOURS)
-    changes_by_group = dict(list(changes.groupby(history.GROUP, sort=False)))
+    changes_by_group = dict(list(changes.groupby(CASE_GROUP, sort=False)))
     groups: dict[str, list] = {}
     written = set()
-    for key, group in cases.groupby(history.GROUP, sort=False):
+    for key, group in cases.groupby(CASE_GROUP, sort=False):
         op, device, dtype, params = key
         title = case_title(op, params, device, dtype)
         stem = slug(title)

@@ -24,6 +24,7 @@ from rich.progress import (
 from rich.table import Table
 from rich.text import Text
 
+from harness.base.cases import CASE_GROUP
 from harness.base.format import (  # noqa: F401
     fmt_num,
     fmt_p,
@@ -33,7 +34,7 @@ from harness.base.format import (  # noqa: F401
     ordered_params,
     params_label,
 )
-from harness.judging import analysis
+from harness.judging import analysis, regression
 from harness.judging.analysis import (
     BEST_MARK,
     PARTIAL_MARK,
@@ -57,9 +58,9 @@ from impls.status import (
 
 STATUS_STYLE = {OK: "green", INEXACT: "yellow", MISMATCH: "bold red", UPSTREAM_DEFECT: "magenta",
                 ERROR: "red", TIMEOUT: "magenta", SKIPPED: "dim"}
-VERDICT_STYLE = {"regressed": "bold red", "broken": "bold red", "improved": "green", "fixed": "green",
-                 "same": "", "only in base": "dim", "only in new": "dim",
-                 "not timed": "dim"}
+VERDICT_STYLE = {regression.REGRESSED: "bold red", regression.BROKEN: "bold red", regression.IMPROVED: "green",
+                 regression.FIXED: "green", regression.SAME: "", regression.ONLY_IN_BASE: "dim",
+                 regression.ONLY_IN_NEW: "dim", regression.NOT_TIMED: "dim"}
 UNSTABLE_MARK = UNSTABLE.ascii  # one cell wide in any terminal
 
 
@@ -179,11 +180,11 @@ def _iqr_text(row) -> str:
 
 
 def case_tables(rows: pd.DataFrame) -> list:
-    """One table per (op, params, device, dtype): strategies sorted by median.
+    """One table per case group (`CASE_GROUP`): strategies sorted by median.
     Narrow enough for 80 columns: messages go under the table, not in it."""
     rows = with_speedups(rows)
     out = []
-    for (op, params, device, dtype), group in rows.groupby(["op", "params", "device", "dtype"], sort=False):
+    for (op, device, dtype, params), group in rows.groupby(CASE_GROUP, sort=False):
         baseline = OPERATORS[op].baseline if op in OPERATORS else "?"
         no_speedup = speedup_note(op, dict(zip(group["strategy"], group["status"])))
         table = Table(title=f"{op}  {params_label(params)}  {device} {dtype}", title_justify="left",

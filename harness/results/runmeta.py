@@ -194,3 +194,14 @@ def machine_groups(metas) -> list[str]:
             by_identity[identity] = group[1]
         labels.append(by_identity[identity])
     return labels
+
+
+def version_changes(before, after) -> list[str]:
+    """``name before → after`` for each tool or library whose version
+    differs between two version records (``count_versions`` of two runs'
+    meta.json; None or a non-mapping: none recorded), in name order: how
+    every message that names differing versions says it."""
+    before = before if isinstance(before, dict) else {}
+    after = after if isinstance(after, dict) else {}
+    return [f"{name} {before.get(name)} → {after.get(name)}" for name in sorted(set(before) | set(after))
+            if before.get(name) != after.get(name)]

@@ -231,7 +231,7 @@ def test_compare_by_count_warns_when_the_versions_differ(tmp_path):
     base = _counting_run(tmp_path / "base", {"a": 1000.0}, {**callgrind.count_versions(), "numpy": "1.0"})
     new = _counting_run(tmp_path / "new", {"a": 1000.0})
     warnings = compare.compare_counts(base, new, "instructions").warnings
-    assert len(warnings) == 1 and "numpy 1.0 vs" in warnings[0]
+    assert len(warnings) == 1 and "numpy 1.0 →" in warnings[0]
 
 
 def test_the_counts_baseline_is_chosen_by_version_set_or_counted_from_its_commit(tmp_path):
@@ -242,7 +242,7 @@ def test_the_counts_baseline_is_chosen_by_version_set_or_counted_from_its_commit
     other = {**here, "numpy": "9.9"}
     choice = count_gate.choose_counts_baseline(tmp_path / "stored", other)
     assert choice.run == same and choice.commit == "bbbb"
-    assert f"numpy {here['numpy']} (here 9.9)" in choice.line and "counting one here from commit bbbb" in choice.line
+    assert f"numpy {here['numpy']} → 9.9" in choice.line and "counting one here from commit bbbb" in choice.line
     _counting_run(tmp_path / "nocommit" / "only", {"a": 1.0}, here)
     with pytest.raises(ResultError, match="records no git commit"):
         count_gate.choose_counts_baseline(tmp_path / "nocommit", other)
