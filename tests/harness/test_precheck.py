@@ -10,7 +10,6 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 
@@ -18,20 +17,18 @@ from harness.base.errors import UnpinnedThreadsWarning
 from harness.base.plugins import sha256
 from harness.measuring import facts, pinning
 from harness.results.store import IN_FLIGHT, read_meta, read_rows, read_samples
+from tests.helpers import PLUGINS, plugin_env, scatterbench
 
 pytestmark = pytest.mark.slow  # subprocesses and sweeps: `make test` runs them, `make test-fast` does not
 
-ROOT = Path(__file__).parents[2]
-LAST_TIE = ROOT / "tests" / "plugins" / "last_tie_plugin.py"
-FAULTS = Path(__file__).parent / "fault_plugin.py"
+LAST_TIE = PLUGINS / "last_tie_plugin.py"
+FAULTS = PLUGINS / "fault_plugin.py"
 PINNED = {"torch": 1, "numpy": 1, "numba": 1}
 TINY_TIMING = {"min_samples": 5, "budget_s": 0.01, "warmup_s": 0}
 
 
-def cli(*args, plugins=(), timeout=600):
-    environment = dict(os.environ, SCATTERBENCH_PLUGINS=",".join(map(str, plugins)))
-    return subprocess.run([sys.executable, "-m", "harness", *map(str, args)], capture_output=True, text=True,
-                          env=environment, timeout=timeout, cwd=ROOT)
+def cli(*args, plugins=()):
+    return scatterbench(*args, env=plugin_env(*plugins))
 
 
 def by_strategy(directory) -> dict:

@@ -1,9 +1,6 @@
 import json
-import os
 import re
 import subprocess
-import sys
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -18,8 +15,8 @@ from harness.judging.compare import (
 )
 from harness.results.merge import merge_runs
 from harness.results.store import read_rows
+from tests.helpers import plugin_env, scatterbench
 
-HERE = Path(__file__).parent
 SPIN_CONFIG = """
 timing: {min_samples: 30, budget_s: 0.15, warmup_s: 0.01}
 threads: {torch: 1, blas: 1}
@@ -30,12 +27,8 @@ benchmarks:
 """
 
 
-def run_with_plugin(config: Path, out: Path, slowdown: float = 1.0, *extra) -> subprocess.CompletedProcess:
-    code = (f"import sys; sys.path.insert(0, {str(HERE)!r}); import impls, spin_plugin; "
-            "from harness.cli import main; sys.exit(main(sys.argv[1:]))")
-    env = dict(os.environ, SCATTERBENCH_TEST_SLOWDOWN=str(slowdown))
-    return subprocess.run([sys.executable, "-c", code, *extra, str(config), "-o", str(out), "--no-progress"],
-                          capture_output=True, text=True, env=env, timeout=300)
+def with_spin_plugin(*args, slowdown: float = 1.0) -> subprocess.CompletedProcess:
+    return scatterbench(*args, env=plugin_env("spin_plugin", SCATTERBENCH_TEST_SLOWDOWN=str(slowdown)))
 
 
 def frame(rows):
@@ -119,29 +112,22 @@ def test_markdown_escapes_hostile_names():
 
 
 @pytest.mark.slow
-def test_real_runs_planted_slowdown_then_a_a(tmp_path):
-    config = tmp_path / "spin.yaml"
-    config.write_text(SPIN_CONFIG)
+def test_real_runs_planted_slowdown_then_a_a(tmp_path, tiny_config):
+    config = tiny_config(SPIN_CONFIG)
     base, slow, again = tmp_path / "base", tmp_path / "slow", tmp_path / "again"
     for out, slowdown in ((base, 1.0), (slow, 1.5), (again, 1.0)):
-        result = run_with_plugin(config, out, slowdown, "run")
+        result = with_spin_plugin("run", config, "-o", out, "--no-progress", slowdown=slowdown)
         assert result.returncode == 0, result.stderr
     # 10th percentiles: the spin is wall-clock time, and on a loaded machine a
     # preempted call ends late in every run alike, which moves the medians.
     flagged = regressed(compare_runs(base, slow, statistic="p10"))
     assert list(flagged["strategy"]) == ["spin_planted"]
     assert len(regressed(compare_runs(base, again, statistic="p10"))) == 0
-    cli = subprocess.run([sys.executable, "-c",
-                          f"import sys; sys.path.insert(0, {str(HERE)!r}); import impls, spin_plugin; "
-                          "from harness.cli import main; sys.exit(main(sys.argv[1:]))",
-                          "compare", str(base), str(slow), "--format", "md", "--statistic", "p10"],
-                         capture_output=True, text=True)
+    cli = with_spin_plugin("compare", base, slow, "--format", "md", "--statistic", "p10")
     assert cli.returncode == 1 and "**regressed**" in cli.stdout
-    same = subprocess.run([sys.executable, "-m", "harness", "compare", str(base), str(base)],
-                          capture_output=True, text=True)
+    same = scatterbench("compare", base, base)
     assert same.returncode == 0, same.stderr
-    bad = subprocess.run([sys.executable, "-m", "harness", "compare", str(base), str(tmp_path / "nope")],
-                         capture_output=True, text=True)
+    bad = scatterbench("compare", base, tmp_path / "nope")
     assert bad.returncode == 2 and "no such directory" in bad.stderr
 
 
@@ -160,19 +146,16 @@ benchmarks:
     shards = []
     for index in range(3):
         out = tmp_path / f"shard{index}"
-        result = subprocess.run([sys.executable, "-m", "harness", "run", str(config), "--shard", f"{index}/3",
-                                 "-o", str(out), "--no-progress"], capture_output=True, text=True)
+        result = scatterbench("run", config, "--shard", f"{index}/3", "-o", out, "--no-progress")
         assert result.returncode == 0, result.stderr
         shards.append(out)
     whole = tmp_path / "whole"
-    assert subprocess.run([sys.executable, "-m", "harness", "run", str(config), "-o", str(whole),
-                           "--no-progress"], capture_output=True).returncode == 0
+    assert scatterbench("run", config, "-o", whole, "--no-progress").returncode == 0
     merged = merge_runs(shards, tmp_path / "merged")
     merged_ids = sorted(read_rows(merged)["case_id"])
     assert merged_ids == sorted(read_rows(whole)["case_id"])
     assert len(merged_ids) == len(set(merged_ids)) == 8
-    bad = subprocess.run([sys.executable, "-m", "harness", "run", str(config), "--shard", "3/3"],
-                         capture_output=True, text=True)
+    bad = scatterbench("run", config, "--shard", "3/3")
     assert bad.returncode == 2 and "--shard" in bad.stderr
 
 
@@ -253,8 +236,7 @@ def test_merge_refuses_runs_from_different_hardware(tmp_path):
     zen3, zen4, zen4_other_node = run("z3", "25-1", "a"), run("z4", "25-17", "a"), run("z4b", "25-17", "b")
     with pytest.raises(ResultError, match="different hardware"):
         merge_runs([zen3, zen4], tmp_path / "merged")
-    cli = subprocess.run([sys.executable, "-m", "harness", "merge", str(zen3), str(zen4), "-o", str(tmp_path / "m2")],
-                         capture_output=True, text=True)
+    cli = scatterbench("merge", zen3, zen4, "-o", tmp_path / "m2")
     assert cli.returncode == 2 and "z3" in cli.stderr and "z4" in cli.stderr and len(cli.stderr.splitlines()) == 1
     assert len(read_rows(merge_runs([zen4, zen4_other_node], tmp_path / "same"))) == 3
 

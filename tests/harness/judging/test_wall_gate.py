@@ -5,7 +5,6 @@ reference strategy everything is normalised by."""
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -18,18 +17,9 @@ from harness.judging.wall_gate import (
 )
 from harness.measuring import facts
 from harness.results import runmeta
+from tests import helpers
+from tests.helpers import BASELINE_TIMING, GATE_TIMING, ROOT, plugin_env
 
-PLUGINS = Path(__file__).parents[1] / "plugins"
-ROOT = Path(__file__).parents[2]
-
-# The gate compares with the baseline's 10th percentiles, so a baseline taken
-# during a burst of load hides a regression of that size: on CI, a baseline
-# whose numpy_put_along_axis was measured 1.6x slow made a planted 3x look like
-# 1.9x. A baseline is measured once and kept, so it gets the longer budget a
-# committed baseline should have (its p10 then spans quiet moments); the gate's
-# own run keeps the quick one.
-BASELINE_TIMING = "{min_samples: 100, budget_s: 1.0, warmup_s: 0.05}"
-GATE_TIMING = "{min_samples: 20, budget_s: 0.1, warmup_s: 0.01}"
 GATE_CONFIG = """
 name: gate
 timing: TIMING
@@ -42,10 +32,7 @@ benchmarks:
 
 
 def scatterbench(*args, plant=""):
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(PLUGINS), str(ROOT)]),
-               SCATTERBENCH_PLUGINS="plant_slowdown", SCATTERBENCH_PLANT=plant)
-    return subprocess.run([sys.executable, "-m", "harness", *map(str, args)], capture_output=True, text=True,
-                          env=env, timeout=600)
+    return helpers.scatterbench(*args, env=plugin_env("plant_slowdown", SCATTERBENCH_PLANT=plant))
 
 
 @pytest.mark.slow  # subprocesses and sweeps: `make test` runs it, `make test-fast` does not
