@@ -13,7 +13,6 @@ from harness.judging.compare import (
     compare_runs,
     regressed,
 )
-from harness.results.store import read_rows
 from tests.helpers import plugin_env, scatterbench
 
 SPIN_CONFIG = """
