@@ -36,11 +36,9 @@ def scatterbench(*args, plant=""):
 
 
 @pytest.mark.slow  # subprocesses and sweeps: `make test` runs it, `make test-fast` does not
-def test_gate_passes_unchanged_and_fails_on_planted_slowdowns(tmp_path):
-    config = tmp_path / "gate.yaml"
-    config.write_text(GATE_CONFIG.replace("TIMING", GATE_TIMING))
-    baseline_config = tmp_path / "baseline.yaml"
-    baseline_config.write_text(GATE_CONFIG.replace("TIMING", BASELINE_TIMING))
+def test_gate_passes_unchanged_and_fails_on_planted_slowdowns(tmp_path, tiny_config):
+    config = tiny_config(GATE_CONFIG.replace("TIMING", GATE_TIMING), "gate.yaml")
+    baseline_config = tiny_config(GATE_CONFIG.replace("TIMING", BASELINE_TIMING), "baseline.yaml")
     baseline = tmp_path / "baseline"
     made = scatterbench("run", baseline_config, "-o", baseline, "--no-progress")
     assert made.returncode == 0, made.stderr
@@ -127,13 +125,12 @@ def test_gate_takes_one_result_directory_as_before_and_refuses_an_empty_one(tmp_
 
 
 @pytest.mark.slow  # two sweeps in subprocesses
-def test_gate_on_a_cpu_without_a_stored_baseline_measures_one_from_that_commit_and_gates(tmp_path):
+def test_gate_on_a_cpu_without_a_stored_baseline_measures_one_from_that_commit_and_gates(tmp_path, tiny_config):
     """The CI gate on a CPU the stored baselines were not measured on: it
     measures the baseline from the commit's own code on this machine, then
     still catches a planted 3x slowdown."""
     _baseline(tmp_path / "stored" / "other-cpu", "Some Other CPU", 2, "2026-06-01T00:00:00", git_commit=_head())
-    config = tmp_path / "gate.yaml"
-    config.write_text(GATE_CONFIG.replace("TIMING", BASELINE_TIMING))
+    config = tiny_config(GATE_CONFIG.replace("TIMING", BASELINE_TIMING), "gate.yaml")
     gated = scatterbench("regress", tmp_path / "stored", config, "-o", tmp_path / "out", "--no-progress",
                          plant="maxunpool/numpy_put_along_axis:3")
     assert "measuring one here from commit" in gated.stderr
@@ -158,7 +155,7 @@ def test_each_committed_baseline_holds_every_case_of_the_quick_config_correct(ba
 
 
 @pytest.mark.slow  # a sweep
-def test_gate_falls_back_to_the_stored_baseline_when_its_commit_cannot_be_measured(tmp_path):
+def test_gate_falls_back_to_the_stored_baseline_when_its_commit_cannot_be_measured(tmp_path, tiny_config):
     import shutil
 
     from harness.judging import regression
@@ -169,8 +166,7 @@ def test_gate_falls_back_to_the_stored_baseline_when_its_commit_cannot_be_measur
     meta = json.loads((stored / "meta.json").read_text())
     meta.update(cpu_model="Some Other CPU", hardware={}, git_commit="0" * 40)
     (stored / "meta.json").write_text(json.dumps(meta))
-    config = tmp_path / "gate.yaml"
-    config.write_text(GATE_CONFIG.replace("TIMING", GATE_TIMING))
+    config = tiny_config(GATE_CONFIG.replace("TIMING", GATE_TIMING), "gate.yaml")
     lines = []
     result = run_gate(tmp_path / "stored", config, regression.Rule(2.0, 0.002, "p10"), output=tmp_path / "out",
                       log=lines.append)
