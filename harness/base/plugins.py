@@ -25,7 +25,7 @@ from pathlib import Path
 from harness.base.errors import UsageError
 
 ENV = "SCATTERBENCH_PLUGINS"
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 PROJECT_PACKAGES = ("impls", "harness")
 # What a report, compare or the dashboard cannot give for a plugin's operators
 # and strategies without its code.

@@ -119,7 +119,7 @@ def measure_baseline_at(commit: str, config_path, output: Path, extra_args=()) -
     config where it has one, so that it names only strategies that code
     knows), in a subprocess on this machine, into ``output``; ``extra_args``
     go to its ``run`` (the count gate's ``--instrument callgrind``)."""
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     try:
         found = subprocess.run(["git", "cat-file", "-e", f"{commit}^{{commit}}"], cwd=root, capture_output=True,
                                timeout=30)

@@ -241,7 +241,7 @@ def child_environment(target: dict) -> dict:
     randomisation, the allocator's settings; this checkout goes first on the
     path (the counting process runs in its own working directory)."""
     tunables = ":".join(filter(None, [os.environ.get("GLIBC_TUNABLES"), *MALLOC_TUNABLES]))
-    path = os.pathsep.join(filter(None, [str(Path(__file__).resolve().parents[1]), os.environ.get("PYTHONPATH")]))
+    path = os.pathsep.join(filter(None, [str(Path(__file__).resolve().parents[2]), os.environ.get("PYTHONPATH")]))
     return dict(os.environ, **THREAD_ENV, **target, PYTHONHASHSEED="0", PYTHONUNBUFFERED="1",
                 GLIBC_TUNABLES=tunables, PYTHONMALLOC=PYTHON_MALLOC, PYTHONPATH=path)
 
