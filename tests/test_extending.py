@@ -67,7 +67,8 @@ def test_a_new_operator_works_end_to_end_from_one_plugin(tmp_path):
     env = plugin_env("rowmax_plugin")
     config = tmp_path / "rowmax.yaml"
     config.write_text(TINY_ROWMAX)
-    listed = scatterbench("list", "--op", "rowmax", env=env)
+    # wide enough for the role column ("baseline"), which 80 columns leave out
+    listed = scatterbench("list", "--op", "rowmax", env={**env, "COLUMNS": "200"})
     assert listed.returncode == 0 and "python_loop" in listed.stdout and "baseline" in listed.stdout
     checked = scatterbench("check", config, "--no-progress", env=env)
     assert checked.returncode == 0, checked.stdout + checked.stderr
