@@ -21,11 +21,14 @@ the fast path. The grid is one axis (x, up to 2**31 - 1 programs; y and z
 stop at 65,535), each program finding its (row block, column block) from its
 id with one scalar division.
 
-The kernels use Triton builtins only, no ``@triton.jit`` helpers (not even
-the standard library's, such as tl.cdiv or tl.zeros): under TRITON_INTERPRET
-those are interpreter objects, and the compile test, which builds these
-kernels for a GPU target in that same process, could not compile a call to
-one.
+Every kernel opens with the same tile prologue, written once in `_tile`
+(program id, row and column numbers, the mask of live elements): the one
+``@triton.jit`` helper, inlined where it is called. Otherwise the kernels use
+Triton builtins only, not the standard library's jit functions (tl.cdiv,
+tl.zeros): under TRITON_INTERPRET every jit function is an interpreter object,
+and the compile test, which builds these kernels for a GPU target in that same
+process, compiles JITFunctions of this module's helpers in their place; it
+cannot do so for the standard library's.
 """
 
 from __future__ import annotations
@@ -154,22 +157,33 @@ def _launch(kernel, grid, *args, **constexprs):
     kernel[grid](*args, **constexprs)
 
 
+@triton.jit
+def _tile(rows, width, WIDTH_P2: tl.constexpr, WIDE: tl.constexpr, TILE: tl.constexpr, MAX_W: tl.constexpr):
+    """This program's tile of a (rows, width) grid, as `_grid` numbers them:
+    its row and column numbers (int64 when WIDE), the mask of the elements
+    inside the grid, and its first column. Inlined into each kernel."""
+    BLOCK_W: tl.constexpr = MAX_W if MAX_W < WIDTH_P2 else WIDTH_P2
+    BLOCK_R: tl.constexpr = TILE // BLOCK_W
+    pid = tl.program_id(0)
+    if WIDE:
+        pid, width = tl.cast(pid, tl.int64), tl.cast(width, tl.int64)
+    col_blocks = (width + BLOCK_W - 1) // BLOCK_W
+    row = (pid // col_blocks) * BLOCK_R + tl.arange(0, BLOCK_R)
+    first_col = (pid % col_blocks) * BLOCK_W
+    col = first_col + tl.arange(0, BLOCK_W)
+    live = (row < rows)[:, None] & (col < width)[None, :]
+    return row, col, live, first_col
+
+
 @_autotuned(key=["rows", "w", "W", "sw", "K"])
 @triton.jit
 def _maxpool2d_kernel(x_ptr, values_ptr, indices_ptr, rows, C, h, w, W, sn, sc, sh, sw,
                       K: tl.constexpr, WIDTH_P2: tl.constexpr, WIDE: tl.constexpr,
                       TILE: tl.constexpr, MAX_W: tl.constexpr):
-    BLOCK_W: tl.constexpr = MAX_W if MAX_W < WIDTH_P2 else WIDTH_P2
-    BLOCK_R: tl.constexpr = TILE // BLOCK_W
-    pid = tl.program_id(0)
+    out_row, j, live, _ = _tile(rows, w, WIDTH_P2, WIDE, TILE, MAX_W)  # out_row over N*C*h
     if WIDE:
-        pid, C, h, w, W = tl.cast(pid, tl.int64), tl.cast(C, tl.int64), tl.cast(h, tl.int64), \
-            tl.cast(w, tl.int64), tl.cast(W, tl.int64)
+        C, h, w, W = tl.cast(C, tl.int64), tl.cast(h, tl.int64), tl.cast(w, tl.int64), tl.cast(W, tl.int64)
         sn, sc, sh, sw = tl.cast(sn, tl.int64), tl.cast(sc, tl.int64), tl.cast(sh, tl.int64), tl.cast(sw, tl.int64)
-    col_blocks = (w + BLOCK_W - 1) // BLOCK_W
-    out_row = (pid // col_blocks) * BLOCK_R + tl.arange(0, BLOCK_R)  # over N*C*h
-    j = (pid % col_blocks) * BLOCK_W + tl.arange(0, BLOCK_W)
-    live = (out_row < rows)[:, None] & (j < w)[None, :]
     plane = out_row // h
     top = (out_row % h) * K
     row_base = (plane // C) * sn + (plane % C) * sc + top * sh
@@ -212,16 +226,10 @@ def maxpool2d(x: torch.Tensor, k: int):
 def _unpool_gather_kernel(values_ptr, positions_ptr, out_ptr, rows, H, W, h, w,
                           KH: tl.constexpr, KW: tl.constexpr, WIDTH_P2: tl.constexpr, WIDE: tl.constexpr,
                           TILE: tl.constexpr, MAX_W: tl.constexpr):
-    BLOCK_W: tl.constexpr = MAX_W if MAX_W < WIDTH_P2 else WIDTH_P2
-    BLOCK_R: tl.constexpr = TILE // BLOCK_W
-    pid = tl.program_id(0)
+    out_row, col, live, _ = _tile(rows, W, WIDTH_P2, WIDE, TILE, MAX_W)  # out_row over planes*H
     if WIDE:
-        pid, H, W = tl.cast(pid, tl.int64), tl.cast(H, tl.int64), tl.cast(W, tl.int64)
+        H, W = tl.cast(H, tl.int64), tl.cast(W, tl.int64)
         h, w = tl.cast(h, tl.int64), tl.cast(w, tl.int64)
-    col_blocks = (W + BLOCK_W - 1) // BLOCK_W
-    out_row = (pid // col_blocks) * BLOCK_R + tl.arange(0, BLOCK_R)  # over planes*H
-    col = (pid % col_blocks) * BLOCK_W + tl.arange(0, BLOCK_W)
-    live = (out_row < rows)[:, None] & (col < W)[None, :]
     row = out_row % H
     i, j = row // KH, col // KW
     inside = live & (i < h)[:, None] & (j < w)[None, :]
@@ -255,15 +263,9 @@ def unpool_gather(values: torch.Tensor, positions: torch.Tensor, out_shape, wind
 @triton.jit
 def _unpool_scatter_kernel(values_ptr, positions_ptr, out_ptr, rows, L, P,
                            WIDTH_P2: tl.constexpr, WIDE: tl.constexpr, TILE: tl.constexpr, MAX_W: tl.constexpr):
-    BLOCK_W: tl.constexpr = MAX_W if MAX_W < WIDTH_P2 else WIDTH_P2
-    BLOCK_R: tl.constexpr = TILE // BLOCK_W
-    pid = tl.program_id(0)
+    row, col, live, _ = _tile(rows, L, WIDTH_P2, WIDE, TILE, MAX_W)
     if WIDE:
-        pid, L, P = tl.cast(pid, tl.int64), tl.cast(L, tl.int64), tl.cast(P, tl.int64)
-    col_blocks = (L + BLOCK_W - 1) // BLOCK_W
-    row = (pid // col_blocks) * BLOCK_R + tl.arange(0, BLOCK_R)
-    col = (pid % col_blocks) * BLOCK_W + tl.arange(0, BLOCK_W)
-    live = (row < rows)[:, None] & (col < L)[None, :]
+        L, P = tl.cast(L, tl.int64), tl.cast(P, tl.int64)
     pooled = row[:, None] * L + col[None, :]
     pos = tl.load(positions_ptr + pooled, mask=live, other=0)
     val = tl.load(values_ptr + pooled, mask=live, other=0.0)
@@ -297,17 +299,11 @@ def unpool_scatter(values: torch.Tensor, positions: torch.Tensor, out_shape):
 @triton.jit
 def _dispersion_kernel(x_ptr, mask_ptr, y_ptr, rows, C, H, W, out_W, S, sb, sc, sh, sw,
                        WIDTH_P2: tl.constexpr, WIDE: tl.constexpr, TILE: tl.constexpr, MAX_W: tl.constexpr):
-    BLOCK_W: tl.constexpr = MAX_W if MAX_W < WIDTH_P2 else WIDTH_P2
-    BLOCK_R: tl.constexpr = TILE // BLOCK_W
-    pid = tl.program_id(0)
+    out_row, col, live, first_col = _tile(rows, out_W, WIDTH_P2, WIDE, TILE, MAX_W)  # out_row over B*H
     if WIDE:
-        pid, C, H, W = tl.cast(pid, tl.int64), tl.cast(C, tl.int64), tl.cast(H, tl.int64), tl.cast(W, tl.int64)
+        C, H, W = tl.cast(C, tl.int64), tl.cast(H, tl.int64), tl.cast(W, tl.int64)
         out_W, S = tl.cast(out_W, tl.int64), tl.cast(S, tl.int64)
         sb, sc, sh, sw = tl.cast(sb, tl.int64), tl.cast(sc, tl.int64), tl.cast(sh, tl.int64), tl.cast(sw, tl.int64)
-    col_blocks = (out_W + BLOCK_W - 1) // BLOCK_W
-    out_row = (pid // col_blocks) * BLOCK_R + tl.arange(0, BLOCK_R)  # over B*H
-    first_col = (pid % col_blocks) * BLOCK_W
-    col = first_col + tl.arange(0, BLOCK_W)
     row_live = out_row < rows
     row = out_row % H
     x_row = (out_row // H) * sb + row * sh
@@ -315,8 +311,8 @@ def _dispersion_kernel(x_ptr, mask_ptr, y_ptr, rows, C, H, W, out_W, S, sb, sc, 
     # about W/S of them, not C. Written without branches so S may be 0.
     step = tl.maximum(S, 1)
     low = tl.where(S > 0, tl.maximum((first_col - W + step) // step, 0), 0)
-    high = tl.where(S > 0, tl.minimum((first_col + BLOCK_W - 1) // step, C - 1), C - 1)
-    acc = tl.full((BLOCK_R, BLOCK_W), 0.0, dtype=tl.float32)
+    high = tl.where(S > 0, tl.minimum((first_col + col.shape[0] - 1) // step, C - 1), C - 1)
+    acc = tl.full(live.shape, 0.0, dtype=tl.float32)
     for i in range(low, high + 1):
         in_col = col - i * S
         valid = row_live[:, None] & ((in_col >= 0) & (in_col < W))[None, :]
@@ -324,7 +320,7 @@ def _dispersion_kernel(x_ptr, mask_ptr, y_ptr, rows, C, H, W, out_W, S, sb, sc, 
         mv = tl.load(mask_ptr + (row * W)[:, None] + in_col[None, :], mask=valid, other=0.0)
         acc += xv.to(tl.float32) * mv.to(tl.float32)
     out = out_row[:, None] * out_W + col[None, :]
-    tl.store(y_ptr + out, acc.to(y_ptr.dtype.element_ty), mask=row_live[:, None] & (col < out_W)[None, :])
+    tl.store(y_ptr + out, acc.to(y_ptr.dtype.element_ty), mask=live)
 
 
 def dispersion(x: torch.Tensor, mask: torch.Tensor, S: int):
@@ -348,17 +344,10 @@ def dispersion(x: torch.Tensor, mask: torch.Tensor, S: int):
 @triton.jit
 def _dispersion_pinv_kernel(y_ptr, inv_coverage_ptr, inv_mask_ptr, x_ptr, rows, C, H, W, S, syb, syh, syw,
                             WIDTH_P2: tl.constexpr, WIDE: tl.constexpr, TILE: tl.constexpr, MAX_W: tl.constexpr):
-    BLOCK_W: tl.constexpr = MAX_W if MAX_W < WIDTH_P2 else WIDTH_P2
-    BLOCK_R: tl.constexpr = TILE // BLOCK_W
-    pid = tl.program_id(0)
+    out_row, w, live, _ = _tile(rows, W, WIDTH_P2, WIDE, TILE, MAX_W)  # out_row over B*C*H
     if WIDE:
-        pid, C, H, W, S = tl.cast(pid, tl.int64), tl.cast(C, tl.int64), tl.cast(H, tl.int64), \
-            tl.cast(W, tl.int64), tl.cast(S, tl.int64)
+        C, H, W, S = tl.cast(C, tl.int64), tl.cast(H, tl.int64), tl.cast(W, tl.int64), tl.cast(S, tl.int64)
         syb, syh, syw = tl.cast(syb, tl.int64), tl.cast(syh, tl.int64), tl.cast(syw, tl.int64)
-    col_blocks = (W + BLOCK_W - 1) // BLOCK_W
-    out_row = (pid // col_blocks) * BLOCK_R + tl.arange(0, BLOCK_R)  # over B*C*H
-    w = (pid % col_blocks) * BLOCK_W + tl.arange(0, BLOCK_W)
-    live = (out_row < rows)[:, None] & (w < W)[None, :]
     row = out_row % H
     channel = (out_row // H) % C
     b = out_row // (H * C)

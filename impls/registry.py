@@ -1,17 +1,22 @@
-"""The strategy registry: the suite's only global state.
+"""The operator and strategy registry (``OPERATORS``). The backends the
+strategies run on have their own registry, ``impls.backends.BACKENDS``.
 
 A *strategy* is a plain function ``prepare(inputs, params) -> run`` where
 ``inputs`` are the operator's inputs already converted to the strategy's
-backend and device, and ``run`` is a zero-argument callable that computes the
-operator and returns its output. Everything built inside ``prepare`` (index
-tables, kernels, compiled functions) is a one-time constant, excluded from the
-timed region (SPEC 3); everything inside ``run`` is timed, output allocation
-included.
+backend, device, dtype and layout, and ``run`` is a zero-argument callable
+that computes the operator and returns its whole output, or the part it
+declares with ``returns=`` (one of ``Operator.outputs``). Everything built
+inside ``prepare`` (index tables, kernels, compiled functions) is a one-time
+constant, excluded from the timed region (SPEC 3); everything inside ``run``
+is timed, output allocation included.
 
 An *operator* bundles what SPEC 1 asks for: a float64 oracle, a seeded input
-generator, a bytes formula and a comparison rule. Operator modules register
-themselves when ``impls`` is imported; importing them never imports an
-optional backend (triton, numba, pytensor), which strategies load lazily.
+generator, a bytes formula and a comparison rule, with the validation of its
+parameters and its adversarial check cases. The built-in operator modules
+register themselves when ``impls`` is imported, a plugin's operators and
+strategies when ``SCATTERBENCH_PLUGINS`` loads it (``harness.base.plugins``).
+Importing them imports numpy only: torch and the optional backends (triton,
+numba, pytensor, JAX) are loaded inside the strategies.
 """
 
 from __future__ import annotations

@@ -5,11 +5,8 @@ written before the schema grew are still read."""
 
 import json
 import math
-import os
 import shutil
-import subprocess
 import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -17,21 +14,10 @@ import pytest
 from harness.base.config import Case, parse_config
 from harness.measuring import timing
 from harness.results import store
+from tests.helpers import PLUGINS, ROOT, plugin_env, report_py, scatterbench
 
 pytestmark = pytest.mark.slow  # subprocesses, sweeps or compiles: `make test` runs them, `make test-fast` does not
 
-ROOT = Path(__file__).parents[1]
-PLUGINS = Path(__file__).parent / "plugins"
-
-
-def plugin_env(*modules):
-    return dict(os.environ, PYTHONPATH=os.pathsep.join([str(PLUGINS), str(ROOT), os.environ.get("PYTHONPATH", "")]),
-                SCATTERBENCH_PLUGINS=",".join(modules))
-
-
-def scatterbench(*args, env):
-    return subprocess.run([sys.executable, "-m", "harness", *map(str, args)], capture_output=True, text=True,
-                          env=env, timeout=600, cwd=ROOT)
 
 
 @pytest.fixture
@@ -81,7 +67,8 @@ def test_a_new_operator_works_end_to_end_from_one_plugin(tmp_path):
     env = plugin_env("rowmax_plugin")
     config = tmp_path / "rowmax.yaml"
     config.write_text(TINY_ROWMAX)
-    listed = scatterbench("list", "--op", "rowmax", env=env)
+    # wide enough for the role column ("baseline"), which 80 columns leave out
+    listed = scatterbench("list", "--op", "rowmax", env={**env, "COLUMNS": "200"})
     assert listed.returncode == 0 and "python_loop" in listed.stdout and "baseline" in listed.stdout
     checked = scatterbench("check", config, "--no-progress", env=env)
     assert checked.returncode == 0, checked.stdout + checked.stderr
@@ -97,8 +84,7 @@ def test_a_new_operator_works_end_to_end_from_one_plugin(tmp_path):
     gate = scatterbench("regress", runs / "a", config, "-o", tmp_path / "gate", "--factor", "5", "--no-progress",
                         env=env)
     assert gate.returncode == 0, gate.stdout + gate.stderr
-    reported = subprocess.run([sys.executable, str(ROOT / "report.py"), runs / "a", "-o", tmp_path / "report"],
-                              capture_output=True, text=True, env=env)
+    reported = report_py(runs / "a", "-o", tmp_path / "report", env=env)
     assert reported.returncode == 0, reported.stderr
     text = (tmp_path / "report" / "report.md").read_text()
     assert "rowmax" in text and "numpy_max" in text

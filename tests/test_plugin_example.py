@@ -5,39 +5,31 @@ report as `run --report`, or says what it lacks without the plugin; and every
 Python block of the guide is an excerpt of the plugin, so it cannot go stale."""
 
 import json
-import os
 import re
 import shutil
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
 from harness.base.plugins import sha256
 from harness.results.store import read_meta, read_rows
+from tests.helpers import ROOT, plugin_env, report_py, scatterbench
 
 pytestmark = pytest.mark.slow  # subprocesses and a sweep: `make test` runs them, `make test-fast` does not
 
-ROOT = Path(__file__).parents[1]
 PLUGIN = ROOT / "docs" / "examples" / "plugin_avgpool2d.py"
 CONFIG = "docs/examples/avgpool2d.yaml"  # as the guide types it (commands run in the project root)
+EXAMPLE_PLUGIN = "docs/examples/plugin_avgpool2d.py"  # as the guide types it
 GUIDE = ROOT / "docs" / "PLUGINS.md"
-
-
-def command(*args, plugins="docs/examples/plugin_avgpool2d.py"):
-    environment = dict(os.environ, SCATTERBENCH_PLUGINS=plugins)
-    return subprocess.run([sys.executable, *map(str, args)], capture_output=True, text=True, env=environment,
-                          timeout=900, cwd=ROOT)
 
 
 @pytest.fixture(scope="module")
 def example(tmp_path_factory):
     """The guide's commands, once: check, run --report, and report.py on the run."""
     root = tmp_path_factory.mktemp("example")
-    checked = command("-m", "harness", "check", CONFIG, "--no-progress")
-    ran = command("-m", "harness", "run", CONFIG, "-o", root / "run", "--report", "--no-progress")
-    standalone = command("report.py", root / "run", "-o", root / "standalone", plugins="")
+    checked = scatterbench("check", CONFIG, "--no-progress", env=plugin_env(EXAMPLE_PLUGIN), timeout=900)
+    ran = scatterbench("run", CONFIG, "-o", root / "run", "--report", "--no-progress", env=plugin_env(EXAMPLE_PLUGIN),
+                       timeout=900)
+    standalone = report_py(root / "run", "-o", root / "standalone")
     return root, checked, ran, standalone
 
 
@@ -84,7 +76,7 @@ def test_report_py_says_which_plugin_it_could_not_load_and_what_it_lacks(example
     meta = json.loads((moved / "meta.json").read_text())
     meta["plugins"][0]["file"] = str(tmp_path / "elsewhere" / "plugin_avgpool2d.py")
     (moved / "meta.json").write_text(json.dumps(meta))
-    built = command("report.py", moved, "-o", tmp_path / "report", plugins="")
+    built = report_py(moved, "-o", tmp_path / "report")
     assert built.returncode == 0, built.stderr
     lines = built.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"report: {moved}: made with plugin plugin_avgpool2d (")

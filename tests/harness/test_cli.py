@@ -1,11 +1,11 @@
 """The CLI end to end on tiny configs, in subprocesses as a user runs it."""
 
-import subprocess
 import sys
 
 import pytest
 
 from harness.results.store import read_meta, read_rows, read_samples
+from tests.helpers import scatterbench
 
 TINY = """
 name: tiny
@@ -19,11 +19,6 @@ benchmarks:
     strategies: [seed_loop, torch_fold]
     params: {B: 1, C: 3, H: 4, W: 5, S: 1}
 """
-
-
-def scatterbench(*args, **kwargs):
-    return subprocess.run([sys.executable, "-m", "harness", *map(str, args)], capture_output=True, text=True,
-                          **kwargs)
 
 
 @pytest.mark.slow

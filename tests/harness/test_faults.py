@@ -34,9 +34,10 @@ import time
 from pathlib import Path
 
 import pytest
-from terminal import (
-    sigint_as_at_a_terminal,  # tests/harness, on the path as the test's own directory
-)
+
+from tests import helpers
+from tests.harness.terminal import sigint_as_at_a_terminal
+from tests.helpers import ROOT
 
 HERE = Path(__file__).parent
 PYTHON = sys.executable
@@ -48,11 +49,11 @@ BROKEN_NAME = r"bad_$\frac{1}$"  # mathtext that does not parse: drawing it as m
 
 # ------------------------------------------------------------------ running
 def plugin_env(*plugins: str, quick: bool = True, **variables: str) -> dict:
-    """This process's environment with tests/harness importable and the given
-    plugins (plus the quick ceilings unless ``quick`` is false) loaded."""
+    """``helpers.plugin_env`` with the given plugins (plus the quick ceilings
+    unless ``quick`` is false) loaded, wide output and no planted slowdown
+    inherited."""
     names = (("quick_ceilings_plugin",) if quick else ()) + plugins
-    path = os.pathsep.join(filter(None, [str(HERE), os.environ.get("PYTHONPATH", "")]))
-    env = dict(os.environ, PYTHONPATH=path, SCATTERBENCH_PLUGINS=",".join(names), COLUMNS="1000")
+    env = helpers.plugin_env(*names, COLUMNS="1000")
     env.pop("SCATTERBENCH_TEST_SLOWDOWN", None)
     env.update(variables)
     return env
@@ -543,7 +544,7 @@ def catches(pid: int, signum: int) -> bool:
 @pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="needs /proc to see the handler installed")
 def test_sigterm_during_check_is_one_line_and_130():
     """`check` under `timeout` or Slurm: SIGTERM ended it with 143 and no word."""
-    process = spawn("check", HERE.parents[1] / "configs" / "default.yaml", "--no-progress", env=plugin_env())
+    process = spawn("check", ROOT / "configs" / "default.yaml", "--no-progress", env=plugin_env())
     wait_for(lambda: catches(process.pid, signal.SIGTERM), "the SIGTERM handler", process=process)
     time.sleep(0.5)
     process.send_signal(signal.SIGTERM)

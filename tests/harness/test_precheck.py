@@ -10,7 +10,6 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 
@@ -18,20 +17,18 @@ from harness.base.errors import UnpinnedThreadsWarning
 from harness.base.plugins import sha256
 from harness.measuring import facts, pinning
 from harness.results.store import IN_FLIGHT, read_meta, read_rows, read_samples
+from tests.helpers import PLUGINS, plugin_env, scatterbench
 
 pytestmark = pytest.mark.slow  # subprocesses and sweeps: `make test` runs them, `make test-fast` does not
 
-ROOT = Path(__file__).parents[2]
-LAST_TIE = ROOT / "tests" / "plugins" / "last_tie_plugin.py"
-FAULTS = Path(__file__).parent / "fault_plugin.py"
+LAST_TIE = PLUGINS / "last_tie_plugin.py"
+FAULTS = PLUGINS / "fault_plugin.py"
 PINNED = {"torch": 1, "numpy": 1, "numba": 1}
 TINY_TIMING = {"min_samples": 5, "budget_s": 0.01, "warmup_s": 0}
 
 
-def cli(*args, plugins=(), timeout=600):
-    environment = dict(os.environ, SCATTERBENCH_PLUGINS=",".join(map(str, plugins)))
-    return subprocess.run([sys.executable, "-m", "harness", *map(str, args)], capture_output=True, text=True,
-                          env=environment, timeout=timeout, cwd=ROOT)
+def cli(*args, plugins=()):
+    return scatterbench(*args, env=plugin_env(*plugins))
 
 
 def by_strategy(directory) -> dict:
@@ -167,7 +164,7 @@ benchmarks:
 """
 
 
-def test_unpinned_threads_on_a_loaded_machine_are_said_in_one_line(cpu_hogs, tmp_path):
+def test_unpinned_threads_on_a_loaded_machine_are_said_in_one_line(cpu_hogs, tmp_path, tiny_config):
     import scatterbench
 
     small = dict(N=1, C=1, H=4, W=4, k=2, timing=TINY_TIMING, plot=False)
@@ -185,8 +182,7 @@ def test_unpinned_threads_on_a_loaded_machine_are_said_in_one_line(cpu_hogs, tmp
     assert "threads.numba, threads.numpy are unpinned" in pinning.oversubscription_warning(dict(every, numba=None, numpy=None), 2.0, 2)
     assert "and threads.numpy is unpinned" in pinning.oversubscription_warning({}, 2.0, 2, backends={"numpy", "cupy"})
     assert pinning.oversubscription_warning({"torch": 1}, 2.0, 2, backends={"torch"}) is None
-    config = tmp_path / "unpinned.yaml"
-    config.write_text(UNPINNED_CONFIG)
+    config = tiny_config(UNPINNED_CONFIG)
     ran = cli("run", config, "-o", tmp_path / "out", "--no-progress")
     assert ran.returncode == 0, ran.stderr
     lines = [line for line in ran.stderr.splitlines() if line.startswith("warning: the machine is loaded")]
@@ -204,9 +200,8 @@ benchmarks:
 """
 
 
-def test_a_segfault_without_isolate_is_run_isolated_on_resume(tmp_path):
-    config = tmp_path / "crash.yaml"
-    config.write_text(CRASH_CONFIG)
+def test_a_segfault_without_isolate_is_run_isolated_on_resume(tmp_path, tiny_config):
+    config = tiny_config(CRASH_CONFIG)
     out = tmp_path / "out"
     crashed = cli("run", config, "-o", out, "--no-progress", plugins=[FAULTS])
     assert crashed.returncode == -signal.SIGSEGV, crashed.stderr

@@ -15,8 +15,6 @@ session itself never holds it.
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -24,8 +22,8 @@ import pytest
 
 from impls.backends import Backend, DeviceEvents, ThreadKnob, register_backend
 from impls.registry import strategy
+from tests.helpers import plugin_env, report_py, scatterbench
 
-ROOT = Path(__file__).parents[2]
 WORK_S = 0.004  # device time of one toy call
 CEILING_GBPS = 123.0  # the toy device's copy bandwidth
 THREADS = {"count": None}  # the toy's thread pool
@@ -107,13 +105,14 @@ benchmarks:
 
 
 def _env():
-    return dict(os.environ, SCATTERBENCH_PLUGINS="test_backends",
-                PYTHONPATH=os.pathsep.join([str(Path(__file__).parent), str(ROOT), os.environ.get("PYTHONPATH", "")]))
+    """This file itself is the plugin: its directory on the path, imported by its own name."""
+    env = plugin_env("test_backends")
+    env["PYTHONPATH"] = os.pathsep.join([str(Path(__file__).parent), env["PYTHONPATH"]])
+    return env
 
 
 def _scatterbench(*args):
-    return subprocess.run([sys.executable, "-m", "harness", *map(str, args)], capture_output=True, text=True,
-                          env=_env(), timeout=300, cwd=ROOT)
+    return scatterbench(*args, env=_env())
 
 
 @pytest.mark.slow  # three subprocesses
@@ -141,8 +140,7 @@ def test_a_toy_backend_is_one_record_through_check_run_and_report(tmp_path):
     rows = (out / "rows.csv").read_text()
     assert "toy_max_pool" in rows and ",ok," in rows
 
-    reported = subprocess.run([sys.executable, str(ROOT / "report.py"), out, "-o", tmp_path / "report"],
-                              capture_output=True, text=True, env=_env(), timeout=300, cwd=ROOT)
+    reported = report_py(out, "-o", tmp_path / "report", env=_env())
     assert reported.returncode == 0, reported.stderr
     assert "toy_max_pool" in (tmp_path / "report" / "report.md").read_text()
 

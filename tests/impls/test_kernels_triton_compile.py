@@ -35,6 +35,7 @@ from triton.backends.compiler import BaseBackend, GPUTarget  # noqa: E402
 from triton.backends.nvidia.compiler import CUDABackend  # noqa: E402
 from triton.compiler import ASTSource  # noqa: E402
 from triton.runtime.autotuner import Autotuner  # noqa: E402
+from triton.runtime.interpreter import InterpretedFunction  # noqa: E402
 from triton.runtime.jit import JITFunction, native_specialize_impl  # noqa: E402
 
 from impls import kernels_triton  # noqa: E402
@@ -113,7 +114,17 @@ def _stack_bytes(cubin: bytes, tmp_path) -> int:
 
 def _compile(kernel, args, constexprs, config, target):
     options = dict(num_warps=config.num_warps, num_stages=config.num_stages)
-    return triton.compile(_source(kernel, args, {**constexprs, **config.kwargs}), target=target, options=options)
+    # The kernels call the module's @triton.jit helpers (kernels_triton._tile);
+    # under the interpreter those are InterpretedFunctions, which the compiler
+    # cannot call: it compiles JITFunctions of them, put back afterwards.
+    helpers = {name: value for name, value in vars(kernels_triton).items() if isinstance(value, InterpretedFunction)}
+    try:
+        for name, helper in helpers.items():
+            setattr(kernels_triton, name, JITFunction(helper.fn))
+        return triton.compile(_source(kernel, args, {**constexprs, **config.kwargs}), target=target, options=options)
+    finally:
+        for name, helper in helpers.items():
+            setattr(kernels_triton, name, helper)
 
 
 def _compile_all(launches, tmp_path, targets=(HOPPER, AMPERE), every_config=False):

@@ -1,7 +1,11 @@
-"""The comparison report, as a package below the CLI and the dashboard.
+"""The comparison report, a package of the presenting layer: the CLI builds it
+(``run --report``, ``report``), so does the top-level ``report.py``, and the
+dashboard builds each run's light report and takes its strategy colours from
+``figures``.
 
 - ``load``: result directories into rows labelled by machine;
-- ``figures``: one function per figure (also drawn by the dashboard and the API);
+- ``figures``: one function per figure of the report, and the colour of each
+  backend and strategy (the dashboard's too; the API's ``bench`` draws its own);
 - ``sections``: the text (case tables, conclusions, run tables, defects);
 - ``document``: the blocks and their Markdown and HTML rendering;
 - ``build``: the whole report, and ``main``, the command line that the

@@ -16,8 +16,7 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parents[1]))  # tests/harness: the shared fault-injection helpers
-from test_faults import (  # noqa: E402
+from tests.harness.test_faults import (
     PYTHON,
     SLOW,
     SLOW_CASES,

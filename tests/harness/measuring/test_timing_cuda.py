@@ -3,10 +3,6 @@ strategies with a deliberately slow host launch, timed inside a real sweep of
 several cases, agree with triton.testing.do_bench of the same kernel without
 the slow host (within 5 %). Needs a GPU: `pytest -m cuda` (`make gpu`)."""
 
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
@@ -14,8 +10,7 @@ from harness.results.store import read_rows
 
 pytestmark = pytest.mark.slow  # subprocesses, sweeps or compiles: `make test` runs them, `make test-fast` does not
 
-PLUGINS = Path(__file__).parents[1] / "plugins"
-ROOT = Path(__file__).parents[2]
+from tests.helpers import plugin_env, scatterbench
 
 SWEEP = """
 name: slow-host
@@ -43,10 +38,8 @@ def test_slow_host_launches_are_timed_as_their_kernels_in_a_sweep(tmp_path):
 
     config = tmp_path / "slow.yaml"
     config.write_text(SWEEP)
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(PLUGINS), str(ROOT)]),
-               SCATTERBENCH_PLUGINS="slow_host_plugin")
-    ran = subprocess.run([sys.executable, "-m", "harness", "run", str(config), "-o", str(tmp_path / "out"),
-                          "--no-progress"], capture_output=True, text=True, env=env, timeout=900)
+    ran = scatterbench("run", config, "-o", tmp_path / "out", "--no-progress", env=plugin_env("slow_host_plugin"),
+                       timeout=900)
     assert ran.returncode == 0, ran.stderr[-3000:]
     rows = read_rows(tmp_path / "out").set_index("strategy")
     maxpool = rows[rows["op"] == "maxpool2d"]

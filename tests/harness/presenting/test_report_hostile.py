@@ -8,12 +8,13 @@ import math
 
 import numpy as np
 from PIL import Image
-from test_report import fixture_run
 
 import report
 from harness.base.format import md_escape
 from harness.presenting.dashboard import build_dashboard
 from harness.presenting.report import figures as report_figures
+
+from .test_report import fixture_run
 
 HOSTILE = ["evil$\\frac{1}{0}$_name", "bad$\\undefinedcommand$x", "sub$_$script"]
 ENTRIES = [("seed_loops", "numpy", "ok", 1e-2)] + [(name, "torch", "ok", 1e-4 * (i + 1))

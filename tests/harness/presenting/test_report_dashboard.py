@@ -7,13 +7,13 @@ the results cannot be written."""
 import re
 import shutil
 
-from test_report import fixture_run
-
 import report
 from harness.judging import history
 from harness.presenting import dashboard
 from harness.presenting.report import figures
 from harness.results import stats, store, summary
+
+from .test_report import fixture_run
 
 QUIET = {"load_avg_start": [0.5, 0.5, 0.5], "load_avg_end": [0.7, 0.6, 0.5]}
 

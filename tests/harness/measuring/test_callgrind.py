@@ -21,9 +21,9 @@ from harness.base.errors import ResultError, UsageError
 from harness.judging import compare, count_gate, regression
 from harness.measuring import callgrind
 from harness.results import counts, metrics, store
+from tests import helpers
+from tests.helpers import BASELINE_TIMING, GATE_TIMING, ROOT, plugin_env
 
-ROOT = Path(__file__).parents[2]
-PLUGINS = ROOT / "tests" / "plugins"
 PROBE = "probe_channel_steps"
 # C=20: 5 % more work is one more channel step of the probe. Big enough that what still
 # varies between two runs (a few hundred L1 misses a call, as allocations land elsewhere) stays
@@ -37,17 +37,12 @@ benchmarks:
     strategies: [seed_loop, numpy_loop, numba_fused, probe_channel_steps]
     params: {B: 2, C: 20, H: 256, W: 128, S: 2}
 """
-BASELINE_TIMING = "{min_samples: 100, budget_s: 1.0, warmup_s: 0.05, timeout_s: 120}"  # as tests/harness/test_gate.py
-GATE_TIMING = "{min_samples: 20, budget_s: 0.1, warmup_s: 0.01, timeout_s: 120}"
 needs_valgrind = pytest.mark.skipif(callgrind.unavailable() is not None,
                                     reason=f"no counts here: {callgrind.unavailable()}")
 
 
 def scatterbench(*args, **env_vars) -> subprocess.CompletedProcess:
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(PLUGINS), str(ROOT)]),
-               SCATTERBENCH_PLUGINS="counting_probe", COLUMNS="200", **env_vars)
-    return subprocess.run([sys.executable, "-m", "harness", *map(str, args)], capture_output=True, text=True,
-                          env=env, timeout=900)
+    return helpers.scatterbench(*args, env=plugin_env("counting_probe", COLUMNS="200", **env_vars), timeout=900)
 
 
 def hog() -> subprocess.Popen:
@@ -66,8 +61,7 @@ def counted(tmp_path_factory):
     baseline_config.write_text(CONFIG.replace("TIMING", BASELINE_TIMING))
     hogs = [hog(), hog()]
     try:
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(PLUGINS), str(ROOT)]),
-                   SCATTERBENCH_PLUGINS="counting_probe")
+        env = plugin_env("counting_probe")
         runs = [subprocess.Popen([sys.executable, "-m", "harness", "run", str(config), "--instrument", "callgrind",
                                   "-o", str(root / name), "--no-progress"], stdout=subprocess.PIPE,
                                  stderr=subprocess.PIPE, text=True, env=env) for name in ("base", "again")]

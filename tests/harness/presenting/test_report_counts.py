@@ -3,15 +3,15 @@ run's report says "counted, not timed" and ranks by instructions, never "none
 passed"; a run with both shows both."""
 
 import re
-from pathlib import Path
 
 import pandas as pd
-from test_report import ENTRIES, fixture_run
 
 from harness.presenting.report.build import build
 from harness.results import store
+from tests.helpers import ROOT
 
-ROOT = Path(__file__).parents[1]
+from .test_report import ENTRIES, fixture_run
+
 COUNTS_BASELINES = sorted(path for path in (ROOT / "results" / "baseline-counts").iterdir() if path.is_dir())
 
 

@@ -5,7 +5,6 @@ reference strategy everything is normalised by."""
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -18,18 +17,9 @@ from harness.judging.wall_gate import (
 )
 from harness.measuring import facts
 from harness.results import runmeta
+from tests import helpers
+from tests.helpers import BASELINE_TIMING, GATE_TIMING, ROOT, plugin_env
 
-PLUGINS = Path(__file__).parents[1] / "plugins"
-ROOT = Path(__file__).parents[2]
-
-# The gate compares with the baseline's 10th percentiles, so a baseline taken
-# during a burst of load hides a regression of that size: on CI, a baseline
-# whose numpy_put_along_axis was measured 1.6x slow made a planted 3x look like
-# 1.9x. A baseline is measured once and kept, so it gets the longer budget a
-# committed baseline should have (its p10 then spans quiet moments); the gate's
-# own run keeps the quick one.
-BASELINE_TIMING = "{min_samples: 100, budget_s: 1.0, warmup_s: 0.05}"
-GATE_TIMING = "{min_samples: 20, budget_s: 0.1, warmup_s: 0.01}"
 GATE_CONFIG = """
 name: gate
 timing: TIMING
@@ -42,18 +32,13 @@ benchmarks:
 
 
 def scatterbench(*args, plant=""):
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(PLUGINS), str(ROOT)]),
-               SCATTERBENCH_PLUGINS="plant_slowdown", SCATTERBENCH_PLANT=plant)
-    return subprocess.run([sys.executable, "-m", "harness", *map(str, args)], capture_output=True, text=True,
-                          env=env, timeout=600)
+    return helpers.scatterbench(*args, env=plugin_env("plant_slowdown", SCATTERBENCH_PLANT=plant))
 
 
 @pytest.mark.slow  # subprocesses and sweeps: `make test` runs it, `make test-fast` does not
-def test_gate_passes_unchanged_and_fails_on_planted_slowdowns(tmp_path):
-    config = tmp_path / "gate.yaml"
-    config.write_text(GATE_CONFIG.replace("TIMING", GATE_TIMING))
-    baseline_config = tmp_path / "baseline.yaml"
-    baseline_config.write_text(GATE_CONFIG.replace("TIMING", BASELINE_TIMING))
+def test_gate_passes_unchanged_and_fails_on_planted_slowdowns(tmp_path, tiny_config):
+    config = tiny_config(GATE_CONFIG.replace("TIMING", GATE_TIMING), "gate.yaml")
+    baseline_config = tiny_config(GATE_CONFIG.replace("TIMING", BASELINE_TIMING), "baseline.yaml")
     baseline = tmp_path / "baseline"
     made = scatterbench("run", baseline_config, "-o", baseline, "--no-progress")
     assert made.returncode == 0, made.stderr
@@ -140,13 +125,12 @@ def test_gate_takes_one_result_directory_as_before_and_refuses_an_empty_one(tmp_
 
 
 @pytest.mark.slow  # two sweeps in subprocesses
-def test_gate_on_a_cpu_without_a_stored_baseline_measures_one_from_that_commit_and_gates(tmp_path):
+def test_gate_on_a_cpu_without_a_stored_baseline_measures_one_from_that_commit_and_gates(tmp_path, tiny_config):
     """The CI gate on a CPU the stored baselines were not measured on: it
     measures the baseline from the commit's own code on this machine, then
     still catches a planted 3x slowdown."""
     _baseline(tmp_path / "stored" / "other-cpu", "Some Other CPU", 2, "2026-06-01T00:00:00", git_commit=_head())
-    config = tmp_path / "gate.yaml"
-    config.write_text(GATE_CONFIG.replace("TIMING", BASELINE_TIMING))
+    config = tiny_config(GATE_CONFIG.replace("TIMING", BASELINE_TIMING), "gate.yaml")
     gated = scatterbench("regress", tmp_path / "stored", config, "-o", tmp_path / "out", "--no-progress",
                          plant="maxunpool/numpy_put_along_axis:3")
     assert "measuring one here from commit" in gated.stderr
@@ -171,7 +155,7 @@ def test_each_committed_baseline_holds_every_case_of_the_quick_config_correct(ba
 
 
 @pytest.mark.slow  # a sweep
-def test_gate_falls_back_to_the_stored_baseline_when_its_commit_cannot_be_measured(tmp_path):
+def test_gate_falls_back_to_the_stored_baseline_when_its_commit_cannot_be_measured(tmp_path, tiny_config):
     import shutil
 
     from harness.judging import regression
@@ -182,8 +166,7 @@ def test_gate_falls_back_to_the_stored_baseline_when_its_commit_cannot_be_measur
     meta = json.loads((stored / "meta.json").read_text())
     meta.update(cpu_model="Some Other CPU", hardware={}, git_commit="0" * 40)
     (stored / "meta.json").write_text(json.dumps(meta))
-    config = tmp_path / "gate.yaml"
-    config.write_text(GATE_CONFIG.replace("TIMING", GATE_TIMING))
+    config = tiny_config(GATE_CONFIG.replace("TIMING", GATE_TIMING), "gate.yaml")
     lines = []
     result = run_gate(tmp_path / "stored", config, regression.Rule(2.0, 0.002, "p10"), output=tmp_path / "out",
                       log=lines.append)

@@ -7,13 +7,14 @@ import math
 from pathlib import Path
 
 import pandas as pd
-from test_report import fixture_run
 
 import report
 from harness.judging import analysis
 from harness.presenting.report import sections
+from tests.helpers import ROOT
 
-ROOT = Path(__file__).parents[1]
+from .test_report import fixture_run
+
 ZEN5 = ROOT / "results" / "20261125T024630-vm-default-0507"  # AMD EPYC family 26 model 2
 ZEN3 = ROOT / "results" / "20261123T192534-vm-default-d9d3"  # AMD EPYC, no family-model recorded
 

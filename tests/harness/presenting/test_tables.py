@@ -1,13 +1,11 @@
 """The CLI's tables say why a column is blank, as the report and bench() do."""
 
-from pathlib import Path
 
 from rich.console import Console
 
 from harness.presenting import tables
 from harness.results import store
-
-ROOT = Path(__file__).parents[2]
+from tests.helpers import ROOT
 
 
 def rendered(renderables) -> str:

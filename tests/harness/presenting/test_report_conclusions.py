@@ -1,11 +1,11 @@
 """The report's conclusions: a winner is named only when the data separates
 it from the runner-up; "Why" lines are plain text."""
 
-from test_report import fixture_run
-
 import report
 from harness.presenting.report import load as report_load
 from harness.presenting.report import sections as report_sections
+
+from .test_report import fixture_run
 
 QUICK = dict(iqr_s=1e-6)
 
@@ -28,7 +28,7 @@ def test_a_clear_lead_names_the_winner_and_the_margin(tmp_path):
 def test_a_values_only_strategy_is_not_recommended_for_values_and_indices(tmp_path):
     """torch_max_pool2d returns no indices: however fast, it is not the answer
     to "which way of computing maxpool2d with its indices"; it is mentioned."""
-    from test_report import ENTRIES
+    from .test_report import ENTRIES
 
     entries = ENTRIES + [("torch_max_pool2d", "torch", "ok", 1e-5)]
     run = fixture_run(tmp_path / "run", entries=entries, row_fields={

@@ -7,21 +7,20 @@ import math
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import matplotlib.figure
 import pytest
 from matplotlib.colors import to_rgba
 from matplotlib.container import ErrorbarContainer
-from test_report import fixture_run
 
 import report
 from harness.base.format import fmt_ratio
 from harness.presenting.dashboard import build_dashboard
 from harness.presenting.report import figures as report_figures
 from impls.registry import OPERATORS
+from tests.helpers import ROOT
 
-ROOT = Path(__file__).parents[1]
+from .test_report import fixture_run
 
 
 @pytest.fixture

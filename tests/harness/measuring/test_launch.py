@@ -18,14 +18,15 @@ from pathlib import Path
 
 import psutil
 import pytest
-import slurm_cluster  # tests/harness, on the path as the test's own directory
 import torch
-from terminal import sigint_as_at_a_terminal
 
 from harness.base.errors import ResultWarning
 from harness.cli import main
 from harness.measuring import launch
 from harness.results import store
+from tests.harness import slurm_cluster
+from tests.harness.terminal import sigint_as_at_a_terminal
+from tests.helpers import ROOT
 
 # Imported now, while pytest's session-wide capture is sys.stderr: submitit's
 # log handlers keep the stream they find at import, and one test's capsys
@@ -36,7 +37,6 @@ except ImportError:  # the launch extra is missing: launch's own test says so
     submitit = None
 needs_submitit = pytest.mark.skipif(submitit is None, reason="submitit not installed (pip install -e '.[launch]')")
 
-ROOT = Path(__file__).parents[2]
 QUICK = ROOT / "configs" / "quick.yaml"
 SAME_CASE = ["case_id", "op", "strategy", "device", "dtype", "params", "status"]
 # Two groups of cases sharing inputs (two sizes), so two shards; small enough

@@ -7,10 +7,11 @@ import math
 from dataclasses import dataclass
 
 import pytest
-from test_report import fixture_run
 
 import report
 from harness.presenting.report import sections as report_sections
+
+from .test_report import fixture_run
 
 VARIANTS = (("cpu", "float32"), ("cuda", "float32"), ("cuda", "float16"))
 ENTRIES = [("seed_loops", "numpy", "ok", 1e-2), ("torch_max_pool2d_indices", "torch", "ok", 1e-4),

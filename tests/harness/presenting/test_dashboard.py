@@ -21,8 +21,8 @@ from harness.judging import analysis, history, regression, wall_gate
 from harness.presenting import dashboard
 from harness.results import summary
 from impls.status import MISMATCH
+from tests.helpers import ROOT
 
-ROOT = Path(__file__).parents[2]
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
          "--disable-background-networking", "--disable-component-update", "--disable-sync",

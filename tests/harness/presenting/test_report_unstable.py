@@ -4,11 +4,11 @@ tables and in the dashboard."""
 
 import re
 
-from test_report import fixture_run
-
 import report
 from harness.presenting.dashboard import build_dashboard
 from harness.presenting.report import sections as report_sections
+
+from .test_report import fixture_run
 
 NOISY = {"torch_max_pool2d_indices": {"iqr_s": 5e-5}}  # 25-50 % of its 0.1-0.2 ms median; the others 5-10 %
 

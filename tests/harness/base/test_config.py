@@ -1,11 +1,9 @@
 import re
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
 from harness.base.config import ConfigError, expand, load_config, parse_config, shard
+from tests.helpers import ROOT, scatterbench
 
 GOOD = """
 name: tiny
@@ -88,9 +86,7 @@ def test_shards_partition_the_sweep_by_input_group(tiny_config):
 
 
 def test_every_shipped_config_is_valid():
-    from pathlib import Path
-
-    for path in sorted(Path(__file__).resolve().parents[2].joinpath("configs").glob("*.yaml")):
+    for path in sorted((ROOT / "configs").glob("*.yaml")):
         config = load_config(path)
         assert expand(config), path
 
@@ -98,7 +94,7 @@ def test_every_shipped_config_is_valid():
 @pytest.mark.slow
 def test_cli_config_error_exits_2_without_traceback(tiny_config):
     path = tiny_config("benchmarks: [{op: maxpool2d, params: {N: 1, C: 1, H: 4, W: 4, k: 0}}]")
-    result = subprocess.run([sys.executable, "-m", "harness", "run", str(path)], capture_output=True, text=True)
+    result = scatterbench("run", path)
     assert result.returncode == 2
     assert "Traceback" not in result.stderr
     assert result.stderr.strip().count("\n") == 0
@@ -113,7 +109,7 @@ def test_parse_config_accepts_a_dict():
 def test_every_benchmark_of_a_shipped_config_expands():
     """A config of several benchmarks yields cases for each one (a mis-indented
     loop once kept only the last)."""
-    config = load_config(Path(__file__).parents[2] / "configs" / "quick.yaml")
+    config = load_config(ROOT / "configs" / "quick.yaml")
     cases = expand(config)
     assert {case.op for case in cases} == {bench.op for bench in config.benchmarks}
     assert len(cases) == 19

@@ -1,37 +1,23 @@
 """Faults, interruptions and bad configs: the sweep goes on, nothing measured is lost."""
 
-import os
 import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from terminal import (
-    sigint_as_at_a_terminal,  # tests/harness, on the path as the test's own directory
-)
 
 from harness import cli
 from harness.base.config import ConfigError, parse_config
 from harness.results.store import read_meta, read_rows
+from tests.harness.terminal import sigint_as_at_a_terminal
+from tests.helpers import plugin_env, scatterbench
 
 pytestmark = pytest.mark.slow  # subprocesses, sweeps or compiles: `make test` runs them, `make test-fast` does not
 
-HERE = Path(__file__).parent
-
-
-def plugin_env(*modules):
-    return dict(os.environ, PYTHONPATH=os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")]),
-                SCATTERBENCH_PLUGINS=",".join(modules))
-
-
-def scatterbench(*args, env=None, timeout=300):
-    return subprocess.run([sys.executable, "-m", "harness", *map(str, args)], capture_output=True, text=True,
-                          env=env, timeout=timeout)
 
 
 def statuses(out):
@@ -39,9 +25,8 @@ def statuses(out):
     return {r["strategy"]: (r["status"], r["message"]) for _, r in rows.iterrows()}
 
 
-def test_raise_hang_and_out_of_memory_are_recorded_and_the_sweep_finishes(tmp_path):
-    config = tmp_path / "faults.yaml"
-    config.write_text("""
+def test_raise_hang_and_out_of_memory_are_recorded_and_the_sweep_finishes(tiny_config, tmp_path):
+    config = tiny_config("""
 timing: {min_samples: 5, budget_s: 0.01, warmup_s: 0, timeout_s: 2}
 benchmarks:
   - op: maxpool2d
@@ -57,9 +42,8 @@ benchmarks:
     assert found["torch_max_pool2d_indices"][0] == "ok"
 
 
-def test_isolate_survives_a_segfault(tmp_path):
-    config = tmp_path / "crash.yaml"
-    config.write_text("""
+def test_isolate_survives_a_segfault(tiny_config, tmp_path):
+    config = tiny_config("""
 timing: {min_samples: 5, budget_s: 0.01, warmup_s: 0, timeout_s: 30}
 benchmarks:
   - op: maxpool2d
@@ -75,9 +59,8 @@ benchmarks:
     assert found["torch_max_pool2d_indices"][0] == "ok"
 
 
-def test_memory_guard_skips_a_case_that_cannot_fit(tmp_path):
-    config = tmp_path / "huge.yaml"
-    config.write_text("""
+def test_memory_guard_skips_a_case_that_cannot_fit(tiny_config, tmp_path):
+    config = tiny_config("""
 benchmarks:
   - op: maxpool2d
     strategies: [torch_max_pool2d_indices]

@@ -1,9 +1,6 @@
 import json
-import os
 import re
 import subprocess
-import sys
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -16,10 +13,8 @@ from harness.judging.compare import (
     compare_runs,
     regressed,
 )
-from harness.results.merge import merge_runs
-from harness.results.store import read_rows
+from tests.helpers import plugin_env, scatterbench
 
-HERE = Path(__file__).parent
 SPIN_CONFIG = """
 timing: {min_samples: 30, budget_s: 0.15, warmup_s: 0.01}
 threads: {torch: 1, blas: 1}
@@ -30,12 +25,8 @@ benchmarks:
 """
 
 
-def run_with_plugin(config: Path, out: Path, slowdown: float = 1.0, *extra) -> subprocess.CompletedProcess:
-    code = (f"import sys; sys.path.insert(0, {str(HERE)!r}); import impls, spin_plugin; "
-            "from harness.cli import main; sys.exit(main(sys.argv[1:]))")
-    env = dict(os.environ, SCATTERBENCH_TEST_SLOWDOWN=str(slowdown))
-    return subprocess.run([sys.executable, "-c", code, *extra, str(config), "-o", str(out), "--no-progress"],
-                          capture_output=True, text=True, env=env, timeout=300)
+def with_spin_plugin(*args, slowdown: float = 1.0) -> subprocess.CompletedProcess:
+    return scatterbench(*args, env=plugin_env("spin_plugin", SCATTERBENCH_TEST_SLOWDOWN=str(slowdown)))
 
 
 def frame(rows):
@@ -119,61 +110,23 @@ def test_markdown_escapes_hostile_names():
 
 
 @pytest.mark.slow
-def test_real_runs_planted_slowdown_then_a_a(tmp_path):
-    config = tmp_path / "spin.yaml"
-    config.write_text(SPIN_CONFIG)
+def test_real_runs_planted_slowdown_then_a_a(tmp_path, tiny_config):
+    config = tiny_config(SPIN_CONFIG)
     base, slow, again = tmp_path / "base", tmp_path / "slow", tmp_path / "again"
     for out, slowdown in ((base, 1.0), (slow, 1.5), (again, 1.0)):
-        result = run_with_plugin(config, out, slowdown, "run")
+        result = with_spin_plugin("run", config, "-o", out, "--no-progress", slowdown=slowdown)
         assert result.returncode == 0, result.stderr
     # 10th percentiles: the spin is wall-clock time, and on a loaded machine a
     # preempted call ends late in every run alike, which moves the medians.
     flagged = regressed(compare_runs(base, slow, statistic="p10"))
     assert list(flagged["strategy"]) == ["spin_planted"]
     assert len(regressed(compare_runs(base, again, statistic="p10"))) == 0
-    cli = subprocess.run([sys.executable, "-c",
-                          f"import sys; sys.path.insert(0, {str(HERE)!r}); import impls, spin_plugin; "
-                          "from harness.cli import main; sys.exit(main(sys.argv[1:]))",
-                          "compare", str(base), str(slow), "--format", "md", "--statistic", "p10"],
-                         capture_output=True, text=True)
+    cli = with_spin_plugin("compare", base, slow, "--format", "md", "--statistic", "p10")
     assert cli.returncode == 1 and "**regressed**" in cli.stdout
-    same = subprocess.run([sys.executable, "-m", "harness", "compare", str(base), str(base)],
-                          capture_output=True, text=True)
+    same = scatterbench("compare", base, base)
     assert same.returncode == 0, same.stderr
-    bad = subprocess.run([sys.executable, "-m", "harness", "compare", str(base), str(tmp_path / "nope")],
-                         capture_output=True, text=True)
+    bad = scatterbench("compare", base, tmp_path / "nope")
     assert bad.returncode == 2 and "no such directory" in bad.stderr
-
-
-@pytest.mark.slow
-def test_shards_merge_back_into_the_whole_sweep(tmp_path, tiny_config):
-    config = tiny_config("""
-timing: {min_samples: 5, budget_s: 0.01, warmup_s: 0}
-benchmarks:
-  - op: maxpool2d
-    strategies: [torch_max_pool2d_indices, numpy_sliding_window]
-    params: {N: 1, C: 2, H: [4, 6, 8], W: 4, k: 2}
-  - op: dispersion
-    strategies: [seed_loop]
-    params: {B: 1, C: 3, H: 4, W: 5, S: [0, 1]}
-""")
-    shards = []
-    for index in range(3):
-        out = tmp_path / f"shard{index}"
-        result = subprocess.run([sys.executable, "-m", "harness", "run", str(config), "--shard", f"{index}/3",
-                                 "-o", str(out), "--no-progress"], capture_output=True, text=True)
-        assert result.returncode == 0, result.stderr
-        shards.append(out)
-    whole = tmp_path / "whole"
-    assert subprocess.run([sys.executable, "-m", "harness", "run", str(config), "-o", str(whole),
-                           "--no-progress"], capture_output=True).returncode == 0
-    merged = merge_runs(shards, tmp_path / "merged")
-    merged_ids = sorted(read_rows(merged)["case_id"])
-    assert merged_ids == sorted(read_rows(whole)["case_id"])
-    assert len(merged_ids) == len(set(merged_ids)) == 8
-    bad = subprocess.run([sys.executable, "-m", "harness", "run", str(config), "--shard", "3/3"],
-                         capture_output=True, text=True)
-    assert bad.returncode == 2 and "--shard" in bad.stderr
 
 
 def with_rows(samples: dict, statuses: dict | None = None) -> pd.DataFrame:
@@ -232,48 +185,6 @@ def test_every_unknown_relative_to_name_is_refused(tmp_path):
     assert len(compare_dirs(tmp_path / "base", tmp_path / "new", relative_to=["ref"]).table) == 3
     with pytest.raises(UsageError, match="refx"):
         compare_dirs(tmp_path / "base", tmp_path / "new", relative_to=["ref", "refx"])
-
-
-def test_merge_refuses_runs_from_different_hardware(tmp_path):
-    """Rows carry no machine: merging a Zen 3 and a Zen 4 run (both "AMD
-    EPYC") would collapse their cases and label the result with one of them."""
-    from harness.results.store import ResultError, RunWriter
-
-    def run(name, family_model, host):
-        hardware = {"cpu_model": "AMD EPYC", "cpu_count": 2, "cpu_family_model": family_model}
-        writer = RunWriter(tmp_path / name, {"run_id": name, "status": "complete", "cpu_model": "AMD EPYC",
-                                              "cpu_count": 2, "hardware": hardware, "machine": f"{host} / AMD EPYC x2",
-                                              "start_time": f"2026-11-2{len(name)}T00:00:00+00:00"})
-        base_rows, base, _, _ = synthetic(1.0, 15)
-        for row in base_rows.to_dict("records"):
-            writer.append(dict(row, run_id=name), base[row["case_id"]])
-        writer.close()
-        return tmp_path / name
-
-    zen3, zen4, zen4_other_node = run("z3", "25-1", "a"), run("z4", "25-17", "a"), run("z4b", "25-17", "b")
-    with pytest.raises(ResultError, match="different hardware"):
-        merge_runs([zen3, zen4], tmp_path / "merged")
-    cli = subprocess.run([sys.executable, "-m", "harness", "merge", str(zen3), str(zen4), "-o", str(tmp_path / "m2")],
-                         capture_output=True, text=True)
-    assert cli.returncode == 2 and "z3" in cli.stderr and "z4" in cli.stderr and len(cli.stderr.splitlines()) == 1
-    assert len(read_rows(merge_runs([zen4, zen4_other_node], tmp_path / "same"))) == 3
-
-
-def test_merge_refuses_runs_measured_under_different_settings(tmp_path):
-    from harness.results.store import ResultError, RunWriter
-
-    def run(name, budget_s):
-        writer = RunWriter(tmp_path / name, {"run_id": name, "status": "complete", "cpu_model": "X", "cpu_count": 2,
-                                              "config": {"seed": 0, "timing": {"budget_s": budget_s}},
-                                              "start_time": "2026-11-25T00:00:00+00:00"})
-        rows, samples, _, _ = synthetic(1.0, 16)
-        for row in rows.to_dict("records"):
-            writer.append(dict(row, run_id=name), samples[row["case_id"]])
-        writer.close()
-        return tmp_path / name
-
-    with pytest.raises(ResultError, match=r"timing.budget_s: 0.5 -> 0.01"):
-        merge_runs([run("a", 0.5), run("b", 0.01)], tmp_path / "merged")
 
 
 def test_compare_warns_when_the_runs_come_from_different_cpus(tmp_path):

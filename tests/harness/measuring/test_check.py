@@ -5,6 +5,7 @@ import pytest
 
 from harness.measuring.check import cached_reference, check_strategy, reference
 from impls import maxpool2d
+from tests.helpers import scatterbench
 
 PARAMS = dict(N=2, C=3, H=7, W=9, k=2)
 
@@ -246,9 +247,6 @@ def test_plan_lists_each_half_case_once_whatever_the_config_dtypes():
 
 @pytest.mark.slow
 def test_check_cli_reports_upstream_defects_without_failing(tiny_config):
-    import subprocess
-    import sys
-
     config = tiny_config("""
 name: defects
 benchmarks:
@@ -256,8 +254,7 @@ benchmarks:
     strategies: [seed_reshape_max]
     params: {N: 1, C: 2, H: 6, W: 6, k: 2}
 """)
-    result = subprocess.run([sys.executable, "-m", "harness", "check", str(config), "--no-progress"],
-                            capture_output=True, text=True)
+    result = scatterbench("check", config, "--no-progress")
     assert result.returncode == 0, result.stdout + result.stderr
     assert "upstream-defect" in result.stdout and "0 failed" in result.stdout
 

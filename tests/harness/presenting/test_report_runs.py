@@ -2,11 +2,11 @@
 its history with warnings, and the hardware a run recorded (older runs, which
 lack those fields, still render)."""
 
-from test_report import fixture_run
-
 import report
 from harness.presenting.report import load as report_load
 from harness.presenting.report import sections as report_sections
+
+from .test_report import fixture_run
 
 GIB = 2**30
 HARDWARE = {"cpu_model": "Fixture EPYC 9654", "cpu_count": 2, "caches": {"L1d": "32K", "L2": "1024K", "L3": "32768K"},

@@ -10,13 +10,13 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from test_report import fixture_run
 
 from harness.judging import analysis, history, regression
 from harness.presenting import dashboard
 from harness.results import runmeta, stats, store
+from tests.harness.presenting.test_report import fixture_run
+from tests.helpers import ROOT
 
-ROOT = Path(__file__).parents[2]
 QUIET = {"load_avg_start": [0.5, 0.5, 0.5], "load_avg_end": [0.7, 0.6, 0.5], "cpu_count": 2,
          "hardware": {"cpu_model": "Fixture CPU", "cpu_count": 2, "cpu_family_model": "25-1",
                       "caches": {"L2": "512K", "L3": "32768K"}}, "count_versions": {"torch": "2.13.0"}}

@@ -1,0 +1,39 @@
+"""How numbers, parameters and names are written in tables, reports and file names."""
+
+import json
+import math
+
+from harness.base.format import fmt_num, fmt_p, fmt_ratio, fmt_time, md_escape, params_label, slug
+
+
+def test_times_take_the_largest_unit_that_keeps_them_at_least_one():
+    assert fmt_time(2.5) == "2.5 s"
+    assert fmt_time(0.0123) == "12.3 ms"
+    assert fmt_time(5.5e-6) == "5.5 µs"
+    assert fmt_time(3e-10) == "0.3 ns"
+    assert fmt_time(None) == fmt_time(math.nan) == fmt_time(math.inf) == "–"
+
+
+def test_ratios_never_print_an_exponent_and_p_values_never_print_zero():
+    assert fmt_ratio(5760.4) == "5,760×"
+    assert fmt_ratio(1.234) == "1.23×" and fmt_ratio(2, suffix="") == "2"
+    assert fmt_ratio(math.nan) == "–"
+    assert fmt_p(0.0) == "< 1e-300" and fmt_p(0.01234) == "0.012"
+    assert fmt_num(12345.0) == "1.23e+04" and fmt_num(0.5, suffix=" GB/s") == "0.5 GB/s"
+
+
+def test_params_are_labelled_in_the_operators_order_not_sorted():
+    # case ids store parameters sorted; labels follow maxpool2d's declaration (N, C, H, W, k)
+    assert params_label(json.dumps({"C": 2, "H": 6, "N": 1, "W": 8, "k": 2})) == "N=1 C=2 H=6 W=8 k=2"
+    assert params_label(json.dumps({"zz_unknown": 1, "N": 3})).startswith("N=3")
+
+
+def test_markdown_escaping_keeps_underscores_and_one_line():
+    assert md_escape("numpy_put|along*`x`\nnext") == "numpy_put\\|along\\*\\`x\\` next"
+    assert md_escape("a\\b") == "a\\\\b"
+
+
+def test_long_slugs_keep_a_hash_so_texts_differing_past_the_cut_do_not_collide():
+    assert slug("Max Pool 2D / float32!") == "max-pool-2d-float32"
+    first, second = slug("x" * 100 + "a"), slug("x" * 100 + "b")
+    assert len(first) == len(second) == 80 and first != second
