@@ -45,6 +45,7 @@ test: $(STAMP)
 	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq slurm-wlm munge) >/dev/null 2>&1; } || \
 	  echo "slurm-wlm not installed: the Slurm end-to-end test of launch will be skipped"
 	@$(VALGRIND_SETUP)
+	$(PY) -m ruff check .
 	$(PY) -m pytest -q
 
 # The edit-test loop: everything but the tests marked slow, one pytest-xdist
