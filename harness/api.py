@@ -74,7 +74,7 @@ def bench(op: str, strategies: list[str] | None = None, *, device: str = "cpu", 
     warning = pinning.oversubscription_warning(config.threads, backends=sweep.backends_of(cases))
     if warning:
         warnings.warn(warning, UnpinnedThreadsWarning, stacklevel=2)
-    gate = check.AdversarialCheck(seed, config.timing.timeout_s)
+    adversarial = check.AdversarialCheck(seed, config.timing.timeout_s)
     out = Path(out) if out is not None else None
     run_id = sweep.new_run_id(config.name)
     with RunSession(out, run_id) as session:
@@ -84,7 +84,7 @@ def bench(op: str, strategies: list[str] | None = None, *, device: str = "cpu", 
         if out is not None:
             store.prepare_output_dir(out)
         writer = session.open(config, None, ["scatterbench.bench", op], ceilings_gbps=ceilings, status="running")
-        sweep.run_sweep(cases, config, writer, run_id, ceilings, on_phase=session.clock, gate=gate)
+        sweep.run_sweep(cases, config, writer, run_id, ceilings, on_phase=session.clock, adversarial=adversarial)
         # A result directory written by bench() reads like one `run` wrote: finished, with its end.
         session.complete()
     outcome = session.outcome
@@ -99,7 +99,7 @@ def bench(op: str, strategies: list[str] | None = None, *, device: str = "cpu", 
     figure = _figure(rows, op) if plot else None
     checks = pd.DataFrame.from_records(
         [{"strategy": r.item.strategy.name, "case": r.item.label, "dtype": r.item.dtype, "status": r.verdict.status,
-          "message": r.verdict.message} for r in gate.results],
+          "message": r.verdict.message} for r in adversarial.results],
         columns=["strategy", "case", "dtype", "status", "message"])
     return BenchResult(rows, figure, checks, applied, session.clock.totals(), speedup_notes(rows))
 

@@ -130,6 +130,11 @@ class Backend:
     # its buffers on the device, or None: the copy ceiling times it with this
     # backend's own timer. None where it cannot copy (or should not set it).
     copy: Callable[[str, int], Callable[[], Any] | None] | None = None
+    # nbytes -> a freshly allocated CPU float32 buffer from this library's own
+    # allocator, never touched (a numpy array or a torch tensor): the sweep
+    # times writing into it (``fresh_write_gbps``), the first-touch cost an
+    # output this library allocates pays. None where it allocates no CPU arrays.
+    fresh_buffer: Callable[[int], Any] | None = None
     # (fn, device) -> (fn's output, bytes it needed at peak), or None: the
     # harness then uses the process's resident-set high-water mark.
     peak_memory: Callable[[Callable[[], Any], str], tuple[Any, float]] | None = None
@@ -574,15 +579,29 @@ def _with_torch(**fields) -> dict:
     return common
 
 
+def _torch_fresh_buffer(nbytes: int):
+    import torch
+
+    return torch.empty(nbytes // 4, dtype=torch.float32)
+
+
+def fresh_allocators() -> tuple[str, ...]:
+    """The installed backends with an allocator of their own for CPU outputs
+    (``Backend.fresh_buffer``): each one's first-touch cost is measured."""
+    return tuple(b.name for b in BACKENDS.values() if b.fresh_buffer is not None and not b.unavailable())
+
+
 register_backend(Backend(
     name="numpy", module="numpy", devices=("cpu",), dtypes=("float16", "float32", "float64"),
     layouts=LAYOUTS[:2], to_native=_numpy_to_native, to_numpy=np.asarray, owns=_is_numpy,
-    threads=NUMPY_THREADS, counts_version=True, colour="#4c72b0"))
+    threads=NUMPY_THREADS, counts_version=True, colour="#4c72b0",
+    # np.empty asks for transparent huge pages; torch.empty does not by default.
+    fresh_buffer=lambda nbytes: np.empty(nbytes // 4, dtype=np.float32)))
 # torch's copy_ sets the copy ceiling on the CPU and on CUDA (timed by its events there).
 register_backend(Backend(
     name="torch", module="torch", devices=("cpu", "cuda"), dtypes=DTYPES, layouts=LAYOUTS,
     device_info=_torch_device_info, threads=TORCH_THREADS, copy=_torch_copy, counts_version=True, colour="#dd8452",
-    **_with_torch()))
+    fresh_buffer=_torch_fresh_buffer, **_with_torch()))
 # Triton's kernels take torch tensors and run in torch's streams: torch's timer, no threads of its own.
 register_backend(Backend(
     name="triton", module="triton", devices=("cuda",), dtypes=("float16", "bfloat16", "float32"),

@@ -35,7 +35,7 @@ from harness.measuring import check, facts, memory, pinning, timing
 from harness.measuring.check import PHASE_CHECK, Reference, reference
 from harness.measuring.session import Interrupted, PhaseClock, RunOutcome, RunSession  # noqa: F401 - Interrupted: sweep's public name
 from harness.results import stats, store
-from impls.backends import device_present, get_backend, itemsize
+from impls.backends import device_present, fresh_allocators, get_backend, itemsize
 from impls.registry import get_operator
 from impls.status import CORRECT, ERROR, SKIPPED, TIMEOUT
 
@@ -93,11 +93,11 @@ def _load_avg() -> float:
 def execute_case(case: Case, config: Config, run_id: str, ceiling_gbps: float,
                  ref: Reference | None = None, flush=None,
                  on_phase: Callable[[str], None] = lambda phase: None,
-                 gate: check.AdversarialCheck | None = None, measure=None) -> CaseResult:
+                 adversarial: check.AdversarialCheck | None = None, measure=None) -> CaseResult:
     """Checks, then times one case. Never raises for a strategy's fault
     (``Interrupted`` and ``KeyboardInterrupt`` do propagate). ``flush``: the
     backend's cache flush for the device, made here unless the caller passes
-    the one it keeps (an isolated case's child has none to pass). ``gate``:
+    the one it keeps (an isolated case's child has none to pass). ``adversarial``:
     the run's adversarial check; a strategy that fails it is recorded with
     that failure and never timed (a strategy only interpreted on the device
     is never timed, so it is not held up by it). ``measure(make_run, backend,
@@ -120,9 +120,9 @@ def execute_case(case: Case, config: Config, run_id: str, ceiling_gbps: float,
     too_big = memory_guard(case)
     if too_big:
         return finish(SKIPPED, too_big)
-    if gate is not None and not strat.interpreted_on(case.device):
+    if adversarial is not None and not strat.interpreted_on(case.device):
         on_phase(PHASE_ADVERSARIAL)
-        failed = gate.failure(strat, case.device, case.dtype)
+        failed = adversarial.failure(strat, case.device, case.dtype)
         if failed is not None:
             return finish(failed.status, failed.message)
     try:
@@ -160,18 +160,18 @@ def execute_case(case: Case, config: Config, run_id: str, ceiling_gbps: float,
 
 # ------------------------------------------------------------------ isolation
 def execute_isolated(case: Case, config: Config, run_id: str, ceiling_gbps: float,
-                     gate: check.AdversarialCheck | None = None) -> tuple[CaseResult, dict]:
+                     adversarial: check.AdversarialCheck | None = None) -> tuple[CaseResult, dict]:
     """Runs ``execute_case`` in a fresh interpreter; a crash or hang costs only
-    this case. The child asks ``gate``'s question only when the parent has no
-    answer yet, and its answer comes back into ``gate``. Returns the result
+    this case. The child asks ``adversarial``'s question only when the parent has no
+    answer yet, and its answer comes back into ``adversarial``. Returns the result
     and the seconds the child spent per phase."""
     request = {"case": [case.op, case.strategy, case.device, case.dtype, case.params_dict],
                "config": config.model_dump(), "run_id": run_id, "ceiling_gbps": ceiling_gbps,
-               "gate": None}
+               "adversarial": None}
     strat = get_operator(case.op).strategies[case.strategy]
-    if gate is not None:
-        asked, failure = gate.known(strat, case.device, case.dtype)
-        request["gate"] = {"asked": asked, "failure": _verdict_json(failure)}
+    if adversarial is not None:
+        asked, failure = adversarial.known(strat, case.device, case.dtype)
+        request["adversarial"] = {"asked": asked, "failure": _verdict_json(failure)}
     # The child's own deadline fires first; this one catches a native hang.
     limit = config.timing.timeout_s + 60
     try:
@@ -191,8 +191,8 @@ def execute_isolated(case: Case, config: Config, run_id: str, ceiling_gbps: floa
         result.row.update(status=ERROR, message=f"isolated case {reason}" + (f": {tail}" if tail else ""))
         return result, {}
     answer = json.loads(lines[-1])
-    if gate is not None and answer.get("gate", {}).get("asked"):
-        gate.remember(strat, case.device, case.dtype, _verdict_of_json(answer["gate"]["failure"]))
+    if adversarial is not None and answer.get("adversarial", {}).get("asked"):
+        adversarial.remember(strat, case.device, case.dtype, _verdict_of_json(answer["adversarial"]["failure"]))
     return CaseResult(answer["row"], answer["samples_s"]), answer.get("phase_s", {})
 
 
@@ -216,19 +216,20 @@ def child_main(stdin_text: str) -> None:
     op, strategy, device, dtype, params = request["case"]
     case = Case(op, strategy, device, dtype, tuple(sorted(params.items())))
     strat = get_operator(op).strategies[strategy]
-    gate = None
-    if request.get("gate") is not None:
-        gate = check.AdversarialCheck(config.seed, config.timing.timeout_s)
-        if request["gate"]["asked"]:
-            gate.remember(strat, device, dtype, _verdict_of_json(request["gate"]["failure"]))
+    adversarial = None
+    if request.get("adversarial") is not None:
+        adversarial = check.AdversarialCheck(config.seed, config.timing.timeout_s)
+        if request["adversarial"]["asked"]:
+            adversarial.remember(strat, device, dtype, _verdict_of_json(request["adversarial"]["failure"]))
     clock = PhaseClock()
-    result = execute_case(case, config, request["run_id"], request["ceiling_gbps"], on_phase=clock, gate=gate)
+    result = execute_case(case, config, request["run_id"], request["ceiling_gbps"], on_phase=clock,
+                          adversarial=adversarial)
     clean = {key: (None if isinstance(value, float) and math.isnan(value) else value)
              for key, value in result.row.items()}
     answer = {"row": clean, "samples_s": [float(s) for s in result.samples_s], "phase_s": clock.totals()}
-    if gate is not None:
-        asked, failure = gate.known(strat, device, dtype)
-        answer["gate"] = {"asked": asked, "failure": _verdict_json(failure)}
+    if adversarial is not None:
+        asked, failure = adversarial.known(strat, device, dtype)
+        answer["adversarial"] = {"asked": asked, "failure": _verdict_json(failure)}
     print(json.dumps(answer), flush=True)
 
 
@@ -240,9 +241,9 @@ def strategy_key(case: Case) -> tuple[str, str, str, str]:
 
 def run_sweep(cases: list[Case], config: Config, writer, run_id: str, ceilings: dict,
               isolate: bool = False, on_case=None, on_phase=None,
-              gate: check.AdversarialCheck | None = None, isolate_keys=frozenset(), measure=None) -> list[dict]:
+              adversarial: check.AdversarialCheck | None = None, isolate_keys=frozenset(), measure=None) -> list[dict]:
     """Runs ``cases`` in order, appending each finished case to ``writer``;
-    each strategy passes ``gate`` (the run's adversarial check, made here
+    each strategy passes ``adversarial`` (the run's adversarial check, made here
     unless the caller keeps its own) before its first case is timed. Each
     case is recorded in flight before it starts; a case whose
     ``strategy_key`` is in ``isolate_keys`` (one that crashed the run before)
@@ -250,7 +251,7 @@ def run_sweep(cases: list[Case], config: Config, writer, run_id: str, ceilings: 
     ``execute_case``."""
     rows = []
     current_group, ref, flushes = None, None, {}
-    gate = gate if gate is not None else check.AdversarialCheck(config.seed, config.timing.timeout_s)
+    adversarial = adversarial if adversarial is not None else check.AdversarialCheck(config.seed, config.timing.timeout_s)
     on_phase = on_phase or (lambda phase: None)
     for case in cases:
         if on_case:
@@ -259,7 +260,7 @@ def run_sweep(cases: list[Case], config: Config, writer, run_id: str, ceilings: 
         writer.begin_case({"case_id": case.case_id, "strategy_key": list(strategy_key(case))})
         if isolate or strategy_key(case) in isolate_keys:
             on_phase(PHASE_ISOLATED)
-            result, child_phases = execute_isolated(case, config, run_id, ceiling, gate)
+            result, child_phases = execute_isolated(case, config, run_id, ceiling, adversarial)
             if isinstance(on_phase, PhaseClock):
                 on_phase.absorb(child_phases)
         else:
@@ -274,7 +275,7 @@ def run_sweep(cases: list[Case], config: Config, writer, run_id: str, ceilings: 
             key = (backend.name, case.device)
             if key not in flushes:
                 flushes[key] = backend.cache_flush(case.device)
-            result = execute_case(case, config, run_id, ceiling, ref, flushes[key], on_phase, gate, measure)
+            result = execute_case(case, config, run_id, ceiling, ref, flushes[key], on_phase, adversarial, measure)
         writer.append(result.row, result.samples_s)
         rows.append(result.row)
         if on_case:
@@ -311,7 +312,7 @@ def _measure_machine_here(request: dict) -> dict:
     pinning.apply_threads(request["threads"])
     devices = request["devices"]
     ceilings = {device: timing.copy_ceiling_gbps(device) for device in devices}
-    fresh = ({allocator: timing.fresh_write_gbps(allocator) for allocator in ("numpy", "torch")}
+    fresh = ({allocator: timing.fresh_write_gbps(allocator) for allocator in fresh_allocators()}
              if "cpu" in devices else {})
     return {"ceilings": ceilings, "fresh_writes": fresh}
 

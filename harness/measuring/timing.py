@@ -146,6 +146,22 @@ def _collector_paused():
             gc.enable()
 
 
+class _NothingQueued:
+    """A host with no device queue: the clock of a call with no backend's work to wait for."""
+    device_delay = None
+
+    @staticmethod
+    def events(device):
+        return None
+
+    @staticmethod
+    def wait(device, output=None):
+        return None
+
+
+_NOTHING_QUEUED = _NothingQueued()
+
+
 class Clock:
     """Times one call on ``backend``'s ``device`` the way the backend needs:
     its device events where it has them (a device delay queued first, then
@@ -225,9 +241,7 @@ def _sample(fn: Callable[[], Any], timing, clock: Clock, delay_s: float = 0.0, h
 def time_host(fn: Callable[[], Any], timing, clock: Clock | None = None) -> Timed:
     """Host clock around the call and the backend's synchronize (``clock``:
     a host clock of a backend; without one, nothing to wait for)."""
-    from impls.backends import get_backend
-
-    clock = clock or Clock(get_backend("numpy"), "cpu")
+    clock = clock or Clock(_NOTHING_QUEUED, "cpu")
     with _collector_paused():
         _warm_up(fn, clock, timing.warmup_s)
         return _sample(fn, timing, clock)
@@ -304,22 +318,22 @@ def fresh_write_gbps(allocator: str, nbytes: int = FRESH_WRITE_BYTES, repeats: i
     timed call, the OS zeroing each new page on first touch included. The copy
     ceiling writes into a buffer already touched and does not pay that.
 
-    ``allocator`` is "numpy" (``np.empty``, which asks for transparent huge
-    pages) or "torch" (``torch.empty``, which does not by default); the write
-    is torch's ``fill_`` on every thread torch may use. Best of ``repeats``.
+    ``allocator`` names a backend with a ``fresh_buffer`` (numpy's asks for
+    transparent huge pages, torch's does not by default); the write is torch's
+    ``fill_`` on every thread torch may use, whoever allocated. Best of ``repeats``.
     """
-    import numpy as np
     import torch
 
-    if allocator not in ("numpy", "torch"):
-        raise ValueError(f"allocator={allocator!r}: expected 'numpy' or 'torch'")
+    from impls.backends import fresh_allocators, get_backend
+
+    known = fresh_allocators()
+    if allocator not in known:
+        raise ValueError(f"allocator={allocator!r}: expected one of {', '.join(map(repr, known))}")
+    allocate = get_backend(allocator).fresh_buffer
     seconds: list[float] = []
     for _ in range(repeats + 1):  # the first is a warm-up
         t0 = time.perf_counter()
-        if allocator == "numpy":
-            buffer = torch.from_numpy(np.empty(nbytes // 4, dtype=np.float32))
-        else:
-            buffer = torch.empty(nbytes // 4, dtype=torch.float32)
+        buffer = torch.as_tensor(allocate(nbytes))
         buffer.fill_(1.0)
         seconds.append(time.perf_counter() - t0)
         del buffer

@@ -106,6 +106,7 @@ def update_to_3(meta: dict, rows: pd.DataFrame | None):
         meta["threads"] = {LEGACY_THREAD_KEYS.get(key, key): value for key, value in threads.items()}
     versions = meta.get("versions")
     if "backend_versions" not in meta and isinstance(versions, dict):
+        # Frozen: the backends a schema-3 run could have recorded, not today's registry.
         meta["backend_versions"] = {name: versions[name] for name in ("numpy", "torch", "triton", "numba",
                                                                       "pytensor") if versions.get(name)}
     return meta, _with_columns(rows, COLUMNS_ADDED[3])

@@ -524,7 +524,7 @@ def machines_table(case: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
                 cells.append(str(row["status"]))
                 continue
             place = ranks[machine].get(name)
-            rank_text = f"rank {place}" if place else ("not ranked" if row["status"] == "ok" else row["status"])
+            rank_text = f"rank {place}" if place else ("not ranked" if row["status"] in CORRECT else row["status"])
             cells.append(f"{fmt_time(row['median_s'])}{' ' + UNSTABLE.mark if unstable(row) else ''} · "
                          f"{fmt_num(row['pct_of_ceiling'], 3, ' %')} · {rank_text}")
         table.append(cells)
