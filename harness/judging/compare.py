@@ -158,18 +158,11 @@ def compare_frames(base_rows, base_samples, new_rows, new_samples, rule=None, re
     if relative:
         base_samples, new_samples, used = normalised_pair(base_rows, base_samples, new_rows, new_samples,
                                                           relative_to, normalise, rule.statistic)
-    base = base_rows.set_index("case_id")
-    new = new_rows.set_index("case_id")
     records = []
-    for case_id in list(base.index) + [c for c in new.index if c not in base.index]:
-        in_base, in_new = case_id in base.index, case_id in new.index
-        row = (base if in_base else new).loc[case_id]
-        record = {key: row[key] for key in CASE_KEY}
-        record.update(case_id=case_id, base_status=base.loc[case_id, "status"] if in_base else "",
-                      new_status=new.loc[case_id, "status"] if in_new else "",
-                      base_s=math.nan, new_s=math.nan, ratio=math.nan, p_value=math.nan, reference="")
-        if not (in_base and in_new):
-            record["verdict"] = regression.ONLY_IN_BASE if in_base else regression.ONLY_IN_NEW
+    for record, in_both in _paired_cases(base_rows, new_rows):
+        case_id = record["case_id"]
+        record.update(base_s=math.nan, new_s=math.nan, ratio=math.nan, p_value=math.nan, reference="")
+        if not in_both:
             records.append(record)
             continue
         by_status = regression.status_change(record["base_status"], record["new_status"])
@@ -183,6 +176,22 @@ def compare_frames(base_rows, base_samples, new_rows, new_samples, rule=None, re
                           verdict=change.verdict, reference=used.get(case_id, ""))
         records.append(record)
     return pd.DataFrame.from_records(records)
+
+
+def _paired_cases(base_rows: pd.DataFrame, new_rows: pd.DataFrame):
+    """Every case of either run, the base's order first: (its record — the case's
+    key, both statuses, and the verdict where it is in one run only —, whether
+    it is in both). What the time and the count comparisons share."""
+    base, new = base_rows.set_index("case_id"), new_rows.set_index("case_id")
+    for case_id in list(base.index) + [c for c in new.index if c not in base.index]:
+        in_base, in_new = case_id in base.index, case_id in new.index
+        row = (base if in_base else new).loc[case_id]
+        record = {key: row[key] for key in CASE_KEY}
+        record.update(case_id=case_id, base_status=base.loc[case_id, "status"] if in_base else "",
+                      new_status=new.loc[case_id, "status"] if in_new else "")
+        if not (in_base and in_new):
+            record["verdict"] = regression.ONLY_IN_BASE if in_base else regression.ONLY_IN_NEW
+        yield record, in_base and in_new
 
 
 # ---------------------------------------------------------------- counts
@@ -214,16 +223,10 @@ def compare_count_frames(base_rows: pd.DataFrame, new_rows: pd.DataFrame, metric
                          factor: float = regression.DEFAULT_COUNT_FACTOR) -> pd.DataFrame:
     base, new = base_rows.set_index("case_id"), new_rows.set_index("case_id")
     records = []
-    for case_id in list(base.index) + [c for c in new.index if c not in base.index]:
-        in_base, in_new = case_id in base.index, case_id in new.index
-        row = (base if in_base else new).loc[case_id]
-        record = {key: row[key] for key in CASE_KEY}
-        record.update(case_id=case_id, metric=metric, base_status=base.loc[case_id, "status"] if in_base else "",
-                      new_status=new.loc[case_id, "status"] if in_new else "", base_count=math.nan,
-                      new_count=math.nan, ratio=math.nan, factor=factor)
-        if not (in_base and in_new):
-            record["verdict"] = regression.ONLY_IN_BASE if in_base else regression.ONLY_IN_NEW
-        else:
+    for record, in_both in _paired_cases(base_rows, new_rows):
+        case_id = record["case_id"]
+        record.update(metric=metric, base_count=math.nan, new_count=math.nan, ratio=math.nan, factor=factor)
+        if in_both:
             record.update(base_count=float(base.loc[case_id, metric]), new_count=float(new.loc[case_id, metric]))
             by_status = regression.status_change(record["base_status"], record["new_status"])
             if by_status and by_status != regression.NOT_TIMED:
