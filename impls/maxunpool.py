@@ -240,7 +240,7 @@ def numpy_seed_broadcast(inputs, params):
     return run
 
 
-@strategy("maxunpool", backend="numpy")
+@strategy("maxunpool", backend="numpy", builtin=True)
 def numpy_put_along_axis(inputs, params):
     """Added: ``np.put_along_axis(out, positions, values, axis=-1)`` — the
     library's own call for this; builds the same fancy index internally."""
@@ -540,7 +540,7 @@ def jax_at_set_fn(values, positions, P: int, out_shape: tuple):
         values, unique_indices=True).reshape(out_shape)
 
 
-@strategy("maxunpool", backend="jax")
+@strategy("maxunpool", backend="jax", builtin=True)
 def jax_at_set(inputs, params):
     """Added: ``jnp.zeros(...).at[rows, cols, positions].set(values)``, the
     seed answer's advanced-index broadcast in JAX, jitted: one zero fill and

@@ -53,8 +53,9 @@ class Strategy:
     quick_check: bool = False
     # The seed's original strategy: speedups in tables and the report are over it.
     baseline: bool = False
-    # A library's own built-in for this operator (what most users call): the
-    # report measures the winner against the fastest of these.
+    # A library's own call for this operator (torch's scatter_ and max_unpool,
+    # numpy's put_along_axis, JAX's .at[].set alike: one definition, whatever
+    # the library): the report measures the winner against the fastest of these.
     builtin: bool = False
     # Preconditions on the inputs beyond the operator's contract (SPEC 1.2), e.g.
     # "positions-in-window": every position lies inside its own window or bin, as

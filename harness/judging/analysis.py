@@ -161,20 +161,36 @@ def unfit_reasons(base_meta: dict, base_rows: pd.DataFrame, new_meta: dict, new_
     if metric != "time":
         changed = runmeta.version_changes(base_meta.get("count_versions"), new_meta.get("count_versions"))
         return reasons + (["different library versions (" + ", ".join(changed) + ")"] if changed else [])
-    for meta, rows, where in ((record(base_meta), base_rows, " (base)"), (record(new_meta), new_rows, "")):
-        loads = [first_load(meta.load_avg_start), first_load(meta.load_avg_end)]
-        loads += rows["load_avg"].to_numpy(float).tolist() if "load_avg" in rows else []
-        loads = [load for load in loads if load is not None and math.isfinite(load)]
-        peak = max(loads) if loads else None
-        if peak is None:
-            reasons.append(f"load not recorded{where}")
-        elif busy(peak, meta):
-            reasons.append(f"load {peak:.2g} on {cores(meta)} cores{where}")
-        medians, iqrs = rows["median_s"].to_numpy(float), rows["iqr_s"].to_numpy(float)
-        timed = [index for index, status in enumerate(rows["status"]) if status in CORRECT and medians[index] > 0]
-        unstable_cases = sum(is_unstable(iqrs[index], medians[index]) for index in timed)
-        if timed and unstable_cases > MAX_UNSTABLE_SHARE * len(timed):
-            reasons.append(f"{unstable_cases} of {len(timed)} unstable{where}")
+    for meta, rows, where in ((base_meta, base_rows, " (base)"), (new_meta, new_rows, "")):
+        reasons += [reason + where for reason in run_unfit_reasons(meta, rows)]
+    return reasons
+
+
+def run_unfit_reasons(meta: dict, rows: pd.DataFrame) -> list[str]:
+    """Why one run's wall times cannot be stood behind, as short phrases;
+    empty when it is fit. The one fitness rule of every judge of wall time
+    (the dashboard's red, the report's answers, winners, speed-ups, flips and
+    % of ceiling, ``make publish``): a run is unfit when its peak 1-minute load
+    (at its start, at its end, or when any case finished) was at or above its
+    core count (`busy`; a run that recorded no load is not known to be quiet),
+    or when more than MAX_UNSTABLE_SHARE of its timed cases are unstable.
+    ``rows``: the run's rows (status, median_s, iqr_s, load_avg). A counting
+    run (no times) is judged by `unfit_reasons` with its metric instead."""
+    run = record(meta)
+    loads = [first_load(run.load_avg_start), first_load(run.load_avg_end)]
+    loads += rows["load_avg"].to_numpy(float).tolist() if "load_avg" in rows else []
+    loads = [load for load in loads if load is not None and math.isfinite(load)]
+    peak = max(loads) if loads else None
+    reasons = []
+    if peak is None:
+        reasons.append("load not recorded")
+    elif busy(peak, meta):
+        reasons.append(f"load {peak:.2g} on {cores(meta)} cores")
+    medians, iqrs = rows["median_s"].to_numpy(float), rows["iqr_s"].to_numpy(float)
+    timed = [index for index, status in enumerate(rows["status"]) if status in CORRECT and medians[index] > 0]
+    unstable_cases = sum(is_unstable(iqrs[index], medians[index]) for index in timed)
+    if timed and unstable_cases > MAX_UNSTABLE_SHARE * len(timed):
+        reasons.append(f"{unstable_cases} of {len(timed)} unstable")
     return reasons
 
 
@@ -261,16 +277,21 @@ def with_speedups(rows: pd.DataFrame) -> pd.DataFrame:
 
 
 def spread(row) -> tuple[float, float]:
-    """(low, high) of a row's time: median ± IQR/2 (its middle half when the
-    samples are symmetric); the median alone when the IQR is unknown."""
+    """(low, high) of a row's time: its middle half, Q1 to Q3, where the row
+    has its quartiles (schema 4 on); else median ± IQR/2 (the same on
+    symmetric samples); the median alone when the IQR is unknown."""
     median, iqr = row["median_s"], row["iqr_s"]
-    half = iqr / 2 if isinstance(iqr, float) and math.isfinite(iqr) else 0.0
+    q1, q3 = (row.get("q1_s"), row.get("q3_s")) if hasattr(row, "get") else (None, None)
+    if finite(q1) and finite(q3) and q1 <= median <= q3:
+        return q1, q3
+    half = iqr / 2 if finite(iqr) else 0.0
     return max(median - half, median * 1e-3), median + half
 
 
 def clearly_faster(fast, slow) -> bool:
-    """The data supports "fast is faster than slow": fast's upper spread
-    (median + IQR/2) lies below slow's lower one (median − IQR/2)."""
+    """The data supports "fast is faster than slow": fast's spread lies wholly
+    below slow's (`spread`: Q1-Q3). The one rule of "inconclusive": the
+    answer table's ties, the conclusions and the ranking flips all use it."""
     return spread(fast)[1] < spread(slow)[0]
 
 
@@ -289,6 +310,10 @@ class Answer:
     over_seed: float
     over_builtin: float
     builtin: str | None  # the fastest correct built-in's name
+    # The next rankable strategy, and whether ``best`` fails to beat it beyond
+    # their spreads (`clearly_faster`): a tie, named as such, never a win.
+    runner_up: pd.Series | None = None
+    tie: bool = False
 
 
 def answer(case: pd.DataFrame) -> Answer | None:
@@ -304,7 +329,9 @@ def answer(case: pd.DataFrame) -> Answer | None:
         .sort_values("median_s", kind="stable")
     over_seed = float(seed["median_s"].iloc[0]) / best["median_s"] if len(seed) else math.nan
     over_builtin = float(builtins["median_s"].iloc[0]) / best["median_s"] if len(builtins) else math.nan
-    return Answer(best, over_seed, over_builtin, str(builtins["strategy"].iloc[0]) if len(builtins) else None)
+    runner_up = order.iloc[1] if len(order) > 1 else None
+    return Answer(best, over_seed, over_builtin, str(builtins["strategy"].iloc[0]) if len(builtins) else None,
+                  runner_up, runner_up is not None and not clearly_faster(best, runner_up))
 
 
 def ranks(case: pd.DataFrame) -> dict[str, int]:

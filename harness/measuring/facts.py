@@ -11,6 +11,9 @@ import socket
 import subprocess
 import sys
 from importlib import metadata as importlib_metadata
+from pathlib import Path
+
+from harness.base.checkout import ROOT
 
 from harness.results.runmeta import machine_label, record
 
@@ -226,6 +229,19 @@ def ceiling_history(out_dir, ceilings: dict, meta: dict) -> dict:
     return report
 
 
+def config_location(config_path: str | None) -> str | None:
+    """The config as a path that works from the project root: relative to it
+    when the file lies inside the checkout, absolute otherwise (a path relative
+    to wherever the author stood would be read against the wrong folder)."""
+    if not config_path:
+        return config_path
+    path = Path(config_path).resolve()
+    try:
+        return str(path.relative_to(ROOT))
+    except ValueError:
+        return str(path)
+
+
 def run_metadata(threads_applied: dict, config_path: str | None, command: list[str]) -> dict:
     from impls import backends
 
@@ -251,7 +267,7 @@ def run_metadata(threads_applied: dict, config_path: str | None, command: list[s
         "backend_versions": backends.versions(),
         "hardware": machine,
         "threads": threads_applied,
-        "config_file": config_path,
+        "config_file": config_location(config_path),
         "command": " ".join(command),
         "triton_interpret": os.environ.get("TRITON_INTERPRET") == "1",
     }

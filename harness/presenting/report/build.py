@@ -4,10 +4,12 @@
 from __future__ import annotations
 
 import argparse
+import shlex
 import sys
 from pathlib import Path
 
 from harness.base import plugins
+from harness.base.checkout import ROOT
 from harness.base.errors import ResultError
 from harness.base.format import params_label, slug
 from harness.judging import analysis
@@ -25,6 +27,7 @@ from harness.presenting.report.sections import (
     UNSTABLE_MARK,
     answer_table,
     case_table,
+    commits_sentence,
     conclusion,
     defects_section,
     environment_table,
@@ -35,6 +38,7 @@ from harness.presenting.report.sections import (
     section_intro,
     sections,
     slow_start_sentence,
+    what_ran_where,
 )
 from harness.results import store
 
@@ -64,7 +68,7 @@ RUNS_NOTE = ("Ceiling vs history: each device's copy ceiling against the median 
 def runs_section(doc: Doc, rows, metas: list[dict]) -> None:
     """Where the numbers come from: runs, their warnings, the hardware, how noisy they were, how to rerun them."""
     doc.heading(2, "Runs")
-    doc.table(*environment_table(metas))
+    doc.table(*environment_table(metas, rows))
     doc.para(RUNS_NOTE)
     for meta in metas:
         for warning in run_warnings(meta):
@@ -79,9 +83,25 @@ def runs_section(doc: Doc, rows, metas: list[dict]) -> None:
     slow_started = slow_start_sentence(timed)
     if slow_started:
         doc.para(slow_started)
-    doc.para("Reproduce each run with:")
-    doc.code("\n".join(f"make venv && {(plugins.env_setting(m) + ' ') if plugins.env_setting(m) else ''}"
-                       f".venv/bin/python -m harness run {m.get('config_file', '?')}" for m in metas))
+    doc.para("Reproduce each run from the project root with:")
+    doc.code("\n".join(reproduce_line(m) for m in metas))
+    lost = [m for m in metas if not config_found(m)]
+    if lost:
+        doc.para("The config of " + ", ".join(f"run {m.get('run_id', '?')}" for m in lost) + " is not at the path "
+                 "recorded (another machine's file, or a path relative to where its author stood); the whole config "
+                 "is stored in the run's meta.json under \"config\": save it as YAML under that name to rerun.")
+
+
+def config_found(meta: dict) -> bool:
+    """Whether the run's recorded config path names a file from the project root."""
+    path = meta.get("config_file")
+    return bool(path) and (ROOT / str(path)).is_file()
+
+
+def reproduce_line(meta: dict) -> str:
+    setting = plugins.env_setting(meta)
+    return (f"make venv && {setting + ' ' if setting else ''}.venv/bin/python -m harness run "
+            f"{shlex.quote(str(meta.get('config_file') or '?'))}")
 
 
 def case_section(doc: Doc, group, figures: FigureDir | None) -> None:
@@ -104,22 +124,32 @@ def case_section(doc: Doc, group, figures: FigureDir | None) -> None:
         doc.figure(speed, f"speedup over {baseline}, {title}")
 
 
-def answer_section(doc: Doc, rows) -> None:
-    """The answer first: per operator and size, per machine side by side, the fastest correct strategy."""
+def answer_section(doc: Doc, rows, metas: list[dict]) -> None:
+    """The answer first: per operator and size, per machine side by side, the
+    fastest correct strategy, from fit runs only."""
     doc.heading(2, "The answer")
+    if rows.empty:
+        doc.para("No run here is fit to be judged, so there is no answer: every run's tables are in the appendix, "
+                 "headed with the reasons.")
+        return
     doc.table(*answer_table(rows))
     doc.para(ANSWER_NOTE)
+    commits = commits_sentence(rows, metas)
+    if commits:
+        doc.para(commits)
 
 
-def machines_section(doc: Doc, op: str, op_rows) -> None:
+def machines_section(doc: Doc, op: str, op_rows, metas: list[dict]) -> None:
     """Where an operator ran on several machines (or devices): each size's strategies side by side."""
     for (params, dtype), case in op_rows.groupby(["params", "dtype"], sort=False):
         if case["machine"].nunique() < 2:
             continue
         doc.heading(4, f"{op} {params_label(params)} {dtype} · machines side by side")
         doc.table(*machines_table(case))
+        commits = commits_sentence(case, metas)
         doc.para(machines_sentence(case) + " Each cell: median · % of that machine's copy ceiling · rank on "
-                 "that machine among the exact strategies returning the whole output.")
+                 "that machine among the exact strategies returning the whole output." + (f" {commits}" if commits
+                                                                                            else ""))
 
 
 def operator_section(doc: Doc, op: str, op_rows, metas: list[dict], figures: FigureDir, light: bool) -> None:
@@ -128,7 +158,7 @@ def operator_section(doc: Doc, op: str, op_rows, metas: list[dict], figures: Fig
     doc.heading(2, op)
     if op_rows["machine"].nunique() > 1:
         doc.heading(3, f"{op} across machines")
-        machines_section(doc, op, op_rows)
+        machines_section(doc, op, op_rows, metas)
     for (machine, dtype), section in sections(op_rows):
         doc.heading(3, f"{op} · {machine} · {dtype}")
         doc.para(section_intro(section, metas))
@@ -143,6 +173,34 @@ def operator_section(doc: Doc, op: str, op_rows, metas: list[dict], figures: Fig
             doc.figure(stem, title)
 
 
+def unfit_appendix(doc: Doc, rows, metas: list[dict]) -> None:
+    """The runs the fitness rule (`analysis.run_unfit_reasons`) refuses: their
+    tables, shown for the record and judged nowhere (no answer, winner,
+    speed-up, flip or % of ceiling comes from them)."""
+    unfit = [meta for meta in metas if meta.get("unfit_reasons")]
+    if not unfit:
+        return
+    doc.heading(2, "Appendix: runs not fit to be judged")
+    doc.para(f"These runs fail the suite's one fitness rule (the dashboard's and the gate's): a 1-minute load at or "
+             f"above the core count at the start, at the end or when a case finished, or more than "
+             f"{100 * analysis.MAX_UNSTABLE_SHARE:.0f} % of the timed cases unstable. Their times are listed as "
+             f"measured; nothing in the report above is drawn from them, and where a fit run measured the same "
+             f"case on the same machine its measurement is the one shown above.")
+    for meta in unfit:
+        run_rows = rows[rows["run_dir"] == meta["directory"]]
+        doc.heading(3, f"Run {meta.get('run_id', '?')}: {'; '.join(meta['unfit_reasons'])}")
+        if run_rows.empty:
+            doc.para("Every case of this run was measured again by a fit run: see above.")
+            continue
+        for _, group in run_rows.groupby(["op", "params", "dtype"], sort=False):
+            first = group.iloc[0]
+            doc.heading(4, case_title(first))
+            header, table_rows, _best, notes = case_table(group, judged=False)
+            doc.table(header, table_rows)
+            for note in notes:
+                doc.para(note)
+
+
 def build(dirs, out, name: str = "report", light: bool = False) -> Path:
     """Writes ``OUT/<name>.md`` and ``.html``. ``light`` (the dashboard's
     per-run reports): no per-case figures, PNG only, the HTML links its
@@ -150,17 +208,20 @@ def build(dirs, out, name: str = "report", light: bool = False) -> Path:
     out = store.writable_dir(Path(out), "the report")  # before any work: one line if it cannot be written
     figures = FigureDir(out / "figures", svg=not light)
     rows, metas = load(dirs)
+    fit = rows[rows["fit"]]
     doc = Doc()
     doc.heading(1, "scatterbench report")
-    answer_section(doc, rows)
+    doc.para(what_ran_where(rows, metas))
+    answer_section(doc, fit, metas)
     doc.heading(2, "How to read it")
     doc.para(INTRO)
     if light:
         doc.para(LIGHT_NOTE)
     runs_section(doc, rows, metas)
-    for op, op_rows in rows.groupby("op", sort=False):
+    for op, op_rows in fit.groupby("op", sort=False):
         operator_section(doc, op, op_rows, metas, figures, light)
     defects_section(doc, rows, metas)
+    unfit_appendix(doc, rows[~rows["fit"]], metas)
     out.mkdir(parents=True, exist_ok=True)
     (out / f"{name}.md").write_text(render_markdown(doc, "figures"))
     (out / f"{name}.html").write_text(render_html(doc, figures.path, "scatterbench report", embed=not light))

@@ -57,6 +57,41 @@ def render_markdown(doc: Doc, figure_dir: str) -> str:
     return "\n".join(lines)
 
 
+# The headings the HTML's table of contents lists: sections and their parts,
+# not every case (hundreds of them: the tables of a part are a scroll away).
+TOC_LEVELS = (2, 3)
+
+
+def heading_anchors(doc: Doc) -> dict[int, str]:
+    """Each heading's block index -> a unique id (a repeated title gets -2, -3, ...)."""
+    anchors, used = {}, {}
+    for index, block in enumerate(doc.blocks):
+        if block[0] == "h":
+            base = slug(block[2]) or "section"
+            used[base] = used.get(base, 0) + 1
+            anchors[index] = base if used[base] == 1 else f"{base}-{used[base]}"
+    return anchors
+
+
+def table_of_contents(doc: Doc, anchors: dict[int, str]) -> str:
+    """A nested list of links to the TOC_LEVELS headings, in order."""
+    esc = html.escape
+    items, depth = ["<nav class='toc'><strong>Contents</strong>"], 0
+    for index, block in enumerate(doc.blocks):
+        if block[0] != "h" or block[1] not in TOC_LEVELS:
+            continue
+        level = TOC_LEVELS.index(block[1]) + 1
+        while depth < level:
+            items.append("<ul>")
+            depth += 1
+        while depth > level:
+            items.append("</ul>")
+            depth -= 1
+        items.append(f"<li><a href='#{anchors[index]}'>{esc(block[2])}</a></li>")
+    items += ["</ul>"] * depth + ["</nav>"]
+    return "".join(items)
+
+
 def render_html(doc: Doc, figures: Path, title: str, embed: bool = True) -> str:
     """One HTML page; figures embedded as data: URIs (a self-contained file),
     or linked relatively (``embed=False``: smaller, beside its figures)."""
@@ -66,11 +101,16 @@ def render_html(doc: Doc, figures: Path, title: str, embed: bool = True) -> str:
              "color:#222}table{border-collapse:collapse;margin:1em 0;font-size:13px}"
              "td,th{border:1px solid #ccc;padding:3px 8px;text-align:right}td:first-child,th:first-child"
              "{text-align:left}tr.best td{font-weight:bold;background:#eef7ee}img{max-width:100%}"
-             "pre{background:#f4f4f4;padding:8px;overflow-x:auto}div.wide{overflow-x:auto}</style></head><body>"]
-    for block in doc.blocks:
+             "pre{background:#f4f4f4;padding:8px;overflow-x:auto}div.wide{overflow-x:auto;max-width:100%}"
+             "nav.toc{background:#f8f8f8;border:1px solid #ddd;padding:.5em 1em;font-size:14px}"
+             "nav.toc ul{margin:.2em 0;padding-left:1.4em}</style></head><body>"]
+    anchors = heading_anchors(doc)
+    for index, block in enumerate(doc.blocks):
         kind = block[0]
         if kind == "h":
-            parts.append(f"<h{block[1]} id='{slug(block[2])}'>{esc(block[2])}</h{block[1]}>")
+            parts.append(f"<h{block[1]} id='{anchors[index]}'>{esc(block[2])}</h{block[1]}>")
+            if block[1] == 1:
+                parts.append(table_of_contents(doc, anchors))
         elif kind == "p":
             parts.append(f"<p>{esc(block[1])}</p>")
         elif kind == "code":

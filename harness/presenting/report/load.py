@@ -9,13 +9,16 @@ import pandas as pd
 from harness.base import plugins
 from harness.base.errors import ResultError
 from harness.base.format import params_label
-from harness.judging.analysis import with_speedups
+from harness.judging.analysis import finite, run_unfit_reasons, with_speedups
 from harness.results import store
 from harness.results.runmeta import record
 
 
 def load(dirs) -> tuple[pd.DataFrame, list[dict]]:
-    """All rows of the given runs, each labelled with its machine, plus their metadata."""
+    """All rows of the given runs, each labelled with its machine and with
+    whether its run is fit to be judged (``fit``), plus their metadata, each
+    with ``unfit_reasons`` (`analysis.run_unfit_reasons`; a counting run,
+    which has no times, is judged by its counts and always fit here)."""
     frames, metas = [], []
     for directory in dirs:
         meta, rows, _samples = store.read_run(directory)
@@ -24,21 +27,30 @@ def load(dirs) -> tuple[pd.DataFrame, list[dict]]:
         for line in meta["plugins_missing"]:
             print(f"report: {line}", file=sys.stderr)
         metas.append(meta)
+        timed = not rows.empty and bool(rows["median_s"].map(finite).any())
+        meta["unfit_reasons"] = run_unfit_reasons(meta, rows) if timed else []
         if rows.empty:
             continue
         if rows["load_avg"].notna().any():
             meta["case_load_max"] = float(rows["load_avg"].max())
         rows = rows.copy()
+        rows["fit"] = not meta["unfit_reasons"]
         rows["machine"] = rows["device"].map(lambda d: device_label(meta, d))
         rows["run_dir"] = str(directory)
         frames.append(rows)
     if not frames:
         raise ResultError(f"{', '.join(map(str, dirs))}: no result rows to report")
     rows = pd.concat(frames, ignore_index=True)
-    # A case measured by several runs on one machine: the latest run's measurement.
+    # A case measured by several runs on one machine: the latest fit run's
+    # measurement, the latest unfit one's only where no fit run measured it.
     rows["_start"] = rows["run_dir"].map({m["directory"]: m.get("start_time", "") for m in metas})
-    rows = rows.sort_values("_start", kind="stable").drop_duplicates(["case_id", "machine"], keep="last")
-    return with_speedups(rows.drop(columns="_start").sort_index()), metas
+    rows = rows.sort_values(["fit", "_start"], kind="stable").drop_duplicates(["case_id", "machine"], keep="last")
+    rows = rows.drop(columns="_start")
+    # An unfit run's times are shown, never judged: no speed-up (over the
+    # seed's time in a fit run or its own), no % of ceiling.
+    unfit = rows[~rows["fit"]].assign(speedup=float("nan"), pct_of_ceiling=float("nan"))
+    rows = pd.concat([with_speedups(rows[rows["fit"]]), unfit]).sort_index()
+    return rows, metas
 
 
 def device_label(meta: dict, device: str) -> str:

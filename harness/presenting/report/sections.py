@@ -9,7 +9,7 @@ import re
 
 import pandas as pd
 
-from harness.base.format import fmt_num, fmt_ratio, fmt_time, md_escape, params_label
+from harness.base.format import fmt_num, fmt_pct, fmt_ratio, fmt_time, md_escape, params_label
 from harness.judging import analysis
 from harness.judging.analysis import (
     TIMERS_DISAGREE,
@@ -26,7 +26,7 @@ from harness.results import metrics, runmeta, stats
 from harness.results.runmeta import Gpu
 from impls.backends import BACKENDS, devices, threads_text
 from impls.defects import for_operators
-from impls.registry import speedup_note, unranked_reason
+from impls.registry import all_strategies, speedup_note, unranked_reason
 from impls.status import CORRECT, FAILED, INEXACT, UPSTREAM_DEFECT
 
 UNSTABLE_MARK = UNSTABLE.mark
@@ -62,10 +62,12 @@ HOST_NOTE = ("host/call: the host's median cost of one call without waiting for 
              "launch). Where it exceeds the device time, back-to-back calls are bound by the host, not the device.")
 
 
-def case_table(group: pd.DataFrame) -> tuple[list[str], list[list[str]], int | None, list[str]]:
+def case_table(group: pd.DataFrame, judged: bool = True) -> tuple[list[str], list[list[str]], int | None, list[str]]:
     """The case's rows, fastest first: header, cells, the best correct row's
     index, and the notes that explain the marks used. host/call where the
-    run measured it; on CUDA the independent timer's median and the ratio."""
+    run measured it; on CUDA the independent timer's median and the ratio.
+    ``judged=False`` (an unfit run's rows): no best row, and the columns that
+    judge (% of ceiling, × seed) are left out."""
     counted = counted_metrics(group)
     # A counting run has no times: its rows go in order of its headline count (metrics.COUNTS.primary).
     key = group["median_s"] if group["median_s"].map(finite).any() or not counted else group[counted[0]]
@@ -75,10 +77,11 @@ def case_table(group: pd.DataFrame) -> tuple[list[str], list[list[str]], int | N
     header = ["strategy", "backend", "status", "median", "IQR", "n"] + [f"{name}/call" for name in counted] \
         + (["host/call"] if with_host else []) \
         + (["do_bench", "ours / do_bench"] if with_xcheck else []) \
-        + ["GB/s", "% of ceiling", "× seed", "rel err", "max abs err", "source", "message"]
+        + ["GB/s"] + (["% of ceiling", "× seed"] if judged else []) \
+        + ["rel err", "max abs err", "source", "message"]
     no_speedup = speedup_note(group["op"].iloc[0], dict(zip(group["strategy"], group["status"])))
     rows, best = [], None
-    fastest = analysis.fastest(group)
+    fastest = analysis.fastest(group) if judged else None
     for index, (_, r) in enumerate(ordered.iterrows()):
         if best is None and r["strategy"] == fastest:
             best = index
@@ -94,12 +97,12 @@ def case_table(group: pd.DataFrame) -> tuple[list[str], list[list[str]], int | N
             ratio = xcheck_ratio(r)
             cells += [fmt_time(r["xcheck_s"]),
                       fmt_num(ratio, 3) + (f" {TIMERS_DISAGREE.mark}" if timers_disagree(r) else "")]
-        rows.append(cells + [fmt_num(r["gbps"]), fmt_num(r["pct_of_ceiling"], 3, " %"),
-                             "" if no_speedup else fmt_ratio(r["speedup"]),
+        judging = [fmt_pct(r["pct_of_ceiling"]), "" if no_speedup else fmt_ratio(r["speedup"])] if judged else []
+        rows.append(cells + [fmt_num(r["gbps"]), *judging,
                              fmt_num(r["rel_err"], 2), fmt_num(r["max_abs_err"], 2), r["source"],
-                             str(r["message"])[:120]])
+                             str(r["message"])])
     notes = [UNSTABLE_NOTE] if any(unstable(r) for _, r in ordered.iterrows()) else []
-    if no_speedup:
+    if no_speedup and judged:
         notes.append(f"× seed is blank: {no_speedup}.")
     if with_xcheck and any(timers_disagree(r) for _, r in ordered.iterrows()):
         notes.append(XCHECK_NOTE)
@@ -180,10 +183,10 @@ def verdict(op: str, case: pd.DataFrame, where: str) -> str:
         if not clearly_faster(best, runner):
             return (f"{where}: inconclusive between {best['strategy']} ({_median_iqr(best)}) and "
                     f"{runner['strategy']} ({_median_iqr(runner)}): a lead of "
-                    f"{fmt_ratio(runner['median_s'] / best['median_s'])} is within their spread (median ± IQR/2 "
+                    f"{fmt_ratio(runner['median_s'] / best['median_s'])} is within their spread (their Q1–Q3 ranges "
                     f"overlap), so the data does not say which is faster; rerun on a quieter machine or with a "
                     f"larger timing budget.")
-        text += (f", {fmt_num(best['pct_of_ceiling'], 3)} % of the copy ceiling, "
+        text += (f", {fmt_pct(best['pct_of_ceiling'])} of the copy ceiling, "
                  f"{fmt_ratio(runner['median_s'] / best['median_s'])} faster than the runner-up "
                  f"{runner['strategy']} ({_median_iqr(runner)})")
         baseline = ok[ok["strategy"].map(lambda name: analysis.is_baseline(op, name))]
@@ -199,7 +202,8 @@ def verdict(op: str, case: pd.DataFrame, where: str) -> str:
         text += (f"; its host cost per call ({fmt_time(best['host_s'])}) exceeds its device time, so calls in a "
                  f"loop are bound by the host")
     if unstable(best):
-        text += f" (its timing is unstable: IQR {100 * stats.rel_iqr(best['iqr_s'], best['median_s']):.0f} % of the median)"
+        text += (f"; {best['strategy']}'s own timing is unstable (IQR "
+                 f"{100 * stats.rel_iqr(best['iqr_s'], best['median_s']):.0f} % of its median)")
     if len(partial):
         text += "; not ranked: " + "; ".join(f"{r['strategy']} ({fmt_time(r['median_s'])}), as "
                                              f"{unranked_reason(op, r['strategy'])}" for _, r in partial.iterrows())
@@ -292,17 +296,20 @@ def run_warnings(meta: dict) -> list[str]:
     return warnings
 
 
-def environment_table(metas: list[dict]) -> tuple[list[str], list[list[str]]]:
-    """One row per run: where and when, each registered backend's version
-    (one column per backend any run recorded: a new backend shows with no
-    edit here), threads, ceilings, load and fresh-output bandwidth."""
+def environment_table(metas: list[dict], rows: pd.DataFrame | None = None) -> tuple[list[str], list[list[str]]]:
+    """One row per run: where and when, the version of each backend that
+    produced rows (one column per backend: a new backend shows with no edit
+    here; a library installed but never run gets no column), threads,
+    ceilings, load, fresh-output bandwidth and whether the run is fit to be
+    judged (`analysis.run_unfit_reasons`, computed by the loader)."""
     records = [runmeta.record(meta) for meta in metas]
+    ran = set(rows["backend"]) if rows is not None and "backend" in rows else None
     known = [name for name in BACKENDS if any(r.backend_versions.get(name) for r in records)]
     recorded = [name for r in records for name in r.backend_versions if name not in known]
-    backends = known + list(dict.fromkeys(recorded))
+    backends = [name for name in known + list(dict.fromkeys(recorded)) if ran is None or name in ran]
     header = ["run", "machine", "start", "commit", "python", *backends,
               "threads", "ceilings (GB/s)", "ceiling vs history", "load 1/5/15 min (start → end)",
-              "fresh output (GB/s)"]
+              "fresh output (GB/s)", "fit to judge"]
     rows = []
     for meta, record in zip(metas, records):
         ceilings, fresh = record.ceilings_gbps, record.fresh_write_gbps
@@ -312,7 +319,8 @@ def environment_table(metas: list[dict]) -> tuple[list[str], list[list[str]]]:
                      threads_text(meta.get("threads")),
                      ", ".join(f"{d} {fmt_ratio(_number(g), '')}" for d, g in ceilings.items()),
                      ceiling_cell(meta), load_cell(meta),
-                     ", ".join(f"{a} {fmt_ratio(_number(g), '')}" for a, g in fresh.items()) or "–"])
+                     ", ".join(f"{a} {fmt_ratio(_number(g), '')}" for a, g in fresh.items()) or "–",
+                     "no: " + "; ".join(meta["unfit_reasons"]) if meta.get("unfit_reasons") else "yes"])
     return header, rows
 
 
@@ -387,6 +395,22 @@ def known_defects() -> list:
     return list(defects.DEFECTS)
 
 
+def observability(defect, rows: pd.DataFrame) -> str:
+    """Why a defect shows in no row: these runs could not have seen it (none
+    ran on the device its condition needs, or ran the strategy at all), or
+    they could and did not."""
+    condition = getattr(defect, "condition", None)
+    needs = tuple(getattr(condition, "devices", ()) or ())
+    ran_on = set(rows["device"])
+    if needs and not ran_on & set(needs):
+        return (f"Not observable here: its condition needs {' or '.join(needs)}, and these runs ran on "
+                f"{', '.join(sorted(ran_on))} only.")
+    op, _, name = str(getattr(defect, "strategy", "")).partition("/")
+    if not ((rows["op"] == op) & (rows["strategy"] == name)).any():
+        return "Not observable here: these runs did not run the strategy."
+    return "Not observed in these runs, though they could have shown it."
+
+
 def defects_section(doc: Doc, rows: pd.DataFrame, metas: list[dict]) -> None:
     """Every known library defect with its condition, the affected and the
     installed versions, a description and a minimal reproduction; then the
@@ -415,7 +439,8 @@ def defects_section(doc: Doc, rows: pd.DataFrame, metas: list[dict]) -> None:
         if reference:
             doc.para(f"Reference: {reference}.")
         seen = observed[(observed["op"] + "/" + observed["strategy"]) == strategy]
-        doc.para(f"Observed in {len(seen)} case(s) of these runs." if len(seen) else "Not observed in these runs.")
+        doc.para(f"Observed in {len(seen)} case(s) of these runs." if len(seen)
+                 else observability(defect, rows))
         doc.para("Minimal reproduction:")
         doc.code(str(getattr(defect, "reproduction", "")).rstrip())
     if len(observed):
@@ -424,6 +449,54 @@ def defects_section(doc: Doc, rows: pd.DataFrame, metas: list[dict]) -> None:
                   [[r["op"], r["strategy"], params_label(r["params"]), r["machine"], r["dtype"],
                     str(r["message"])[:300]] for _, r in observed.iterrows()])
 
+
+
+# ------------------------------------------------------------------ where the numbers come from
+def _run_commits(rows: pd.DataFrame, metas: list[dict]) -> dict[str, str]:
+    """Each machine of ``rows`` -> the commits its runs measured at (short hashes)."""
+    commit_of = {m["directory"]: str(runmeta.record(m).git_commit or "?")[:12] for m in metas}
+    return {machine: ", ".join(sorted({commit_of.get(d, "?") for d in group["run_dir"]}))
+            for machine, group in rows.groupby("machine", sort=False)}
+
+
+def commits_sentence(rows: pd.DataFrame, metas: list[dict]) -> str:
+    """Where machines side by side were measured at different commits: said
+    beside the comparison (a difference may be the code's, not the machine's)."""
+    commits = _run_commits(rows, metas)
+    if len(commits) < 2 or len(set(commits.values())) < 2:
+        return ""
+    return ("The machines side by side ran different commits (" + "; ".join(
+        f"{machine}: {commit}" for machine, commit in commits.items()) + "): where the code changed in between, a "
+            "difference may be the code's, not the machine's.")
+
+
+def what_ran_where(rows: pd.DataFrame, metas: list[dict]) -> str:
+    """The report's first paragraph: which devices and machines the numbers
+    come from, which runs are fit to be judged, and what was not measured."""
+    machines = []
+    for machine, group in rows.groupby("machine", sort=False):
+        run_dirs = set(group["run_dir"])
+        runs = [m for m in metas if m["directory"] in run_dirs]
+        fit = [m for m in runs if not m.get("unfit_reasons")]
+        machines.append(f"{machine} ({len(runs)} run{'s' if len(runs) != 1 else ''}, {len(fit)} fit to judge)")
+    measured = set(rows["device"])
+    missing = [device for device in devices() if device not in measured]
+    text = "What ran where: " + "; ".join(machines) + "."
+    unfit = [m for m in metas if m.get("unfit_reasons")]
+    if unfit:
+        text += (f" {len(unfit)} run(s) failed the fitness rule ("
+                 + "; ".join(f"{m.get('run_id', '?')}: {', '.join(m['unfit_reasons'])}" for m in unfit)
+                 + "): their tables are in the appendix and nothing above it is drawn from them.")
+    if missing:
+        never = sorted({s.name for s in _strategies_only_on(missing)})
+        text += (f" Not measured: {', '.join(missing)} (no run here had one), so nothing here says "
+                 f"how fast any strategy is there" + (f", and {', '.join(never)} (which run only there) were not "
+                                                      f"timed at all" if never else "") + ".")
+    return text
+
+
+def _strategies_only_on(missing: list[str]):
+    return [s for s in all_strategies() if s.devices and set(s.devices) <= set(missing)]
 
 
 # ------------------------------------------------------------------ the answer, across machines
@@ -458,16 +531,20 @@ def _answer_cells(case: pd.DataFrame) -> list[str]:
     median = fmt_time(best["median_s"]) + (f" {UNSTABLE.mark}" if unstable(best) else "")
     faster_inexact = case[(case["status"] == INEXACT) & case["median_s"].map(finite)
                           & (case["median_s"] < best["median_s"])]
-    name = best["strategy"] + (f" (faster but inexact: {', '.join(faster_inexact['strategy'])})"
-                               if len(faster_inexact) else "")
+    name = (f"tie: {best['strategy']} / {found.runner_up['strategy']} ({fmt_time(found.runner_up['median_s'])})"
+            if found.tie else best["strategy"])
+    name += f" (faster but inexact: {', '.join(faster_inexact['strategy'])})" if len(faster_inexact) else ""
     builtin = "is one" if found.builtin == best["strategy"] else fmt_ratio(found.over_builtin)
-    return [name, median, fmt_num(best["pct_of_ceiling"], 3, " %"), fmt_ratio(found.over_seed), builtin]
+    return [name, median, fmt_pct(best["pct_of_ceiling"]), fmt_ratio(found.over_seed), builtin]
 
 
 ANSWER_NOTE = (f"Per operator, size and dtype, the fastest strategy that passed the float64-oracle check exactly "
                f"and returns the operator's whole output, on each machine: its median time, its % of that "
                f"machine's copy ceiling, and how many times faster it is than the seed's original and than the "
-               f"fastest library built-in ('is one' where it is that built-in; – where it was not measured). "
+               f"fastest library built-in (a library's own call for the operator, numpy's included; 'is one' "
+               f"where it is that built-in; – where it was not measured). A 'tie' names the two leaders where the "
+               f"first does not beat the second beyond their spreads (Q1–Q3 apart), the rule the conclusions and "
+               f"the ranking flips use too; its numbers are the first's. "
                f"{UNSTABLE.mark}: unstable ({UNSTABLE.meaning}). A faster strategy that is only inexact is named "
                f"beside it. Details, spreads and every other strategy follow below.")
 
@@ -526,7 +603,7 @@ def machines_table(case: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
             place = ranks[machine].get(name)
             rank_text = f"rank {place}" if place else ("not ranked" if row["status"] in CORRECT else row["status"])
             cells.append(f"{fmt_time(row['median_s'])}{' ' + UNSTABLE.mark if unstable(row) else ''} · "
-                         f"{fmt_num(row['pct_of_ceiling'], 3, ' %')} · {rank_text}")
+                         f"{fmt_pct(row['pct_of_ceiling'])} · {rank_text}")
         table.append(cells)
     return header, table
 

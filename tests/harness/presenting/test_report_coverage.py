@@ -12,6 +12,7 @@ def run_of(directory, op, params, entries, meta=None):
     """A result directory of one case of ``op``: (strategy, backend, median) entries, all ok."""
     writer = RunWriter(directory, {"run_id": directory.name, "cpu_model": "Fixture CPU", "cpu_count": 2,
                                    "config_file": "configs/x.yaml", "start_time": "2026-11-22T00:00:00+00:00",
+                                   "load_avg_start": [0.2, 0.2, 0.2], "load_avg_end": [0.3, 0.2, 0.2],  # quiet: fit
                                    **(meta or {})})
     for name, backend, median in entries:
         row = {column: "" for column in COLUMNS}

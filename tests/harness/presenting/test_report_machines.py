@@ -4,6 +4,7 @@ machine table and a sentence naming who wins where and where the order flips."""
 
 import json
 import math
+import shutil
 from pathlib import Path
 
 import pandas as pd
@@ -16,30 +17,50 @@ from tests.helpers import ROOT
 from .test_report import fixture_run
 
 ZEN5 = ROOT / "results" / "20261125T024630-vm-default-0507"  # AMD EPYC family 26 model 2
-ZEN3 = ROOT / "results" / "20261123T192534-vm-default-d9d3"  # AMD EPYC, no family-model recorded
+XEON = ROOT / "results" / "20261125T111017-vm-default-ea9f"  # Intel Xeon family 6 model 167
 
 
 def _headings(md: str, level: int) -> list[str]:
     return [line[level + 1:] for line in md.splitlines() if line.startswith("#" * level + " ")]
 
 
-def test_two_committed_cpus_side_by_side(tmp_path):
-    assert report.main([str(ZEN5), str(ZEN3), "-o", str(tmp_path / "out")]) == 0
+def _busy_copy(source: Path, target: Path, load: float) -> Path:
+    """A copy of a committed run with its recorded load edited: the same
+    numbers, on a machine the fitness rule calls busy."""
+    shutil.copytree(source, target)
+    meta = json.loads((target / "meta.json").read_text())
+    meta["load_avg_start"] = meta["load_avg_end"] = [load, load, load]
+    (target / "meta.json").write_text(json.dumps(meta))
+    rows = pd.read_csv(target / "rows.csv")
+    rows["load_avg"] = load
+    rows.to_csv(target / "rows.csv", index=False)
+    return target
+
+
+def test_a_busy_run_is_judged_nowhere_and_sits_in_the_appendix(tmp_path):
+    """A fit run (the Zen 5's) beside a run at load 8 on 2 cores (a copy of the
+    committed Xeon run, its load edited): the answer, the machines side by
+    side, the flips and the conclusions name nothing from the busy run; its
+    tables sit in the appendix under the reason."""
+    busy = _busy_copy(XEON, tmp_path / "xeon-busy", 8.0)
+    assert report.main([str(ZEN5), str(busy), "-o", str(tmp_path / "out")]) == 0
     md = (tmp_path / "out" / "report.md").read_text()
-    assert _headings(md, 2)[0] == "The answer"  # the answer first, runs and hardware after it
-    header = md.split("## The answer", 1)[1].strip().splitlines()[0]
-    assert "cpu: AMD EPYC (26-2) ×2" in header and "cpu: AMD EPYC ×2" in header
-    assert "### maxunpool across machines" in md
-    # Measured: at form=1d B=64 F=32 L=1024 max_unpool2d leads on the Zen 5 (1.73 ms, 88.6 % of
-    # its ceiling) and is 6th on the Zen 3, where numba_fused leads: a flip the sentence names.
-    block = md.split("#### maxunpool form=1d B=64 F=32 L=1024 f=5 float32 · machines side by side", 1)[1]
-    sentence = next(line for line in block.splitlines() if line.startswith("Fastest"))
-    assert sentence.startswith("Fastest: torch_max_unpool2d on cpu: AMD EPYC (26-2) ×2; "
-                               "numba_fused on cpu: AMD EPYC ×2.")
-    assert "The ranking flips: torch_max_unpool2d beats numba_fused on cpu: AMD EPYC (26-2) ×2 but " \
-           "numba_fused beats torch_max_unpool2d on cpu: AMD EPYC ×2" in sentence
-    table = block.split("\n\n")[1].splitlines()
-    assert table[2].startswith("| torch_max_unpool2d | 1.73 ms · 88.6 % · rank 1 |")
+    assert _headings(md, 2)[0] == "The answer"
+    body, appendix = md.split("## Appendix: runs not fit to be judged", 1)
+    xeon = "Intel(R) Xeon(R) Processor (6-167) ×2"
+    answer = body.split("## The answer", 1)[1].split("## How to read it", 1)[0]
+    assert "cpu: AMD EPYC (26-2) ×2" not in answer.splitlines()[2]  # one machine: a column per quantity
+    assert "| operator | size | dtype | fastest |" in answer and xeon not in answer
+    assert not any(h.endswith("across machines") for h in _headings(body, 3))
+    assert not any(h.endswith("machines side by side") for h in _headings(body, 4))
+    assert "The ranking flips:" not in body
+    conclusions = [line for line in body.splitlines() if line.startswith("Conclusion")]
+    assert conclusions and not any("Xeon" in line for line in conclusions)
+    assert not any(xeon in heading for heading in _headings(body, 3))  # no per-machine section for it
+    assert f"### Run {XEON.name}: load 8 on 2 cores" in appendix  # the run id its meta records
+    assert f"#### maxpool2d N=64 C=32 H=128 W=128 k=2 · cpu: {xeon} · float32" in appendix
+    assert "% of ceiling" not in appendix and "× seed" not in appendix  # shown, never judged
+    assert "failed the fitness rule (" + XEON.name + ": load 8 on 2 cores" in md.split("## The answer", 1)[0]
 
 
 def _cpu_and_cuda(tmp_path) -> Path:

@@ -46,11 +46,15 @@ def test_runs_table_shows_load_and_ceiling_history_and_warns(tmp_path):
 
 
 def test_older_runs_without_load_history_or_hardware_still_render(tmp_path):
-    md = report.build([fixture_run(tmp_path / "old")], tmp_path / "out").read_text()
+    old = fixture_run(tmp_path / "old", meta={"load_avg_start": None, "load_avg_end": None})
+    md = report.build([old], tmp_path / "out").read_text()
     runs = _table(md, "run")
     header = [cell.strip() for cell in runs[0].strip("|").split("|")]
     cells = dict(zip(header, (cell.strip() for cell in runs[2].strip("|").split("|"))))
     assert cells["ceiling vs history"] == "–" and cells["load 1/5/15 min (start → end)"] == "–"
+    # Not known to be quiet: rendered, and judged nowhere (the dashboard's rule).
+    assert cells["fit to judge"] == "no: load not recorded"
+    assert "## Appendix: runs not fit to be judged" in md
     assert "Warning:" not in md
     hardware = _table(md, "machine")
     assert "Fixture CPU" in hardware[2] and "| 2 |" in hardware[2]  # meta cpu_model and cpu_count
@@ -84,7 +88,7 @@ def test_two_cpus_sharing_a_model_name_stay_two_machines(tmp_path):
     zen4 = dict(QUIET, hardware=dict(HARDWARE, cpu_family_model="25-17"))
     first = fixture_run(tmp_path / "zen3", meta=zen3)
     second = fixture_run(tmp_path / "zen4", meta=zen4, start_time="2026-11-23T00:00:00+00:00",
-                         row_fields={"seed_loops": {"median_s": 8e-3}})
+                         row_fields={"seed_loops": {"median_s": 8e-3, "iqr_s": 4e-4}})  # stable: a fit run
     rows, _metas = report_load.load([first, second])
     assert rows["machine"].nunique() == 2
     assert len(rows) == 2 * len(report_load.load([first])[0])
