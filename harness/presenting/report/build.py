@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import shlex
+import shutil
 import sys
 from pathlib import Path
 
@@ -228,6 +229,15 @@ def build(dirs, out, name: str = "report", light: bool = False) -> Path:
     return out / f"{name}.md"
 
 
+def refuse_unfit(dirs) -> None:
+    """Raises ResultError naming every run the fitness rule refuses, and why, in one line."""
+    _rows, metas = load(dirs)
+    unfit = [f"{m['directory']} ({', '.join(m['unfit_reasons'])})" for m in metas if m.get("unfit_reasons")]
+    if unfit:
+        raise ResultError(f"not fit to publish: {'; '.join(unfit)}; measure again on a quiet machine, drop the run "
+                          f"from the list, or publish it in the appendix with ALLOW_UNFIT=1")
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="report.py", description=DOC.splitlines()[0])
     parser.add_argument("dirs", nargs="+", help="result directories")
@@ -235,8 +245,18 @@ def main(argv=None) -> int:
     parser.add_argument("--name", default="report", help="file stem of the .md and .html (default report)")
     parser.add_argument("--light", action="store_true",
                         help="tables, conclusions and scaling plots only, figures linked (the dashboard's kind)")
+    parser.add_argument("--fit-only", action="store_true",
+                        help="refuse (exit 2) when any run fails the fitness rule, instead of putting it in the "
+                             "appendix (make publish; ALLOW_UNFIT=1 lifts it)")
+    parser.add_argument("--fresh-figures", action="store_true",
+                        help="empty OUT/figures first, once the runs are read (and found fit with --fit-only), so "
+                             "no figure of an older report lingers there")
     args = parser.parse_args(argv)
     try:
+        if args.fit_only:
+            refuse_unfit([Path(d) for d in args.dirs])
+        if args.fresh_figures:
+            shutil.rmtree(Path(args.output) / "figures", ignore_errors=True)
         written = build([Path(d) for d in args.dirs], Path(args.output), args.name, light=args.light)
     except ResultError as error:
         print(f"report.py: error: {error}", file=sys.stderr)

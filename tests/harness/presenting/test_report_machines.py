@@ -117,3 +117,18 @@ def test_the_answer_marks_unstable_and_names_a_faster_inexact_strategy():
     name, median, *_ = sections._answer_cells(frame)
     assert name == "numba_fused (faster but inexact: triton_fused)"
     assert median == "1 ms ⚠"
+
+
+def test_publishing_refuses_an_unfit_run_in_one_line_and_writes_nothing(tmp_path, capsys):
+    busy = _busy_copy(XEON, tmp_path / "xeon-busy", 8.0)
+    out = tmp_path / "out"
+    (out / "figures").mkdir(parents=True)
+    (out / "figures" / "older.png").write_bytes(b"kept")
+    assert report.main([str(ZEN5), str(busy), "-o", str(out), "--fit-only", "--fresh-figures"]) == 2
+    error = capsys.readouterr().err.strip()
+    assert len(error.splitlines()) == 1
+    assert error.startswith(f"report.py: error: not fit to publish: {busy} (load 8 on 2 cores") and "ALLOW_UNFIT=1" in error
+    assert (out / "figures" / "older.png").exists() and not (out / "report.md").exists()
+    # The fit run alone publishes, and the figures directory holds only its figures.
+    assert report.main([str(ZEN5), "-o", str(out), "--fit-only", "--fresh-figures", "--light"]) == 0
+    assert not (out / "figures" / "older.png").exists() and (out / "report.md").exists()
