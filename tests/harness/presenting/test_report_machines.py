@@ -132,3 +132,21 @@ def test_publishing_refuses_an_unfit_run_in_one_line_and_writes_nothing(tmp_path
     # The fit run alone publishes, and the figures directory holds only its figures.
     assert report.main([str(ZEN5), "-o", str(out), "--fit-only", "--fresh-figures", "--light"]) == 0
     assert not (out / "figures" / "older.png").exists() and (out / "report.md").exists()
+
+
+def test_overlapping_spreads_are_a_tie_in_the_answer_table_named_with_both():
+    def row(name, median, q1, q3):
+        return dict(op="maxpool2d", strategy=name, status="ok", median_s=median, iqr_s=q3 - q1, q1_s=q1, q3_s=q3,
+                    machine="m", device="cpu", params="{}", dtype="float32", pct_of_ceiling=50.0, backend="numpy")
+    # Medians 1.00 and 1.04 ms; the leader's Q3 (1.05) reaches past the runner-up's Q1 (1.02).
+    tied = pd.DataFrame([row("numba_fused", 1.00e-3, 0.97e-3, 1.05e-3), row("numpy_sliding_window", 1.04e-3,
+                                                                         1.02e-3, 1.06e-3)])
+    name, median, *_ = sections._answer_cells(tied)
+    assert name == "tie: numba_fused / numpy_sliding_window (1.04 ms)" and median == "1 ms"
+    # The same medians with tight quartiles: a win, named alone.
+    clear = pd.DataFrame([row("numba_fused", 1.00e-3, 0.99e-3, 1.01e-3), row("numpy_sliding_window", 1.04e-3,
+                                                                          1.03e-3, 1.05e-3)])
+    assert sections._answer_cells(clear)[0] == "numba_fused"
+    # The conclusions and the flips use the same rule.
+    assert not analysis.clearly_faster(tied.iloc[0], tied.iloc[1]) and analysis.clearly_faster(clear.iloc[0],
+                                                                                               clear.iloc[1])
