@@ -68,6 +68,11 @@ def bytes_moved(params, itemsize: int, returns: str = "output") -> int:
     return (B * C * H * W + H * W + B * H * out_width(params)) * itemsize
 
 
+def bytes_written(params, itemsize: int, returns: str = "output") -> int:
+    """The part of ``bytes_moved`` written: y (B, 1, H, W'), fresh on every call."""
+    return params["B"] * params["H"] * out_width(params) * itemsize
+
+
 def compare(out, ref, inputs, dtype: str, strat, params=None) -> Verdict:
     return common.compare_relative("y", out, ref, dtype)
 
@@ -111,7 +116,7 @@ OP = register_operator(Operator(
     name="dispersion", doc=__doc__,
     params=(ParamSpec("B"), ParamSpec("C"), ParamSpec("H"), ParamSpec("W"),
             ParamSpec("S", minimum=0, doc="shift per channel")),
-    generate=generate, oracle=oracle, bytes_moved=bytes_moved, compare=compare,
+    generate=generate, oracle=oracle, bytes_moved=bytes_moved, bytes_written=bytes_written, compare=compare,
     validate=validate, reference="seed_loop", layout_keys=("x",),
     check_cases=check_cases, extra_checks=extra_checks))
 

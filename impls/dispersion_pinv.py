@@ -48,6 +48,11 @@ def bytes_moved(params, itemsize: int, returns: str = "output") -> int:
     return dispersion.bytes_moved(params, itemsize)
 
 
+def bytes_written(params, itemsize: int, returns: str = "output") -> int:
+    """The part of ``bytes_moved`` written: x (B, C, H, W), fresh on every call."""
+    return params["B"] * params["C"] * params["H"] * params["W"] * itemsize
+
+
 def compare(out, ref, inputs, dtype: str, strat, params=None) -> Verdict:
     return common.compare_relative("x", out, ref, dtype)
 
@@ -65,7 +70,7 @@ def extra_checks():
 
 OP = register_operator(Operator(
     name="dispersion_pinv", doc=__doc__, params=dispersion.OP.params,
-    generate=generate, oracle=oracle, bytes_moved=bytes_moved, compare=compare,
+    generate=generate, oracle=oracle, bytes_moved=bytes_moved, bytes_written=bytes_written, compare=compare,
     validate=validate, reference="seed_loop_cat", layout_keys=("y",),
     check_cases=dispersion.check_cases, extra_checks=extra_checks))
 

@@ -118,6 +118,13 @@ def bytes_moved(params, itemsize: int, returns: str = "values+indices") -> int:
     return N * C * H * W * itemsize + pooled * itemsize + index_bytes
 
 
+def bytes_written(params, itemsize: int, returns: str = "values+indices") -> int:
+    """The part of ``bytes_moved`` written: the outputs, fresh on every call."""
+    N, C, H, W, k = (params[key] for key in ("N", "C", "H", "W", "k"))
+    pooled = N * C * (H // k) * (W // k)
+    return pooled * itemsize + (8 * pooled if returns == "values+indices" else 0)
+
+
 def compare(out, ref, inputs, dtype: str, strat, params: dict) -> Verdict:
     """Values bitwise, then indices exactly (or, with ``ties="any"``, pointing at
     a maximum of their own window); both are judged, so a mismatch names every
@@ -212,7 +219,7 @@ OP = register_operator(Operator(
     name="maxpool2d", doc=__doc__,
     params=(ParamSpec("N"), ParamSpec("C"), ParamSpec("H"), ParamSpec("W"),
             ParamSpec("k", doc="window and stride")),
-    generate=generate, oracle=oracle, bytes_moved=bytes_moved, compare=compare,
+    generate=generate, oracle=oracle, bytes_moved=bytes_moved, bytes_written=bytes_written, compare=compare,
     validate=validate, reference="torch_max_pool2d_indices", layout_keys=("x",),
     check_cases=check_cases, outputs=("values+indices", "values")))
 

@@ -107,6 +107,11 @@ def bytes_moved(params, itemsize: int, returns: str = "output") -> int:
     return math.prod(pooled) * (itemsize + 8) + math.prod(out_shape) * itemsize
 
 
+def bytes_written(params, itemsize: int, returns: str = "output") -> int:
+    """The part of ``bytes_moved`` written: the unpooled output, fresh on every call."""
+    return math.prod(shapes(params)[1]) * itemsize
+
+
 def compare(out, ref, inputs, dtype: str, strat, params=None) -> Verdict:
     return common.compare_bitwise("output", out, ref, dtype)
 
@@ -138,7 +143,7 @@ OP = register_operator(Operator(
     name="maxunpool", doc=__doc__,
     params=(ParamSpec("form", kind=str, minimum=None, choices=("1d", "2d")),
             *(ParamSpec(key, required=False) for key in ("B", "F", "L", "f", "N", "C", "H", "W", "k"))),
-    generate=generate, oracle=oracle, bytes_moved=bytes_moved, compare=compare,
+    generate=generate, oracle=oracle, bytes_moved=bytes_moved, bytes_written=bytes_written, compare=compare,
     validate=validate, reference="torch_scatter", layout_keys=("values", "positions"),
     check_cases=check_cases, extra_checks=extra_checks,
     # channels_last would only apply to the 2-D form's small inputs; strided rows are the case that matters.

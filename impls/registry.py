@@ -116,6 +116,11 @@ class Operator:
     # and is never ranked against the others.
     outputs: tuple[str, ...] = ("output",)
     module: str = ""  # the module that registered it (set by register_operator)
+    # (params, itemsize, returns) -> the part of ``bytes_moved`` written (the
+    # outputs, allocated fresh by every call): splits the traffic for the
+    # fresh-output-aware floor (reads at the copy bandwidth, writes at the
+    # fresh-write bandwidth). None: the operator's rows have no such floor.
+    bytes_written: Callable | None = None
     # Check cases beyond check_cases x MODES: () -> list of dicts with keys
     #   params   the parameter dict;
     #   modes    the generator modes to draw inputs in (a mode may be the operator's own,

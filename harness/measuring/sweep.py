@@ -83,6 +83,22 @@ def base_row(case: Case, run_id: str, ceiling_gbps: float) -> dict:
             "status": "", "message": ""}
 
 
+def fresh_floor(case: Case, row: dict, fresh_write_gbps: dict | None) -> dict:
+    """A CPU row's fresh-output-aware floor and the median's % of it
+    (``stats.fresh_floor_s``), at the best fresh-write bandwidth the run
+    measured over the allocators (a floor is the least time the case could
+    take); NaN on other devices (their floor is the copy's), where the
+    operator does not split its bytes, or where nothing was measured."""
+    op = get_operator(case.op)
+    fresh = max((g for g in (fresh_write_gbps or {}).values() if isinstance(g, (int, float)) and g > 0),
+                default=math.nan)
+    if case.device != "cpu" or op.bytes_written is None or not math.isfinite(fresh):
+        return {"fresh_floor_s": math.nan, "pct_of_fresh_floor": math.nan}
+    written = op.bytes_written(case.params_dict, itemsize(case.dtype), op.strategies[case.strategy].returns)
+    floor = stats.fresh_floor_s(row["bytes"], written, row["ceiling_gbps"], fresh)
+    return {"fresh_floor_s": floor, "pct_of_fresh_floor": stats.pct_of_floor(floor, row.get("median_s", math.nan))}
+
+
 def _load_avg() -> float:
     try:
         return os.getloadavg()[0]
@@ -276,6 +292,7 @@ def run_sweep(cases: list[Case], config: Config, writer, run_id: str, ceilings: 
             if key not in flushes:
                 flushes[key] = backend.cache_flush(case.device)
             result = execute_case(case, config, run_id, ceiling, ref, flushes[key], on_phase, adversarial, measure)
+        result.row.update(fresh_floor(case, result.row, getattr(writer, "meta", {}).get("fresh_write_gbps")))
         writer.append(result.row, result.samples_s)
         rows.append(result.row)
         if on_case:

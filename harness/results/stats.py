@@ -87,6 +87,21 @@ def pct_of_ceiling(bytes_moved: float, median_s: float, ceiling_gbps: float) -> 
     return 100.0 * floor_s(bytes_moved, ceiling_gbps) / median_s if median_s > 0 else float("nan")
 
 
+def fresh_floor_s(bytes_moved: float, bytes_written: float, ceiling_gbps: float, fresh_write_gbps: float) -> float:
+    """The CPU floor that counts what a fresh output costs: the bytes read at
+    the copy bandwidth plus the bytes written at the fresh-write bandwidth
+    (a newly allocated buffer, its pages zeroed by the OS on first touch:
+    ``timing.fresh_write_gbps``), the rate every timed call's outputs pay (SPEC 3)."""
+    if not (ceiling_gbps > 0 and fresh_write_gbps > 0) or not 0 <= bytes_written <= bytes_moved:
+        return float("nan")
+    return (bytes_moved - bytes_written) / (ceiling_gbps * 1e9) + bytes_written / (fresh_write_gbps * 1e9)
+
+
+def pct_of_floor(floor: float, median_s: float) -> float:
+    """How close a median came to a floor time, in % (100: at the floor)."""
+    return 100.0 * floor / median_s if median_s > 0 and math.isfinite(floor) else float("nan")
+
+
 def smallest_p(n_base: int, n_new: int) -> float:
     """The smallest two-sided p-value the exact Mann–Whitney test can give
     for these sample counts (complete separation): 2 / C(n+m, n). With 5 and

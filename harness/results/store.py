@@ -62,7 +62,10 @@ COLUMN_SPECS = (
     ("status", "text", 1), ("message", "text", 1),
     *TIMING.columns(),  # the timing statistics (metrics.TIMING)
     ("bytes", "number", 1), ("gbps", "number", 1), ("ceiling_gbps", "number", 1), ("floor_s", "number", 1),
-    ("pct_of_ceiling", "number", 1), ("max_abs_err", "number", 1), ("rel_err", "number", 1),
+    ("pct_of_ceiling", "number", 1),
+    # CPU: the floor with fresh outputs' first-touch cost (stats.fresh_floor_s) and the median's % of it
+    ("fresh_floor_s", "number", 5), ("pct_of_fresh_floor", "number", 5),
+    ("max_abs_err", "number", 1), ("rel_err", "number", 1),
     ("peak_mem_bytes", "number", 1), ("setup_s", "number", 1), ("source", "text", 1),
     ("host_s", "number", 2),  # median host cost of one call, without synchronising
     ("xcheck_s", "number", 2),  # an independent timer's median (CUDA: triton.testing.do_bench)

@@ -48,7 +48,8 @@ def load(dirs) -> tuple[pd.DataFrame, list[dict]]:
     rows = rows.drop(columns="_start")
     # An unfit run's times are shown, never judged: no speed-up (over the
     # seed's time in a fit run or its own), no % of ceiling.
-    unfit = rows[~rows["fit"]].assign(speedup=float("nan"), pct_of_ceiling=float("nan"))
+    unfit = rows[~rows["fit"]].assign(speedup=float("nan"), pct_of_ceiling=float("nan"),
+                                      pct_of_fresh_floor=float("nan"))
     rows = pd.concat([with_speedups(rows[rows["fit"]]), unfit]).sort_index()
     return rows, metas
 

@@ -73,11 +73,12 @@ def case_table(group: pd.DataFrame, judged: bool = True) -> tuple[list[str], lis
     key = group["median_s"] if group["median_s"].map(finite).any() or not counted else group[counted[0]]
     ordered = group.assign(_k=key.fillna(math.inf)).sort_values("_k")
     with_host = bool(ordered["host_s"].map(finite).any())
+    with_fresh = "pct_of_fresh_floor" in ordered and bool(ordered["pct_of_fresh_floor"].map(finite).any())
     with_xcheck = bool((ordered["device"] == "cuda").any() and ordered["xcheck_s"].map(finite).any())
     header = ["strategy", "backend", "status", "median", "IQR", "n"] + [f"{name}/call" for name in counted] \
         + (["host/call"] if with_host else []) \
         + (["do_bench", "ours / do_bench"] if with_xcheck else []) \
-        + ["GB/s"] + (["% of ceiling", "× seed"] if judged else []) \
+        + ["GB/s"] + (["% of ceiling"] + (["% of fresh floor"] if with_fresh else []) + ["× seed"] if judged else []) \
         + ["rel err", "max abs err", "source", "message"]
     no_speedup = speedup_note(group["op"].iloc[0], dict(zip(group["strategy"], group["status"])))
     rows, best = [], None
@@ -97,7 +98,8 @@ def case_table(group: pd.DataFrame, judged: bool = True) -> tuple[list[str], lis
             ratio = xcheck_ratio(r)
             cells += [fmt_time(r["xcheck_s"]),
                       fmt_num(ratio, 3) + (f" {TIMERS_DISAGREE.mark}" if timers_disagree(r) else "")]
-        judging = [fmt_pct(r["pct_of_ceiling"]), "" if no_speedup else fmt_ratio(r["speedup"])] if judged else []
+        judging = [fmt_pct(r["pct_of_ceiling"]), *([fmt_pct(r["pct_of_fresh_floor"])] if with_fresh else []),
+                   "" if no_speedup else fmt_ratio(r["speedup"])] if judged else []
         rows.append(cells + [fmt_num(r["gbps"]), *judging,
                              fmt_num(r["rel_err"], 2), fmt_num(r["max_abs_err"], 2), r["source"],
                              str(r["message"])])
@@ -108,7 +110,15 @@ def case_table(group: pd.DataFrame, judged: bool = True) -> tuple[list[str], lis
         notes.append(XCHECK_NOTE)
     if counted:
         notes.append(counts_note(counted))
+    if with_fresh and judged:
+        notes.append(FRESH_FLOOR_NOTE)
     return header, rows, best, notes
+
+
+FRESH_FLOOR_NOTE = ("% of fresh floor: the floor counting what the call's fresh outputs cost on this CPU: bytes read "
+                   "at the copy ceiling plus bytes written at the run's fresh-output write bandwidth (first-touch page "
+                   "faults included), the best of its allocators; a strategy at 100 % runs as fast as memory and the "
+                   "OS allow.")
 
 
 def counts_note(counted: list[str]) -> str:

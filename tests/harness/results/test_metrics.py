@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.results import metrics, stats
+from harness.results import metrics, stats, store
 
 ROOT = Path(__file__).parents[3]
 COUNTS_BASELINE = min(path for path in (ROOT / "results" / "baseline-counts").iterdir() if path.is_dir())
@@ -27,8 +27,10 @@ from pathlib import Path
 
 from harness.results import metrics
 
-# The toy: Callgrind's data reads (Dr) per call, one decimal, a column of schema 5.
-TOY = metrics.Metric("data_reads", "reads", "Callgrind's Dr, the data reads", 5, lambda events: events["Dr"],
+# The toy: Callgrind's data reads (Dr) per call, one decimal, a column of the
+# next schema (the store is imported only after the declaration, as a plugin would be).
+NEXT = int(sys.argv[3])
+TOY = metrics.Metric("data_reads", "reads", "Callgrind's Dr, the data reads", NEXT, lambda events: events["Dr"],
                      decimals=1)
 metrics.COUNTS = dataclasses.replace(metrics.COUNTS, fields=metrics.COUNTS.fields + (TOY,))
 
@@ -77,7 +79,7 @@ print(json.dumps({"choices": list(metric.choices), "help": metric.help, "compare
                   "report": report, "old_schema": old_meta["schema_version"],
                   "old_toy_empty": bool(old_rows["data_reads"].isna().all()),
                   "old_instructions": bool(old_rows["instructions"].notna().all()),
-                  "migration": store.MIGRATIONS[5].__doc__}))
+                  "migration": store.MIGRATIONS[NEXT].__doc__, "next": NEXT}))
 '''
 
 
@@ -90,7 +92,8 @@ def toy_world(tmp_path_factory):
     shutil.copytree(COUNTS_BASELINE, old)
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
                COLUMNS="200")
-    done = subprocess.run([sys.executable, "-c", TOY_WORLD, str(where / "run"), str(old)], capture_output=True,
+    done = subprocess.run([sys.executable, "-c", TOY_WORLD, str(where / "run"), str(old),
+                           str(store.SCHEMA_VERSION + 1)], capture_output=True,
                           text=True, env=env, cwd=where, timeout=600)
     assert done.returncode == 0, done.stderr
     return where / "run", json.loads(done.stdout.splitlines()[-1])
@@ -103,7 +106,7 @@ def test_a_metric_declared_once_is_in_the_counting_runs_rows(toy_world):
     assert columns[-3:] == ["instructions", "est_cycles", "data_reads"]  # appended: older columns keep their place
     values = dict(zip(columns, next(csv.reader([row]))))
     assert float(values["data_reads"]) == 900 / 3 and float(values["instructions"]) == 3000 / 3
-    assert json.loads((run / "meta.json").read_text())["schema_version"] == 5
+    assert json.loads((run / "meta.json").read_text())["schema_version"] == store.SCHEMA_VERSION + 1
 
 
 def test_compare_offers_and_compares_a_declared_metric(toy_world):
@@ -125,8 +128,9 @@ def test_the_report_shows_a_declared_metric_as_declared(toy_world):
 
 def test_a_new_metrics_schema_step_is_derived_and_old_runs_read_without_it(toy_world):
     _, found = toy_world
-    assert found["old_schema"] == 5 and found["old_toy_empty"] and found["old_instructions"]
-    assert found["migration"].startswith("Schema 5 added data_reads")
+    assert found["old_schema"] == found["next"] == store.SCHEMA_VERSION + 1
+    assert found["old_toy_empty"] and found["old_instructions"]
+    assert found["migration"].startswith(f"Schema {found['next']} added data_reads")
 
 
 def test_timing_statistics_are_computed_from_the_declaration():

@@ -35,3 +35,12 @@ def test_rates_and_ratios_are_nan_where_undefined():
     assert stats.pct_of_ceiling(1e9, 0.5, 1.0) == pytest.approx(200.0)
     assert math.isnan(stats.rel_iqr(1.0, 0.0)) and stats.rel_iqr(0.1, 1.0) == pytest.approx(0.1)
     assert stats.typical_s([1.0, 2.0, 3.0, 100.0], "p10") < stats.typical_s([1.0, 2.0, 3.0, 100.0])
+
+
+def test_the_fresh_output_floor_reads_at_the_copy_rate_and_writes_at_the_fresh_rate():
+    # 3 GB read at 30 GB/s (0.1 s) + 1 GB written fresh at 5 GB/s (0.2 s)
+    assert stats.fresh_floor_s(4e9, 1e9, 30.0, 5.0) == pytest.approx(0.3)
+    assert stats.pct_of_floor(0.3, 0.4) == pytest.approx(75.0)
+    for bad in ((4e9, 5e9, 30.0, 5.0), (4e9, -1, 30.0, 5.0), (4e9, 1e9, 0.0, 5.0), (4e9, 1e9, 30.0, math.nan)):
+        assert math.isnan(stats.fresh_floor_s(*bad))
+    assert math.isnan(stats.pct_of_floor(0.3, math.nan)) and math.isnan(stats.pct_of_floor(math.nan, 0.4))
