@@ -30,6 +30,8 @@ DTYPE_DIFFERENCE = "dtype"  # the output's dtype is not the one asked for (not a
 INDEX = "index"  # an index that is not the expected one
 INDEX_OUTSIDE = "index-outside-plane"
 NEG_INF_WINDOW_INDEX_0 = "neg-inf-window-index-0"  # index 0 for an all -inf window that does not hold it
+# ... and the one kind a relative compare names: inf or NaN where the oracle is finite.
+NON_FINITE = "non-finite"
 
 
 @dataclass(frozen=True)
@@ -54,6 +56,47 @@ def special_integers(rng, shape, bounds: tuple[float, float, float]) -> np.ndarr
     values[(special >= bounds[1]) & (special < bounds[2])] = -np.inf
     values[(values == 0) & (rng.random(shape) < 0.5)] = -0.0
     return values
+
+
+# Subnormal numbers of each float type, as multiples of its smallest one: its
+# subnormals are m * SUBNORMAL_UNIT for 0 < m < SUBNORMAL_STEPS, and its
+# smallest normal number is SUBNORMAL_UNIT * SUBNORMAL_STEPS. bfloat16 has
+# float32's exponent range and 7 mantissa bits, so its subnormals are float32
+# subnormals too (those that are multiples of 2**-133). All are exact float64s.
+SUBNORMAL_UNIT = {"float64": 2.0**-1074, "float32": 2.0**-149, "bfloat16": 2.0**-133, "float16": 2.0**-24}
+SUBNORMAL_STEPS = {"float64": 2**52, "float32": 2**23, "bfloat16": 2**7, "float16": 2**10}
+
+
+def subnormal(dtype: str, multiple) -> np.ndarray | float:
+    """``multiple`` (a signed integer, or an array of them) times ``dtype``'s
+    smallest subnormal, as float64: subnormal in ``dtype`` for 0 < |multiple| <
+    SUBNORMAL_STEPS[dtype]. In a narrower type it rounds to a zero of its sign
+    or a smaller subnormal; in a wider one it is a normal number."""
+    return np.asarray(multiple, dtype=np.float64) * SUBNORMAL_UNIT[dtype]
+
+
+def is_subnormal(values: np.ndarray, dtype: str) -> np.ndarray:
+    """Where ``values`` (float64 holding ``dtype``'s values) are subnormal in ``dtype``."""
+    magnitude = np.abs(values)
+    return (magnitude > 0) & (magnitude < SUBNORMAL_UNIT[dtype] * SUBNORMAL_STEPS[dtype])
+
+
+def sprinkle_subnormals(rng, values: np.ndarray, share: float) -> np.ndarray:
+    """``values`` with ``share`` of them (at least one per float type, at
+    most half of them) replaced by subnormals of every float type in turn, so
+    that each dtype's check holds subnormals of its own; of either sign, the
+    smallest, the largest and sizes between."""
+    types = list(SUBNORMAL_UNIT)
+    count = min(max(len(types), round(share * values.size)), values.size // 2)
+    chosen = rng.permutation(values.size)[:count]
+    out = values.copy().reshape(-1)
+    for turn, where in enumerate(chosen):
+        dtype = types[turn % len(types)]
+        steps = SUBNORMAL_STEPS[dtype]
+        # the smallest, the largest, and any size between
+        multiple = (1, steps - 1, int(rng.integers(1, steps)))[(turn // len(types)) % 3]
+        out[where] = subnormal(dtype, multiple if rng.random() < 0.5 else -multiple)
+    return out.reshape(values.shape)
 
 
 def round_to_dtype(array: np.ndarray, dtype: str) -> np.ndarray:
@@ -156,10 +199,16 @@ def compare_relative(name: str, out: np.ndarray, ref: np.ndarray, dtype: str) ->
         differs = ~np.isfinite(out64)
         return Verdict("mismatch", f"{name}: {int(differs.sum())} non-finite elements; "
                        + first_difference(out64, ref, differs), max_abs_err=float("inf"),
-                       rel_err=float("inf"))
+                       rel_err=float("inf"), differences=frozenset({NON_FINITE}))
     diff = out64 - ref
-    ref_norm = float(np.linalg.norm(ref))
-    rel_err = float(np.linalg.norm(diff) / ref_norm) if ref_norm > 0 else float(np.linalg.norm(diff))
+    # Norms of values near float64's largest (a subnormal float64 mask's
+    # quotients) would overflow when squared: both taken in units of a power
+    # of two near the largest reference value, which changes no ratio.
+    largest = float(np.abs(ref).max()) if ref.size else 0.0
+    unit = float(np.ldexp(1.0, np.frexp(largest)[1] - 1)) if np.isfinite(largest) and largest > 0 else 1.0
+    ref_norm = float(np.linalg.norm(ref / unit))
+    diff_norm = float(np.linalg.norm(diff / unit))
+    rel_err = diff_norm / ref_norm if ref_norm > 0 else diff_norm * unit
     max_abs_err = float(np.abs(diff).max()) if diff.size else 0.0
     tol = REL_TOL[dtype]
     if rel_err <= tol:

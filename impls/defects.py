@@ -20,6 +20,7 @@ from functools import lru_cache
 from typing import Mapping
 
 from impls import common
+from impls.dispersion_pinv import subnormal_mask_mode
 
 
 @dataclass(frozen=True)
@@ -89,6 +90,18 @@ for fmt in (torch.contiguous_format, torch.channels_last):
     print(fmt, i[0, 0, 1, 1].item())     # contiguous: 10; channels_last: 0 (outside the window)
 """
 
+_JAX_CPU_FLUSHES_SUBNORMALS = """\
+import numpy as np, jax
+y, mask = np.float32(1.0), np.float32(2.0**-127)  # a subnormal mask entry: not zero
+print(y / mask)                                   # 1.7014118e+38
+print(jax.jit(lambda y, m: y / m)(y, mask))        # inf: XLA's CPU backend reads the mask as 0
+"""
+
+# The modes whose inputs hold a subnormal mask in the dtypes JAX divides in
+# (dispersion_pinv's jax strategies divide the half types in float32, where a
+# float16 subnormal is a normal number).
+_JAX_FLUSHED_DTYPES = ("float32", "bfloat16", "float64")
+
 DEFECTS: tuple[KnownDefect, ...] = tuple(
     KnownDefect(
         id="numpy-max-zero-sign", strategy=key, library="numpy", versions=">=1.0",
@@ -109,6 +122,18 @@ DEFECTS: tuple[KnownDefect, ...] = tuple(
                     "for a window of all -inf (outside the window); contiguous tensors and the CPU are right",
         reproduction=_TORCH_CUDA_NHWC_NEG_INF,
         reference="aten/src/ATen/native/cuda/DilatedMaxPool2d.cu, the NHWC forward kernel"),
+) + tuple(
+    KnownDefect(
+        id="jax-cpu-flushes-subnormals", strategy=key, library="jax", versions=">=0.4",
+        condition=Condition(differences=frozenset({common.NON_FINITE}), devices=("cpu",),
+                            dtypes=_JAX_FLUSHED_DTYPES,
+                            modes=tuple(subnormal_mask_mode(dtype) for dtype in _JAX_FLUSHED_DTYPES)),
+        description="XLA's CPU backend flushes subnormal inputs and results of float arithmetic to zero, "
+                    "by design: dividing by a subnormal (non-zero) mask entry gives inf, or NaN for 0/0",
+        reproduction=_JAX_CPU_FLUSHES_SUBNORMALS,
+        reference="https://github.com/jax-ml/jax/issues/16200 (closed as intended behaviour; JAX's "
+                  "\"sharp bits\" page says the CPU backend flushes denormals); seen with jax 0.10.2")
+    for key in ("dispersion_pinv/jax_gather", "dispersion_pinv/jax_conv_adjoint")
 )
 
 
