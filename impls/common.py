@@ -24,10 +24,13 @@ WRONG_REL_ERR = {"float64": 1e-4, "float32": 1e-2, "float16": 5e-2, "bfloat16": 
 # upstream defect (impls/defects.py) explains a mismatch only when every
 # difference is of the kinds it lists.
 ZERO_SIGN = "zero-sign"  # both zero, the sign differs (-0.0 against +0.0)
+# both subnormal or zero in the dtype, not both zero (what flushing or mis-converting subnormals does)
+SUBNORMAL = "subnormal"
 VALUE = "value"  # any other differing value
 SHAPE = "shape"
 DTYPE_DIFFERENCE = "dtype"  # the output's dtype is not the one asked for (not a dtype itself)
 INDEX = "index"  # an index that is not the expected one
+SUBNORMAL_WINDOW_INDEX = "subnormal-window-index"  # a wrong index in a window holding a subnormal
 INDEX_OUTSIDE = "index-outside-plane"
 NEG_INF_WINDOW_INDEX_0 = "neg-inf-window-index-0"  # index 0 for an all -inf window that does not hold it
 # ... and the one kind a relative compare names: inf or NaN where the oracle is finite.
@@ -82,20 +85,18 @@ def is_subnormal(values: np.ndarray, dtype: str) -> np.ndarray:
 
 
 def sprinkle_subnormals(rng, values: np.ndarray, share: float) -> np.ndarray:
-    """``values`` with ``share`` of them (at least one per float type, at
+    """``values`` with ``share`` of them (at least two per float type, at
     most half of them) replaced by subnormals of every float type in turn, so
-    that each dtype's check holds subnormals of its own; of either sign, the
-    smallest, the largest and sizes between."""
+    that each dtype's check holds subnormals of its own: the smallest, the
+    largest and sizes between, of alternating sign."""
     types = list(SUBNORMAL_UNIT)
-    count = min(max(len(types), round(share * values.size)), values.size // 2)
-    chosen = rng.permutation(values.size)[:count]
+    count = min(max(2 * len(types), round(share * values.size)), values.size // 2)
     out = values.copy().reshape(-1)
-    for turn, where in enumerate(chosen):
-        dtype = types[turn % len(types)]
+    for turn, where in enumerate(rng.permutation(values.size)[:count]):
+        dtype, round_ = types[turn % len(types)], turn // len(types)
         steps = SUBNORMAL_STEPS[dtype]
-        # the smallest, the largest, and any size between
-        multiple = (1, steps - 1, int(rng.integers(1, steps)))[(turn // len(types)) % 3]
-        out[where] = subnormal(dtype, multiple if rng.random() < 0.5 else -multiple)
+        multiple = (1, steps - 1, int(rng.integers(1, steps)))[round_ % 3]
+        out[where] = subnormal(dtype, -multiple if round_ % 2 else multiple)
     return out.reshape(values.shape)
 
 
@@ -174,7 +175,9 @@ def compare_bitwise(name: str, out: np.ndarray, ref64: np.ndarray, dtype: str) -
     # -0.0 == +0.0 numerically: a difference between two zeros is one of sign only.
     zero_sign = differs & (out == 0) & (ref == 0)
     other = differs & ~zero_sign
-    kinds = frozenset(kind for kind, mask in ((ZERO_SIGN, zero_sign), (VALUE, other)) if mask.any())
+    tiny = differs & ~zero_sign & _subnormal_or_zero(out, dtype) & _subnormal_or_zero(ref, dtype)
+    kinds = frozenset(kind for kind, mask in ((ZERO_SIGN, zero_sign), (SUBNORMAL, tiny),
+                                              (VALUE, other & ~tiny)) if mask.any())
     if not other.any():
         where = tuple(int(i) for i in np.argwhere(zero_sign)[0])
         count = int(zero_sign.sum())
@@ -187,6 +190,10 @@ def compare_bitwise(name: str, out: np.ndarray, ref64: np.ndarray, dtype: str) -
     return Verdict("mismatch", f"{name}: {int(differs.sum())} elements differ{signs}; "
                    + first_difference(out, ref, other), max_abs_err=err, rel_err=float("nan"),
                    differences=kinds)
+
+
+def _subnormal_or_zero(values: np.ndarray, dtype: str) -> np.ndarray:
+    return (values == 0) | is_subnormal(values.astype(np.float64), dtype)
 
 
 def compare_relative(name: str, out: np.ndarray, ref: np.ndarray, dtype: str) -> Verdict:
