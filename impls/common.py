@@ -24,12 +24,17 @@ WRONG_REL_ERR = {"float64": 1e-4, "float32": 1e-2, "float16": 5e-2, "bfloat16": 
 # upstream defect (impls/defects.py) explains a mismatch only when every
 # difference is of the kinds it lists.
 ZERO_SIGN = "zero-sign"  # both zero, the sign differs (-0.0 against +0.0)
+# both subnormal or zero in the dtype, not both zero (what flushing or mis-converting subnormals does)
+SUBNORMAL = "subnormal"
 VALUE = "value"  # any other differing value
 SHAPE = "shape"
 DTYPE_DIFFERENCE = "dtype"  # the output's dtype is not the one asked for (not a dtype itself)
 INDEX = "index"  # an index that is not the expected one
+SUBNORMAL_WINDOW_INDEX = "subnormal-window-index"  # a wrong index in a window holding a subnormal
 INDEX_OUTSIDE = "index-outside-plane"
 NEG_INF_WINDOW_INDEX_0 = "neg-inf-window-index-0"  # index 0 for an all -inf window that does not hold it
+# ... and the one kind a relative compare names: inf or NaN where the oracle is finite.
+NON_FINITE = "non-finite"
 
 
 @dataclass(frozen=True)
@@ -54,6 +59,45 @@ def special_integers(rng, shape, bounds: tuple[float, float, float]) -> np.ndarr
     values[(special >= bounds[1]) & (special < bounds[2])] = -np.inf
     values[(values == 0) & (rng.random(shape) < 0.5)] = -0.0
     return values
+
+
+# Subnormal numbers of each float type, as multiples of its smallest one: its
+# subnormals are m * SUBNORMAL_UNIT for 0 < m < SUBNORMAL_STEPS, and its
+# smallest normal number is SUBNORMAL_UNIT * SUBNORMAL_STEPS. bfloat16 has
+# float32's exponent range and 7 mantissa bits, so its subnormals are float32
+# subnormals too (those that are multiples of 2**-133). All are exact float64s.
+SUBNORMAL_UNIT = {"float64": 2.0**-1074, "float32": 2.0**-149, "bfloat16": 2.0**-133, "float16": 2.0**-24}
+SUBNORMAL_STEPS = {"float64": 2**52, "float32": 2**23, "bfloat16": 2**7, "float16": 2**10}
+
+
+def subnormal(dtype: str, multiple) -> np.ndarray | float:
+    """``multiple`` (a signed integer, or an array of them) times ``dtype``'s
+    smallest subnormal, as float64: subnormal in ``dtype`` for 0 < |multiple| <
+    SUBNORMAL_STEPS[dtype]. In a narrower type it rounds to a zero of its sign
+    or a smaller subnormal; in a wider one it is a normal number."""
+    return np.asarray(multiple, dtype=np.float64) * SUBNORMAL_UNIT[dtype]
+
+
+def is_subnormal(values: np.ndarray, dtype: str) -> np.ndarray:
+    """Where ``values`` (float64 holding ``dtype``'s values) are subnormal in ``dtype``."""
+    magnitude = np.abs(values)
+    return (magnitude > 0) & (magnitude < SUBNORMAL_UNIT[dtype] * SUBNORMAL_STEPS[dtype])
+
+
+def sprinkle_subnormals(rng, values: np.ndarray, share: float) -> np.ndarray:
+    """``values`` with ``share`` of them (at least two per float type, at
+    most half of them) replaced by subnormals of every float type in turn, so
+    that each dtype's check holds subnormals of its own: the smallest, the
+    largest and sizes between, of alternating sign."""
+    types = list(SUBNORMAL_UNIT)
+    count = min(max(2 * len(types), round(share * values.size)), values.size // 2)
+    out = values.copy().reshape(-1)
+    for turn, where in enumerate(rng.permutation(values.size)[:count]):
+        dtype, round_ = types[turn % len(types)], turn // len(types)
+        steps = SUBNORMAL_STEPS[dtype]
+        multiple = (1, steps - 1, int(rng.integers(1, steps)))[round_ % 3]
+        out[where] = subnormal(dtype, -multiple if round_ % 2 else multiple)
+    return out.reshape(values.shape)
 
 
 def round_to_dtype(array: np.ndarray, dtype: str) -> np.ndarray:
@@ -131,7 +175,9 @@ def compare_bitwise(name: str, out: np.ndarray, ref64: np.ndarray, dtype: str) -
     # -0.0 == +0.0 numerically: a difference between two zeros is one of sign only.
     zero_sign = differs & (out == 0) & (ref == 0)
     other = differs & ~zero_sign
-    kinds = frozenset(kind for kind, mask in ((ZERO_SIGN, zero_sign), (VALUE, other)) if mask.any())
+    tiny = differs & ~zero_sign & _subnormal_or_zero(out, dtype) & _subnormal_or_zero(ref, dtype)
+    kinds = frozenset(kind for kind, mask in ((ZERO_SIGN, zero_sign), (SUBNORMAL, tiny),
+                                              (VALUE, other & ~tiny)) if mask.any())
     if not other.any():
         where = tuple(int(i) for i in np.argwhere(zero_sign)[0])
         count = int(zero_sign.sum())
@@ -146,6 +192,10 @@ def compare_bitwise(name: str, out: np.ndarray, ref64: np.ndarray, dtype: str) -
                    differences=kinds)
 
 
+def _subnormal_or_zero(values: np.ndarray, dtype: str) -> np.ndarray:
+    return (values == 0) | is_subnormal(values.astype(np.float64), dtype)
+
+
 def compare_relative(name: str, out: np.ndarray, ref: np.ndarray, dtype: str) -> Verdict:
     """SPEC 1.3: ‖out − ref‖ / ‖ref‖ against the dtype's bound."""
     bad = check_shape_dtype(name, out, ref, dtype)
@@ -156,10 +206,16 @@ def compare_relative(name: str, out: np.ndarray, ref: np.ndarray, dtype: str) ->
         differs = ~np.isfinite(out64)
         return Verdict("mismatch", f"{name}: {int(differs.sum())} non-finite elements; "
                        + first_difference(out64, ref, differs), max_abs_err=float("inf"),
-                       rel_err=float("inf"))
+                       rel_err=float("inf"), differences=frozenset({NON_FINITE}))
     diff = out64 - ref
-    ref_norm = float(np.linalg.norm(ref))
-    rel_err = float(np.linalg.norm(diff) / ref_norm) if ref_norm > 0 else float(np.linalg.norm(diff))
+    # Norms of values near float64's largest (a subnormal float64 mask's
+    # quotients) would overflow when squared: both taken in units of a power
+    # of two near the largest reference value, which changes no ratio.
+    largest = float(np.abs(ref).max()) if ref.size else 0.0
+    unit = float(np.ldexp(1.0, np.frexp(largest)[1] - 1)) if np.isfinite(largest) and largest > 0 else 1.0
+    ref_norm = float(np.linalg.norm(ref / unit))
+    diff_norm = float(np.linalg.norm(diff / unit))
+    rel_err = diff_norm / ref_norm if ref_norm > 0 else diff_norm * unit
     max_abs_err = float(np.abs(diff).max()) if diff.size else 0.0
     tol = REL_TOL[dtype]
     if rel_err <= tol:

@@ -20,6 +20,7 @@ from functools import lru_cache
 from typing import Mapping
 
 from impls import common
+from impls.dispersion_pinv import subnormal_mask_mode
 
 
 @dataclass(frozen=True)
@@ -89,6 +90,34 @@ for fmt in (torch.contiguous_format, torch.channels_last):
     print(fmt, i[0, 0, 1, 1].item())     # contiguous: 10; channels_last: 0 (outside the window)
 """
 
+_JAX_CPU_FLUSHES_SUBNORMALS = """\
+import numpy as np, jax
+y, mask = np.float32(1.0), np.float32(2.0**-127)  # a subnormal mask entry: not zero
+print(y / mask)                                   # 1.7014118e+38
+print(jax.jit(lambda y, m: y / m)(y, mask))        # inf: XLA's CPU backend reads the mask as 0
+"""
+
+_TRITON_INTERPRETER_BF16_SUBNORMALS = """\
+import os; os.environ["TRITON_INTERPRET"] = "1"
+import torch, triton, triton.language as tl
+
+@triton.jit
+def widen(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    i = tl.arange(0, BLOCK)
+    tl.store(out_ptr + i, tl.load(x_ptr + i, mask=i < n).to(tl.float32), mask=i < n)
+
+x = torch.tensor([1.0e-39, -2.8e-40, 9.2e-41, 1.0], dtype=torch.bfloat16)
+out = torch.empty(4, dtype=torch.float32)
+widen[(1,)](x, out, 4, BLOCK=4)
+print(x.float().tolist())  # [1.0102e-39, -2.7551e-40, 9.1835e-41, 1.0]: exact
+print(out.tolist())        # [4.4081e-39, -5.8775e-39, 0.0, 1.0]: the interpreter's
+"""
+
+# The modes whose inputs hold a subnormal mask in the dtypes JAX divides in
+# (dispersion_pinv's jax strategies divide the half types in float32, where a
+# float16 subnormal is a normal number).
+_JAX_FLUSHED_DTYPES = ("float32", "bfloat16", "float64")
+
 DEFECTS: tuple[KnownDefect, ...] = tuple(
     KnownDefect(
         id="numpy-max-zero-sign", strategy=key, library="numpy", versions=">=1.0",
@@ -109,6 +138,31 @@ DEFECTS: tuple[KnownDefect, ...] = tuple(
                     "for a window of all -inf (outside the window); contiguous tensors and the CPU are right",
         reproduction=_TORCH_CUDA_NHWC_NEG_INF,
         reference="aten/src/ATen/native/cuda/DilatedMaxPool2d.cu, the NHWC forward kernel"),
+) + tuple(
+    KnownDefect(
+        id="jax-cpu-flushes-subnormals", strategy=key, library="jax", versions=">=0.4",
+        condition=Condition(differences=frozenset({common.NON_FINITE}), devices=("cpu",),
+                            dtypes=_JAX_FLUSHED_DTYPES,
+                            modes=tuple(subnormal_mask_mode(dtype) for dtype in _JAX_FLUSHED_DTYPES)),
+        description="XLA's CPU backend flushes subnormal inputs and results of float arithmetic to zero, "
+                    "by design: dividing by a subnormal (non-zero) mask entry gives inf, or NaN for 0/0",
+        reproduction=_JAX_CPU_FLUSHES_SUBNORMALS,
+        reference="https://github.com/jax-ml/jax/issues/16200 (closed as intended behaviour; JAX's "
+                  "\"sharp bits\" page says the CPU backend flushes denormals); seen with jax 0.10.2")
+    for key in ("dispersion_pinv/jax_gather", "dispersion_pinv/jax_conv_adjoint")
+) + (
+    # Triton strategies reach the CPU only through the interpreter (CI's
+    # check): compiled for a GPU, the same kernel converts exactly.
+    KnownDefect(
+        id="triton-interpreter-bf16-subnormal", strategy="maxpool2d/triton_fused", library="triton",
+        versions=">=3.9",
+        condition=Condition(differences=frozenset({common.SUBNORMAL, common.SUBNORMAL_WINDOW_INDEX}),
+                            devices=("cpu",), dtypes=("bfloat16",)),
+        description="the interpreter (TRITON_INTERPRET=1) converts a bfloat16 subnormal to float32 wrongly "
+                    "(renormalised, then clamped: 1.0e-39 becomes 4.4e-39, 9.2e-41 becomes 0), so the kernel, "
+                    "which compares in float32, returns changed subnormals and picks wrong elements among them",
+        reproduction=_TRITON_INTERPRETER_BF16_SUBNORMALS,
+        reference="triton/runtime/interpreter.py, _convert_float; seen with triton 3.9.0"),
 )
 
 

@@ -53,7 +53,8 @@ def generate(params, mode: str = "random", seed: int = 0):
     """x uniform in [0, 1) as the seed draws it; ``adversarial``: small signed
     integers. Non-finite values are left out on purpose: the seed's own conv2d
     formulation multiplies by zero kernel taps, so NaN propagation is not part
-    of this operator's contract."""
+    of this operator's contract. Subnormals too: dispersion's inputs are normal
+    numbers (SPEC 2; CUDA's float atomics flush them)."""
     rng = np.random.default_rng(seed)
     B, C, H, W = (params[key] for key in ("B", "C", "H", "W"))
     if mode == "random":

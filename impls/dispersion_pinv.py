@@ -4,7 +4,8 @@ in:  y (B, 1, H, W'), mask (H, W), S, C with W' = W + (C-1)*S.
 out: x (B, C, H, W), x[b,i,h,w] = y[b,0,h,w+i*S] / alpha[w+i*S] / mask[h,w],
      alpha[w'] = how many channels cover column w'.
 identity: dispersion(dispersion_pinv(y)) == y for y in dispersion's range.
-The generator draws mask in [1e-3, 1); the public entry point rejects zeros.
+The generator draws mask in [1e-3, 1); the public entry point rejects zeros,
+so a subnormal mask entry is in the contract (mode ``subnormal-mask-<dtype>``).
 compare: relative error as dispersion. bytes: y + mask + x.
 """
 
@@ -34,14 +35,50 @@ def oracle(inputs, params):
     return x
 
 
+# A mode whose mask holds subnormals of the dtype it names: the mask is the
+# one input here whose small values the contract covers (y is in dispersion's
+# range, normal numbers, SPEC 2). Its mode names the dtype because another
+# type would round them to zero (a mask the entry point rejects) or to normal
+# numbers: each dtype gets its own extra check.
+SUBNORMAL_MASK = "subnormal-mask-"
+
+
+def subnormal_mask_mode(dtype: str) -> str:
+    return SUBNORMAL_MASK + dtype
+
+
 def generate(params, mode: str = "random", seed: int = 0):
     """y uniform in [0, C) (a dispersed image's range); ``adversarial``: small
-    integers, and binary-fraction masks so each quotient is exact."""
+    integers, and binary-fraction masks so each quotient is exact;
+    ``subnormal-mask-<dtype>``: the adversarial inputs with one subnormal mask
+    entry per row (``_plant_subnormal_mask``)."""
     rng = np.random.default_rng(seed)
     B, C, H, W = (params[key] for key in ("B", "C", "H", "W"))
     shape = (B, 1, H, dispersion.out_width(params))
     y = rng.random(shape) * C if mode == "random" else rng.integers(-4, 5, size=shape).astype(np.float64)
+    if mode.startswith(SUBNORMAL_MASK):
+        mask = dispersion.generate_mask(rng, (H, W), "adversarial")
+        _plant_subnormal_mask(rng, y, mask, params["S"], C, mode[len(SUBNORMAL_MASK):])
+        return {"y": y, "mask": mask}
     return {"y": y, "mask": dispersion.generate_mask(rng, (H, W), mode)}
+
+
+def _plant_subnormal_mask(rng, y, mask, S: int, C: int, dtype: str) -> None:
+    """One entry of each mask row becomes a subnormal of ``dtype`` (the
+    smallest and the largest of the top binade, then sizes between), and the
+    y every channel reads through it becomes -1, 0 or 1. Only the top binade:
+    below it 1/mask overflows the type, so x would be inf for any y the
+    suite's inputs hold. With |y| <= 1 and coverage >= 1, every x is finite
+    (at most 2**127 in float32, 2**15 in float16); a backend that flushes the
+    mask to zero gives inf, or NaN for 0/0."""
+    H, W = mask.shape
+    steps = common.SUBNORMAL_STEPS[dtype]
+    for h in range(H):
+        w = int(rng.integers(W))
+        multiple = (steps // 2, steps - 1, int(rng.integers(steps // 2, steps)))[min(h, 2)]
+        mask[h, w] = common.subnormal(dtype, multiple)
+        for i in range(C):
+            y[:, 0, h, w + i * S] = rng.integers(-1, 2, size=y.shape[0])
 
 
 def bytes_moved(params, itemsize: int, returns: str = "output") -> int:
@@ -61,11 +98,20 @@ def compare(out, ref, inputs, dtype: str, strat, params=None) -> Verdict:
 def extra_checks():
     """dispersion's many-channel cases in the half types: no sum here, but the
     coverage reaches 300, which bfloat16 cannot count to by adding ones (it
-    stops at 256), so a coverage built in the half type would show."""
-    return [dict(params=params, modes=("random",), dtypes=("float16", "bfloat16"),
+    stops at 256), so a coverage built in the half type would show. And a
+    subnormal mask in each dtype, on the first check case (contiguous only:
+    the layouts change y, not the mask). Compiled strategies get the float32
+    one, whose shapes their adversarial check has compiled already; each other
+    dtype would be a compile of its own."""
+    many = [dict(params=params, modes=("random",), dtypes=("float16", "bfloat16"),
                  layouts=("contiguous",), compiled=False,
                  why="coverage of hundreds of channels, in float16 and bfloat16")
             for params in dispersion.MANY_CHANNELS]
+    subnormal = [dict(params=dispersion.check_cases()[0], modes=(subnormal_mask_mode(dtype),), dtypes=(dtype,),
+                      layouts=("contiguous",), compiled=dtype == "float32",
+                      why=f"a subnormal {dtype} mask entry (not zero: the entry point accepts it)")
+                 for dtype in common.SUBNORMAL_UNIT]
+    return many + subnormal
 
 
 OP = register_operator(Operator(

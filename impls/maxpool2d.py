@@ -49,7 +49,8 @@ def generate(params, mode: str = "random", seed: int = 0):
     """x as float64; ``adversarial``: integers in [-3, 3] (ties everywhere),
     zeros of either sign, NaN and ±inf sprinkled in, and planted windows: all
     -inf at several places (the origin, the middle, the last row and column),
-    ±0.0 ties in both orders (the first maximum's sign is the answer), and one
+    ±0.0 ties in both orders (the first maximum's sign is the answer),
+    windows of subnormals of every float type (``SUBNORMAL_WINDOWS``), and one
     all-NaN window."""
     rng = np.random.default_rng(seed)
     shape = (params["N"], params["C"], params["H"], params["W"])
@@ -65,11 +66,48 @@ def generate(params, mode: str = "random", seed: int = 0):
 ZERO_TIES = ({0: -0.0, 1: 0.0}, {0: 0.0, -1: -0.0}, {-2: -0.0, -1: 0.0})
 
 
+# Windows of subnormals (SPEC 1.1 compares values bitwise, subnormals
+# included), as the first four elements of a k*k window in units of a type's
+# smallest subnormal (LARGEST: its largest), every other element -1. Each is
+# planted once per float type, so every dtype's check holds subnormals of its
+# own type (another type's become zeros of their sign, or normal numbers). A
+# backend that flushes subnormals to zero sees a window of zeros and answers
+# its first element: each pattern then gives a wrong value or index.
+LARGEST = "largest"
+SUBNORMAL_WINDOWS = (
+    (2, 6, 4, 1),  # the maximum second (1e-323, 3e-323, 2e-323, 5e-324 in float64)
+    (-5, 3, 3, 1),  # a tie of subnormals: the first, at position 1
+    (-0.0, -1, 0.0, 1),  # both signs beside both zeros: the maximum is the last
+    (-1, -0.0, 0.0, -2),  # a negative subnormal before the zeros: -0.0 at position 1 is the maximum
+    (-3, -1, -2, -1),  # all negative: the first -1 unit, at position 1
+    (1, LARGEST, 2, LARGEST),  # the largest subnormal, tied: the first, at position 1
+)
+# k = 1: a window is one element, a subnormal of either sign.
+SUBNORMAL_SINGLES = ((1,), (-1,), (LARGEST,))
+
+
+def subnormal_windows(k: int) -> list[np.ndarray]:
+    """The planted subnormal windows for window size ``k`` (flat, k*k long,
+    float64), the types interleaved so that each gets its first patterns in
+    a plane with room for only a few."""
+    patterns = SUBNORMAL_WINDOWS if k > 1 else SUBNORMAL_SINGLES
+    windows = []
+    for pattern in patterns:
+        for dtype in common.SUBNORMAL_UNIT:
+            largest = common.SUBNORMAL_STEPS[dtype] - 1
+            flat = np.full(k * k, -1.0)
+            flat[:len(pattern)] = [common.subnormal(dtype, largest if unit == LARGEST else unit)
+                                   for unit in pattern]
+            windows.append(flat)
+    return windows
+
+
 def _plant_windows(x, k: int) -> None:
     """All -inf windows at several places (each must yield the index of its own
-    first element, which is 0 only at the origin), ±0.0 ties, and one all-NaN
-    window at the end of the last plane, spread over the planes so that they
-    do not overwrite each other where there is room."""
+    first element, which is 0 only at the origin), ±0.0 ties, subnormal
+    windows, and one all-NaN window at the end of the last plane, spread over
+    the planes so that they do not overwrite each other where there is room
+    (in that order of priority)."""
     N, C, H, W = x.shape
     h, w = H // k, W // k
     if h == 0 or w == 0:
@@ -107,6 +145,10 @@ def _plant_windows(x, k: int) -> None:
             for position, value in tie.items():
                 flat[position] = value
             window(where)[...] = flat.reshape(k, k)
+    for t, flat in enumerate(subnormal_windows(k), start=len(ZERO_TIES) + 1):
+        where = slot(t, t)
+        if where:
+            window(where)[...] = flat.reshape(k, k)
     if H >= k and W >= k:
         x[-1, -1, -k:, -k:] = np.nan
 
@@ -142,10 +184,10 @@ def compare(out, ref, inputs, dtype: str, strat, params: dict) -> Verdict:
     if out_indices is None:
         return verdict
     return common.merge_verdicts(verdict, _compare_indices(out_indices, ref_indices, ref_values,
-                                                           inputs["x"], strat.ties, params["k"]))
+                                                           inputs["x"], strat.ties, params["k"], dtype))
 
 
-def _compare_indices(got, expected, ref_values, x, ties: str, k: int) -> Verdict:
+def _compare_indices(got, expected, ref_values, x, ties: str, k: int, dtype: str) -> Verdict:
     if not isinstance(got, np.ndarray) or got.shape != expected.shape:
         return Verdict("mismatch", f"indices: shape {getattr(got, 'shape', None)}, expected {expected.shape}",
                        differences=frozenset({common.SHAPE}))
@@ -176,14 +218,25 @@ def _compare_indices(got, expected, ref_values, x, ties: str, k: int) -> Verdict
         wrong = ~fine
         # The window's maximum is -inf only when all of it is -inf.
         zero_for_neg_inf = wrong & np.isneginf(ref_values) & (got == 0)
+        # A window holding a subnormal: where a backend that flushes them picks another element.
+        subnormal_window = wrong & ~zero_for_neg_inf & _windows_holding_subnormals(x, k, dtype, got.shape)
         kinds = frozenset(kind for kind, mask in ((common.NEG_INF_WINDOW_INDEX_0, zero_for_neg_inf),
-                                                  (common.INDEX, wrong & ~zero_for_neg_inf)) if mask.any())
+                                                  (common.SUBNORMAL_WINDOW_INDEX, subnormal_window),
+                                                  (common.INDEX, wrong & ~zero_for_neg_inf & ~subnormal_window))
+                          if mask.any())
         detail = (" (index 0 for an all -inf window away from the origin)"
                   if kinds == {common.NEG_INF_WINDOW_INDEX_0} else "")
         rule = "any" if ties == "any" else "first"  # undeclared ties are held to the contract's first maximum
         return Verdict("mismatch", f"indices ({rule} ties): {int(wrong.sum())} wrong{detail}; "
                        + common.first_difference(got, expected, wrong), differences=kinds)
     return Verdict("ok")
+
+
+def _windows_holding_subnormals(x, k: int, dtype: str, pooled_shape) -> np.ndarray:
+    N, C, H, W = x.shape
+    h, w = pooled_shape[2], pooled_shape[3]
+    tiny = common.is_subnormal(x[:, :, :h * k, :w * k], dtype)
+    return tiny.reshape(N, C, h, k, w, k).any(axis=(3, 5))
 
 
 def _pointed_maximum(indices, ref_values, x):
@@ -462,6 +515,25 @@ def triton_fused(inputs, params):
     return kernels_triton.prepared(lambda: kernels_triton.maxpool2d(x, k))
 
 
+def order_key(x):
+    """JAX: an integer of ``x``'s own bits that orders as its value does, for
+    comparisons that keep subnormals. JAX's CPU backend flushes subnormals to
+    zero in float arithmetic and comparisons (by design, jax-ml/jax#16200):
+    ``jax.jit(jnp.max)`` of [1e-323, 3e-323, 2e-323, 5e-324] is 0.0, and the
+    argmax 0. Integer comparisons do not flush, and a max-pool only compares.
+    -0.0 and +0.0 get one key (they tie, SPEC 1.1); NaN the largest (it wins,
+    as in numpy's argmax); one bitcast and a few integer operations per element,
+    fused with the comparison."""
+    import jax.numpy as jnp
+    from jax import lax
+
+    itype = {2: jnp.int16, 4: jnp.int32, 8: jnp.int64}[x.dtype.itemsize]
+    bits = lax.bitcast_convert_type(x, itype)
+    largest = jnp.iinfo(itype).max
+    magnitude = bits & largest
+    return jnp.where(jnp.isnan(x), largest, jnp.where(bits < 0, -magnitude, magnitude))
+
+
 def jax_reshape_argmax_fn(x, k: int):
     """Windows as rows by reshape/transpose, one argmax, one gather (JAX)."""
     import jax.numpy as jnp
@@ -469,7 +541,9 @@ def jax_reshape_argmax_fn(x, k: int):
     N, C, H, W = x.shape
     h, w = H // k, W // k
     windows = x[:, :, :h * k, :w * k].reshape(N, C, h, k, w, k).transpose(0, 1, 2, 4, 3, 5).reshape(N, C, h, w, k * k)
-    in_window = jnp.argmax(windows, axis=-1)  # the first maximum, or the first NaN, as numpy's
+    # The first maximum, or the first NaN, as numpy's; on the bits' order key,
+    # since a float argmax on JAX's CPU backend flushes subnormals.
+    in_window = jnp.argmax(order_key(windows), axis=-1)
     values = jnp.take_along_axis(windows, in_window[..., None], axis=-1)[..., 0]
     rows = jnp.arange(h)[:, None] * k + in_window // k
     cols = jnp.arange(w)[None, :] * k + in_window % k
@@ -480,8 +554,9 @@ def jax_reshape_argmax_fn(x, k: int):
 def jax_reshape_argmax(inputs, params):
     """Added: the reshape-argmax of the seed's answer in JAX, jitted: XLA
     fuses the window copy, argmax, gather and index arithmetic (one or two
-    loops over x); values and int64 indices written once. Compiled per shape
-    in prepare."""
+    loops over x); values and int64 indices written once. The argmax compares
+    integer keys of the values' bits (``order_key``): JAX's CPU backend
+    flushes subnormals in float comparisons. Compiled per shape in prepare."""
     from impls.backends import jax_compiled
 
     return jax_compiled(jax_reshape_argmax_fn, inputs["x"], params["k"], static_argnums=1)
@@ -489,11 +564,12 @@ def jax_reshape_argmax(inputs, params):
 
 def _first_maximum(a, b):
     """The SPEC's maximum of two: ``b`` only when strictly greater, or the
-    first NaN; a ±0.0 tie keeps the first zero's sign."""
-    import jax.numpy as jnp
+    first NaN; a ±0.0 tie keeps the first zero's sign. Compared by
+    ``order_key``, not as floats, which JAX's CPU backend flushes when
+    subnormal."""
     from jax import lax
 
-    return lax.select((b > a) | (jnp.isnan(b) & ~jnp.isnan(a)), b, a)
+    return lax.select(order_key(b) > order_key(a), b, a)
 
 
 def jax_reduce_window_fn(x, k: int):
@@ -511,7 +587,9 @@ def jax_reduce_window(inputs, params):
     here, ``lax.max`` returns +0.0 for a ±0.0 tie whichever comes first
     (IEEE maximum), where the first maximum's bits are asked for; XLA's CPU
     loop visits a window in row-major order (the adversarial check holds it
-    to that, bit for bit). Compiled per shape in prepare."""
+    to that, bit for bit). It compares integer keys of the values' bits
+    (``order_key``), since float comparisons on JAX's CPU backend flush
+    subnormals. Compiled per shape in prepare."""
     from impls.backends import jax_compiled
 
     return jax_compiled(jax_reduce_window_fn, inputs["x"], params["k"], static_argnums=1)

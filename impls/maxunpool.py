@@ -65,8 +65,9 @@ def oracle(inputs, params):
 def generate(params, mode: str = "random", seed: int = 0):
     """1d: one position per bin of width f (adversarial: at the bins' edges);
     2d: values and indices from maxpool2d's oracle on a random or adversarial x.
-    Adversarial values are small integers with zeros of either sign, NaN and
-    ±inf. ``scattered`` (either form): adversarial values at distinct positions
+    Adversarial values are small integers with zeros of either sign, NaN,
+    ±inf and subnormals of every float type (in 2d, the maxima of maxpool2d's
+    subnormal windows). ``scattered`` (either form): adversarial values at distinct positions
     drawn anywhere in their row, mostly outside their own window or bin: what
     SPEC 1.2 asks of every strategy that does not declare "positions-in-window"."""
     rng = np.random.default_rng(seed)
@@ -89,8 +90,11 @@ def generate(params, mode: str = "random", seed: int = 0):
 
 
 def _adversarial_values(rng, shape):
-    # -0.0 must arrive as -0.0: an output built by adding into zeros would lose its sign.
-    return common.special_integers(rng, shape, (0.05, 0.1, 0.15))
+    # -0.0 must arrive as -0.0: an output built by adding into zeros would lose
+    # its sign. Subnormals of every type must land bit for bit (SPEC 1.2
+    # compares bitwise): a backend that flushes them on the way is wrong.
+    values = common.special_integers(rng, shape, (0.05, 0.1, 0.15))
+    return common.sprinkle_subnormals(rng, values, 0.15)
 
 
 def _scattered(params, rng):

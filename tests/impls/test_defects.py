@@ -121,3 +121,32 @@ def test_installed_versions_name_every_library():
     versions = defects.installed_versions()
     assert set(versions) == {d.library for d in defects.DEFECTS}
     assert versions["numpy"] == np.__version__
+
+
+def test_jax_cpu_flush_is_matched_only_for_a_subnormal_mask():
+    strat = "dispersion_pinv/jax_gather"
+    versions = {"jax": "0.10.2"}
+    inf = Verdict("mismatch", "x: 24 non-finite elements", differences=frozenset({"non-finite"}))
+    where = dict(device="cpu", dtype="float32", layout="contiguous", mode="subnormal-mask-float32")
+    assert defects.match(strat, inf, versions=versions, **where).id == "jax-cpu-flushes-subnormals"
+    assert defects.match("dispersion_pinv/jax_conv_adjoint", inf, versions=versions, **where)
+    for other in (dict(where, mode="adversarial"), dict(where, mode="random"), dict(where, device="cuda"),
+                  dict(where, dtype="float16", mode="subnormal-mask-float16")):
+        assert defects.match(strat, inf, versions=versions, **other) is None, other
+    # a relative error over the bound is not what a flush does, nor a NumPy strategy's inf
+    assert defects.match(strat, Verdict("mismatch", "relative error"), versions=versions, **where) is None
+    assert defects.match("dispersion_pinv/numpy_window_view", inf, versions=versions, **where) is None
+
+
+def test_triton_interpreter_bf16_subnormals_are_matched_only_there():
+    strat = strategy("triton_fused")
+    versions = {"triton": "3.9.0"}
+    flushed = Verdict("mismatch", "", differences=frozenset({"subnormal", "subnormal-window-index"}))
+    where = dict(device="cpu", dtype="bfloat16", layout="contiguous", mode="adversarial")
+    assert defects.match(strat, flushed, versions=versions, **where).id == "triton-interpreter-bf16-subnormal"
+    for other in (dict(where, device="cuda"), dict(where, dtype="float32"), dict(where, dtype="float16")):
+        assert defects.match(strat, flushed, versions=versions, **other) is None, other
+    for kind in ("value", "index", "zero-sign"):
+        mixed = Verdict("mismatch", "", differences=frozenset({"subnormal", kind}))
+        assert defects.match(strat, mixed, versions=versions, **where) is None, kind
+    assert defects.match(strategy("numba_fused"), flushed, versions=versions, **where) is None

@@ -18,8 +18,10 @@ clamps it: 1.0e-39 comes out as 4.4e-39, -2.8e-40 as -5.9e-39, 9.2e-41 as
 0 (Triton 3.9). The maxpool kernel compares in float32 and stores the
 converted value back, so under the interpreter bfloat16 subnormals can win
 or lose the wrong comparisons and come back changed. Compiled kernels on a
-GPU convert them exactly. CI's check inputs are normal numbers, and a
-subnormal bfloat16 case can only be checked on a GPU.
+GPU convert them exactly. The adversarial check holds bfloat16 subnormals:
+under the interpreter, maxpool2d's triton_fused is reported there as the
+known upstream defect triton-interpreter-bf16-subnormal (impls/defects.py),
+and a GPU checks the kernel itself.
 """
 
 from __future__ import annotations
