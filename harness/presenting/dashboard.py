@@ -79,27 +79,26 @@ def build_run_report(directory: Path, target: Path) -> None:
     _report().build([directory], target, light=True)
 
 
-def strategy_colour(op: str, name: str) -> str:
+def strategy_colour(name: str) -> str:
     """The strategy's colour in the report's figures, so a strategy looks the same everywhere."""
     from harness.presenting.report import figures
 
-    return figures.strategy_colour(op, name)
+    return figures.strategy_colour(name)
 
 
-def strategy_colours(names: list[tuple[str, str]], cache_path: Path) -> dict[str, str]:
-    """{"op/strategy": colour} for ``names`` ((op, strategy) pairs), kept in
-    the site's cache with the report's source and the registry's strategy
-    names it depends on: a build that meets no new strategy does not import
-    the report (and matplotlib)."""
+def strategy_colours(names: list[str], cache_path: Path) -> dict[str, str]:
+    """{strategy: colour} for ``names``, kept in the site's cache with the
+    report's source and the registry's strategy names it depends on: a build
+    that meets no new strategy does not import the report (and matplotlib)."""
     from impls.registry import OPERATORS
 
     registry = {op: sorted(operator.strategies) for op, operator in OPERATORS.items()}
     key = hashlib.sha256(_report_source() + json.dumps(registry, sort_keys=True).encode()).hexdigest()
     cache = _load_cache(cache_path)
     colours = cache.get("colours", {}) if cache.get("key") == key else {}
-    missing = [(op, name) for op, name in names if f"{op}/{name}" not in colours]
-    for op, name in missing:
-        colours[f"{op}/{name}"] = strategy_colour(op, name)
+    missing = [name for name in names if name not in colours]
+    for name in missing:
+        colours[name] = strategy_colour(name)
     if missing or cache.get("key") != key:
         store.write_json_atomic(cache_path, {"key": key, "colours": colours})
     return colours
@@ -214,7 +213,6 @@ def case_data(group: pd.DataFrame, changes: pd.DataFrame, title: str, colours: d
     machine (median, IQR as % of it, counts; a machine's own dash pattern
     where the case ran on several), and marks where a rule failed a change.
     ``decimals``: each count's, for the script to print it as ``Metric.format`` does."""
-    op = group["op"].iloc[0]
     counted = [name for name in metrics.COUNTS.names if name in group and group[name].notna().any()]
     group = group.assign(iqr_pct=100 * group["iqr_s"] / group["median_s"].where(group["median_s"] > 0))
     table = group.pivot(index="run", columns="strategy", values=["median_s", "iqr_pct"] + counted)
@@ -228,7 +226,7 @@ def case_data(group: pd.DataFrame, changes: pd.DataFrame, title: str, colours: d
             on_machine = (machine_of_run == machine).to_numpy()
             if not ((group["strategy"] == name) & (group["machine"].astype(str) == machine)).any():
                 continue
-            entry = {"name": name if len(machines) == 1 else f"{name} · {machine}", "colour": colours[f"{op}/{name}"],
+            entry = {"name": name if len(machines) == 1 else f"{name} · {machine}", "colour": colours[name],
                      "dash": number}
             for key, column in [("y", "median_s"), ("iqr", "iqr_pct")] + [(metric, metric) for metric in counted]:
                 entry[key] = _short(table[(column, name)].where(on_machine))
@@ -457,8 +455,7 @@ def write_case_data(cases: pd.DataFrame, changes: pd.DataFrame, site: Path) -> d
     """``data/cases/<case>.js`` for every case (cases no longer in the
     history leave); {op: [(slug, title, count metrics), ...]}."""
     (site / "data" / "cases").mkdir(parents=True, exist_ok=True)
-    names = cases[["op", "strategy"]].drop_duplicates()
-    colours = strategy_colours(list(zip(names["op"], names["strategy"])), site / CACHE / COLOURS)
+    colours = strategy_colours(sorted(cases["strategy"].unique()), site / CACHE / COLOURS)
     changes_by_group = dict(list(changes.groupby(CASE_GROUP, sort=False)))
     groups: dict[str, list] = {}
     written = set()
