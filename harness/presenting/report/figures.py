@@ -32,7 +32,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 from matplotlib.font_manager import FontProperties  # noqa: E402
-from matplotlib.textpath import TextPath  # noqa: E402
+from matplotlib.textpath import text_to_path  # noqa: E402
 from matplotlib.ticker import FuncFormatter, Locator, NullLocator  # noqa: E402
 
 from harness.base.format import fmt_pct, fmt_plain, fmt_ratio, fmt_time, slug  # noqa: E402
@@ -157,12 +157,14 @@ def set_xlabel(ax, text: str, fontsize: float = 9) -> None:
     ax.set_xlabel(_escaped(wrap(text, FIGURE_WIDTH_IN - 3, fontsize)), fontsize=fontsize)
 
 
+@functools.lru_cache(maxsize=4096)
 def text_width_pt(text: str, fontsize: float) -> float:
     """The drawn width of ``text`` (its widest line) in points, from the
-    font's glyph outlines: the same for the PNG and the SVG renderer."""
+    font's metrics: the same for the PNG and the SVG renderer, and cached (a
+    figure's layout asks for its tick labels' widths many times over)."""
     font = FontProperties(size=fontsize)
-    return max((TextPath((0, 0), line, prop=font).get_extents().width for line in text.split("\n") if line),
-               default=0.0)
+    return max((text_to_path.get_text_width_height_descent(line, font, ismath=False)[0]
+                for line in text.split("\n") if line), default=0.0)
 
 
 def _bytes_text(value: float) -> str:
