@@ -19,9 +19,37 @@ def fmt_time(seconds: float | None) -> str:
 
 
 def fmt_num(value: float | None, digits: int = 3, suffix: str = "") -> str:
+    """``digits`` significant figures; a number too large for them is
+    rounded to them and written whole with thousands separators ("1,420",
+    never "1.42e+03"). Small ones keep the exponent (a relative error of
+    "1.2e-07" reads better than its zeros)."""
     if value is None or not math.isfinite(value):
         return "–"
+    rounded = float(f"{value:.{digits}g}")  # 999.6 rounds to 1,000, past what the digits hold
+    if abs(rounded) >= 10 ** digits:
+        return f"{rounded:,.0f}{suffix}"
     return f"{value:.{digits}g}{suffix}"
+
+
+def fmt_plain(value: float | None, digits: int = 3) -> str:
+    """``digits`` significant figures written out, with no exponent at any
+    size: "1,420", "46.5", "0.0000512"; "–" for none."""
+    if value is None or not math.isfinite(value):
+        return "–"
+    rounded = float(f"{value:.{digits}g}")
+    if rounded == 0:
+        return "0"
+    decimals = max(0, digits - 1 - math.floor(math.log10(abs(rounded))))
+    text = f"{rounded:,.{decimals}f}"
+    return text.rstrip("0").rstrip(".") if "." in text else text
+
+
+def fmt_pct(value: float | None, digits: int = 3) -> str:
+    """A percentage as a plain number and " %": "465 %", "1,420 %",
+    "0.0512 %" (a copy ceiling measured under load put "1.42e+03 %" in a
+    table). Every table, sentence and figure writes percentages with it."""
+    text = fmt_plain(value, digits)
+    return text if text == "–" else f"{text} %"
 
 
 def fmt_p(value: float | None) -> str:

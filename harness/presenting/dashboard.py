@@ -53,7 +53,11 @@ STYLE = ("body{font-family:system-ui,sans-serif;max-width:1200px;margin:2em auto
          "table{border-collapse:collapse;font-size:13px}td,th{border:1px solid #ccc;padding:3px 8px}"
          "td.num{text-align:right}.regressed,li.red{color:#b00;font-weight:bold}.improved{color:#070}"
          ".not-judged,li.grey{color:#777}li.source{color:#1f5fbf}nav a{margin-right:1em}"
-         "td.unstable{color:#a60;font-weight:bold}div.chart{margin:0 0 2em}.runinfo{font-size:12px;color:#555}")
+         "td.unstable{color:#a60;font-weight:bold}div.chart{margin:0 0 2em}.runinfo{font-size:12px;color:#555}"
+         ".legend{font-size:12px;margin:4px 0}.legend div{margin:2px 0}.legend b{display:inline-block;width:6em}"
+         ".legend button{font:inherit;border:1px solid #ccc;border-radius:3px;background:#fff;margin:1px 3px;"
+         "padding:1px 6px;cursor:pointer}.legend button.off{opacity:.4;text-decoration:line-through}"
+         ".legend svg{vertical-align:middle;margin-right:4px}")
 
 
 # ----------------------------------------------------------- the report seam
@@ -79,27 +83,26 @@ def build_run_report(directory: Path, target: Path) -> None:
     _report().build([directory], target, light=True)
 
 
-def strategy_colour(op: str, name: str) -> str:
+def strategy_colour(name: str) -> str:
     """The strategy's colour in the report's figures, so a strategy looks the same everywhere."""
     from harness.presenting.report import figures
 
-    return figures.strategy_colour(op, name)
+    return figures.strategy_colour(name)
 
 
-def strategy_colours(names: list[tuple[str, str]], cache_path: Path) -> dict[str, str]:
-    """{"op/strategy": colour} for ``names`` ((op, strategy) pairs), kept in
-    the site's cache with the report's source and the registry's strategy
-    names it depends on: a build that meets no new strategy does not import
-    the report (and matplotlib)."""
+def strategy_colours(names: list[str], cache_path: Path) -> dict[str, str]:
+    """{strategy: colour} for ``names``, kept in the site's cache with the
+    report's source and the registry's strategy names it depends on: a build
+    that meets no new strategy does not import the report (and matplotlib)."""
     from impls.registry import OPERATORS
 
     registry = {op: sorted(operator.strategies) for op, operator in OPERATORS.items()}
     key = hashlib.sha256(_report_source() + json.dumps(registry, sort_keys=True).encode()).hexdigest()
     cache = _load_cache(cache_path)
     colours = cache.get("colours", {}) if cache.get("key") == key else {}
-    missing = [(op, name) for op, name in names if f"{op}/{name}" not in colours]
-    for op, name in missing:
-        colours[f"{op}/{name}"] = strategy_colour(op, name)
+    missing = [name for name in names if name not in colours]
+    for name in missing:
+        colours[name] = strategy_colour(name)
     if missing or cache.get("key") != key:
         store.write_json_atomic(cache_path, {"key": key, "colours": colours})
     return colours
@@ -197,10 +200,33 @@ def _data_script(name: str, value) -> str:
             + json.dumps(value, separators=(",", ":"), ensure_ascii=True, allow_nan=False) + ";\n")
 
 
+def run_times(start_times) -> list[float]:
+    """Each run's start in seconds since the epoch (UTC), for the charts'
+    time axis; strictly increasing in the runs' order, as the axis needs: a
+    run with no readable start, or one not after the run before it (two runs
+    in one second, clocks with different offsets), is placed a second after
+    that run (the first runs, before any readable start, a second apart
+    before it)."""
+    parsed = pd.to_datetime(pd.Series(list(start_times), dtype=object), utc=True, errors="coerce", format="ISO8601")
+    seconds = [value.timestamp() if not pd.isna(value) else None for value in parsed]
+    known = next((index for index, value in enumerate(seconds) if value is not None), None)
+    if known is None:
+        return [float(index) for index in range(len(seconds))]
+    times: list[float] = []
+    for index, value in enumerate(seconds):
+        if index < known:
+            value = seconds[known] - (known - index)
+        elif times and (value is None or value <= times[-1]):
+            value = times[-1] + 1.0
+        times.append(float(value))
+    return times
+
+
 def write_runs_data(runs: pd.DataFrame, links: dict, site: Path) -> None:
     (site / "data").mkdir(exist_ok=True)
     machines = list(dict.fromkeys(runs["machine"]))
     data = {"id": list(runs["run_id"]), "date": [_run_date(s) for s in runs["start_time"]],
+            "t": run_times(runs["start_time"]),
             "commit": [c[:10] for c in runs["commit"]], "machine": [machines.index(m) for m in runs["machine"]],
             "report": [links.get(run, "") for run in runs["run"]]}
     _write_if_changed(site / "data" / "runs.js", _data_script(".runs", data) + _data_script(".machines", machines))
@@ -210,11 +236,12 @@ KIND = {history.RED: "red", history.NOT_JUDGED: "grey", history.SOURCE_CHANGED: 
 
 
 def case_data(group: pd.DataFrame, changes: pd.DataFrame, title: str, colours: dict) -> dict:
-    """A case's chart: x the runs that measured it, a series per strategy and
-    machine (median, IQR as % of it, counts; a machine's own dash pattern
-    where the case ran on several), and marks where a rule failed a change.
+    """A case's chart: x the runs that measured it (the script places them
+    at their start times, ``runs.js``'s ``t``), a series per strategy and
+    machine (its strategy's name and colour, the index of its machine in
+    ``machines``, which gives its dash pattern and its group in the legend;
+    median, IQR as % of it, counts), and marks where a rule failed a change.
     ``decimals``: each count's, for the script to print it as ``Metric.format`` does."""
-    op = group["op"].iloc[0]
     counted = [name for name in metrics.COUNTS.names if name in group and group[name].notna().any()]
     group = group.assign(iqr_pct=100 * group["iqr_s"] / group["median_s"].where(group["median_s"] > 0))
     table = group.pivot(index="run", columns="strategy", values=["median_s", "iqr_pct"] + counted)
@@ -228,8 +255,7 @@ def case_data(group: pd.DataFrame, changes: pd.DataFrame, title: str, colours: d
             on_machine = (machine_of_run == machine).to_numpy()
             if not ((group["strategy"] == name) & (group["machine"].astype(str) == machine)).any():
                 continue
-            entry = {"name": name if len(machines) == 1 else f"{name} · {machine}", "colour": colours[f"{op}/{name}"],
-                     "dash": number}
+            entry = {"name": name, "colour": colours[name], "machine": number}
             for key, column in [("y", "median_s"), ("iqr", "iqr_pct")] + [(metric, metric) for metric in counted]:
                 entry[key] = _short(table[(column, name)].where(on_machine))
             index_of[(name, machine)] = len(series)
@@ -381,10 +407,12 @@ def op_page(op: str, groups: list[tuple[str, str]], changes: pd.DataFrame, runs:
             change_list(mine, runs, history.RED, "red"),
             "<h2 class='not-judged'>Failed by the rule, not judged</h2>",
             change_list(mine, runs, history.NOT_JUDGED, "not-judged"),
-            "<p>Charts: median time per run (log scale), a line per strategy and machine (each machine is its own "
-            "history, judged against its own runs: the first machine solid, the others dashed or dotted); red "
-            "rings: regressions; grey rings: not judged; blue squares: the strategy's source changed; dashed "
-            "vertical lines: where another machine's history of the case begins. Hover for the run.</p>"]
+            "<p>Charts: median time per run against the run's start (log scale), a line per strategy and machine "
+            "(each machine is its own history, judged against its own runs: the first machine solid, the others "
+            "dashed or dotted); red rings: regressions; grey rings: not judged; blue squares: the strategy's source "
+            "changed; dashed vertical lines: where another machine's history of the case begins. Below each chart, "
+            "the legend: a machine or a strategy clicked hides its lines, clicked again shows them. Hover for the "
+            "run and its values.</p>"]
     scripts = ["assets/uPlot.iife.min.js", "assets/dashboard.js", "data/runs.js"]
     for stem, title, counted in groups:
         body.append(f"<h2 id='{esc(stem)}'>{esc(title)}</h2><div class='chart' data-case='{esc(stem)}'></div>")
@@ -457,8 +485,7 @@ def write_case_data(cases: pd.DataFrame, changes: pd.DataFrame, site: Path) -> d
     """``data/cases/<case>.js`` for every case (cases no longer in the
     history leave); {op: [(slug, title, count metrics), ...]}."""
     (site / "data" / "cases").mkdir(parents=True, exist_ok=True)
-    names = cases[["op", "strategy"]].drop_duplicates()
-    colours = strategy_colours(list(zip(names["op"], names["strategy"])), site / CACHE / COLOURS)
+    colours = strategy_colours(sorted(cases["strategy"].unique()), site / CACHE / COLOURS)
     changes_by_group = dict(list(changes.groupby(CASE_GROUP, sort=False)))
     groups: dict[str, list] = {}
     written = set()

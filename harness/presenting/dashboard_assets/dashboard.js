@@ -9,6 +9,7 @@
   // A case measured on several machines: one series per strategy and machine, the
   // strategy's colour, the machine's dash pattern (solid for the first).
   var DASHES = [[], [6, 3], [2, 3], [8, 3, 2, 3]];
+  var SVG = "http://www.w3.org/2000/svg";
 
   function timeText(seconds) {
     if (seconds == null || !isFinite(seconds)) return "–";
@@ -48,6 +49,101 @@
     if (order == null || !runs || runs.id[order] === undefined) return "";
     return "#" + order + " " + runs.id[order] + " · " + runs.date[order] + " · " + runs.commit[order] + " · " +
       SB.machines[runs.machine[order]];
+  }
+
+  // The time axis's labels: a tick's date or time to the unit of the axis's step (uPlot's
+  // foundIncr, seconds), in UTC as the runs record it, so that two ticks never read alike
+  // (run numbers as x put the same date under every run of a day).
+  function pad(n) { return (n < 10 ? "0" : "") + n; }
+  function timeTick(seconds, step) {
+    var d = new Date(seconds * 1000);
+    var day = d.getUTCFullYear() + "-" + pad(d.getUTCMonth() + 1) + "-" + pad(d.getUTCDate());
+    var clock = pad(d.getUTCHours()) + ":" + pad(d.getUTCMinutes());
+    if (step >= 365 * 86400) return String(d.getUTCFullYear());
+    if (step >= 28 * 86400) return day.slice(0, 7);
+    if (step >= 86400) return day;
+    if (step >= 60) return day.slice(5) + " " + clock;
+    return clock + ":" + pad(d.getUTCSeconds());
+  }
+  SB.timeTick = timeTick;
+
+  function dashSample(dash) {
+    var svg = document.createElementNS(SVG, "svg"), line = document.createElementNS(SVG, "line");
+    svg.setAttribute("width", "28");
+    svg.setAttribute("height", "8");
+    line.setAttribute("x1", "0");
+    line.setAttribute("y1", "4");
+    line.setAttribute("x2", "28");
+    line.setAttribute("y2", "4");
+    line.setAttribute("stroke", "#444");
+    line.setAttribute("stroke-width", "2");
+    if (dash.length) line.setAttribute("stroke-dasharray", dash.join(" "));
+    svg.appendChild(line);
+    return svg;
+  }
+
+  function colourSample(colour) {
+    var svg = document.createElementNS(SVG, "svg"), box = document.createElementNS(SVG, "rect");
+    svg.setAttribute("width", "12");
+    svg.setAttribute("height", "12");
+    box.setAttribute("width", "12");
+    box.setAttribute("height", "12");
+    box.setAttribute("fill", colour);
+    svg.appendChild(box);
+    return svg;
+  }
+
+  // The chart's legend, grouped: one entry per machine (its dash pattern), one per strategy
+  // (its colour), not one per strategy and machine. A series is shown while both its machine
+  // and its strategy are; clicking an entry switches them.
+  function legend(u, item) {
+    var box = document.createElement("div"), entries = [];
+    box.className = "legend";
+    var machines = item.machines && item.machines.length ? item.machines : [""];
+    var machineOn = machines.map(function () { return true; }), strategyOn = {}, strategies = [];
+    item.series.forEach(function (s) {
+      if (!(s.name in strategyOn)) { strategyOn[s.name] = true; strategies.push(s); }
+    });
+    function apply() {
+      item.series.forEach(function (s, i) {
+        var show = machineOn[s.machine || 0] && strategyOn[s.name];
+        if (u.series[i + 1].show !== show) u.setSeries(i + 1, { show: show });
+      });
+    }
+    function entry(row, sample, text, isOn, flip) {
+      var button = document.createElement("button");
+      button.type = "button";
+      button.appendChild(sample);
+      button.appendChild(document.createTextNode(text));
+      button.setAttribute("aria-pressed", "true");
+      button.addEventListener("click", function () {
+        flip();
+        button.classList.toggle("off", !isOn());
+        button.setAttribute("aria-pressed", String(isOn()));
+        apply();
+      });
+      row.appendChild(button);
+      entries.push(button);
+    }
+    function row(heading) {
+      var div = document.createElement("div"), b = document.createElement("b");
+      b.textContent = heading;
+      div.appendChild(b);
+      box.appendChild(div);
+      return div;
+    }
+    var machineRow = row(machines.length > 1 ? "machines" : "machine");
+    machines.forEach(function (machine, m) {
+      entry(machineRow, dashSample(DASHES[m % DASHES.length]), machine || "this machine",
+            function () { return machineOn[m]; }, function () { machineOn[m] = !machineOn[m]; });
+    });
+    var strategyRow = row("strategies");
+    strategies.forEach(function (s) {
+      entry(strategyRow, colourSample(s.colour), s.name, function () { return strategyOn[s.name]; },
+            function () { strategyOn[s.name] = !strategyOn[s.name]; });
+    });
+    box.entries = entries;
+    return box;
   }
 
   function drawMarks(u, data, marks, machineChanges) {
@@ -99,7 +195,10 @@
   }
 
   function chart(element, item, metric) {
-    var data = [item.x].concat(item.series.map(function (s) { return s[metric] || item.x.map(function () { return null; }); }));
+    var times = item.x.map(function (run) { return SB.runs.t[run]; });
+    var data = [times].concat(item.series.map(function (s) { return s[metric] || item.x.map(function () { return null; }); }));
+    var first = times[0], last = times[times.length - 1];
+    var room = first === last ? 3600 : (last - first) * 0.02;
     var points = 0;
     for (var s = 1; s < data.length; s++) data[s].forEach(function (v) { if (v != null) points += 1; });
     var info = document.createElement("div");
@@ -109,22 +208,24 @@
     var opts = {
       width: Math.max(480, Math.min(1150, element.clientWidth || 1150)),
       height: 320,
-      scales: { x: { time: false }, y: { distr: 3 } },
+      padding: [null, 48, null, null],  // room for the last time label, centred on the right edge
+      // x: the runs' start times, a little room either side (an hour for a case of one run,
+      // which uPlot would spread over years)
+      scales: { x: { time: true, auto: false, range: [first - room, last + room] }, y: { distr: 3 } },
+      legend: { show: false },  // ours, grouped by machine (legend())
       axes: [
-        { space: 110, values: function (u, splits) {
-          return splits.map(function (v) { return Number.isInteger(v) && SB.runs.date[v] ? SB.runs.date[v].slice(0, 10) : ""; });
+        { space: 90, values: function (u, splits, axisIdx, space, step) {
+          var labels = splits.map(function (v) { return timeTick(v, step); });
+          element.dataset.xticks = labels.join("|");
+          return labels;
         } },
         { size: 70, values: function (u, splits) { return splits.map(format); } }
       ],
-      series: [{ label: "run", value: function (u, v) { return v == null ? "" : "#" + v; } }].concat(
+      series: [{ label: "run start" }].concat(
         item.series.map(function (s) {
           return { label: s.name, stroke: s.colour, width: 1.5, spanGaps: (item.machines || []).length > 1,
-                   dash: DASHES[(s.dash || 0) % DASHES.length],
-                   points: { show: true, size: 5, fill: s.colour, stroke: s.colour },
-                   value: function (u, v, seriesIdx, idx) {
-                     var iqr = metric === "y" && idx != null ? s.iqr[idx] : null;
-                     return format(v) + (iqr != null && v != null ? " (IQR " + iqr + " %)" : "");
-                   } };
+                   dash: DASHES[(s.machine || 0) % DASHES.length],
+                   points: { show: true, size: 5, fill: s.colour, stroke: s.colour } };
         })),
       hooks: {
         draw: [function (u) {
@@ -135,11 +236,33 @@
           element.dataset.grey = drawn.grey;
           if (location.hash.indexOf("verify") >= 0) element.dataset.painted = paintedPoints(u, data);
         }],
-        setCursor: [function (u) { info.textContent = runText(data[0][u.cursor.idx]); }]
+        setCursor: [function (u) { info.textContent = cursorText(u, u.cursor.idx); }]
       }
     };
-    new uPlot(opts, data, element);
+    // The run under the cursor, and the value of each series shown there (the legend has none).
+    function cursorText(u, idx) {
+      if (idx == null) return "";
+      var values = [];
+      item.series.forEach(function (s, i) {
+        var v = data[i + 1][idx];
+        if (v == null || !u.series[i + 1].show) return;
+        var iqr = metric === "y" && s.iqr ? s.iqr[idx] : null;
+        values.push(s.name + " " + format(v) + (iqr != null ? " (IQR " + iqr + " %)" : ""));
+      });
+      return runText(item.x[idx]) + (values.length ? " — " + values.join(", ") : "");
+    }
+    var u = new uPlot(opts, data, element);
+    var keys = legend(u, item);
+    element.appendChild(keys);
     element.appendChild(info);
+    element.dataset.legend = keys.entries.length;
+    if (location.hash.indexOf("verify") >= 0 && keys.entries.length) {
+      // The first machine switched off and on again by its entry, as a reader clicks it:
+      // how many series it hid.
+      keys.entries[0].click();
+      element.dataset.toggled = u.series.filter(function (s, i) { return i > 0 && !s.show; }).length;
+      keys.entries[0].click();
+    }
   }
 
   SB.draw = function () {

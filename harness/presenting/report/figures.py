@@ -1,9 +1,22 @@
 """The report's figures, also drawn by the dashboard and ``scatterbench.bench``:
 one function per figure, each writing PNG (and SVG) and returning its stem.
-Colours, labels and log axes are shared so every figure reads alike."""
+Colours, labels, error bars and axes are shared so every figure reads alike:
+
+- a strategy has one colour in every figure of the report and the dashboard
+  (``strategy_colour``);
+- error bars span the samples' first to third quartile (``quartiles``), never
+  below the fastest sample;
+- an axis holds the bars and its reference lines, never a whisker: a whisker
+  past the axis's room is drawn to the edge, marked "›" and its value written
+  beside the bar (``axis_limits``, ``_bars``);
+- tick labels are thinned until they do not overlap (``ReadableLogLocator``),
+  long labels are wrapped, notes sit in a column of their own right of the
+  plot and legends below it, where a long one cannot run over a bar.
+"""
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import re
@@ -16,16 +29,21 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
+from matplotlib.font_manager import FontProperties  # noqa: E402
+from matplotlib.textpath import text_to_path  # noqa: E402
+from matplotlib.ticker import FuncFormatter, Locator, NullLocator  # noqa: E402
 
-from harness.base.format import fmt_ratio, fmt_time, slug  # noqa: E402
+from harness.base.format import fmt_pct, fmt_plain, fmt_ratio, fmt_time, slug  # noqa: E402
 from harness.judging import analysis  # noqa: E402
-from harness.judging.analysis import finite, spread, unstable  # noqa: E402
+from harness.judging.analysis import finite, unstable  # noqa: E402
 from harness.presenting.report.load import case_title  # noqa: E402
 from impls.backends import BACKENDS  # noqa: E402
 from impls.status import CORRECT, INEXACT  # noqa: E402
 
 FIGURE_WIDTH_IN, DPI = 8.0, 100  # every PNG is 800 px wide
+NOTE_SIZE = 8  # points: tick labels of the bars, their notes, legends
 
 # Text from result files (strategy names, messages, machine names) goes into a
 # figure through ``label``: matplotlib reads "$...$" as mathtext, and an
@@ -35,12 +53,33 @@ FIGURE_WIDTH_IN, DPI = 8.0, 100  # every PNG is 800 px wide
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 
 
+def _plain(text, limit: int) -> str:
+    """One line, no control characters, at most ``limit`` characters."""
+    text = " ".join(_CONTROL.sub(" ", str(text)).split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _escaped(text: str) -> str:
+    # After any wrapping: a line break between "\\" and "$" would unescape the dollar.
+    return text.replace("$", "\\$")
+
+
 def label(text, limit: int = 60) -> str:
     """Text from a result file as a figure label, drawn as written: one line,
     no control characters, at most ``limit`` characters, every "$" escaped."""
-    text = " ".join(_CONTROL.sub(" ", str(text)).split())
-    text = text if len(text) <= limit else text[: limit - 1] + "…"
-    return text.replace("$", "\\$")
+    return _escaped(_plain(text, limit))
+
+
+def wrapped_label(text, width: int = 30, lines: int = 2) -> str:
+    """``label`` over at most ``lines`` lines of ``width`` characters (a bar's
+    name, a note): a long name would otherwise squeeze the plot or run off
+    the figure. What does not fit ends in "…"."""
+    one_line = _plain(text, width * lines + 20)
+    parts = textwrap.wrap(one_line, width, break_long_words=True, break_on_hyphens=False) or [one_line]
+    if len(parts) > lines:
+        parts = parts[:lines]
+        parts[-1] = parts[-1][: width - 1] + "…"
+    return _escaped("\n".join(parts))
 
 
 def backend_colour(name: str) -> str:
@@ -48,27 +87,57 @@ def backend_colour(name: str) -> str:
     return backend.colour if backend else "grey"
 
 
+# ------------------------------------------------------------------ colours
 # One colour per strategy in every figure of the report and the dashboard.
 # Qualitative, distinguishable on white, no black (the floor and ceiling lines
-# are black): tab10, then darker and lighter hues unlike any of it.
+# are black): tab10, then darker and lighter hues unlike any of it. 24 colours:
+# more than the strategies of any one operator (19 at most today), so the
+# strategies drawn together always get distinct ones.
 PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
            "#bcbd22", "#17becf", "#000075", "#800000", "#469990", "#f032e6", "#9dcc00", "#c9a000",
            "#a6cee3", "#fb9a99", "#cab2d6", "#fdbf6f", "#b2df8a", "#4d4d4d", "#ffd8b1", "#aaffc3")
 
 
-def strategy_colour(op: str, name: str) -> str:
-    """The strategy's colour, the same in every figure: the operator's
-    registered strategies take the palette in name order (distinct colours up
-    to the palette's size); a name the registry does not know (a removed
-    strategy, a plugin's) a stable hash of it."""
+def _hashed(name: str) -> int:
+    # crc32, not hash(): Python salts str hashes per process, and the dashboard
+    # draws a strategy's history in runs months apart.
+    return zlib.crc32(name.encode())
+
+
+@functools.lru_cache(maxsize=8)
+def _colours(registry: tuple[tuple[str, ...], ...]) -> dict[str, str]:
+    """{strategy name: colour} over every operator's strategies (``registry``:
+    each operator's names). A name takes the palette colour its hash points
+    at, or the next one that no strategy sharing an operator with it took
+    before it (names in sorted order): a strategy keeps its colour across
+    operators (numba_fused is one colour in maxpool2d's figures and in
+    dispersion's), two strategies of one operator never share one, and a
+    strategy added to the registry moves only the colours it collides with."""
+    neighbours: dict[str, set[str]] = {}
+    for names in registry:
+        for name in names:
+            neighbours.setdefault(name, set()).update(names)
+    taken: dict[str, int] = {}
+    for name in sorted(neighbours):
+        used = {taken[other] for other in neighbours[name] if other in taken and other != name}
+        start = _hashed(name) % len(PALETTE)
+        taken[name] = next((index % len(PALETTE) for index in range(start, start + len(PALETTE))
+                            if index % len(PALETTE) not in used), start)
+    return {name: PALETTE[index] for name, index in taken.items()}
+
+
+def strategy_colour(name: str) -> str:
+    """The strategy's colour, the same in every figure and every operator:
+    the one function every figure and the dashboard take colours from. A name
+    the registry does not know (a removed strategy, an unloaded plugin's)
+    takes its hash's colour, stable from one process to the next."""
     from impls.registry import OPERATORS
 
-    names = sorted(OPERATORS[op].strategies) if op in OPERATORS else []
-    if name in names:
-        return PALETTE[names.index(name) % len(PALETTE)]
-    return PALETTE[zlib.crc32(f"{op}/{name}".encode()) % len(PALETTE)]
+    colours = _colours(tuple(tuple(sorted(op.strategies)) for _, op in sorted(OPERATORS.items())))
+    return colours.get(name) or PALETTE[_hashed(name) % len(PALETTE)]
 
 
+# ------------------------------------------------------------------ text
 def wrap(text: str, width_in: float, fontsize: float = 9) -> str:
     """Lines that fit ``width_in`` inches at ``fontsize`` points (a long
     machine name would otherwise run off the figure)."""
@@ -79,8 +148,23 @@ def wrap(text: str, width_in: float, fontsize: float = 9) -> str:
 def set_title(ax, text: str, width_in: float = FIGURE_WIDTH_IN, fontsize: float = 9) -> None:
     """The figure's title, centred on the figure (an axes title is centred on
     the axes, which long tick labels push right) and wrapped to its width."""
-    ax.figure.suptitle(wrap(label(text, 300), width_in - 0.4, fontsize), fontsize=fontsize)
+    ax.figure.suptitle(_escaped(wrap(_plain(text, 300), width_in - 0.4, fontsize)), fontsize=fontsize)
 
+
+def set_xlabel(ax, text: str, fontsize: float = 9) -> None:
+    """The axis's label, wrapped to well inside the figure (centred under a
+    plot that the bars' names and notes leave about half the figure to)."""
+    ax.set_xlabel(_escaped(wrap(text, FIGURE_WIDTH_IN - 3, fontsize)), fontsize=fontsize)
+
+
+@functools.lru_cache(maxsize=4096)
+def text_width_pt(text: str, fontsize: float) -> float:
+    """The drawn width of ``text`` (its widest line) in points, from the
+    font's metrics: the same for the PNG and the SVG renderer, and cached (a
+    figure's layout asks for its tick labels' widths many times over)."""
+    font = FontProperties(size=fontsize)
+    return max((text_to_path.get_text_width_height_descent(line, font, ismath=False)[0]
+                for line in text.split("\n") if line), default=0.0)
 
 
 def _bytes_text(value: float) -> str:
@@ -90,23 +174,206 @@ def _bytes_text(value: float) -> str:
     return f"{value:.3g} B"
 
 
-AXIS_TEXT = {"time": fmt_time, "ratio": fmt_ratio, "bytes": _bytes_text, "count": lambda v: f"{v:.4g}"}
+AXIS_TEXT = {"time": fmt_time, "ratio": fmt_ratio, "bytes": _bytes_text, "count": fmt_plain}
+
+
+class ReadableLogLocator(Locator):
+    """Log ticks whose labels never overlap: 1-1.5-2-3-5-7 steps over a
+    narrow range, 1-2-5 over a wider one, decades over a wide one, then every
+    2nd, 3rd, ... decade until each label (``AXIS_TEXT[kind]``, as drawn at
+    the axis's font size) clears its neighbours on the axis as laid out.
+    matplotlib's LogLocator picks a tick count without looking at the labels:
+    "10,000×100,000×1,000,000×" ran together."""
+
+    STEPS = ((1.0, 1.5, 2.0, 3.0, 5.0, 7.0), (1.0, 2.0, 5.0), (1.0, 2.0), (1.0,))
+    GAP_EM = 1.0  # the least space between two labels, in the labels' font size
+
+    def __init__(self, kind: str):
+        self.kind = kind
+
+    def __call__(self):
+        low, high = self.axis.get_view_interval()
+        return self.tick_values(low, high)
+
+    def candidates(self, low: float, high: float):
+        """Tick sets from the densest to the sparsest."""
+        first, last = math.floor(math.log10(low)), math.ceil(math.log10(high))
+        decades = math.log10(high / low)
+        steps = self.STEPS[0 if decades <= 0.8 else 1 if decades <= 3 else 3:]
+
+        def inside(values):
+            return [v for v in values if low * (1 - 1e-9) <= v <= high * (1 + 1e-9)]
+
+        for subs in steps:
+            yield inside([s * 10.0 ** d for d in range(first, last + 1) for s in subs])
+        for stride in range(2, max(2, last - first) + 1):
+            yield inside([10.0 ** d for d in range(first, last + 1) if d % stride == 0])
+
+    def fits(self, ticks: list[float]) -> bool:
+        """Whether the labels of ``ticks`` clear each other on the axis as laid out now."""
+        axis = self.axis
+        if axis is None or getattr(axis, "axes", None) is None or len(ticks) < 2:
+            return True
+        horizontal = axis.axis_name == "x"
+        fontsize = FontProperties(size=matplotlib.rcParams[f"{axis.axis_name}tick.labelsize"]).get_size_in_points()
+        dpi = axis.figure.dpi
+        transform = axis.get_transform()
+        low, high = axis.get_view_interval()
+        scaled = np.asarray(transform.transform(np.reshape([low, high] + list(ticks), (-1, 1)))).ravel()
+        length = axis.axes.bbox.width if horizontal else axis.axes.bbox.height
+        where = (scaled[2:] - scaled[0]) / (scaled[1] - scaled[0]) * length
+        if horizontal:
+            sizes = [text_width_pt(AXIS_TEXT[self.kind](t), fontsize) * dpi / 72 for t in ticks]
+        else:
+            sizes = [1.2 * fontsize * dpi / 72] * len(ticks)
+        gap = self.GAP_EM * fontsize * dpi / 72
+        return all(b - a >= (sa + sb) / 2 + gap for a, b, sa, sb in zip(where, where[1:], sizes, sizes[1:]))
+
+    def tick_values(self, vmin, vmax):
+        low, high = sorted((vmin, vmax))
+        if not (0 < low < high and math.isfinite(high)):
+            return []
+        chosen: list[float] = []
+        for ticks in self.candidates(low, high):
+            if len(ticks) < 2 and chosen:
+                break  # thinner would leave fewer than two labels: keep the last with two
+            chosen = ticks
+            if self.fits(ticks):
+                break
+        return chosen
 
 
 def log_axis(axis, kind: str) -> None:
-    """A log axis labelled in plain units ("10 µs", "100×", "1 MB"): at each
-    decade over a wide range, at 1-2-5 steps over a narrow one, with no
-    unlabelled minor ticks. Call it once the axis's limits are set. Readable,
+    """A log axis labelled in plain units ("10 µs", "100×", "1 MB") at ticks
+    whose labels do not overlap, with no unlabelled minor ticks. Readable,
     and a third cheaper to draw than matplotlib's mathtext labels and minor
     ticks."""
-    from matplotlib.ticker import FuncFormatter, LogLocator, NullLocator
-
-    low, high = axis.get_view_interval()
-    decades = math.log10(high / low) if 0 < low < high else 3.0
-    subs = (1.0,) if decades > 3 else (1.0, 2.0, 5.0) if decades > 0.8 else (1.0, 1.5, 2.0, 3.0, 5.0, 7.0)
-    axis.set_major_locator(LogLocator(base=10, subs=subs))
+    axis.set_major_locator(ReadableLogLocator(kind))
     axis.set_major_formatter(FuncFormatter(lambda value, _: AXIS_TEXT[kind](value) if value > 0 else ""))
     axis.set_minor_locator(NullLocator())
+
+
+# ------------------------------------------------------------------ error bars and axes
+def _value(row, column: str) -> float:
+    value = row.get(column, math.nan) if hasattr(row, "get") else math.nan
+    return float(value) if finite(value) else math.nan
+
+
+def quartiles(row) -> tuple[float, float]:
+    """(low, high) of a row's error bar: the first and third quartiles of
+    its samples, which rows store since schema 3 (``q1_s``, ``q3_s``). On a
+    skewed sample the median ± IQR/2 the figures drew before reached below
+    the fastest sample (a bar to about 20 µs for a strategy whose fastest
+    sample took 185 µs); a quartile cannot. Rows written before the quartiles
+    were stored fall back to median ± IQR/2, clipped to their fastest and
+    slowest samples where known, so the bar still never claims a time no
+    sample took. The median alone (no bar) where nothing is known, or where
+    the fallback reaches zero, which no time axis can show."""
+    median = _value(row, "median_s")
+    q1, q3 = _value(row, "q1_s"), _value(row, "q3_s")
+    if not (math.isfinite(q1) and math.isfinite(q3)):
+        iqr = _value(row, "iqr_s")
+        half = iqr / 2 if math.isfinite(iqr) else 0.0
+        q1, q3 = median - half, median + half
+    fastest, slowest = _value(row, "min_s"), _value(row, "max_s")
+    if math.isfinite(fastest):
+        q1 = max(q1, fastest)
+    if math.isfinite(slowest):
+        q3 = min(q3, slowest)
+    q1, q3 = min(q1, median), max(q3, median)
+    return (q1 if q1 > 0 else median), q3
+
+
+# An axis is set by what the figure is about, the bars (medians, GB/s,
+# speedups) and its reference lines (floor, ceiling, 1×), never by a whisker:
+# one far-off whisker stretched a GB/s axis to 200 GB/s and squeezed every bar
+# into its left 3 %. The axis leaves room for whiskers up to 10× past the
+# extreme bars on a log axis, a decade each side (a Q3 at 10× its median is an
+# IQR of 9 medians, ninety times what marks a case unstable: such a whisker
+# says "unstable", its length to scale says nothing more; a right-skewed
+# sample's Q3 at 3× its median, common on a busy machine, is still drawn
+# whole), and 30 % past the longest bar on a linear one (the bars keep three
+# quarters of the width). A longer whisker is drawn to the edge, marked there
+# "›" (or "‹"), and its value is written beside its bar.
+WHISKER_ROOM_LOG = 10.0
+WHISKER_ROOM_LINEAR = 1.3
+
+
+def axis_limits(values, references=(), log: bool = True) -> tuple[float, float]:
+    """(low, high) of a bar chart's value axis from its bars and reference lines only."""
+    held = [v for v in list(values) + list(references) if finite(v) and (v > 0 or not log)]
+    if not held:
+        return (1e-9, 1.0) if log else (0.0, 1.0)
+    if log:
+        return min(held) / WHISKER_ROOM_LOG, max(held) * WHISKER_ROOM_LOG
+    return min(0.0, min(held)), max(held) * WHISKER_ROOM_LINEAR
+
+
+CLIP_MARK = "whisker-clipped"  # the gid of the marks at the axis's edge, for whoever inspects a figure
+
+
+def _bars(ax, group: pd.DataFrame, positions, values, low, high, limits, text) -> list[str]:
+    """Horizontal bars in each strategy's colour, outlined in its backend's,
+    hatched when inexact, with error bars from ``low`` to ``high`` clipped to
+    ``limits`` (the value axis's). Returns, per bar, the note on what was
+    clipped ("whisker › 2.1 s", ``text`` writing the value), or ""."""
+    left, right = limits
+    notes = []
+    for position, (_, row), value, lo, hi in zip(positions, group.iterrows(), values, low, high):
+        inexact = row["status"] == INEXACT
+        ax.barh(position, value, color=strategy_colour(row["strategy"]),
+                edgecolor=backend_colour(row["backend"]), linewidth=2, hatch="//" if inexact else None)
+        clipped = []
+        if math.isfinite(lo) and math.isfinite(hi) and hi > lo:
+            # min/max with the value: a bar inverted from the time (GB/s) can land a rounding off its ends
+            shown_lo, shown_hi = min(max(lo, left), value), max(min(hi, right), value)
+            ax.errorbar(value, position, xerr=[[value - shown_lo], [shown_hi - value]], fmt="none",
+                        ecolor="black", elinewidth=1, capsize=3)
+            for beyond, edge, marker, arrow in ((lo < left, left, "<", "‹"), (hi > right, right, ">", "›")):
+                if beyond:
+                    ax.plot([edge], [position], linestyle="none", marker=marker, markersize=7, color="black",
+                            clip_on=False, gid=CLIP_MARK, label="_clipped")
+                    clipped.append(f"whisker {arrow} {text(lo if marker == '<' else hi)}")
+        notes.append(" · ".join(clipped))
+    ax.set_xlim(left, right)  # barh and errorbar autoscale: the limits are the chart's, not theirs
+    return notes
+
+
+def _notes(ax, positions, notes) -> None:
+    """Each bar's note in a column right of the plot, level with its bar
+    (tick labels of a twin axis): a note drawn in the plot ran under the
+    legend and was cut at the axes' edge ("· unsta")."""
+    if not any(notes):
+        return
+    column = ax.twinx()
+    column.set_ylim(ax.get_ylim())
+    column.set_yticks(list(positions), [wrapped_label(note, 34, 3) if note else "" for note in notes],
+                      fontsize=NOTE_SIZE)
+    column.tick_params(axis="y", length=0)
+
+
+def _legend(fig, handles, texts, title: str, fontsize: float = NOTE_SIZE) -> None:
+    """Below the plot (never over a bar, a line or a note), in as many
+    columns as the figure's width holds."""
+    if not handles:
+        return
+    widest = max(text_width_pt(text, fontsize) for text in texts) + 3.5 * fontsize  # the handle and its gap
+    columns = max(1, min(len(texts), int((FIGURE_WIDTH_IN * 72 - 30) // widest)))
+    fig.legend(handles, texts, loc="outside lower center", ncol=columns, fontsize=fontsize,
+               title=_escaped(wrap(title, FIGURE_WIDTH_IN - 0.6, fontsize)), title_fontsize=fontsize)
+
+
+def _backend_handles(backends):
+    return [plt.Rectangle((0, 0), 1, 1, facecolor="white", edgecolor=backend_colour(b), linewidth=2)
+            for b in backends], [label(b) for b in backends]
+
+
+def _bar_figure(rows: int):
+    return plt.subplots(figsize=(FIGURE_WIDTH_IN, 1.9 + 0.34 * max(rows, 1)), layout="constrained")
+
+
+def _name_ticks(ax, positions, names) -> None:
+    ax.set_yticks(list(positions), [wrapped_label(name) for name in names], fontsize=NOTE_SIZE)
 
 
 @dataclass(frozen=True)
@@ -128,109 +395,99 @@ def save(fig, figures: FigureDir, stem: str) -> str:
     return stem
 
 
-def _bars(ax, group: pd.DataFrame, positions, values, low, high) -> None:
-    """Horizontal bars in each strategy's colour, outlined in its backend's,
-    hatched when inexact, with error bars from ``low`` to ``high``."""
-    for position, (_, row), value, lo, hi in zip(positions, group.iterrows(), values, low, high):
-        inexact = row["status"] == INEXACT
-        ax.barh(position, value, color=strategy_colour(row["op"], row["strategy"]),
-                edgecolor=backend_colour(row["backend"]), linewidth=2, hatch="//" if inexact else None)
-        if math.isfinite(lo) and math.isfinite(hi) and hi > lo:
-            ax.errorbar(value, position, xerr=[[value - lo], [hi - value]], fmt="none", ecolor="black",
-                        elinewidth=1, capsize=3)
-
-
-def _legend_backends(ax, backends, extra=()):
-    """Beside the plot (never over a bar or its note): the backends' outline
-    colours, then ``extra`` (handle, text) pairs."""
-    handles = [plt.Rectangle((0, 0), 1, 1, facecolor="white", edgecolor=backend_colour(b), linewidth=2)
-               for b in backends]
-    texts = [label(b) for b in backends]
-    for handle, text in extra:
-        handles.append(handle)
-        texts.append(text)
-    ax.legend(handles, texts, loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, title="backend (outline)",
-              title_fontsize=8)
+# ------------------------------------------------------------------ per case
+BARS_TEXT = "error bars: first to third quartile of the samples"
 
 
 def figure_times(group: pd.DataFrame, figures: FigureDir, stem: str) -> str:
-    """Median time per strategy on a log axis, sorted, with median ± IQR/2 as
-    error bars and % of ceiling beside each bar; failed strategies listed at
-    the bottom with their status, not dropped."""
+    """Median time per strategy on a log axis, sorted, with Q1–Q3 error bars
+    and % of ceiling beside each bar; failed strategies listed at the bottom
+    with their status, not dropped."""
     timed = group[group["median_s"].notna()].sort_values("median_s", ascending=False)
     failed = group[group["median_s"].isna()]
-    n = len(timed) + len(failed)
-    fig, ax = plt.subplots(figsize=(FIGURE_WIDTH_IN, 1.4 + 0.32 * max(n, 1)), layout="constrained")
-    labels = [label(f"{row['strategy']}  [{row['status']}]") for _, row in failed.iterrows()]
-    positions = list(range(len(failed)))
+    fig, ax = _bar_figure(len(timed) + len(failed))
+    names = [f"{row['strategy']}  [{row['status']}]" for _, row in failed.iterrows()] + list(timed["strategy"])
     offset = len(failed)
-    top = timed["median_s"].max() if len(timed) else 1.0
-    spreads = [spread(row) for _, row in timed.iterrows()]
-    timed_positions = list(range(offset, offset + len(timed)))
-    _bars(ax, timed, timed_positions, timed["median_s"], [lo for lo, _ in spreads], [hi for _, hi in spreads])
-    for position, (_, row), (_, hi) in zip(timed_positions, timed.iterrows(), spreads):
-        pct = row["pct_of_ceiling"]
-        # Short notes, clipped to the axes: a long one ran under the legend and off the figure.
-        # The xlabel says what "unstable" means.
-        notes = [f"{pct:.3g} % of ceiling"] if math.isfinite(pct) else []
-        if row["status"] == INEXACT:
-            notes.append(f"inexact {row['rel_err']:.1g}")
-        if unstable(row):
-            notes.append("unstable")
-        ax.text(hi, position, " " + " · ".join(notes), va="center", fontsize=8, clip_on=True)
-        labels.append(label(row["strategy"]))
-        positions.append(position)
-    xcheck = [(row["xcheck_s"], position) for position, (_, row) in zip(timed_positions, timed.iterrows())
+    positions = list(range(offset + len(timed)))
+    bounds = [quartiles(row) for _, row in timed.iterrows()]
+    floor = group["floor_s"].dropna()
+    ax.set_xscale("log")
+    # The independent timer's median (CUDA: triton.testing.do_bench) is data too: the axis holds it.
+    xcheck = [(row["xcheck_s"], position) for position, (_, row) in zip(positions[offset:], timed.iterrows())
               if finite(row["xcheck_s"]) and row["xcheck_s"] > 0]
-    if xcheck:  # the independent timer's median (CUDA: triton.testing.do_bench)
+    limits = axis_limits(list(timed["median_s"]) + [x for x, _ in xcheck], floor.iloc[:1])
+    clipped = _bars(ax, timed, positions[offset:], timed["median_s"], [lo for lo, _ in bounds],
+                    [hi for _, hi in bounds], limits, fmt_time)
+    notes = [""] * offset
+    for (_, row), clip in zip(timed.iterrows(), clipped):
+        pct = row["pct_of_ceiling"]
+        note = [f"{fmt_pct(pct)} of ceiling"] if finite(pct) else []
+        if row["status"] == INEXACT:
+            note.append(f"inexact {row['rel_err']:.1g}")
+        if unstable(row):
+            note.append("unstable")
+        notes.append(" · ".join(note + ([clip] if clip else [])))
+    extra_handles, extra_texts = [], []
+    if xcheck:
         ax.plot([x for x, _ in xcheck], [y for _, y in xcheck], linestyle="none", marker="D", markersize=4,
                 color="black", label="_do_bench")
-    floor = group["floor_s"].dropna()
+        extra_handles.append(plt.Line2D([], [], linestyle="none", marker="D", markersize=4, color="black"))
+        extra_texts.append("do_bench median")
     if len(floor):
         ax.axvline(floor.iloc[0], color="black", linestyle="--", linewidth=1)
-        ax.text(floor.iloc[0], offset - 0.45, " bandwidth floor", fontsize=8, va="top")
-    ax.set_xscale("log")
-    if len(timed):
-        highest = max([hi for _, hi in spreads] + [top])
-        ax.set_xlim(min(min(lo for lo, _ in spreads), floor.min() if len(floor) else math.inf) / 2, highest * 30)
+        extra_handles.append(plt.Line2D([], [], color="black", linestyle="--", linewidth=1))
+        extra_texts.append("bandwidth floor")
     log_axis(ax.xaxis, "time")
-    ax.set_yticks(positions, labels, fontsize=8)
+    _name_ticks(ax, positions, names)
     for tick, position in zip(ax.get_yticklabels(), positions):
         if position < offset:
             tick.set_color("red")
-    ax.set_xlabel("median time per call (log scale); error bars: median ± IQR/2"
-                  + (f"; unstable: IQR > {100 * analysis.UNSTABLE_REL_IQR:.0f} % of the median"
-                     if any(unstable(row) for _, row in timed.iterrows()) else ""))
+    ax.set_ylim(-0.6, max(len(positions), 1) - 0.4)
+    _notes(ax, positions, notes)
+    set_xlabel(ax, f"median time per call (log scale); {BARS_TEXT}"
+               + (f"; unstable: IQR > {100 * analysis.UNSTABLE_REL_IQR:.0f} % of the median"
+                  if any(unstable(row) for _, row in timed.iterrows()) else ""))
     set_title(ax, case_title(group.iloc[0]))
-    diamond = plt.Line2D([], [], linestyle="none", marker="D", markersize=4, color="black")
-    _legend_backends(ax, sorted(group["backend"].unique()), [(diamond, "do_bench median")] if xcheck else ())
+    handles, texts = _backend_handles(sorted(group["backend"].unique()))
+    _legend(fig, handles + extra_handles, texts + extra_texts, "outline: backend")
     return save(fig, figures, stem)
+
+
+def _inverse_bounds(timed: pd.DataFrame, column: str) -> tuple[list[float], list[float]]:
+    """(low, high) of a value inversely proportional to the time (GB/s, a
+    speedup): the time's Q3 gives the low end, its Q1 the high."""
+    low, high = [], []
+    for _, row in timed.iterrows():
+        t_lo, t_hi = quartiles(row)
+        low.append(row[column] * row["median_s"] / t_hi)
+        high.append(row[column] * row["median_s"] / t_lo)
+    return low, high
+
+
+def _gbps_text(value: float) -> str:
+    return f"{fmt_plain(value)} GB/s"
 
 
 def figure_gbps(group: pd.DataFrame, figures: FigureDir, stem: str) -> str:
     """Achieved bandwidth per strategy against the copy ceiling; the axis
     holds every bar (a case in cache goes past the ceiling) and the ceiling."""
     timed = group[group["gbps"].notna() & (group["median_s"] > 0)].sort_values("gbps")
-    fig, ax = plt.subplots(figsize=(FIGURE_WIDTH_IN, 1.4 + 0.32 * max(len(timed), 1)), layout="constrained")
-    # bandwidth = bytes / time: the time's spread, inverted
-    low, high = [], []
-    for _, row in timed.iterrows():
-        t_lo, t_hi = spread(row)
-        low.append(row["gbps"] * row["median_s"] / t_hi)
-        high.append(row["gbps"] * row["median_s"] / t_lo)
-    _bars(ax, timed, range(len(timed)), timed["gbps"], low, high)
-    ax.set_yticks(range(len(timed)), [label(name) for name in timed["strategy"]], fontsize=8)
+    fig, ax = _bar_figure(len(timed))
+    low, high = _inverse_bounds(timed, "gbps")
     ceiling = group["ceiling_gbps"].dropna()
-    right = max(high + list(timed["gbps"]) + [0.0])
+    limits = axis_limits(timed["gbps"], ceiling.iloc[:1], log=False)
+    notes = _bars(ax, timed, range(len(timed)), timed["gbps"], low, high, limits, _gbps_text)
+    _name_ticks(ax, range(len(timed)), timed["strategy"])
+    ax.set_ylim(-0.6, max(len(timed), 1) - 0.4)
+    handles, texts = _backend_handles(sorted(timed["backend"].unique()))
     if len(ceiling):
         ax.axvline(ceiling.iloc[0], color="black", linestyle="--", linewidth=1)
-        ax.text(ceiling.iloc[0], -0.45, f" copy ceiling {ceiling.iloc[0]:.1f} GB/s", fontsize=8, va="top")
-        right = max(right, ceiling.iloc[0])
-    if right > 0:
-        ax.set_xlim(0, right * 1.3)
-    ax.set_xlabel("achieved GB/s (operator bytes / median time); error bars from median ± IQR/2")
+        handles.append(plt.Line2D([], [], color="black", linestyle="--", linewidth=1))
+        texts.append(f"copy ceiling {fmt_plain(ceiling.iloc[0])} GB/s")
+    _notes(ax, range(len(timed)), notes)
+    set_xlabel(ax, f"achieved GB/s (operator bytes / median time); {BARS_TEXT}, as bandwidth")
     set_title(ax, case_title(group.iloc[0]))
-    _legend_backends(ax, sorted(timed["backend"].unique()))
+    _legend(fig, handles, texts, "outline: backend")
     return save(fig, figures, stem)
 
 
@@ -238,23 +495,20 @@ def figure_speedup(group: pd.DataFrame, figures: FigureDir, stem: str, baseline:
     timed = group[group["speedup"].notna() & group["status"].isin(CORRECT)].sort_values("speedup")
     if len(timed) < 2:
         return None
-    fig, ax = plt.subplots(figsize=(FIGURE_WIDTH_IN, 1.4 + 0.32 * len(timed)), layout="constrained")
-    low, high = [], []
-    for _, row in timed.iterrows():  # the strategy's own spread (the seed's median as the unit)
-        t_lo, t_hi = spread(row)
-        low.append(row["speedup"] * row["median_s"] / t_hi)
-        high.append(row["speedup"] * row["median_s"] / t_lo)
-    _bars(ax, timed, range(len(timed)), timed["speedup"], low, high)
-    for position, value, hi in zip(range(len(timed)), timed["speedup"], high):
-        ax.text(hi, position, f" {fmt_ratio(value)}", va="center", fontsize=8)
-    ax.set_yticks(range(len(timed)), [label(name) for name in timed["strategy"]], fontsize=8)
+    fig, ax = _bar_figure(len(timed))
+    low, high = _inverse_bounds(timed, "speedup")  # the strategy's own spread (the seed's median as the unit)
     ax.set_xscale("log")
-    ax.set_xlim(min(min(low), 1) / 2, max(high) * 20)
+    limits = axis_limits(timed["speedup"], [1.0])
+    clipped = _bars(ax, timed, range(len(timed)), timed["speedup"], low, high, limits, fmt_ratio)
+    notes = [" · ".join([fmt_ratio(value)] + ([clip] if clip else [])) for value, clip in zip(timed["speedup"], clipped)]
+    _name_ticks(ax, range(len(timed)), timed["strategy"])
+    ax.set_ylim(-0.6, len(timed) - 0.4)
     log_axis(ax.xaxis, "ratio")
     ax.axvline(1, color="black", linewidth=1)
-    ax.set_xlabel(f"speedup over the seed's original ({label(baseline)}), log scale; error bars from median ± IQR/2")
+    _notes(ax, range(len(timed)), notes)
+    set_xlabel(ax, f"speedup over the seed's original ({_plain(baseline, 60)}), log scale; {BARS_TEXT}, as speedup")
     set_title(ax, case_title(group.iloc[0]))
-    _legend_backends(ax, sorted(timed["backend"].unique()))
+    _legend(fig, *_backend_handles(sorted(timed["backend"].unique())), "outline: backend")
     return save(fig, figures, stem)
 
 
@@ -281,6 +535,37 @@ def categorical_families(rows: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
     return [(label_text, rows[labels == label_text]) for label_text in dict.fromkeys(labels)]
 
 
+# ------------------------------------------------------------------ scaling
+# How a strategy's line is drawn, by what the registry says it is (a plugin's
+# baseline need not come from a seed, nor its source say "seed"): the
+# operator's baseline, the one its speedups are over, thick and solid; the
+# seeds' other strategies solid; the strategies added since, dashed.
+BASELINE, SEED, ADDED = "baseline", "seed", "added"
+LINE_STYLE = {BASELINE: ("-", 2.6), SEED: ("-", 1.3), ADDED: ("--", 1.3)}
+
+
+def strategy_kind(op: str, name: str, source: str = "") -> str:
+    """BASELINE, SEED or ADDED, from the registry's flags; a strategy it
+    does not know (removed, an unloaded plugin's) from its recorded source
+    (never the baseline: only the registry knows that)."""
+    found = analysis.strategy(op, name)
+    if found is not None:
+        return BASELINE if found.baseline else SEED if found.seed else ADDED
+    return SEED if str(source).startswith("seed") else ADDED
+
+
+def line_legend_title(op: str, kinds) -> str:
+    """What the line styles drawn (``kinds``) mean, in words."""
+    parts = []
+    if BASELINE in kinds:
+        parts.append(f"thick: the baseline, {_plain(analysis.baseline_name(op), 60)} (speedups are over it)")
+    if SEED in kinds:
+        parts.append(f"solid: the seeds' {'other ' if BASELINE in kinds else ''}strategies")
+    if ADDED in kinds:
+        parts.append("dashed: strategies added since")
+    return "; ".join(parts) + "; band: first to third quartile"
+
+
 def figure_scaling(rows: pd.DataFrame, figures: FigureDir, stem: str, title: str) -> str | None:
     """Time against problem size per strategy, log-log, with the bandwidth floor."""
     ok = rows[rows["status"].isin(CORRECT) & rows["median_s"].notna()].copy()
@@ -295,32 +580,33 @@ def figure_scaling(rows: pd.DataFrame, figures: FigureDir, stem: str, title: str
     ok["x"] = params.map(lambda p: p[sweep_key]) if sweep_key else ok["bytes"]
     strategies = [(name, line.sort_values("x")) for name, line in ok.groupby("strategy")]
     strategies = [(name, line) for name, line in strategies if len(line) >= 2]
-    fig, ax = plt.subplots(figsize=(FIGURE_WIDTH_IN, 4.6 + 0.16 * ((len(strategies) + 3) // 3)),
+    fig, ax = plt.subplots(figsize=(FIGURE_WIDTH_IN, 4.6 + 0.2 * ((len(strategies) + 1) // 2)),
                            layout="constrained")
-    # Solid: the seeds' own strategies, dashed: added; the band is median ± IQR/2.
+    op = ok["op"].iloc[0]
+    kinds = set()
     for name, line in strategies:
-        seed = str(line["source"].iloc[0]).startswith("seed")
-        colour = strategy_colour(line["op"].iloc[0], name)
-        ax.plot(line["x"], line["median_s"], marker="o", markersize=3, color=colour,
-                label=label(f"{name} ({line['backend'].iloc[0]})"), linestyle="-" if seed else "--")
-        bounds = [spread(row) for _, row in line.iterrows()]
+        kind = strategy_kind(op, name, line["source"].iloc[0])
+        kinds.add(kind)
+        style, width = LINE_STYLE[kind]
+        colour = strategy_colour(name)
+        ax.plot(line["x"], line["median_s"], marker="o", markersize=3, color=colour, linewidth=width,
+                label=label(f"{name} ({line['backend'].iloc[0]})"), linestyle=style)
+        bounds = [quartiles(row) for _, row in line.iterrows()]
         ax.fill_between(line["x"], [lo for lo, _ in bounds], [hi for _, hi in bounds], color=colour, alpha=0.15,
                         linewidth=0)
     floor = ok.groupby("x")["floor_s"].min().sort_index()
     ax.plot(floor.index, floor.values, color="black", linewidth=2, label="bandwidth floor")
     ax.set_xscale("log")
     ax.set_yscale("log")
-    ax.set_xlabel({"C": "channels C"}.get(sweep_key, sweep_key) if sweep_key else "bytes moved by the operator")
-    ax.set_ylabel("median time per call; band: median ± IQR/2")
+    set_xlabel(ax, {"C": "channels C"}.get(sweep_key, sweep_key) if sweep_key else "bytes moved by the operator")
+    ax.set_ylabel("median time per call", fontsize=9)
     set_title(ax, title)
-    # Below the plot, never over a line.
-    fig.legend(loc="outside lower center", fontsize=7, ncol=3,
-               title="solid: the seeds' strategies, dashed: added", title_fontsize=7)
+    handles, texts = ax.get_legend_handles_labels()
+    _legend(fig, handles, texts, line_legend_title(op, kinds), fontsize=7)
     log_axis(ax.xaxis, "count" if sweep_key else "bytes")
     log_axis(ax.yaxis, "time")
     ax.grid(True, alpha=0.3)
     return save(fig, figures, stem)
-
 
 
 def scaling_figures(section: pd.DataFrame, figures: FigureDir) -> list[tuple[str, str]]:

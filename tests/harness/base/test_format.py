@@ -3,7 +3,17 @@
 import json
 import math
 
-from harness.base.format import fmt_num, fmt_p, fmt_ratio, fmt_time, md_escape, params_label, slug
+from harness.base.format import (
+    fmt_num,
+    fmt_p,
+    fmt_pct,
+    fmt_plain,
+    fmt_ratio,
+    fmt_time,
+    md_escape,
+    params_label,
+    slug,
+)
 
 
 def test_times_take_the_largest_unit_that_keeps_them_at_least_one():
@@ -19,7 +29,21 @@ def test_ratios_never_print_an_exponent_and_p_values_never_print_zero():
     assert fmt_ratio(1.234) == "1.23×" and fmt_ratio(2, suffix="") == "2"
     assert fmt_ratio(math.nan) == "–"
     assert fmt_p(0.0) == "< 1e-300" and fmt_p(0.01234) == "0.012"
-    assert fmt_num(12345.0) == "1.23e+04" and fmt_num(0.5, suffix=" GB/s") == "0.5 GB/s"
+    assert fmt_num(0.5, suffix=" GB/s") == "0.5 GB/s" and fmt_num(1.2e-7, 2) == "1.2e-07"
+
+
+def test_large_numbers_and_percentages_print_as_plain_numbers():
+    # A copy ceiling measured under load put "1.42e+03 %" in the report's tables.
+    assert fmt_pct(1420.4) == "1,420 %" and fmt_pct(465.2) == "465 %" and fmt_pct(46.53) == "46.5 %"
+    assert fmt_pct(5.12e-5) == "0.0000512 %" and fmt_pct(0.0) == "0 %" and fmt_pct(math.nan) == "–"
+    # fmt_num, which tables and sentences still call with " %", writes large values out too
+    assert fmt_num(1420.4, 3, " %") == "1,420 %" and fmt_num(12345.0) == "12,300"
+    assert fmt_num(999.6) == "1,000" and fmt_num(465.2, 2) == "470" and fmt_num(-1420.4) == "-1,420"
+    assert fmt_plain(5.0) == "5" and fmt_plain(0.1) == "0.1"
+    for value in (1420.4, 5015.0, 123456789.0, 999.96, 5.12e-5):
+        assert "e" not in fmt_pct(value), value
+    for value in (1420.4, 5015.0, 123456789.0, 999.96):
+        assert "e" not in fmt_num(value), value
 
 
 def test_params_are_labelled_in_the_operators_order_not_sorted():

@@ -281,3 +281,31 @@ def test_summaries_carry_the_counts_the_rows_have(tmp_path):
     run = scale.synthesise(tmp_path, 1, source=(meta, records, samples))[0]
     found = json.loads((run / summary.SUMMARY).read_text())
     assert set(found["cases"]["instructions"]) == {12345.0}
+
+
+@needs_chromium
+def test_a_chart_groups_its_legend_by_machine_and_its_time_ticks_differ(tmp_path):
+    """Runs hours apart on two machines: the old axis wrote one date under
+    every run of a day, and the legend had a box per strategy and machine."""
+    from .test_report import ENTRIES, fixture_run
+
+    root = tmp_path / "results"
+    for number in range(6):  # two hours apart, the last two on another machine
+        fixture_run(root / f"r{number}", machine_cpu="Fixture CPU" if number < 4 else "Other CPU",
+                    start_time=f"2026-11-22T{2 * number:02d}:00:00+00:00")
+    dashboard.build_dashboard(root, tmp_path / "site", with_reports=False)
+    result = _open((tmp_path / "site" / "maxpool2d.html").as_uri() + "#verify", tmp_path)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert _console_errors(result.stderr) == [], _console_errors(result.stderr)
+    charts = [dict(re.findall(r'data-([a-z]+)="([^"]*)"', chart))
+              for chart in re.findall(r'<div class="chart" ([^>]*)>', result.stdout)]
+    assert len(charts) == 2  # the two sizes
+    strategies = len(ENTRIES)
+    for chart in charts:
+        assert int(chart["series"]) == 2 * strategies  # a series per strategy and machine...
+        assert int(chart["legend"]) == strategies + 2  # ...and a legend entry per strategy and per machine
+        assert int(chart["toggled"]) == strategies  # the first machine's entry switches its series, all of them
+        ticks = [tick for tick in html.unescape(chart["xticks"]).split("|") if tick]
+        assert len(ticks) >= 3 and len(set(ticks)) == len(ticks), ticks
+    legend = re.search(r'<div class="legend">(.*?)</div></div>', result.stdout, re.S).group(1)
+    assert html.unescape(legend).count("Other CPU") == 1
