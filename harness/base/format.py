@@ -70,12 +70,6 @@ def fmt_ratio(value: float | None, suffix: str = "×") -> str:
     return f"{value:.3g}{suffix}"
 
 
-def fmt_pct(value: float | None) -> str:
-    """A percentage as a plain number: ``1,420 %``, ``72 %``, ``0.42 %``,
-    never ``1.42e+03 %``."""
-    return fmt_ratio(value, " %")
-
-
 def param_order() -> tuple[str, ...]:
     """Every operator's parameter names, in the order the operators declare
     them (case ids store them sorted)."""

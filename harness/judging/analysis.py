@@ -276,16 +276,34 @@ def with_speedups(rows: pd.DataFrame) -> pd.DataFrame:
     return rows
 
 
+def _value(row, column: str) -> float:
+    value = row.get(column, math.nan) if hasattr(row, "get") else math.nan
+    return float(value) if finite(value) else math.nan
+
+
 def spread(row) -> tuple[float, float]:
-    """(low, high) of a row's time: its middle half, Q1 to Q3, where the row
-    has its quartiles (schema 4 on); else median ± IQR/2 (the same on
-    symmetric samples); the median alone when the IQR is unknown."""
-    median, iqr = row["median_s"], row["iqr_s"]
-    q1, q3 = (row.get("q1_s"), row.get("q3_s")) if hasattr(row, "get") else (None, None)
-    if finite(q1) and finite(q3) and q1 <= median <= q3:
-        return q1, q3
-    half = iqr / 2 if finite(iqr) else 0.0
-    return max(median - half, median * 1e-3), median + half
+    """(low, high) of a row's time: the first and third quartiles of its
+    samples, which rows store since schema 3 (``q1_s``, ``q3_s``). What the
+    tie rule (`clearly_faster`) compares and the figures' error bars draw. On
+    a skewed sample median ± IQR/2 reached below the fastest sample (a bar to
+    about 20 µs for a strategy whose fastest sample took 185 µs); a quartile
+    cannot. Rows written before the quartiles were stored fall back to
+    median ± IQR/2, clipped to their fastest and slowest samples where known,
+    so it never claims a time no sample took; the median alone where nothing
+    is known, or where the fallback reaches zero, which no time axis can show."""
+    median = _value(row, "median_s")
+    q1, q3 = _value(row, "q1_s"), _value(row, "q3_s")
+    if not (math.isfinite(q1) and math.isfinite(q3)):
+        iqr = _value(row, "iqr_s")
+        half = iqr / 2 if math.isfinite(iqr) else 0.0
+        q1, q3 = median - half, median + half
+    fastest, slowest = _value(row, "min_s"), _value(row, "max_s")
+    if math.isfinite(fastest):
+        q1 = max(q1, fastest)
+    if math.isfinite(slowest):
+        q3 = min(q3, slowest)
+    q1, q3 = min(q1, median), max(q3, median)
+    return (q1 if q1 > 0 else median), q3
 
 
 def clearly_faster(fast, slow) -> bool:

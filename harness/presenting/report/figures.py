@@ -259,29 +259,8 @@ def _value(row, column: str) -> float:
     return float(value) if finite(value) else math.nan
 
 
-def quartiles(row) -> tuple[float, float]:
-    """(low, high) of a row's error bar: the first and third quartiles of
-    its samples, which rows store since schema 3 (``q1_s``, ``q3_s``). On a
-    skewed sample the median ± IQR/2 the figures drew before reached below
-    the fastest sample (a bar to about 20 µs for a strategy whose fastest
-    sample took 185 µs); a quartile cannot. Rows written before the quartiles
-    were stored fall back to median ± IQR/2, clipped to their fastest and
-    slowest samples where known, so the bar still never claims a time no
-    sample took. The median alone (no bar) where nothing is known, or where
-    the fallback reaches zero, which no time axis can show."""
-    median = _value(row, "median_s")
-    q1, q3 = _value(row, "q1_s"), _value(row, "q3_s")
-    if not (math.isfinite(q1) and math.isfinite(q3)):
-        iqr = _value(row, "iqr_s")
-        half = iqr / 2 if math.isfinite(iqr) else 0.0
-        q1, q3 = median - half, median + half
-    fastest, slowest = _value(row, "min_s"), _value(row, "max_s")
-    if math.isfinite(fastest):
-        q1 = max(q1, fastest)
-    if math.isfinite(slowest):
-        q3 = min(q3, slowest)
-    q1, q3 = min(q1, median), max(q3, median)
-    return (q1 if q1 > 0 else median), q3
+# A row's error bar is its spread, the one the tie rule compares (Q1-Q3).
+quartiles = analysis.spread
 
 
 # An axis is set by what the figure is about, the bars (medians, GB/s,
