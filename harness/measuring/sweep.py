@@ -149,6 +149,14 @@ def execute_case(case: Case, config: Config, run_id: str, ceiling_gbps: float,
                 flush = backend.cache_flush(case.device)
             timed = timing.time_call(tried.prepared.run, backend, case.device, config.timing, flush,
                                      cross_check=config.timing.cross_check)
+            # Every timed call must have computed the answer: the one after them is judged again
+            # (and the inputs), and a case whose later answer is wrong publishes no time.
+            on_phase(PHASE_CHECK)
+            again = check.judge_again(strat, tried.prepared, ref, case.dtype, case.device, "contiguous", verdict,
+                                      calls=1, which=f"the call after its {len(timed.samples_s)} timed samples")
+            if again.status not in CORRECT:
+                return finish(again.status, f"{again.message}; its timing is not published")
+            verdict = again
     except check.STRATEGY_FAULTS as error:  # a reference too big, a flush failing, a timing call raising
         failed = check.failure_verdict(error, strat, case.device)
         return finish(failed.status, failed.message)
