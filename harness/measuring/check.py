@@ -72,7 +72,7 @@ def reference(op_name: str, params: dict, dtype: str, mode: str, seed: int) -> R
     return Reference(inputs, op.oracle(inputs, params), mode, dict(params))
 
 
-@lru_cache(maxsize=8)  # check sizes are small, but config points can reach check.max_elements
+@lru_cache(maxsize=8)  # check sizes are small, but config points can reach check.max_bytes
 def _cached_reference(op_name, params_items, dtype, mode, seed):
     return reference(op_name, dict(params_items), dtype, mode, seed)
 
@@ -173,7 +173,8 @@ def prepare_case(strat: Strategy, ref: Reference, params: dict, dtype: str, devi
     start = time.perf_counter()
     run = strat.prepare(inputs, params)
     backend.synchronize(device)
-    return Prepared(run, time.perf_counter() - start, inputs, prints)
+    # A copy of the mapping: a strategy rebinding a key must not change what is compared.
+    return Prepared(run, time.perf_counter() - start, dict(inputs), prints)
 
 
 def judge(strat: Strategy, output: Any, ref: Reference, dtype: str, device: str = "cpu",
@@ -298,7 +299,7 @@ class CheckItem:
     device: str
     mode: str
     layout: str
-    skip: str = ""  # why the item is not run (a config point over check.max_elements); "" runs it
+    skip: str = ""  # why the item is not run (a config point over check.max_bytes); "" runs it
 
     @property
     def label(self) -> str:
@@ -378,20 +379,20 @@ def adversarial_items(strat: Strategy, device: str, dtype: str) -> list[CheckIte
     return items
 
 
-def elements_moved(op, params: dict) -> int:
-    """The elements a case reads and writes (its bytes formula at one byte
-    an element): what ``check.max_elements`` bounds."""
-    return op.bytes_moved(params, 1)
+def float64_bytes(op, params: dict) -> int:
+    """The bytes a case reads and writes with float64 values (its bytes
+    formula at 8 bytes a value): what ``check.max_bytes`` bounds."""
+    return op.bytes_moved(params, 8)
 
 
 def check_plan(config, cases) -> list[CheckItem]:
     """Each selected strategy's ``adversarial_items`` per device and dtype,
-    plus each config point that reads and writes at most
-    ``check.max_elements`` elements, in both modes; a point over it is one
+    plus each config point that reads and writes at most ``check.max_bytes``
+    in float64 (``float64_bytes``), in both modes; a point over it is one
     item that is not run, saying so (``skip``)."""
     items: list[CheckItem] = []
     seen, listed = set(), set()
-    limit = config.check.max_elements
+    limit = config.check.max_bytes
     for case in cases:
         op = get_operator(case.op)
         strat = op.strategies[case.strategy]
@@ -403,14 +404,14 @@ def check_plan(config, cases) -> list[CheckItem]:
                 if item not in listed:
                     listed.add(item)
                     items.append(item)
-        moved = elements_moved(op, case.params_dict)
+        moved = float64_bytes(op, case.params_dict)
         if moved <= limit:
             for mode in MODES:
                 items.append(CheckItem(strat, case.params, case.dtype, case.device, mode, "contiguous"))
         else:
             items.append(CheckItem(strat, case.params, case.dtype, case.device, MODES[0], "contiguous",
-                                   skip=f"not checked: it reads and writes {moved} elements, over "
-                                        f"check.max_elements = {limit} (raise it to check this point)"))
+                                   skip=f"not checked: it reads and writes {moved} bytes in float64, over "
+                                        f"check.max_bytes = {limit} (raise it to check this point)"))
     return items
 
 
@@ -431,7 +432,7 @@ def check_memory_guard(item: CheckItem) -> str | None:
     free = memory.host_free_bytes()
     if not memory.fits(needed, free):
         return (f"the check needs about {needed / 2**30:.2f} GiB with its float64 reference, "
-                f"{free / 2**30:.2f} GiB free: skipped before allocating (lower check.max_elements)")
+                f"{free / 2**30:.2f} GiB free: skipped before allocating (lower check.max_bytes)")
     return None
 
 
@@ -535,7 +536,7 @@ def summarize_checks(results: list[CheckResult]) -> CheckSummary:
     """The counts by status, a FAIL line per failure, a line per known
     upstream defect, and a SKIPPED line per reason an item was not run (one
     per strategy for a reason shared by its items, such as a backend not
-    installed; each config point over ``check.max_elements`` by name)."""
+    installed; each config point over ``check.max_bytes`` by name)."""
     from collections import Counter
 
     from impls.status import FAILED, UPSTREAM_DEFECT
