@@ -550,14 +550,24 @@ def summarize_checks(results: list[CheckResult]) -> CheckSummary:
         if r.verdict.status == UPSTREAM_DEFECT:
             defects.setdefault(r.item.strategy.key, r.verdict.message)
     defect_lines = [f"KNOWN UPSTREAM DEFECT {key}: {message}" for key, message in defects.items()]
-    skipped: dict[tuple, list] = {}
+    # A config point over the limit once for all the strategies it was skipped for; any
+    # other reason once per strategy (a backend not installed skips every item of it).
+    points: dict[tuple, list] = {}
+    reasons: dict[tuple, list] = {}
     for r in results:
-        if r.verdict.status == SKIPPED:
-            key = (r.item.strategy.key, r.item.device, r.item.dtype, r.verdict.message)
-            skipped.setdefault(key, []).append(r.item)
-    skip_lines = [f"SKIPPED {key} [{device} {dtype} "
-                  f"{items[0].label if len(items) == 1 else f'{len(items)} items'}]: {message}"
-                  for (key, device, dtype, message), items in skipped.items()]
+        if r.verdict.status != SKIPPED:
+            continue
+        item = r.item
+        if item.skip:
+            points.setdefault((item.strategy.op, item.device, item.dtype, item.label, item.skip), []).append(item)
+        else:
+            reasons.setdefault((item.strategy.key, item.device, item.dtype, r.verdict.message), []).append(item)
+    skip_lines = [f"SKIPPED {op} [{device} {dtype} {label}] for "
+                  f"{items[0].strategy.name if len(items) == 1 else f'{len(items)} strategies'}: {why}"
+                  for (op, device, dtype, label, why), items in points.items()]
+    skip_lines += [f"SKIPPED {key} [{device} {dtype} "
+                   f"{items[0].label if len(items) == 1 else f'{len(items)} items'}]: {message}"
+                   for (key, device, dtype, message), items in reasons.items()]
     detail = ", ".join(f"{n} {status}" for status, n in sorted(counts.items()))
     text = f"{len(results)} checks, {len(failures)} failed" + (f" ({detail})" if detail else "")
     return CheckSummary(len(failures), text, failure_lines, defect_lines, skip_lines)

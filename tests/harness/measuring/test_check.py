@@ -460,8 +460,9 @@ def test_a_config_point_over_the_check_limit_is_named_as_skipped(tiny_config, ca
     assert [r.verdict.status for r in results] == ["ok", "ok", "skipped"]
     summary = summarize_checks(results)
     assert summary.skip_lines == [
-        "SKIPPED maxpool2d/numpy_sliding_window [cpu float32 config point N=1 C=2 H=10 W=10 k=2]: not checked: "
-        "it reads and writes 2400 bytes in float64, over check.max_bytes = 1000 (raise it to check this point)"]
+        "SKIPPED maxpool2d [cpu float32 config point N=1 C=2 H=10 W=10 k=2] for numpy_sliding_window: not "
+        "checked: it reads and writes 2400 bytes in float64, over check.max_bytes = 1000 (raise it to check this "
+        "point)"]
     assert summary.text == "3 checks, 0 failed (2 ok, 1 skipped)"
     # Through the command: named, and counted.
     monkeypatch.setattr(cli, "_terminate_like_interrupt", lambda: None)
@@ -469,15 +470,15 @@ def test_a_config_point_over_the_check_limit_is_named_as_skipped(tiny_config, ca
 check: {max_bytes: 1000}
 benchmarks:
   - op: maxpool2d
-    strategies: [numpy_sliding_window]
+    strategies: [numpy_sliding_window, seed_reshape_argmax]
     params: {N: 1, C: 2, H: [4, 10], W: 10, k: 2}
 """)
     assert cli.main(["check", str(config), "--no-progress"]) == 0
     out = capsys.readouterr().out
-    assert "SKIPPED maxpool2d/numpy_sliding_window [cpu float32 config point N=1 C=2 H=10 W=10 k=2]: not " \
-           "checked" in out
+    assert "SKIPPED maxpool2d [cpu float32 config point N=1 C=2 H=10 W=10 k=2] for 2 strategies: not checked: " \
+           "it reads and writes 2400 bytes in float64" in out
     assert "config point N=1 C=2 H=4" not in out
-    assert out.splitlines()[-1].endswith(" ok, 1 skipped)"), out.splitlines()[-1]
+    assert out.splitlines()[-1].endswith(" ok, 2 skipped)"), out.splitlines()[-1]
 
 
 def test_the_old_check_limit_name_is_one_line_naming_the_new_one(tiny_config):
