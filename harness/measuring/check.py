@@ -52,8 +52,11 @@ PHASE_CHECK, PHASE_PREPARE = "check", "prepare/compile"
 STRATEGY_FAULTS = (Exception, SystemExit, timing.CaseTimeout)
 # The call judged after the first, on the same prepared inputs: state kept
 # between calls (an accumulator zeroed once in prepare) shows by then, as 4x the
-# answer, and the three calls cost little next to a compile or a timing run.
+# answer, and the three calls cost little on the check's small cases. The sweep,
+# which judges the call after its timed ones as well, judges call 2 of a case
+# before timing it (SWEEP_REPEAT_CALL): a call of a big case can take seconds.
 REPEAT_CALL = 4
+SWEEP_REPEAT_CALL = 2
 
 
 @dataclass(frozen=True)
@@ -200,10 +203,11 @@ class Attempt:
 
 
 def attempt(strat: Strategy, ref: Reference, dtype: str, device: str, layout: str = "contiguous", *,
-            peak: bool = False, on_phase: Callable[[str], None] = lambda phase: None) -> Attempt:
+            peak: bool = False, on_phase: Callable[[str], None] = lambda phase: None,
+            repeat_call: int = REPEAT_CALL) -> Attempt:
     """Prepares ``strat`` on the reference inputs, calls it once (measuring
     its peak memory when ``peak``) and judges the output, then calls it until
-    its ``REPEAT_CALL``-th call and judges that one and the inputs
+    its ``repeat_call``-th call and judges that one and the inputs
     (``judge_again``). Never raises for a strategy's fault
     (``STRATEGY_FAULTS``); Ctrl-C and the caller's own interruptions do
     propagate. The one path of ``check`` and of the sweep."""
@@ -221,8 +225,8 @@ def attempt(strat: Strategy, ref: Reference, dtype: str, device: str, layout: st
         del output  # the later calls allocate theirs as the timed ones do
     except STRATEGY_FAULTS as error:
         return Attempt(failure_verdict(error, strat, device), setup_s=setup_s)
-    verdict = judge_again(strat, prepared, ref, dtype, device, layout, verdict, calls=REPEAT_CALL - 1,
-                          which=f"call {REPEAT_CALL}")
+    verdict = judge_again(strat, prepared, ref, dtype, device, layout, verdict, calls=repeat_call - 1,
+                          which=f"call {repeat_call}")
     return Attempt(verdict, prepared, setup_s, peak_bytes)
 
 

@@ -130,7 +130,8 @@ def execute_case(case: Case, config: Config, run_id: str, ceiling_gbps: float,
             on_phase(PHASE_CHECK)
             if ref is None:
                 ref = reference(case.op, case.params_dict, case.dtype, "random", config.seed)
-            tried = check.attempt(strat, ref, case.dtype, case.device, peak=True, on_phase=on_phase)
+            tried = check.attempt(strat, ref, case.dtype, case.device, peak=True, on_phase=on_phase,
+                                  repeat_call=check.SWEEP_REPEAT_CALL)
             verdict = tried.verdict
             row.update(setup_s=tried.setup_s, peak_mem_bytes=tried.peak_mem_bytes,
                        max_abs_err=verdict.max_abs_err, rel_err=verdict.rel_err)

@@ -255,3 +255,20 @@ def test_the_call_after_timing_is_judged_and_a_wrong_one_publishes_no_time(plant
         assert wrong.row["message"].startswith("call 1 matched the oracle, the call after its ")
     right = execute_case(Case("maxpool2d", "right_every_time", "cpu", "float32", params), config, "r", 30.0)
     assert right.row["status"] == "ok" and right.row["median_s"] > 0 and len(right.samples_s) >= 5
+
+
+def test_a_case_wrong_on_its_second_call_is_never_timed(planted):
+    from harness.base.config import Case
+    from harness.measuring.sweep import execute_case
+
+    planted("maxpool2d", "wrong_from_call_2", _goes_wrong_after(1, "answer"), returns="values+indices", ties="first")
+    config = parse_config({"timing": {"min_samples": 5, "budget_s": 0.01, "warmup_s": 0},
+                           "benchmarks": [{"op": "maxpool2d", "strategies": ["wrong_from_call_2"],
+                                           "params": {"N": 1, "C": 2, "H": 8, "W": 8, "k": 2}}]})
+    params = (("C", 2), ("H", 8), ("N", 1), ("W", 8), ("k", 2))
+    clock = []
+    result = execute_case(Case("maxpool2d", "wrong_from_call_2", "cpu", "float32", params), config, "r", 30.0,
+                          on_phase=clock.append)
+    assert result.row["status"] == "unrepeatable" and result.samples_s == []
+    assert result.row["message"].startswith("call 1 matched the oracle, call 2 on the same inputs did not: values:")
+    assert "time" not in clock  # the timing phase never started
