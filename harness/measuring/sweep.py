@@ -31,6 +31,7 @@ from harness.base.config import (
     shard,
 )
 from harness.base.errors import UsageError
+from harness.base.format import shorten
 from harness.measuring import check, facts, memory, pinning, timing
 from harness.measuring.check import PHASE_CHECK, Reference, reference
 from harness.measuring.session import Interrupted, PhaseClock, RunOutcome, RunSession  # noqa: F401 - Interrupted: sweep's public name
@@ -196,7 +197,7 @@ def execute_isolated(case: Case, config: Config, run_id: str, ceiling_gbps: floa
         result = CaseResult(base_row(case, run_id, ceiling_gbps), [])
         reason = (f"killed by signal {-child.returncode}" if child.returncode < 0
                   else f"exited with status {child.returncode}")
-        tail = (child.stderr.strip().splitlines() or [""])[-1][:300]
+        tail = shorten((child.stderr.strip().splitlines() or [""])[-1], 300)
         result.row.update(status=ERROR, message=f"isolated case {reason}" + (f": {tail}" if tail else ""))
         return result, {}
     answer = json.loads(lines[-1])
