@@ -223,10 +223,10 @@ def attempt(strat: Strategy, ref: Reference, dtype: str, device: str, layout: st
             output, peak_bytes = prepared.run(), math.nan
         verdict = judge(strat, output, ref, dtype, device, layout)
         del output  # the later calls allocate theirs as the timed ones do
+        verdict = judge_again(strat, prepared, ref, dtype, device, layout, verdict, calls=repeat_call - 1,
+                              which=f"call {repeat_call}")
     except STRATEGY_FAULTS as error:
         return Attempt(failure_verdict(error, strat, device), setup_s=setup_s)
-    verdict = judge_again(strat, prepared, ref, dtype, device, layout, verdict, calls=repeat_call - 1,
-                          which=f"call {repeat_call}")
     return Attempt(verdict, prepared, setup_s, peak_bytes)
 
 
@@ -237,11 +237,13 @@ def judge_again(strat: Strategy, prepared: Prepared, ref: Reference, dtype: str,
     given ``first``, the verdict on its first call. Its inputs changed since
     prepare: ``input-modified``, naming them (the likelier cause of any wrong
     answer). The last call wrong where the first was not: ``unrepeatable``.
-    It raising: its ``failure_verdict``, saying which call. Otherwise the worse
-    of the two verdicts. A first call already wrong is not called again.
-    Never raises for a strategy's fault."""
-    later, raised = None, None
+    A later call raising: its ``failure_verdict``, saying which call.
+    Otherwise the worse of the two verdicts. A first call already wrong is
+    not called again (its inputs are still compared). Raises only a timeout
+    that fires while the inputs are read back."""
+    later, raised, last = None, None, "call 1"
     if first.status != MISMATCH:
+        last = which
         try:
             output = None
             for _ in range(calls):
@@ -251,13 +253,10 @@ def judge_again(strat: Strategy, prepared: Prepared, ref: Reference, dtype: str,
             del output
         except STRATEGY_FAULTS as error:
             raised = error
-    try:
-        changed = prepared.changed_inputs()
-    except STRATEGY_FAULTS as error:  # reading the inputs back ran the device's queued work
-        changed = f"its inputs could not be read back ({describe_error(error, strat)})"
+    changed = prepared.changed_inputs()
     if changed:
-        return Verdict(INPUT_MODIFIED, f"{changed} (inputs differ after {which} from before prepare; "
-                                       f"run() must leave its inputs alone)")
+        return Verdict(INPUT_MODIFIED, f"{changed} (inputs differ after {last} from before prepare; a strategy "
+                                       f"must leave its inputs alone)")
     if raised is not None:
         failed = failure_verdict(raised, strat, device)
         return replace(failed, message=f"{which} on the same inputs: {failed.message}")
@@ -272,7 +271,7 @@ def judge_again(strat: Strategy, prepared: Prepared, ref: Reference, dtype: str,
 
 def check_strategy(strat: Strategy, params: dict, dtype: str, device: str, ref: Reference,
                    layout: str = "contiguous") -> Verdict:
-    """Runs ``strat`` once on the reference inputs and judges its output."""
+    """``attempt``'s verdict on ``strat`` at ``params`` on the reference inputs."""
     return attempt(strat, replace(ref, params=dict(params)), dtype, device, layout).verdict
 
 
@@ -538,9 +537,9 @@ class CheckSummary:
 
 def summarize_checks(results: list[CheckResult]) -> CheckSummary:
     """The counts by status, a FAIL line per failure, a line per known
-    upstream defect, and a SKIPPED line per reason an item was not run (one
-    per strategy for a reason shared by its items, such as a backend not
-    installed; each config point over ``check.max_bytes`` by name)."""
+    upstream defect, and SKIPPED lines: each config point over
+    ``check.max_bytes`` by name, once for the strategies it was skipped for,
+    and any other reason once per strategy (a backend not installed)."""
     from collections import Counter
 
     from impls.status import FAILED, UPSTREAM_DEFECT

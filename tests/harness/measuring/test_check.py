@@ -385,6 +385,22 @@ def test_a_strategy_that_overwrites_its_input_is_input_modified_naming_it(plante
         assert verdict.message.startswith("overwrote its input 'x' (inputs differ after call 4 from before prepare")
 
 
+def test_a_wrong_answer_from_an_overwritten_input_is_named_for_its_cause(planted):
+    def zeroes_first(inputs, params):
+        x = inputs["x"]
+
+        def run():
+            x[...] = 0.0  # scratch space: the answer is then wrong on call 1 already
+            return maxpool2d.oracle({"x": x.astype(np.float64)}, params)[0].astype(x.dtype), \
+                maxpool2d.oracle({"x": x.astype(np.float64)}, params)[1]
+        return run
+
+    strat = planted("maxpool2d", "zeroes_first", zeroes_first, returns="values+indices", ties="first")
+    verdict = verdict_of(strat, "random")
+    assert verdict.status == "input-modified", verdict
+    assert verdict.message.startswith("overwrote its input 'x' (inputs differ after call 1 from before prepare")
+
+
 def test_a_strategy_that_reads_its_inputs_only_passes_every_call(planted):
     honest = planted("maxpool2d", "honest_again", oracle_based(lambda v, i, x: (v.astype(x.dtype), i)),
                      returns="values+indices", ties="first")
