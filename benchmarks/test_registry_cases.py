@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from harness.base.config import expand, load_config
-from harness.measuring.check import judge, prepare_case, reference
+from harness.measuring.check import attempt, judge_again, reference
 from harness.measuring.pinning import apply_threads
 from harness.measuring.timing import Clock
 from impls.backends import get_backend, itemsize
@@ -42,8 +42,8 @@ def test_case(benchmark, case):
     strat = op.strategies[case.strategy]
     params = case.params_dict
     ref = reference(case.op, params, case.dtype, "random", _config.seed)
-    prepared = prepare_case(strat, ref, params, case.dtype, case.device)
-    verdict = judge(strat, prepared.run(), ref, case.dtype)
+    tried = attempt(strat, ref, case.dtype, case.device)  # calls 1 and 4 judged, the inputs unchanged
+    verdict, prepared = tried.verdict, tried.prepared
     assert verdict.status in CORRECT, verdict.message
     if strat.interpreted_on(case.device):
         pytest.skip(f"checked under the {strat.backend} interpreter ({verdict.status}); not timed")
@@ -53,5 +53,9 @@ def test_case(benchmark, case):
                                 setup_s=prepared.setup_s)
     clock = Clock(get_backend(strat.backend), case.device)
     benchmark(clock.call, prepared.run)
+    # The timed calls computed the answer too: the next one is judged, and the inputs.
+    again = judge_again(strat, prepared, ref, case.dtype, case.device, "contiguous", verdict, calls=1,
+                        which="the call after the benchmark's")
+    assert again.status in CORRECT, again.message
     if benchmark.stats:
         benchmark.extra_info["gbps"] = nbytes / benchmark.stats.stats.median / 1e9

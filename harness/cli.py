@@ -135,7 +135,7 @@ def cmd_check(args) -> int:
         print(line)
     if len(summary.failure_lines) > len(shown):
         print(f"…and {len(summary.failure_lines) - len(shown)} more failures (see --all)")
-    for line in summary.defect_lines:
+    for line in summary.defect_lines + summary.skip_lines:
         print(line)
     print(summary.text)
     return EXIT_FINDINGS if summary.failed else EXIT_OK

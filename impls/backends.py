@@ -293,11 +293,18 @@ def convert(inputs: dict, backend: Backend, device: str, dtype: str, layout: str
         if not isinstance(value, np.ndarray):
             converted[key] = value
             continue
-        this_layout = layout if key in layout_keys else "contiguous"
-        if this_layout == "channels_last" and (value.ndim != 4 or "channels_last" not in backend.layouts):
-            this_layout = "contiguous"
+        this_layout = applied_layout(value, layout, backend) if key in layout_keys else "contiguous"
         converted[key] = backend.to_native(value, device, dtype, this_layout)
     return converted
+
+
+def applied_layout(array: np.ndarray, layout: str, backend: Backend) -> str:
+    """The layout ``convert`` gives ``array`` when asked for ``layout``:
+    channels-last only to a 4-D array of a backend that has it, contiguous
+    otherwise."""
+    if layout == "channels_last" and (array.ndim != 4 or "channels_last" not in backend.layouts):
+        return "contiguous"
+    return layout
 
 
 def float_dtypes(output: Any) -> list[str]:

@@ -120,9 +120,18 @@ def storage_dtype_name(array: np.ndarray, expected: str) -> str:
     return str(array.dtype)
 
 
+def plain(value) -> str:
+    """A number as a message shows it: whole (the shortest text that reads
+    back as the same value in its own dtype) and plain (``nan``, ``-0.0``,
+    ``3``; never numpy's ``np.float64(nan)``)."""
+    if isinstance(value, np.generic) and (value.dtype.kind in "iub" or value.dtype.itemsize < 4):
+        return str(value.item())  # float16's own shortest text is "6.55e+04" for 65504
+    return str(value)
+
+
 def first_difference(out: np.ndarray, ref: np.ndarray, differs: np.ndarray) -> str:
     where = tuple(int(i) for i in np.argwhere(differs)[0])
-    return f"first difference at {where}: got {out[where]!r}, expected {ref[where]!r}"
+    return f"first difference at {where}: got {plain(out[where])}, expected {plain(ref[where])}"
 
 
 def check_shape_dtype(name: str, out: np.ndarray, ref: np.ndarray, dtype: str) -> Verdict | None:

@@ -74,7 +74,18 @@ def _threads_by_backend(value):
 
 
 class CheckSettings(Strict):
-    max_elements: int = Field(1 << 20, ge=1)  # config sizes checked by `check` up to this
+    # `check` checks a config point only up to this many bytes read and written with
+    # float64 values (the operator's bytes formula at 8 bytes a value: what the
+    # float64 reference costs); a bigger point is named as skipped.
+    max_bytes: int = Field(8 << 20, ge=1)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _renamed(cls, data):
+        if isinstance(data, dict) and "max_elements" in data:
+            raise ValueError("max_elements is now max_bytes: the bytes a config point reads and writes with "
+                             "float64 values (8 times the old number for float values)")
+        return data
 
 
 # Strict: YAML's `true` is not a size, and "64" is not 64.
@@ -156,7 +167,7 @@ def parse_config(data: Any, source: str = "<config>") -> Config:
         errors = error.errors()
         # A misspelt key also makes the real one missing: name the misspelling, and what it should be.
         first = next((e for e in errors if e["type"] == "extra_forbidden"), errors[0])
-        message = first["msg"]
+        message = first["msg"].removeprefix("Value error, ")
         if first["type"] == "extra_forbidden":
             missing = [str(e["loc"][-1]) for e in errors
                        if e["type"] == "missing" and tuple(e["loc"][:-1]) == tuple(first["loc"][:-1])]

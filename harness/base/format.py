@@ -111,3 +111,15 @@ def slug(text: str) -> str:
     two texts that differ only past the cut never share a file."""
     name = re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")
     return name if len(name) <= 80 else f"{name[:71]}-{zlib.crc32(text.encode()):08x}"
+
+
+def shorten(text: str, limit: int) -> str:
+    """``text`` in at most ``limit`` characters: whole when it fits, else cut
+    at the last space before the limit with "…", so that no number or name
+    is shown cut in half (a cut "2.2801" reads as a value)."""
+    text = str(text)
+    if len(text) <= limit:
+        return text
+    cut = text[:limit - 1]
+    space = cut.rfind(" ")
+    return (cut[:space] if space > 0 else cut).rstrip(" ,;:") + "…"

@@ -4,15 +4,18 @@ The one path from a case to a verdict, used by ``check``, the sweep (before it
 times a case) and the pytest-benchmark view: ``reference`` makes a case's
 inputs (rounded to the dtype) and the oracle's answer; ``attempt`` converts
 them to the strategy's backend and device, prepares the strategy (its setup
-time is measured, ``prepare_case``), calls it once and judges the output
-(``judge``); whatever the strategy raises becomes the case's verdict
-(``failure_verdict``). ``check_plan`` lists what ``scatterbench check`` runs
+time is measured, ``prepare_case``), calls it and judges the output
+(``judge``) of its first call and of a later one on the same inputs, and
+checks that the inputs are as they were (``judge_again``: the sweep asks it
+once more after timing); whatever the strategy raises becomes the case's
+verdict (``failure_verdict``). ``check_plan`` lists what ``scatterbench check`` runs
 for a config, ``adversarial_items`` what one strategy is held to per device and
 dtype, and ``run_one_check`` runs one item of either.
 """
 
 from __future__ import annotations
 
+import hashlib
 import math
 import time
 import traceback
@@ -20,12 +23,24 @@ from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from typing import Any, Callable
 
+import numpy as np
+
 from harness.base.plugins import project_path
 from harness.measuring import memory, timing
-from impls.backends import float_dtypes, get_backend, to_numpy
+from impls.backends import applied_layout, backend_of, float_dtypes, get_backend, to_numpy
 from impls.common import DTYPE_DIFFERENCE, Verdict, round_to_dtype
 from impls.registry import NotApplicable, Strategy, get_operator
-from impls.status import ERROR, MISMATCH, SKIPPED, TIMEOUT, UPSTREAM_DEFECT
+from impls.status import (
+    ERROR,
+    INPUT_MODIFIED,
+    MISMATCH,
+    OK,
+    SEVERITY,
+    SKIPPED,
+    TIMEOUT,
+    UNREPEATABLE,
+    UPSTREAM_DEFECT,
+)
 
 MODES = ("random", "adversarial")
 # Phases of checking one case, as the sweep's progress display and phase_s name them.
@@ -35,6 +50,13 @@ PHASE_CHECK, PHASE_PREPARE = "check", "prepare/compile"
 # it), and a strategy calling sys.exit is an error like any other. Ctrl-C and
 # the sweep's own Interrupted are not in this list: they stop the run.
 STRATEGY_FAULTS = (Exception, SystemExit, timing.CaseTimeout)
+# The call judged after the first, on the same prepared inputs: state kept
+# between calls (an accumulator zeroed once in prepare) shows by then, as 4x the
+# answer, and the three calls cost little on the check's small cases. The sweep,
+# which judges the call after its timed ones as well, judges call 2 of a case
+# before timing it (SWEEP_REPEAT_CALL): a call of a big case can take seconds.
+REPEAT_CALL = 4
+SWEEP_REPEAT_CALL = 2
 
 
 @dataclass(frozen=True)
@@ -53,7 +75,7 @@ def reference(op_name: str, params: dict, dtype: str, mode: str, seed: int) -> R
     return Reference(inputs, op.oracle(inputs, params), mode, dict(params))
 
 
-@lru_cache(maxsize=8)  # check sizes are small, but config points can reach check.max_elements
+@lru_cache(maxsize=8)  # check sizes are small, but config points can reach check.max_bytes
 def _cached_reference(op_name, params_items, dtype, mode, seed):
     return reference(op_name, dict(params_items), dtype, mode, seed)
 
@@ -101,24 +123,61 @@ def failure_verdict(error: BaseException, strat: Strategy, device: str) -> Verdi
     return Verdict(ERROR, describe_error(error, strat))
 
 
+def fingerprint(value: Any) -> str:
+    """What an input holds, as a digest of its dtype, shape and bytes (read
+    back through its backend's ``to_numpy``); an input that can no longer be
+    read (a donated or deleted buffer) says why instead."""
+    try:
+        array = np.ascontiguousarray(to_numpy(value))
+    except Exception as error:  # noqa: BLE001 - any failure to read it back is the finding
+        return f"unreadable ({type(error).__name__}: {str(error).strip().splitlines()[0] if str(error).strip() else ''})"
+    digest = hashlib.sha1(f"{array.dtype.str}{array.shape}".encode(), usedforsecurity=False)
+    digest.update(memoryview(array).cast("B") if array.size else b"")
+    return digest.hexdigest()
+
+
+def fingerprints(inputs: dict) -> dict[str, str]:
+    """``fingerprint`` of every array input (what a backend owns, or numpy)."""
+    return {key: fingerprint(value) for key, value in inputs.items()
+            if isinstance(value, np.ndarray) or backend_of(value) is not None}
+
+
 @dataclass(frozen=True)
 class Prepared:
     run: Callable[[], Any]  # the timed call
     setup_s: float  # conversion excluded; prepare (tables, kernels, compiles) included
+    inputs: dict = field(default_factory=dict)  # what the strategy was prepared on, on its backend
+    input_prints: dict = field(default_factory=dict)  # their fingerprints before prepare
+
+    def changed_inputs(self) -> str | None:
+        """How the inputs differ from what they were before prepare, in one
+        line naming each changed input; None when none did."""
+        now = fingerprints(self.inputs)
+        changed = []
+        for key, before in self.input_prints.items():
+            after = now.get(key)
+            if after == before:
+                continue
+            changed.append(f"left its input {key!r} {after}" if after and after.startswith("unreadable")
+                           else f"overwrote its input {key!r}")
+        return "; ".join(changed) or None
 
 
 def prepare_case(strat: Strategy, ref: Reference, params: dict, dtype: str, device: str,
                  layout: str = "contiguous") -> Prepared:
-    """The reference inputs on the strategy's backend and device, and the
-    strategy prepared on them. Raises what the strategy raises."""
+    """The reference inputs on the strategy's backend and device (their
+    fingerprints taken), and the strategy prepared on them. Raises what the
+    strategy raises."""
     op = get_operator(strat.op)
     backend = get_backend(strat.backend)
     inputs = op.to_backend(ref.inputs, strat.backend, device, dtype, layout)
     backend.synchronize(device)
+    prints = fingerprints(inputs)
     start = time.perf_counter()
     run = strat.prepare(inputs, params)
     backend.synchronize(device)
-    return Prepared(run, time.perf_counter() - start)
+    # A copy of the mapping: a strategy rebinding a key must not change what is compared.
+    return Prepared(run, time.perf_counter() - start, dict(inputs), prints)
 
 
 def judge(strat: Strategy, output: Any, ref: Reference, dtype: str, device: str = "cpu",
@@ -136,19 +195,22 @@ def judge(strat: Strategy, output: Any, ref: Reference, dtype: str, device: str 
 
 @dataclass(frozen=True)
 class Attempt:
-    """One strategy on one case, called once and judged."""
+    """One strategy on one case, called, judged, and judged again."""
     verdict: Verdict
-    prepared: Prepared | None = None  # None when prepare or the call failed
+    prepared: Prepared | None = None  # None when prepare or the first call failed
     setup_s: float = math.nan
     peak_mem_bytes: float = math.nan
 
 
 def attempt(strat: Strategy, ref: Reference, dtype: str, device: str, layout: str = "contiguous", *,
-            peak: bool = False, on_phase: Callable[[str], None] = lambda phase: None) -> Attempt:
+            peak: bool = False, on_phase: Callable[[str], None] = lambda phase: None,
+            repeat_call: int = REPEAT_CALL) -> Attempt:
     """Prepares ``strat`` on the reference inputs, calls it once (measuring
-    its peak memory when ``peak``) and judges the output. Never raises for a
-    strategy's fault (``STRATEGY_FAULTS``); Ctrl-C and the caller's own
-    interruptions do propagate. The one path of ``check`` and of the sweep."""
+    its peak memory when ``peak``) and judges the output, then calls it until
+    its ``repeat_call``-th call and judges that one and the inputs
+    (``judge_again``). Never raises for a strategy's fault
+    (``STRATEGY_FAULTS``); Ctrl-C and the caller's own interruptions do
+    propagate. The one path of ``check`` and of the sweep."""
     setup_s = math.nan
     try:
         on_phase(PHASE_PREPARE)
@@ -160,14 +222,56 @@ def attempt(strat: Strategy, ref: Reference, dtype: str, device: str, layout: st
         else:
             output, peak_bytes = prepared.run(), math.nan
         verdict = judge(strat, output, ref, dtype, device, layout)
+        del output  # the later calls allocate theirs as the timed ones do
+        verdict = judge_again(strat, prepared, ref, dtype, device, layout, verdict, calls=repeat_call - 1,
+                              which=f"call {repeat_call}")
     except STRATEGY_FAULTS as error:
         return Attempt(failure_verdict(error, strat, device), setup_s=setup_s)
     return Attempt(verdict, prepared, setup_s, peak_bytes)
 
 
+def judge_again(strat: Strategy, prepared: Prepared, ref: Reference, dtype: str, device: str,
+                layout: str, first: Verdict, *, calls: int, which: str) -> Verdict:
+    """The verdict on ``prepared`` once it has been called ``calls`` more
+    times on the same inputs (``which`` names the last of them in messages),
+    given ``first``, the verdict on its first call. Its inputs changed since
+    prepare: ``input-modified``, naming them (the likelier cause of any wrong
+    answer). The last call wrong where the first was not: ``unrepeatable``.
+    A later call raising: its ``failure_verdict``, saying which call.
+    Otherwise the worse of the two verdicts. A first call already wrong is
+    not called again (its inputs are still compared). Raises only a timeout
+    that fires while the inputs are read back."""
+    later, raised, last = None, None, "call 1"
+    if first.status != MISMATCH:
+        last = which
+        try:
+            output = None
+            for _ in range(calls):
+                output = None  # dropped before the next call, as the timer drops it
+                output = prepared.run()
+            later = judge(strat, output, ref, dtype, device, layout)
+            del output
+        except STRATEGY_FAULTS as error:
+            raised = error
+    changed = prepared.changed_inputs()
+    if changed:
+        return Verdict(INPUT_MODIFIED, f"{changed} (inputs differ after {last} from before prepare; a strategy "
+                                       f"must leave its inputs alone)")
+    if raised is not None:
+        failed = failure_verdict(raised, strat, device)
+        return replace(failed, message=f"{which} on the same inputs: {failed.message}")
+    if later is None:
+        return first
+    if later.status == MISMATCH:
+        was = "matched the oracle" if first.status == OK else f"was {first.status}"
+        return replace(later, status=UNREPEATABLE,
+                       message=f"call 1 {was}, {which} on the same inputs did not: {later.message}")
+    return first if SEVERITY.index(first.status) <= SEVERITY.index(later.status) else later
+
+
 def check_strategy(strat: Strategy, params: dict, dtype: str, device: str, ref: Reference,
                    layout: str = "contiguous") -> Verdict:
-    """Runs ``strat`` once on the reference inputs and judges its output."""
+    """``attempt``'s verdict on ``strat`` at ``params`` on the reference inputs."""
     return attempt(strat, replace(ref, params=dict(params)), dtype, device, layout).verdict
 
 
@@ -198,6 +302,7 @@ class CheckItem:
     device: str
     mode: str
     layout: str
+    skip: str = ""  # why the item is not run (a config point over check.max_bytes); "" runs it
 
     @property
     def label(self) -> str:
@@ -205,7 +310,25 @@ class CheckItem:
 
         from harness.base.format import params_label
 
-        return f"{self.mode}/{self.layout} {params_label(json.dumps(dict(self.params)))}"
+        where = "config point" if self.skip else f"{self.mode}/{self.layout}"
+        return f"{where} {params_label(json.dumps(dict(self.params)))}"
+
+
+@lru_cache(maxsize=256)
+def _layout_arrays(op_name: str, params_items: tuple) -> tuple:
+    op = get_operator(op_name)
+    inputs = op.generate(dict(params_items), "random", 0)
+    return tuple(inputs[key] for key in op.layout_keys if isinstance(inputs.get(key), np.ndarray))
+
+
+def layout_applies(op, params: dict, layout: str, backend: str) -> bool:
+    """Whether ``layout`` changes any input of ``op`` at ``params`` on
+    ``backend`` (``impls.backends.applied_layout``): channels-last on 2-D
+    arrays would be contiguous ones under another name, and is not an item."""
+    if layout == "contiguous":
+        return True
+    arrays = _layout_arrays(op.name, tuple(sorted(params.items())))
+    return any(applied_layout(array, layout, get_backend(backend)) == layout for array in arrays)
 
 
 def adversarial_set(op, strat) -> tuple[list[dict], tuple[str, ...]]:
@@ -232,7 +355,8 @@ def extra_set(op, strat, dtype: str) -> list[tuple[dict, str, str, str]]:
         if strat.quick_check and not extra.get("compiled", True):
             continue
         dtypes = [d for d in (extra.get("dtypes") or (dtype,)) if d in strat.dtypes]
-        layouts = [l for l in (extra.get("layouts") or strategy_layouts) if l in strategy_layouts]
+        layouts = [l for l in (extra.get("layouts") or strategy_layouts) if l in strategy_layouts
+                   and layout_applies(op, extra["params"], l, strat.backend)]
         if strat.quick_check:
             layouts = layouts[:1]
         for this_dtype in dtypes:
@@ -251,17 +375,27 @@ def adversarial_items(strat: Strategy, device: str, dtype: str) -> list[CheckIte
     op = get_operator(strat.op)
     check_cases, layouts = adversarial_set(op, strat)
     items = [CheckItem(strat, tuple(sorted(params.items())), dtype, device, mode, layout)
-             for params in check_cases for mode in MODES for layout in layouts]
+             for params in check_cases for mode in MODES for layout in layouts
+             if layout_applies(op, params, layout, strat.backend)]
     items += [CheckItem(strat, tuple(sorted(params.items())), this_dtype, device, mode, layout)
               for params, this_dtype, mode, layout in extra_set(op, strat, dtype)]
     return items
 
 
+def float64_bytes(op, params: dict) -> int:
+    """The bytes a case reads and writes with float64 values (its bytes
+    formula at 8 bytes a value): what ``check.max_bytes`` bounds."""
+    return op.bytes_moved(params, 8)
+
+
 def check_plan(config, cases) -> list[CheckItem]:
     """Each selected strategy's ``adversarial_items`` per device and dtype,
-    plus each config point small enough (``check.max_elements``) in both modes."""
+    plus each config point that reads and writes at most ``check.max_bytes``
+    in float64 (``float64_bytes``), in both modes; a point over it is one
+    item that is not run, saying so (``skip``)."""
     items: list[CheckItem] = []
     seen, listed = set(), set()
+    limit = config.check.max_bytes
     for case in cases:
         op = get_operator(case.op)
         strat = op.strategies[case.strategy]
@@ -273,9 +407,14 @@ def check_plan(config, cases) -> list[CheckItem]:
                 if item not in listed:
                     listed.add(item)
                     items.append(item)
-        if op.bytes_moved(case.params_dict, 1) <= config.check.max_elements:
+        moved = float64_bytes(op, case.params_dict)
+        if moved <= limit:
             for mode in MODES:
                 items.append(CheckItem(strat, case.params, case.dtype, case.device, mode, "contiguous"))
+        else:
+            items.append(CheckItem(strat, case.params, case.dtype, case.device, MODES[0], "contiguous",
+                                   skip=f"not checked: it reads and writes {moved} bytes in float64, over "
+                                        f"check.max_bytes = {limit} (raise it to check this point)"))
     return items
 
 
@@ -296,14 +435,17 @@ def check_memory_guard(item: CheckItem) -> str | None:
     free = memory.host_free_bytes()
     if not memory.fits(needed, free):
         return (f"the check needs about {needed / 2**30:.2f} GiB with its float64 reference, "
-                f"{free / 2**30:.2f} GiB free: skipped before allocating (lower check.max_elements)")
+                f"{free / 2**30:.2f} GiB free: skipped before allocating (lower check.max_bytes)")
     return None
 
 
 def run_one_check(item: CheckItem, seed: int, timeout_s: float | None = None) -> Verdict:
     """One item: skipped when its backend is missing or its float64 reference
     would not fit; else ``attempt``, within ``timeout_s`` (a hang is a
-    ``timeout`` verdict, not a hung check)."""
+    ``timeout`` verdict, not a hung check). An item with a ``skip`` reason
+    is skipped with it."""
+    if item.skip:
+        return Verdict(SKIPPED, item.skip)
     unavailable = item.strategy.available()
     if unavailable:
         return Verdict(SKIPPED, unavailable)
@@ -390,9 +532,14 @@ class CheckSummary:
     text: str
     failure_lines: list
     defect_lines: list
+    skip_lines: list = field(default_factory=list)
 
 
 def summarize_checks(results: list[CheckResult]) -> CheckSummary:
+    """The counts by status, a FAIL line per failure, a line per known
+    upstream defect, and SKIPPED lines: each config point over
+    ``check.max_bytes`` by name, once for the strategies it was skipped for,
+    and any other reason once per strategy (a backend not installed)."""
     from collections import Counter
 
     from impls.status import FAILED, UPSTREAM_DEFECT
@@ -406,6 +553,24 @@ def summarize_checks(results: list[CheckResult]) -> CheckSummary:
         if r.verdict.status == UPSTREAM_DEFECT:
             defects.setdefault(r.item.strategy.key, r.verdict.message)
     defect_lines = [f"KNOWN UPSTREAM DEFECT {key}: {message}" for key, message in defects.items()]
+    # A config point over the limit once for all the strategies it was skipped for; any
+    # other reason once per strategy (a backend not installed skips every item of it).
+    points: dict[tuple, list] = {}
+    reasons: dict[tuple, list] = {}
+    for r in results:
+        if r.verdict.status != SKIPPED:
+            continue
+        item = r.item
+        if item.skip:
+            points.setdefault((item.strategy.op, item.device, item.dtype, item.label, item.skip), []).append(item)
+        else:
+            reasons.setdefault((item.strategy.key, item.device, item.dtype, r.verdict.message), []).append(item)
+    skip_lines = [f"SKIPPED {op} [{device} {dtype} {label}] for "
+                  f"{items[0].strategy.name if len(items) == 1 else f'{len(items)} strategies'}: {why}"
+                  for (op, device, dtype, label, why), items in points.items()]
+    skip_lines += [f"SKIPPED {key} [{device} {dtype} "
+                   f"{items[0].label if len(items) == 1 else f'{len(items)} items'}]: {message}"
+                   for (key, device, dtype, message), items in reasons.items()]
     detail = ", ".join(f"{n} {status}" for status, n in sorted(counts.items()))
     text = f"{len(results)} checks, {len(failures)} failed" + (f" ({detail})" if detail else "")
-    return CheckSummary(len(failures), text, failure_lines, defect_lines)
+    return CheckSummary(len(failures), text, failure_lines, defect_lines, skip_lines)

@@ -31,6 +31,7 @@ from harness.base.config import (
     shard,
 )
 from harness.base.errors import UsageError
+from harness.base.format import shorten
 from harness.measuring import check, facts, memory, pinning, timing
 from harness.measuring.check import PHASE_CHECK, Reference, reference
 from harness.measuring.session import Interrupted, PhaseClock, RunOutcome, RunSession  # noqa: F401 - Interrupted: sweep's public name
@@ -146,7 +147,8 @@ def execute_case(case: Case, config: Config, run_id: str, ceiling_gbps: float,
             on_phase(PHASE_CHECK)
             if ref is None:
                 ref = reference(case.op, case.params_dict, case.dtype, "random", config.seed)
-            tried = check.attempt(strat, ref, case.dtype, case.device, peak=True, on_phase=on_phase)
+            tried = check.attempt(strat, ref, case.dtype, case.device, peak=True, on_phase=on_phase,
+                                  repeat_call=check.SWEEP_REPEAT_CALL)
             verdict = tried.verdict
             row.update(setup_s=tried.setup_s, peak_mem_bytes=tried.peak_mem_bytes,
                        max_abs_err=verdict.max_abs_err, rel_err=verdict.rel_err)
@@ -165,6 +167,14 @@ def execute_case(case: Case, config: Config, run_id: str, ceiling_gbps: float,
                 flush = backend.cache_flush(case.device)
             timed = timing.time_call(tried.prepared.run, backend, case.device, config.timing, flush,
                                      cross_check=config.timing.cross_check)
+            # Every timed call must have computed the answer: the one after them is judged again
+            # (and the inputs), and a case whose later answer is wrong publishes no time.
+            on_phase(PHASE_CHECK)
+            again = check.judge_again(strat, tried.prepared, ref, case.dtype, case.device, "contiguous", verdict,
+                                      calls=1, which=f"the call after its {len(timed.samples_s)} timed samples")
+            if again.status not in CORRECT:
+                return finish(again.status, f"{again.message}; its timing is not published")
+            verdict = again
     except check.STRATEGY_FAULTS as error:  # a reference too big, a flush failing, a timing call raising
         failed = check.failure_verdict(error, strat, case.device)
         return finish(failed.status, failed.message)
@@ -203,7 +213,7 @@ def execute_isolated(case: Case, config: Config, run_id: str, ceiling_gbps: floa
         result = CaseResult(base_row(case, run_id, ceiling_gbps), [])
         reason = (f"killed by signal {-child.returncode}" if child.returncode < 0
                   else f"exited with status {child.returncode}")
-        tail = (child.stderr.strip().splitlines() or [""])[-1][:300]
+        tail = shorten((child.stderr.strip().splitlines() or [""])[-1], 300)
         result.row.update(status=ERROR, message=f"isolated case {reason}" + (f": {tail}" if tail else ""))
         return result, {}
     answer = json.loads(lines[-1])

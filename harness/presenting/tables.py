@@ -33,6 +33,7 @@ from harness.base.format import (  # noqa: F401
     md_escape,
     ordered_params,
     params_label,
+    shorten,
 )
 from harness.judging import analysis, regression
 from harness.judging.analysis import (
@@ -48,16 +49,18 @@ from impls.status import (
     CORRECT,
     ERROR,
     INEXACT,
+    INPUT_MODIFIED,
     MISMATCH,
     OK,
     SKIPPED,
     TIMEOUT,
+    UNREPEATABLE,
     UPSTREAM_DEFECT,
     worst,
 )
 
-STATUS_STYLE = {OK: "green", INEXACT: "yellow", MISMATCH: "bold red", UPSTREAM_DEFECT: "magenta",
-                ERROR: "red", TIMEOUT: "magenta", SKIPPED: "dim"}
+STATUS_STYLE = {OK: "green", INEXACT: "yellow", MISMATCH: "bold red", UNREPEATABLE: "bold red",
+                INPUT_MODIFIED: "bold red", UPSTREAM_DEFECT: "magenta", ERROR: "red", TIMEOUT: "magenta", SKIPPED: "dim"}
 VERDICT_STYLE = {regression.REGRESSED: "bold red", regression.BROKEN: "bold red", regression.IMPROVED: "green",
                  regression.FIXED: "green", regression.SAME: "", regression.ONLY_IN_BASE: "dim",
                  regression.ONLY_IN_NEW: "dim", regression.NOT_TIMED: "dim"}
@@ -280,7 +283,7 @@ def run_summary(rows: pd.DataFrame, grid: bool = True) -> list:
     failed = rows[~rows["status"].isin(CORRECT)] if len(rows) else rows
     if grid and len(failed):
         renderables.append(Text("\n".join(f"{r['op']}/{r['strategy']} {r['device']} {r['dtype']} "
-                                          f"{params_label(r['params'])}: {r['status']}: {str(r['message'])[:160]}"
+                                          f"{params_label(r['params'])}: {r['status']}: {shorten(r['message'], 160)}"
                                           for _, r in failed.iterrows()), style="dim"))
     unstable = rows[rows.apply(analysis.unstable, axis=1)] \
         if len(rows) else rows
@@ -304,7 +307,7 @@ def check_table(results, width: int | None = None) -> Table:
     for (op, name, device, dtype), entries in grouped.items():
         status = worst(v.status for _, v in entries)
         problem = next((f"{i.label}: {v.message}" for i, v in entries if v.status == status and v.message), "")
-        problem = problem if len(problem) <= 160 else problem[:159] + "…"
+        problem = shorten(problem, 160)
         rows.append([op, escape(name), device, dtype, str(len(entries)),
                      f"[{STATUS_STYLE.get(status, '')}]{status}[/]", escape(problem)])
     return fitted_table("check against the float64 oracle", columns, rows, _width(width))

@@ -345,10 +345,10 @@ GIB = 1 << 30
 
 @pytest.mark.slow
 def test_check_skips_a_reference_that_cannot_fit_under_ulimit_v(tmp_path):
-    """check.max_elements raised over a point whose float64 check needs ~9 GiB,
+    """check.max_bytes raised over a point whose float64 check needs ~9 GiB,
     under a 3 GiB address-space limit: skipped with its reason, nothing allocated."""
     config = write(tmp_path / "huge-check.yaml", one_benchmark("{N: 4, C: 64, H: 1024, W: 1024, k: 2}",
-                                                               head="check: {max_elements: 2147483648}"))
+                                                               head="check: {max_bytes: 17179869184}"))
     process = spawn("check", config, "--no-progress", rlimit_as=3 * GIB)
     result = finish(process, timeout=300)
     assert_clean(result)

@@ -11,6 +11,7 @@ import subprocess
 import sys
 import time
 
+import pandas as pd
 import pytest
 
 from harness.base.errors import UnpinnedThreadsWarning
@@ -219,3 +220,98 @@ def test_a_segfault_without_isolate_is_run_isolated_on_resume(tmp_path, tiny_con
             assert row["status"] == "ok", row
     assert read_meta(out)["crashed"] == [["maxpool2d", "fault_segfaults", "cpu", "float32"]]
     assert not (out / IN_FLIGHT).exists()
+
+
+# ------------------------------------------------------------------ issue 31
+UNREPEATABLE = PLUGINS / "unrepeatable_plugin.py"
+# Each is right on its first call: a sum kept between calls, and a mask folded into its input.
+DISHONEST = {"kept_accumulator": "unrepeatable", "mask_folded_into_input": "input-modified"}
+DISHONEST_CONFIG = """
+timing: {min_samples: 5, budget_s: 0.01, warmup_s: 0}
+threads: {torch: 1, numpy: 1, numba: 1}
+benchmarks:
+  - op: dispersion
+    strategies: [kept_accumulator, mask_folded_into_input, torch_index_add, seed_loop]
+    params: {B: 1, C: 4, H: 8, W: 8, S: 1}
+"""
+
+
+def assert_dishonest_recorded_and_untimed(rows, samples=None):
+    """Each dishonest strategy with its own status, a message saying what it
+    did, and no time; the honest ones timed."""
+    by_name = {row["strategy"]: row for _, row in rows.iterrows()}
+    for name, status in DISHONEST.items():
+        row = by_name[name]
+        assert row["status"] == status, (name, row["message"])
+        assert row["message"].startswith("adversarial check ")
+        what = "call 1 matched the oracle, call 4 on the same inputs did not" if status == "unrepeatable" \
+            else "overwrote its input 'x'"
+        assert what in row["message"], row["message"]
+        assert pd.isna(row.get("median_s")), row.get("median_s")  # never timed
+        if samples is not None:
+            assert row["case_id"] not in samples
+    for name in ("torch_index_add", "seed_loop"):
+        assert by_name[name]["status"] == "ok" and by_name[name]["median_s"] > 0, by_name[name]["message"]
+
+
+@pytest.fixture(scope="module")
+def dishonest_runs(tmp_path_factory):
+    """`check`, `run` and `regress` against that run, with the plugin named by its file."""
+    root = tmp_path_factory.mktemp("dishonest")
+    config = root / "dishonest.yaml"
+    config.write_text(DISHONEST_CONFIG)
+    checked = cli("check", config, "--no-progress", "--all", plugins=[UNREPEATABLE])
+    ran = cli("run", config, "-o", root / "run", "--no-progress", plugins=[UNREPEATABLE])
+    gated = cli("regress", root / "run", config, "-o", root / "gate", "--factor", "5", "--no-progress",
+                plugins=[UNREPEATABLE])
+    return root, checked, ran, gated
+
+
+def test_check_fails_a_strategy_that_keeps_state_or_overwrites_its_input(dishonest_runs):
+    _, checked, _, _ = dishonest_runs
+    assert checked.returncode == 1, checked.stdout + checked.stderr
+    fails = [line for line in checked.stdout.splitlines() if line.startswith("FAIL ")]
+    kept = [line for line in fails if line.startswith("FAIL dispersion/kept_accumulator ")]
+    folded = [line for line in fails if line.startswith("FAIL dispersion/mask_folded_into_input ")]
+    assert kept and all("call 1 matched the oracle, call 4 on the same inputs did not: y: " in line for line in kept)
+    assert folded and all("]: overwrote its input 'x' (inputs differ after call 4" in line for line in folded)
+    assert len(fails) == len(kept) + len(folded)  # the honest strategies pass every item
+    summary = checked.stdout.splitlines()[-1]
+    assert f" {len(kept)} unrepeatable" in summary and f"({len(folded)} input-modified" in summary, summary
+
+
+def test_run_records_dishonest_strategies_with_their_status_and_never_times_them(dishonest_runs):
+    root, _, ran, _ = dishonest_runs
+    assert ran.returncode == 0, ran.stderr
+    assert_dishonest_recorded_and_untimed(read_rows(root / "run"), read_samples(root / "run"))
+    # The run's summary names them, with their status.
+    assert "dispersion/kept_accumulator cpu float32 B=1 C=4 H=8 W=8 S=1: unrepeatable: adversarial check" \
+        in " ".join(ran.stdout.split())
+
+
+def test_regress_records_dishonest_strategies_with_their_status_and_never_times_them(dishonest_runs):
+    root, _, _, gated = dishonest_runs
+    assert gated.returncode == 0, gated.stdout + gated.stderr
+    assert_dishonest_recorded_and_untimed(read_rows(root / "gate" / "run"), read_samples(root / "gate" / "run"))
+
+
+@pytest.fixture
+def dishonest():
+    from harness.base import plugins
+    from impls.registry import get_operator
+
+    plugins.load_plugins(str(UNREPEATABLE))
+    yield
+    for name in DISHONEST:
+        get_operator("dispersion").strategies.pop(name, None)
+    sys.modules.pop("unrepeatable_plugin", None)
+
+
+def test_bench_records_dishonest_strategies_with_their_status_and_never_times_them(dishonest):
+    import scatterbench
+
+    result = scatterbench.bench("dispersion", [*DISHONEST, "torch_index_add", "seed_loop"], B=1, C=4, H=8, W=8,
+                                S=1, timing=TINY_TIMING, threads=PINNED, plot=False)
+    assert_dishonest_recorded_and_untimed(result.rows)
+    for name, status in DISHONEST.items():
+        assert status in set(result.checks[result.checks["strategy"] == name]["status"])

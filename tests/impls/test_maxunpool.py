@@ -174,7 +174,7 @@ def test_check_plan_keeps_declared_strategies_out_of_scattered_cases_only():
 
     class Config:
         class check:
-            max_elements = 0
+            max_bytes = 0
 
     cases = [Case(op="maxunpool", strategy=name, device="cpu", dtype="float32",
                   params=tuple(sorted(dict(form="1d", B=2, F=3, L=4, f=5).items())))

@@ -61,3 +61,16 @@ def test_long_slugs_keep_a_hash_so_texts_differing_past_the_cut_do_not_collide()
     assert slug("Max Pool 2D / float32!") == "max-pool-2d-float32"
     first, second = slug("x" * 100 + "a"), slug("x" * 100 + "b")
     assert len(first) == len(second) == 80 and first != second
+
+
+def test_a_shortened_message_is_cut_between_words_never_inside_a_number():
+    from harness.base.format import shorten
+
+    message = "values: 3 elements differ; first difference at (0, 0, 1, 1): got 2.2801596115257716, expected -5.0"
+    assert shorten(message, len(message)) == message
+    for limit in range(10, len(message)):
+        cut = shorten(message, limit)
+        assert len(cut) <= limit and cut.endswith("…")
+        kept = cut[:-1]
+        assert message.startswith(kept) and message[len(kept)] in " ,;:", (limit, cut)
+    assert shorten("x" * 30, 10) == "x" * 9 + "…"  # one long word: cut, since nothing else fits

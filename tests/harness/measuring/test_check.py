@@ -212,7 +212,7 @@ def _plan(ops_strategies, dtype="float32"):
 
     class Config:
         class check:
-            max_elements = 0
+            max_bytes = 0
 
     params = {"dispersion": dict(B=1, C=3, H=4, W=5, S=1), "maxunpool": dict(form="1d", B=2, F=3, L=4, f=5),
               "dispersion_pinv": dict(B=1, C=3, H=4, W=5, S=1), "maxpool2d": dict(N=1, C=1, H=4, W=4, k=2)}
@@ -236,7 +236,7 @@ def test_plan_lists_each_half_case_once_whatever_the_config_dtypes():
 
     class Config:
         class check:
-            max_elements = 0
+            max_bytes = 0
 
     params = tuple(sorted(dict(B=1, C=3, H=4, W=5, S=1).items()))
     items = check_plan(Config, [Case("dispersion", "seed_loop", "cpu", dtype, params)
@@ -337,3 +337,198 @@ benchmarks:
     assert cli.main(["check", str(config), "--no-progress", "--all"]) == 1
     out = capsys.readouterr().out
     assert out.count("\nFAIL maxpool2d/broken_everywhere") == failed and "more failures" not in out
+
+
+# ------------------------------------------------------------------ issue 31
+def test_a_strategy_that_keeps_state_between_calls_is_unrepeatable(planted):
+    """Right on its first call, twice the answer on its second: the check
+    judges a later call on the same inputs too (it passed every check before)."""
+    def accumulating(inputs, params):
+        x = inputs["x"]
+        values, indices = maxpool2d.oracle({"x": x.astype(np.float64)}, params)
+        total = np.zeros(values.shape, dtype=x.dtype)
+
+        def run():
+            total[...] += values.astype(x.dtype)  # zeroed once, in prepare
+            return total, indices
+        return run
+
+    strat = planted("maxpool2d", "accumulating", accumulating, returns="values+indices", ties="first")
+    verdict = verdict_of(strat, "random")
+    assert verdict.status == "unrepeatable", verdict
+    assert verdict.message.startswith("call 1 matched the oracle, call 4 on the same inputs did not: values:")
+
+
+def test_a_strategy_that_overwrites_its_input_is_input_modified_naming_it(planted):
+    """Right on every call, from an input it changed: only the fingerprint
+    sees it. Also when the change is made in prepare."""
+    def vandal(inputs, params):
+        x = inputs["x"]
+        answer = maxpool2d.numpy_sliding_window(inputs, params)
+
+        def run():
+            out = tuple(np.copy(a) for a in answer())
+            x[...] = 7.0  # after computing the right answer from it
+            return out
+        return run
+
+    def folds_in_prepare(inputs, params):
+        inputs["x"] += 0  # a no-op: the same bytes, not a change
+        answer = maxpool2d.numpy_sliding_window(inputs, params)()
+        np.negative(inputs["x"], out=inputs["x"])
+        return lambda: answer
+
+    for name, prepare in (("vandal_numpy", vandal), ("folds_in_prepare", folds_in_prepare)):
+        strat = planted("maxpool2d", name, prepare, returns="values+indices", ties="first")
+        verdict = verdict_of(strat, "random")
+        assert verdict.status == "input-modified", (name, verdict)
+        assert verdict.message.startswith("overwrote its input 'x' (inputs differ after call 4 from before prepare")
+
+
+def test_a_wrong_answer_from_an_overwritten_input_is_named_for_its_cause(planted):
+    def zeroes_first(inputs, params):
+        x = inputs["x"]
+
+        def run():
+            x[...] = 0.0  # scratch space: the answer is then wrong on call 1 already
+            return maxpool2d.oracle({"x": x.astype(np.float64)}, params)[0].astype(x.dtype), \
+                maxpool2d.oracle({"x": x.astype(np.float64)}, params)[1]
+        return run
+
+    strat = planted("maxpool2d", "zeroes_first", zeroes_first, returns="values+indices", ties="first")
+    verdict = verdict_of(strat, "random")
+    assert verdict.status == "input-modified", verdict
+    assert verdict.message.startswith("overwrote its input 'x' (inputs differ after call 1 from before prepare")
+
+
+def test_a_strategy_that_reads_its_inputs_only_passes_every_call(planted):
+    honest = planted("maxpool2d", "honest_again", oracle_based(lambda v, i, x: (v.astype(x.dtype), i)),
+                     returns="values+indices", ties="first")
+    calls = []
+
+    def counted(inputs, params):
+        run = honest.prepare(inputs, params)
+        return lambda: calls.append(1) or run()
+
+    strat = planted("maxpool2d", "counted", counted, returns="values+indices", ties="first")
+    assert verdict_of(strat, "adversarial").status == "ok"
+    assert len(calls) == 4
+
+
+def test_a_later_call_that_raises_is_an_error_saying_which_call(planted):
+    def once(inputs, params):
+        answer = maxpool2d.numpy_sliding_window(inputs, params)
+        used = []
+
+        def run():
+            if used:
+                raise RuntimeError("buffer already consumed")
+            used.append(1)
+            return answer()
+        return run
+
+    strat = planted("maxpool2d", "once_only", once, returns="values+indices", ties="first")
+    verdict = verdict_of(strat, "random")
+    assert verdict.status == "error"
+    assert verdict.message.startswith("call 4 on the same inputs: RuntimeError: buffer already consumed")
+
+
+def test_a_nan_in_a_message_reads_nan_and_numbers_are_whole(planted):
+    def nan_first(values, indices, x):
+        values = values.astype(x.dtype)
+        values[0, 0, 0, 0] = np.nan
+        return values, indices
+
+    strat = planted("maxpool2d", "nan_first", oracle_based(nan_first), returns="values+indices", ties="first")
+    message = verdict_of(strat, "random").message
+    assert "got nan, expected " in message and "np.float" not in message, message
+    from impls.common import plain
+
+    assert [plain(v) for v in (np.float64(np.nan), np.float32(0.1), np.float16(65504), np.int64(3))] == \
+        ["nan", "0.1", "65504.0", "3"]
+
+
+class _SmallCheck:
+    class check:
+        max_bytes = 1000
+
+
+def test_a_config_point_over_the_check_limit_is_named_as_skipped(tiny_config, capsys, monkeypatch):
+    """A point too big for `check` is one item, skipped, saying why and
+    counted: never left out without a word. The limit is the point's bytes
+    read and written in float64, as docs/PLUGINS.md says."""
+    from harness import cli
+    from harness.base.config import Case
+    from harness.measuring.check import check_plan, float64_bytes, run_checks, summarize_checks
+    from impls.registry import get_operator
+
+    small, big = dict(N=1, C=1, H=4, W=4, k=2), dict(N=1, C=2, H=10, W=10, k=2)
+    op = get_operator("maxpool2d")
+    # 16 + 4 float64 values and 4 int64 indices: 192 bytes; 200 + 50 values and 50 indices: 2400
+    assert float64_bytes(op, small) == 192 and float64_bytes(op, big) == 2400
+    cases = [Case("maxpool2d", "numpy_sliding_window", "cpu", "float32", tuple(sorted(p.items())))
+             for p in (small, big)]
+    items = check_plan(_SmallCheck, cases)
+    points = [i for i in items if dict(i.params) in (small, big)]
+    assert [(dict(i.params), i.mode, bool(i.skip)) for i in points] == \
+        [(small, "random", False), (small, "adversarial", False), (big, "random", True)]
+    results = run_checks(points, 0)
+    assert [r.verdict.status for r in results] == ["ok", "ok", "skipped"]
+    summary = summarize_checks(results)
+    assert summary.skip_lines == [
+        "SKIPPED maxpool2d [cpu float32 config point N=1 C=2 H=10 W=10 k=2] for numpy_sliding_window: not "
+        "checked: it reads and writes 2400 bytes in float64, over check.max_bytes = 1000 (raise it to check this "
+        "point)"]
+    assert summary.text == "3 checks, 0 failed (2 ok, 1 skipped)"
+    # Through the command: named, and counted.
+    monkeypatch.setattr(cli, "_terminate_like_interrupt", lambda: None)
+    config = tiny_config("""
+check: {max_bytes: 1000}
+benchmarks:
+  - op: maxpool2d
+    strategies: [numpy_sliding_window, seed_reshape_argmax]
+    params: {N: 1, C: 2, H: [4, 10], W: 10, k: 2}
+""")
+    assert cli.main(["check", str(config), "--no-progress"]) == 0
+    out = capsys.readouterr().out
+    assert "SKIPPED maxpool2d [cpu float32 config point N=1 C=2 H=10 W=10 k=2] for 2 strategies: not checked: " \
+           "it reads and writes 2400 bytes in float64" in out
+    assert "config point N=1 C=2 H=4" not in out
+    assert out.splitlines()[-1].endswith(" ok, 2 skipped)"), out.splitlines()[-1]
+
+
+def test_the_old_check_limit_name_is_one_line_naming_the_new_one(tiny_config):
+    from harness.base.config import ConfigError, load_config
+
+    config = tiny_config("""
+check: {max_elements: 100}
+benchmarks:
+  - op: maxpool2d
+    params: {N: 1, C: 1, H: 4, W: 4, k: 2}
+""")
+    with pytest.raises(ConfigError) as caught:
+        load_config(config)
+    assert str(caught.value) == (f"{config}: check: max_elements is now max_bytes: the bytes a config point reads "
+                                 f"and writes with float64 values (8 times the old number for float values)")
+
+
+def test_a_layout_is_an_item_only_where_it_applies(monkeypatch):
+    """channels_last on a 2-D input would be the contiguous case under another
+    name: no such item, while a 4-D input keeps it."""
+    from harness.measuring import check
+    from impls import registry
+    from impls.registry import Operator, ParamSpec, Strategy, get_operator
+
+    rows = Operator(name="rowmax_2d", doc="", params=(ParamSpec("R"), ParamSpec("L")),
+                    generate=lambda params, mode="random", seed=0: {"x": np.ones((params["R"], params["L"]))},
+                    oracle=lambda inputs, params: inputs["x"].max(-1), bytes_moved=lambda p, i, r="output": 0,
+                    compare=None, validate=lambda p: None, check_cases=lambda: [dict(R=2, L=3)],
+                    reference="torch_rows", layout_keys=("x",))
+    rows.strategies["torch_rows"] = Strategy(op="rowmax_2d", name="torch_rows", backend="torch",
+                                             prepare=None, source="test", devices=("cpu",), dtypes=("float32",))
+    monkeypatch.setitem(registry.OPERATORS, "rowmax_2d", rows)
+    check._layout_arrays.cache_clear()
+    layouts = {item.layout for item in check.adversarial_items(rows.strategies["torch_rows"], "cpu", "float32")}
+    assert layouts == {"contiguous", "noncontiguous"}
+    pool = get_operator("maxpool2d").strategies["torch_max_pool2d_indices"]
+    assert "channels_last" in {item.layout for item in check.adversarial_items(pool, "cpu", "float32")}

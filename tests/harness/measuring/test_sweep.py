@@ -1,5 +1,6 @@
 """Faults, interruptions and bad configs: the sweep goes on, nothing measured is lost."""
 
+import re
 import signal
 import subprocess
 import sys
@@ -204,3 +205,70 @@ def test_fuzzed_yaml_text_never_crashes_the_loader(tmp_path, text):
         load_config(path)
     except ConfigError as error:
         assert "\n" not in str(error)
+
+
+# ------------------------------------------------------------------ issue 31
+def _goes_wrong_after(calls: int, how: str):
+    """A maxpool2d strategy right for its first ``calls`` calls (more than the
+    check makes), then wrong (``how="answer"``) or writing into its input
+    (``how="input"``)."""
+    from impls import maxpool2d
+
+    def prepare(inputs, params):
+        answer = maxpool2d.numpy_sliding_window(inputs, params)
+        made = []
+
+        def run():
+            made.append(1)
+            values, indices = answer()
+            if len(made) > calls:
+                if how == "answer":
+                    values = values + 1
+                else:
+                    inputs["x"][0, 0, 0, 0] = 99.0
+            return values, indices
+        return run
+    return prepare
+
+
+@pytest.mark.parametrize("how,status", [("answer", "unrepeatable"), ("input", "input-modified")])
+def test_the_call_after_timing_is_judged_and_a_wrong_one_publishes_no_time(planted, how, status):
+    from harness.base.config import Case
+    from harness.measuring.check import REPEAT_CALL
+    from harness.measuring.sweep import execute_case
+
+    name = f"wrong_after_timing_{how}"
+    planted("maxpool2d", name, _goes_wrong_after(REPEAT_CALL + 2, how), returns="values+indices", ties="first")
+    planted("maxpool2d", "right_every_time", _goes_wrong_after(10**9, how), returns="values+indices", ties="first")
+    config = parse_config({"timing": {"min_samples": 5, "budget_s": 0.01, "warmup_s": 0},
+                           "benchmarks": [{"op": "maxpool2d", "strategies": [name, "right_every_time"],
+                                           "params": {"N": 1, "C": 2, "H": 8, "W": 8, "k": 2}}]})
+    params = (("C", 2), ("H", 8), ("N", 1), ("W", 8), ("k", 2))
+    wrong = execute_case(Case("maxpool2d", name, "cpu", "float32", params), config, "r", 30.0)
+    assert wrong.row["status"] == status, wrong.row["message"]
+    assert wrong.samples_s == [] and "median_s" not in wrong.row
+    assert re.search(r"after its \d+ timed samples.*; its timing is not published$", wrong.row["message"]), \
+        wrong.row["message"]
+    if how == "input":
+        assert wrong.row["message"].startswith("overwrote its input 'x'")
+    else:
+        assert wrong.row["message"].startswith("call 1 matched the oracle, the call after its ")
+    right = execute_case(Case("maxpool2d", "right_every_time", "cpu", "float32", params), config, "r", 30.0)
+    assert right.row["status"] == "ok" and right.row["median_s"] > 0 and len(right.samples_s) >= 5
+
+
+def test_a_case_wrong_on_its_second_call_is_never_timed(planted):
+    from harness.base.config import Case
+    from harness.measuring.sweep import execute_case
+
+    planted("maxpool2d", "wrong_from_call_2", _goes_wrong_after(1, "answer"), returns="values+indices", ties="first")
+    config = parse_config({"timing": {"min_samples": 5, "budget_s": 0.01, "warmup_s": 0},
+                           "benchmarks": [{"op": "maxpool2d", "strategies": ["wrong_from_call_2"],
+                                           "params": {"N": 1, "C": 2, "H": 8, "W": 8, "k": 2}}]})
+    params = (("C", 2), ("H", 8), ("N", 1), ("W", 8), ("k", 2))
+    clock = []
+    result = execute_case(Case("maxpool2d", "wrong_from_call_2", "cpu", "float32", params), config, "r", 30.0,
+                          on_phase=clock.append)
+    assert result.row["status"] == "unrepeatable" and result.samples_s == []
+    assert result.row["message"].startswith("call 1 matched the oracle, call 2 on the same inputs did not: values:")
+    assert "time" not in clock  # the timing phase never started
