@@ -13,16 +13,11 @@ from harness.judging.compare import (
     compare_runs,
     regressed,
 )
-from tests.helpers import plugin_env, scatterbench
+from tests.helpers import benchmark, config_yaml, plugin_env, scatterbench
 
-SPIN_CONFIG = """
-timing: {min_samples: 30, budget_s: 0.15, warmup_s: 0.01}
-threads: {torch: 1, blas: 1}
-benchmarks:
-  - op: maxpool2d
-    strategies: [spin_steady, spin_planted]
-    params: {N: 1, C: 2, H: 8, W: 8, k: 2}
-"""
+SPIN_CONFIG = config_yaml(benchmark("maxpool2d", ["spin_steady", "spin_planted"], N=1, C=2, H=8, W=8, k=2),
+                          name=None, timing={"min_samples": 30, "budget_s": 0.15, "warmup_s": 0.01},
+                          threads={"torch": 1, "numpy": 1})
 
 
 def with_spin_plugin(*args, slowdown: float = 1.0) -> subprocess.CompletedProcess:
