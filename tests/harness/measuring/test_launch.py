@@ -104,18 +104,24 @@ def test_a_directory_holding_something_else_is_refused(capsys, tmp_path):
     assert "not empty and holds no launch" in one_error_line(capsys)
 
 
-@needs_submitit
-def test_slurm_args_reach_sbatch_unchanged(tmp_path, monkeypatch):
-    """A fake sbatch keeps the script it is given: every --slurm-arg is a line
-    of it as written, beside the options launch sets itself."""
+def fake_sbatch(tmp_path, monkeypatch, script: str) -> None:
+    """An ``sbatch`` that runs ``script`` (shell) and an ``srun`` that fails,
+    first on PATH."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
-    kept = tmp_path / "script.sh"
-    (bin_dir / "sbatch").write_text(f"#!/bin/sh\ncp \"$1\" {kept}\necho 'Submitted batch job 4242'\n")
+    (bin_dir / "sbatch").write_text(f"#!/bin/sh\n{script}")
     (bin_dir / "srun").write_text("#!/bin/sh\nexit 1\n")
     for tool in bin_dir.iterdir():
         tool.chmod(0o755)
     monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+
+
+@needs_submitit
+def test_slurm_args_reach_sbatch_unchanged(tmp_path, monkeypatch):
+    """A fake sbatch keeps the script it is given: every --slurm-arg is a line
+    of it as written, beside the options launch sets itself."""
+    kept = tmp_path / "script.sh"
+    fake_sbatch(tmp_path, monkeypatch, f"cp \"$1\" {kept}\necho 'Submitted batch job 4242'\n")
     options = launch.parse_options(str(QUICK), "slurm", 2, partition="h100", gpus_per_task=1, time_min=30,
                                    slurm_args=["qos=high", "mail-type=END,FAIL", "constraint=h100|h200"])
     executor = launch.make_executor(options, tmp_path / "submitit")
@@ -147,14 +153,7 @@ def test_local_shards_see_the_gpus_the_launcher_sees(visible, tmp_path, monkeypa
 
 @needs_submitit
 def test_a_refused_submission_is_one_line(tmp_path, monkeypatch, capsys):
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    (bin_dir / "sbatch").write_text("#!/bin/sh\necho 'sbatch: error: invalid partition specified: nope' >&2\n"
-                                    "exit 1\n")
-    (bin_dir / "srun").write_text("#!/bin/sh\nexit 1\n")
-    for tool in bin_dir.iterdir():
-        tool.chmod(0o755)
-    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    fake_sbatch(tmp_path, monkeypatch, "echo 'sbatch: error: invalid partition specified: nope' >&2\nexit 1\n")
     assert main(["launch", str(QUICK), "--executor", "slurm", "--shards", "2", "--partition", "nope",
                  "-o", str(tmp_path / "l")]) == 2
     assert "invalid partition specified: nope" in one_error_line(capsys)
