@@ -690,6 +690,17 @@ def lock_named(result, holder: subprocess.Popen, out: Path) -> str:
     return error_line(result, out, f"pid {holder.pid}")
 
 
+def one_of_two_refused(out: Path, *args, env: dict, what: str) -> subprocess.Popen:
+    """``python -m harness ARGS`` started twice at once, writing into
+    ``out``: one is refused at once, naming the other's pid; the other,
+    returned, holds the directory."""
+    first, second = (spawn(*args, env=env) for _ in range(2))
+    wait_for(lambda: first.poll() is not None or second.poll() is not None, f"one of the two {what} to be refused")
+    refused, holder = (first, second) if first.poll() is not None else (second, first)
+    lock_named(finish(refused), holder, out)
+    return holder
+
+
 # Two quick cases, then one whose calls wait for a file: the run holds its
 # directory until the test lets it go.
 HELD = config_yaml(benchmark("maxpool2d", ["numpy_sliding_window"], N=1, C=1, H=[4, 6], W=4, k=2),
@@ -703,10 +714,7 @@ def test_two_runs_into_one_directory_and_two_resumes_of_it(tmp_path):
     config, out, release = write(tmp_path / "held.yaml", HELD), tmp_path / "out", tmp_path / "release"
     env = plugin_env("misbehaving_plugin", SCATTERBENCH_TEST_RELEASE=str(release))
     # Two runs started together into one (missing) directory: one writes, the other is refused at once.
-    first, second = (spawn("run", config, "-o", out, "--no-progress", env=env) for _ in range(2))
-    wait_for(lambda: first.poll() is not None or second.poll() is not None, "one of the two runs to be refused")
-    loser, winner = (first, second) if first.poll() is not None else (second, first)
-    lock_named(finish(loser), winner, out)
+    winner = one_of_two_refused(out, "run", config, "-o", out, "--no-progress", env=env, what="runs")
     # A third, started while the winner writes (held in its last case), is refused the same way.
     wait_for(lambda: finished_rows(out) >= 2, "two finished cases", process=winner)
     lock_named(cli("run", config, "-o", out, "--no-progress", env=env), winner, out)
@@ -715,10 +723,7 @@ def test_two_runs_into_one_directory_and_two_resumes_of_it(tmp_path):
     interrupted_line(finish(winner), out, config)
     assert len(assert_one_run(out, 2)) == 2
     # Two resumes at once: one holds the directory (held again), the other is refused naming its pid.
-    first, second = (spawn("run", config, "--resume", out, "--no-progress", env=env) for _ in range(2))
-    wait_for(lambda: first.poll() is not None or second.poll() is not None, "one of the two resumes to be refused")
-    refused, holder = (first, second) if first.poll() is not None else (second, first)
-    lock_named(finish(refused), holder, out)
+    holder = one_of_two_refused(out, "run", config, "--resume", out, "--no-progress", env=env, what="resumes")
     assert holder.poll() is None
     release.touch()
     assert_clean(finish(holder))
@@ -862,6 +867,18 @@ def hostile_names_for_html(text: str) -> list[str]:
     return [name for name in (HOSTILE_NAME, BROKEN_NAME) if html.escape(name) in text or name in text]
 
 
+def names_in_report(run: Path, tmp_path: Path) -> list[str]:
+    """The hostile names report.py's HTML for ``run`` shows; report.py must exit cleanly."""
+    assert_clean(report_py(run, "-o", tmp_path / "report"))
+    return hostile_names_for_html((tmp_path / "report" / "report.html").read_text())
+
+
+def names_in_dashboard(root: Path, tmp_path: Path, *options: str) -> list[str]:
+    """The hostile names the dashboard of ``root`` shows; the command must exit cleanly."""
+    assert_clean(cli("dashboard", root, "-o", tmp_path / "site", *options))
+    return hostile_names_for_html((tmp_path / "site" / "index.html").read_text())
+
+
 @pytest.fixture(scope="module")
 def hostile_runs(tmp_path_factory):
     """A run of numpy_sliding_window beside both hostile names, and a copy
@@ -890,12 +907,8 @@ def svg_env(tmp_path) -> dict:
 @pytest.mark.slow
 def test_mathtext_in_a_strategy_name_does_not_crash_report_or_dashboard(tmp_path, hostile_runs):
     _, valid = hostile_runs
-    result = report_py(valid, "-o", tmp_path / "report")
-    assert_clean(result)
-    assert HOSTILE_NAME in hostile_names_for_html((tmp_path / "report" / "report.html").read_text())
-    result = cli("dashboard", valid.parent, "-o", tmp_path / "site")
-    assert_clean(result)
-    assert HOSTILE_NAME in hostile_names_for_html((tmp_path / "site" / "index.html").read_text())
+    assert HOSTILE_NAME in names_in_report(valid, tmp_path)
+    assert HOSTILE_NAME in names_in_dashboard(valid.parent, tmp_path)
 
 
 @pytest.mark.slow
@@ -910,17 +923,13 @@ def test_report_figures_show_a_mathtext_name_as_text(tmp_path, hostile_runs):
 @pytest.mark.slow
 def test_report_survives_mathtext_that_does_not_parse(tmp_path, hostile_runs):
     both, _ = hostile_runs
-    result = report_py(both, "-o", tmp_path / "report")
-    assert_clean(result)
-    assert hostile_names_for_html((tmp_path / "report" / "report.html").read_text()) == [HOSTILE_NAME, BROKEN_NAME]
+    assert names_in_report(both, tmp_path) == [HOSTILE_NAME, BROKEN_NAME]
 
 
 @pytest.mark.slow
 def test_dashboard_survives_mathtext_that_does_not_parse(tmp_path, hostile_runs):
     both, _ = hostile_runs
-    result = cli("dashboard", both.parent, "-o", tmp_path / "site", "--no-reports")
-    assert_clean(result)
-    assert hostile_names_for_html((tmp_path / "site" / "index.html").read_text()) == [HOSTILE_NAME, BROKEN_NAME]
+    assert names_in_dashboard(both.parent, tmp_path, "--no-reports") == [HOSTILE_NAME, BROKEN_NAME]
 
 
 # ====================================================== the gate's blind spot
