@@ -60,6 +60,9 @@ def planted():
 
 @pytest.fixture
 def tiny_config(tmp_path):
+    """Writes a config's text (``tests.helpers.config_yaml``, or YAML text
+    where the text itself is under test) into this test's tmp_path as
+    ``name``; returns its path."""
     def write(text: str, name: str = "tiny.yaml"):
         path = tmp_path / name
         path.write_text(text)

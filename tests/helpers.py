@@ -1,6 +1,7 @@
 """What many test files share: where the checkout and the test plugins are,
-the CLI run as a user runs it (``python -m harness`` in a subprocess), and the
-timing of the gate tests' baselines.
+the CLI run as a user runs it (``python -m harness`` in a subprocess), the
+configs tests run (built here, written by the ``tiny_config`` fixture), the
+timing of the gate tests' baselines, and waiting for a process's progress.
 
 Tests import it as ``tests.helpers``: tests/ is a package, so pytest puts the
 checkout's root on sys.path (rootdir-relative imports, no test file's own
@@ -9,7 +10,11 @@ directory)."""
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
+
+import pytest
+import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 PLUGINS = ROOT / "tests" / "plugins"
@@ -20,8 +25,43 @@ PLUGINS = ROOT / "tests" / "plugins"
 # 1.9x. A baseline is measured once and kept, so it gets the longer budget a
 # committed baseline should have (its p10 then spans quiet moments); the gate's
 # own run keeps the quick one. (Both gate tests, by wall time and by count.)
-BASELINE_TIMING = "{min_samples: 100, budget_s: 1.0, warmup_s: 0.05}"
-GATE_TIMING = "{min_samples: 20, budget_s: 0.1, warmup_s: 0.01}"
+BASELINE_TIMING = {"min_samples": 100, "budget_s": 1.0, "warmup_s": 0.05}
+GATE_TIMING = {"min_samples": 20, "budget_s": 0.1, "warmup_s": 0.01}
+
+# A test config's defaults: the fewest samples SPEC 3 allows in a hundredth of
+# a second, no warm-up; and one thread for each library (unpinned threads on
+# a loaded machine warn, and make timings depend on the machine's load).
+FAST_TIMING = {"min_samples": 5, "budget_s": 0.01, "warmup_s": 0}
+ONE_THREAD = {"torch": 1, "numpy": 1, "numba": 1}
+
+
+def benchmark(op: str, strategies: list[str] | None = None, **params) -> dict:
+    """One entry of a config's ``benchmarks``: ``op``'s ``strategies`` (all
+    of its strategies where None) over ``params`` (a list is a sweep)."""
+    entry = {"op": op}
+    if strategies is not None:
+        entry["strategies"] = list(strategies)
+    entry["params"] = params
+    return entry
+
+
+def config_yaml(*benchmarks: dict, name: str | None = "tiny", timing: dict | None = FAST_TIMING,
+                threads: dict | None = ONE_THREAD, **top) -> str:
+    """A config's YAML text: ``name``, ``timing``, ``threads``, then any
+    other top-level keys (``devices``, ``seed``, ``check``, ...) and the
+    ``benchmarks`` (see ``benchmark``). None leaves a key out: the config's
+    own default (threads: each library's own)."""
+    config = {"name": name, "timing": timing, "threads": threads, **top, "benchmarks": list(benchmarks)}
+    return yaml.dump({key: value for key, value in config.items() if value is not None}, Dumper=_PlainDumper,
+                     sort_keys=False, default_flow_style=None)
+
+
+class _PlainDumper(yaml.SafeDumper):
+    """safe_dump's, writing a value used twice (one list of sizes for two
+    benchmarks) out again rather than as an anchor and an alias."""
+
+    def ignore_aliases(self, data):
+        return True
 
 
 def plugin_env(*plugins: str, **variables: str) -> dict:
@@ -45,3 +85,20 @@ def report_py(*args, env: dict | None = None, timeout: float = 600, cwd=ROOT) ->
     """``python report.py *args`` (the standalone report) to its end, as ``scatterbench``."""
     return subprocess.run([sys.executable, str(ROOT / "report.py"), *map(str, args)], capture_output=True, text=True,
                           env=plugin_env() if env is None else env, timeout=timeout, cwd=cwd)
+
+
+def wait_for(predicate, what: str, timeout: float = 120, process: subprocess.Popen | None = None):
+    """Polls ``predicate`` until it holds; fails the test naming ``what``
+    when ``timeout`` seconds pass (killing ``process``) or when ``process``
+    ends first (with its stderr's tail where that is a pipe)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        if process is not None and process.poll() is not None:
+            said = process.stderr.read()[-2000:] if process.stderr else ""
+            pytest.fail(f"{what}: the process ended first ({process.returncode}): {said}")
+        time.sleep(0.02)
+    if process is not None:
+        process.kill()
+    pytest.fail(f"timed out waiting for {what}")

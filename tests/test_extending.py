@@ -14,7 +14,7 @@ import pytest
 from harness.base.config import Case, parse_config
 from harness.measuring import timing
 from harness.results import store
-from tests.helpers import PLUGINS, ROOT, plugin_env, report_py, scatterbench
+from tests.helpers import FAST_TIMING, PLUGINS, ROOT, benchmark, config_yaml, plugin_env, report_py, scatterbench
 
 pytestmark = pytest.mark.slow  # subprocesses, sweeps or compiles: `make test` runs them, `make test-fast` does not
 
@@ -39,9 +39,8 @@ def lazy_backend():
 def test_an_asynchronous_backend_is_timed_by_its_own_synchronise(lazy_backend):
     from harness.measuring.sweep import execute_case
 
-    config = parse_config({"timing": {"min_samples": 5, "budget_s": 0.01, "warmup_s": 0},
-                           "benchmarks": [{"op": "maxpool2d", "strategies": ["lazy_max_pool"],
-                                           "params": {"N": 1, "C": 2, "H": 8, "W": 8, "k": 2}}]})
+    config = parse_config({"timing": FAST_TIMING,
+                           "benchmarks": [benchmark("maxpool2d", ["lazy_max_pool"], N=1, C=2, H=8, W=8, k=2)]})
     case = Case("maxpool2d", "lazy_max_pool", "cpu", "float32", (("C", 2), ("H", 8), ("N", 1), ("W", 8), ("k", 2)))
     result = execute_case(case, config, "r", 30.0)
     assert result.row["status"] == "ok", result.row["message"]
@@ -54,19 +53,12 @@ def test_an_asynchronous_backend_is_timed_by_its_own_synchronise(lazy_backend):
     assert np.median(dispatch) < lazy_backend.WORK_S / 10
 
 
-TINY_ROWMAX = """
-name: rowmax-tiny
-timing: {min_samples: 5, budget_s: 0.01, warmup_s: 0}
-benchmarks:
-  - op: rowmax
-    params: {R: [4, 64], L: 256}
-"""
+TINY_ROWMAX = config_yaml(benchmark("rowmax", R=[4, 64], L=256), name="rowmax-tiny", threads=None)
 
 
-def test_a_new_operator_works_end_to_end_from_one_plugin(tmp_path):
+def test_a_new_operator_works_end_to_end_from_one_plugin(tmp_path, tiny_config):
     env = plugin_env("rowmax_plugin")
-    config = tmp_path / "rowmax.yaml"
-    config.write_text(TINY_ROWMAX)
+    config = tiny_config(TINY_ROWMAX, "rowmax.yaml")
     # wide enough for the role column ("baseline"), which 80 columns leave out
     listed = scatterbench("list", "--op", "rowmax", env={**env, "COLUMNS": "200"})
     assert listed.returncode == 0 and "python_loop" in listed.stdout and "baseline" in listed.stdout

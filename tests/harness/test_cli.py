@@ -5,20 +5,12 @@ import sys
 import pytest
 
 from harness.results.store import read_meta, read_rows, read_samples
-from tests.helpers import scatterbench
+from tests.helpers import benchmark, config_yaml, scatterbench
 
-TINY = """
-name: tiny
-timing: {min_samples: 5, budget_s: 0.01, warmup_s: 0}
-threads: {torch: 1, blas: 1}
-benchmarks:
-  - op: maxpool2d
-    strategies: [seed_reshape_argmax, torch_max_pool2d_indices, seed_loops]
-    params: {N: 1, C: 2, H: 6, W: 6, k: 2}
-  - op: dispersion
-    strategies: [seed_loop, torch_fold]
-    params: {B: 1, C: 3, H: 4, W: 5, S: 1}
-"""
+TINY_BENCHMARKS = (benchmark("maxpool2d", ["seed_reshape_argmax", "torch_max_pool2d_indices", "seed_loops"],
+                             N=1, C=2, H=6, W=6, k=2),
+                   benchmark("dispersion", ["seed_loop", "torch_fold"], B=1, C=3, H=4, W=5, S=1))
+TINY = config_yaml(*TINY_BENCHMARKS, threads={"torch": 1, "numpy": 1})
 
 
 @pytest.mark.slow
@@ -76,8 +68,7 @@ def test_run_refuses_to_overwrite_and_resumes(tiny_config, tmp_path):
     rows = read_rows(out)
     assert len(rows) == 5 and rows["case_id"].is_unique
     # Completing a run under other settings would mix two measurements under one meta.json.
-    other = tiny_config(TINY.replace("threads: {torch: 1, blas: 1}", "seed: 7\nthreads: {torch: 2, blas: 1}"),
-                        "other.yaml")
+    other = tiny_config(config_yaml(*TINY_BENCHMARKS, threads={"torch": 2, "numpy": 1}, seed=7), "other.yaml")
     stopped = tmp_path / "stopped"
     assert scatterbench("run", config, "-o", stopped, "--no-progress", "--strategy", "seed_loop").returncode == 0
     refused = scatterbench("run", other, "--resume", stopped, "--no-progress")

@@ -22,7 +22,7 @@ import pytest
 
 from impls.backends import Backend, DeviceEvents, ThreadKnob, register_backend
 from impls.registry import strategy
-from tests.helpers import plugin_env, report_py, scatterbench
+from tests.helpers import benchmark, config_yaml, plugin_env, report_py, scatterbench
 
 WORK_S = 0.004  # device time of one toy call
 CEILING_GBPS = 123.0  # the toy device's copy bandwidth
@@ -92,16 +92,8 @@ if __name__ in os.environ.get("SCATTERBENCH_PLUGINS", "").split(","):
     strategy("maxpool2d", backend="toy", source="test: toy backend", returns="values")(toy_max_pool)
 
 
-CONFIG = """
-name: toy
-devices: [toy]
-threads: {toy: 3}
-timing: {min_samples: 5, budget_s: 0.02, warmup_s: 0}
-benchmarks:
-  - op: maxpool2d
-    strategies: [toy_max_pool]
-    params: {N: 2, C: 3, H: 8, W: 8, k: 2}
-"""
+CONFIG = config_yaml(benchmark("maxpool2d", ["toy_max_pool"], N=2, C=3, H=8, W=8, k=2), name="toy",
+                     devices=["toy"], threads={"toy": 3}, timing={"min_samples": 5, "budget_s": 0.02, "warmup_s": 0})
 
 
 def _env():
@@ -116,9 +108,8 @@ def _scatterbench(*args):
 
 
 @pytest.mark.slow  # three subprocesses
-def test_a_toy_backend_is_one_record_through_check_run_and_report(tmp_path):
-    config = tmp_path / "toy.yaml"
-    config.write_text(CONFIG)
+def test_a_toy_backend_is_one_record_through_check_run_and_report(tmp_path, tiny_config):
+    config = tiny_config(CONFIG, "toy.yaml")
     listed = _scatterbench("list", "--device", "toy")
     assert listed.returncode == 0 and "toy_max_pool" in listed.stdout, listed.stderr
 

@@ -1,6 +1,7 @@
 import json
 import re
 import subprocess
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -13,16 +14,12 @@ from harness.judging.compare import (
     compare_runs,
     regressed,
 )
-from tests.helpers import plugin_env, scatterbench
+from harness.results.store import RunWriter
+from tests.helpers import benchmark, config_yaml, plugin_env, scatterbench
 
-SPIN_CONFIG = """
-timing: {min_samples: 30, budget_s: 0.15, warmup_s: 0.01}
-threads: {torch: 1, blas: 1}
-benchmarks:
-  - op: maxpool2d
-    strategies: [spin_steady, spin_planted]
-    params: {N: 1, C: 2, H: 8, W: 8, k: 2}
-"""
+SPIN_CONFIG = config_yaml(benchmark("maxpool2d", ["spin_steady", "spin_planted"], N=1, C=2, H=8, W=8, k=2),
+                          name=None, timing={"min_samples": 30, "budget_s": 0.15, "warmup_s": 0.01},
+                          threads={"torch": 1, "numpy": 1})
 
 
 def with_spin_plugin(*args, slowdown: float = 1.0) -> subprocess.CompletedProcess:
@@ -43,6 +40,17 @@ def synthetic(scale_new: float, seed: int, noise: float = 0.02):
     def rows(samples):
         return frame([(n, "maxpool2d", n, "cpu", "float32", params, "ok", float(np.median(samples[n]))) for n in names])
     return rows(base), base, rows(new), new
+
+
+def synthetic_run(directory: Path, meta: dict, seed: int) -> Path:
+    """A complete run on disk, ``synthetic``'s base rows and samples (from
+    ``seed``) under ``meta``, its run id the directory's name."""
+    writer = RunWriter(directory, {"run_id": directory.name, "status": "complete", **meta})
+    rows, samples, _, _ = synthetic(1.0, seed)
+    for row in rows.to_dict("records"):
+        writer.append(dict(row, run_id=directory.name), samples[row["case_id"]])
+    writer.close()
+    return directory
 
 
 def test_a_planted_slowdown_is_flagged_and_nothing_else():
@@ -174,7 +182,6 @@ def test_a_strategy_added_to_the_new_run_does_not_flag_the_reference():
 def test_every_unknown_relative_to_name_is_refused(tmp_path):
     from harness.base.errors import UsageError
     from harness.judging.compare import compare_dirs
-    from harness.results.store import RunWriter
 
     base_rows, base, new_rows, new = synthetic(1.0, 14)
     for name, rows, samples in (("base", base_rows, base), ("new", new_rows, new)):
@@ -189,18 +196,11 @@ def test_every_unknown_relative_to_name_is_refused(tmp_path):
 
 def test_compare_warns_when_the_runs_come_from_different_cpus(tmp_path):
     from harness.judging.compare import compare_dirs
-    from harness.results.store import RunWriter
 
     def run(name, family_model):
-        writer = RunWriter(tmp_path / name, {"run_id": name, "status": "complete", "cpu_model": "AMD EPYC",
-                                              "cpu_count": 2, "machine": "vm / AMD EPYC x2",
-                                              "hardware": {"cpu_model": "AMD EPYC", "cpu_count": 2,
-                                                           "cpu_family_model": family_model}})
-        rows, samples, _, _ = synthetic(1.0, 17)
-        for row in rows.to_dict("records"):
-            writer.append(dict(row, run_id=name), samples[row["case_id"]])
-        writer.close()
-        return tmp_path / name
+        return synthetic_run(tmp_path / name, {"cpu_model": "AMD EPYC", "cpu_count": 2, "machine": "vm / AMD EPYC x2",
+                                               "hardware": {"cpu_model": "AMD EPYC", "cpu_count": 2,
+                                                            "cpu_family_model": family_model}}, 17)
 
     zen3, zen5, zen5_again = run("zen3", "25-1"), run("zen5", "26-2"), run("zen5b", "26-2")
     (warning,) = compare_dirs(zen3, zen5).warnings

@@ -18,17 +18,14 @@ from harness.judging.wall_gate import (
 from harness.measuring import facts
 from harness.results import runmeta
 from tests import helpers
-from tests.helpers import BASELINE_TIMING, GATE_TIMING, ROOT, plugin_env
+from tests.helpers import BASELINE_TIMING, GATE_TIMING, ROOT, benchmark, config_yaml, plugin_env
 
-GATE_CONFIG = """
-name: gate
-timing: TIMING
-threads: {torch: 1, blas: 1, numba: 1}
-benchmarks:
-  - op: maxunpool
-    strategies: [torch_scatter, torch_max_unpool1d, numpy_put_along_axis, numpy_seed_flat_set]
-    params: {form: 1d, B: 16, F: 16, L: 256, f: 5}
-"""
+GATE_BENCHMARK = benchmark("maxunpool", ["torch_scatter", "torch_max_unpool1d", "numpy_put_along_axis",
+                                         "numpy_seed_flat_set"], form="1d", B=16, F=16, L=256, f=5)
+
+
+def gate_config(timing: dict) -> str:
+    return config_yaml(GATE_BENCHMARK, name="gate", timing=timing)
 
 
 def scatterbench(*args, plant=""):
@@ -37,8 +34,8 @@ def scatterbench(*args, plant=""):
 
 @pytest.mark.slow  # subprocesses and sweeps: `make test` runs it, `make test-fast` does not
 def test_gate_passes_unchanged_and_fails_on_planted_slowdowns(tmp_path, tiny_config):
-    config = tiny_config(GATE_CONFIG.replace("TIMING", GATE_TIMING), "gate.yaml")
-    baseline_config = tiny_config(GATE_CONFIG.replace("TIMING", BASELINE_TIMING), "baseline.yaml")
+    config = tiny_config(gate_config(GATE_TIMING), "gate.yaml")
+    baseline_config = tiny_config(gate_config(BASELINE_TIMING), "baseline.yaml")
     baseline = tmp_path / "baseline"
     made = scatterbench("run", baseline_config, "-o", baseline, "--no-progress")
     assert made.returncode == 0, made.stderr
@@ -130,7 +127,7 @@ def test_gate_on_a_cpu_without_a_stored_baseline_measures_one_from_that_commit_a
     measures the baseline from the commit's own code on this machine, then
     still catches a planted 3x slowdown."""
     _baseline(tmp_path / "stored" / "other-cpu", "Some Other CPU", 2, "2026-06-01T00:00:00", git_commit=_head())
-    config = tiny_config(GATE_CONFIG.replace("TIMING", BASELINE_TIMING), "gate.yaml")
+    config = tiny_config(gate_config(BASELINE_TIMING), "gate.yaml")
     gated = scatterbench("regress", tmp_path / "stored", config, "-o", tmp_path / "out", "--no-progress",
                          plant="maxunpool/numpy_put_along_axis:3")
     assert "measuring one here from commit" in gated.stderr
@@ -166,7 +163,7 @@ def test_gate_falls_back_to_the_stored_baseline_when_its_commit_cannot_be_measur
     meta = json.loads((stored / "meta.json").read_text())
     meta.update(cpu_model="Some Other CPU", hardware={}, git_commit="0" * 40)
     (stored / "meta.json").write_text(json.dumps(meta))
-    config = tiny_config(GATE_CONFIG.replace("TIMING", GATE_TIMING), "gate.yaml")
+    config = tiny_config(gate_config(GATE_TIMING), "gate.yaml")
     lines = []
     result = run_gate(tmp_path / "stored", config, regression.Rule(2.0, 0.002, "p10"), output=tmp_path / "out",
                       log=lines.append)

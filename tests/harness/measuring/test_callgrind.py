@@ -22,21 +22,13 @@ from harness.judging import compare, count_gate, regression
 from harness.measuring import callgrind
 from harness.results import counts, metrics, store
 from tests import helpers
-from tests.helpers import BASELINE_TIMING, GATE_TIMING, ROOT, plugin_env
+from tests.helpers import BASELINE_TIMING, GATE_TIMING, ROOT, benchmark, config_yaml, plugin_env
 
 PROBE = "probe_channel_steps"
 # C=20: 5 % more work is one more channel step of the probe. Big enough that what still
 # varies between two runs (a few hundred L1 misses a call, as allocations land elsewhere) stays
 # well under 0.1 % of a count; numba_fused exercises numba's cache.
-CONFIG = """
-name: counting-test
-timing: TIMING
-threads: {torch: 1, blas: 1, numba: 1}
-benchmarks:
-  - op: dispersion
-    strategies: [seed_loop, numpy_loop, numba_fused, probe_channel_steps]
-    params: {B: 2, C: 20, H: 256, W: 128, S: 2}
-"""
+COUNTED = benchmark("dispersion", ["seed_loop", "numpy_loop", "numba_fused", PROBE], B=2, C=20, H=256, W=128, S=2)
 needs_valgrind = pytest.mark.skipif(callgrind.unavailable() is not None,
                                     reason=f"no counts here: {callgrind.unavailable()}")
 
@@ -57,8 +49,8 @@ def counted(tmp_path_factory):
         pytest.skip(callgrind.unavailable())
     root = tmp_path_factory.mktemp("counting")
     config, baseline_config = root / "callgrind.yaml", root / "baseline.yaml"
-    config.write_text(CONFIG.replace("TIMING", GATE_TIMING))
-    baseline_config.write_text(CONFIG.replace("TIMING", BASELINE_TIMING))
+    config.write_text(config_yaml(COUNTED, name="counting-test", timing=GATE_TIMING))
+    baseline_config.write_text(config_yaml(COUNTED, name="counting-test", timing=BASELINE_TIMING))
     hogs = [hog(), hog()]
     try:
         env = plugin_env("counting_probe")

@@ -26,7 +26,7 @@ from harness.measuring import launch
 from harness.results import store
 from tests.harness import slurm_cluster
 from tests.harness.terminal import sigint_as_at_a_terminal
-from tests.helpers import ROOT
+from tests.helpers import ROOT, benchmark, config_yaml, wait_for
 
 # Imported now, while pytest's session-wide capture is sys.stderr: submitit's
 # log handlers keep the stream they find at import, and one test's capsys
@@ -39,19 +39,16 @@ needs_submitit = pytest.mark.skipif(submitit is None, reason="submitit not insta
 
 QUICK = ROOT / "configs" / "quick.yaml"
 SAME_CASE = ["case_id", "op", "strategy", "device", "dtype", "params", "status"]
-# Two groups of cases sharing inputs (two sizes), so two shards; small enough
-# that a shard is its start-up and its machine ceilings.
-TINY = """\
-name: tiny-launch
-devices: [cpu]
-dtypes: [float32]
-timing: {min_samples: 5, max_samples: 20, budget_s: 0.02, warmup_s: 0.0, timeout_s: 60}
-threads: {torch: 1, blas: 1, numba: 1}
-benchmarks:
-  - op: maxunpool
-    strategies: [torch_scatter, numpy_put_along_axis]
-    params: {form: 1d, B: 2, F: 4, L: [32, 64], f: 5}
-"""
+
+
+def tiny(device: str = "cpu") -> str:
+    """Two groups of cases sharing inputs (two sizes), so two shards; small
+    enough that a shard is its start-up and its machine ceilings."""
+    return config_yaml(benchmark("maxunpool", ["torch_scatter", "numpy_put_along_axis"], form="1d", B=2, F=4,
+                                 L=[32, 64], f=5),
+                       name="tiny-launch", devices=[device], dtypes=["float32"],
+                       timing={"min_samples": 5, "max_samples": 20, "budget_s": 0.02, "warmup_s": 0.0,
+                               "timeout_s": 60})
 
 
 def launch_argv(config, out, *extra, executor="local", shards=3):
@@ -96,7 +93,7 @@ def test_bad_options_are_one_line(extra, named, capsys, tmp_path):
 
 
 def test_more_shards_than_groups_of_cases_is_refused(capsys, tiny_config, tmp_path):
-    config = tiny_config(TINY)
+    config = tiny_config(tiny())
     assert main(["launch", str(config), "--executor", "local", "--shards", "3", "-o", str(tmp_path / "l")]) == 2
     assert "has 2 groups of cases sharing inputs, so at most 2 shards" in one_error_line(capsys)
 
@@ -107,18 +104,24 @@ def test_a_directory_holding_something_else_is_refused(capsys, tmp_path):
     assert "not empty and holds no launch" in one_error_line(capsys)
 
 
-@needs_submitit
-def test_slurm_args_reach_sbatch_unchanged(tmp_path, monkeypatch):
-    """A fake sbatch keeps the script it is given: every --slurm-arg is a line
-    of it as written, beside the options launch sets itself."""
+def fake_sbatch(tmp_path, monkeypatch, script: str) -> None:
+    """An ``sbatch`` that runs ``script`` (shell) and an ``srun`` that fails,
+    first on PATH."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
-    kept = tmp_path / "script.sh"
-    (bin_dir / "sbatch").write_text(f"#!/bin/sh\ncp \"$1\" {kept}\necho 'Submitted batch job 4242'\n")
+    (bin_dir / "sbatch").write_text(f"#!/bin/sh\n{script}")
     (bin_dir / "srun").write_text("#!/bin/sh\nexit 1\n")
     for tool in bin_dir.iterdir():
         tool.chmod(0o755)
     monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+
+
+@needs_submitit
+def test_slurm_args_reach_sbatch_unchanged(tmp_path, monkeypatch):
+    """A fake sbatch keeps the script it is given: every --slurm-arg is a line
+    of it as written, beside the options launch sets itself."""
+    kept = tmp_path / "script.sh"
+    fake_sbatch(tmp_path, monkeypatch, f"cp \"$1\" {kept}\necho 'Submitted batch job 4242'\n")
     options = launch.parse_options(str(QUICK), "slurm", 2, partition="h100", gpus_per_task=1, time_min=30,
                                    slurm_args=["qos=high", "mail-type=END,FAIL", "constraint=h100|h200"])
     executor = launch.make_executor(options, tmp_path / "submitit")
@@ -150,14 +153,7 @@ def test_local_shards_see_the_gpus_the_launcher_sees(visible, tmp_path, monkeypa
 
 @needs_submitit
 def test_a_refused_submission_is_one_line(tmp_path, monkeypatch, capsys):
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    (bin_dir / "sbatch").write_text("#!/bin/sh\necho 'sbatch: error: invalid partition specified: nope' >&2\n"
-                                    "exit 1\n")
-    (bin_dir / "srun").write_text("#!/bin/sh\nexit 1\n")
-    for tool in bin_dir.iterdir():
-        tool.chmod(0o755)
-    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    fake_sbatch(tmp_path, monkeypatch, "echo 'sbatch: error: invalid partition specified: nope' >&2\nexit 1\n")
     assert main(["launch", str(QUICK), "--executor", "slurm", "--shards", "2", "--partition", "nope",
                  "-o", str(tmp_path / "l")]) == 2
     assert "invalid partition specified: nope" in one_error_line(capsys)
@@ -171,17 +167,6 @@ def test_failure_line_is_the_jobs_own_last_line():
 
 
 # ------------------------------------------------- local: the whole story
-def _wait(predicate, what: str, timeout_s: float = 180, process: subprocess.Popen | None = None):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        if process is not None and process.poll() is not None:
-            raise AssertionError(f"the launcher exited ({process.returncode}) while waiting for {what}")
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
 def rows_after_a_kill(directory: Path):
     """What a killed sweep left: a line it was writing when killed is dropped
     (and redone by --resume), whether or not the kill landed mid-write."""
@@ -219,15 +204,15 @@ def interrupted_launch(tmp_path_factory):
                                  preexec_fn=sigint_as_at_a_terminal)
     shard0 = launch.shard_dir(out, 0, 3)
     try:
-        _wait(lambda: (out / launch.LAUNCH_FILE).exists(), "the submission", process=first)
+        wait_for(lambda: (out / launch.LAUNCH_FILE).exists(), "the submission", timeout=180, process=first)
         # The launch file is written before the first poll prints the shards' states: interrupting
         # right after it raced that poll (a CI run saw no shard line at all).
-        _wait(lambda: {m for m in re.findall(r"^shard (\d)/3 ", first_log.read_text(), re.M)} == {"0", "1", "2"},
-              "the launcher's first line for each shard", process=first)
+        wait_for(lambda: {m for m in re.findall(r"^shard (\d)/3 ", first_log.read_text(), re.M)} == {"0", "1", "2"},
+                 "the launcher's first line for each shard", timeout=180, process=first)
         recorded = launch.read_launch(out)
         first.send_signal(signal.SIGINT)  # the launcher only: its jobs go on, as Slurm's would
         first.wait(timeout=60)
-        _wait(lambda: launch._rows_on_disk(shard0, 0) >= 1, "shard 0's first finished case")
+        wait_for(lambda: launch._rows_on_disk(shard0, 0) >= 1, "shard 0's first finished case", timeout=180)
         _sweep_process(shard0).kill()
         before_kill = rows_after_a_kill(shard0)
         second = subprocess.run(launch_argv(QUICK, out), capture_output=True, text=True, timeout=600)
@@ -336,7 +321,7 @@ def test_a_shard_that_fails_again_is_named_and_nothing_is_merged(tmp_path):
     node) passes the launcher's checks, and each shard's sweep then refuses
     to start: resubmitted once, then named with why and where."""
     config = tmp_path / "cuda.yaml"
-    config.write_text(TINY.replace("devices: [cpu]", "devices: [cuda]"))
+    config.write_text(tiny("cuda"))
     out = tmp_path / "launch"
     done = subprocess.run(launch_argv(config, out, shards=1), capture_output=True, text=True, timeout=300)
     assert done.returncode == 2, done.stderr
@@ -380,13 +365,13 @@ def test_launch_through_slurm_end_to_end(slurm, tmp_path, tiny_config, monkeypat
     assert sacct.returncode != 0 and "accounting storage is disabled" in sacct.stderr
     monkeypatch.setenv("SLURM_CONF", slurm["SLURM_CONF"])
     monkeypatch.setattr(launch, "RESULT_GRACE_S", 2.0)  # this cluster's files are local: no need to wait 15 s
-    config, out = tiny_config(TINY), tmp_path / "launch"
+    config, out = tiny_config(tiny()), tmp_path / "launch"
     shard1 = launch.shard_dir(out, 1, 2)
     killed = {}
 
     def kill_shard_1_once_it_measures():
         # as the kernel's OOM killer would: the job's own process first, so no result file is written
-        _wait(lambda: (shard1 / store.META).exists(), "shard 1's sweep to start")
+        wait_for(lambda: (shard1 / store.META).exists(), "shard 1's sweep to start", timeout=180)
         killed["job"] = launch.read_launch(out)["shards"][1]["job_id"]
         sweep = _sweep_process(shard1)
         job_process = sweep.parent()

@@ -18,7 +18,10 @@ import pytest
 from tests.harness.test_faults import (
     PYTHON,
     SLOW,
+    SLOW_BENCHMARK,
     SLOW_CASES,
+    SLOW_TIMING,
+    TINY_TIMING,
     error_line,
     fill,
     finish,
@@ -29,40 +32,31 @@ from tests.harness.test_faults import (
     rows_of,
     small_fs,  # noqa: F401 - the fixture
     spawn,
-    wait_for,
     write,
 )
+from tests.helpers import ONE_THREAD, ROOT, benchmark, config_yaml, wait_for
 
 from harness.measuring import callgrind  # noqa: E402
 from harness.results.store import IN_FLIGHT, RESERVE  # noqa: E402
 
 pytestmark = pytest.mark.slow  # real runs in subprocesses
 
-ROOT = Path(__file__).parents[3]
 # Counted under Callgrind, a case takes about 40 s on the 2-core VM: three are enough to stop mid-run.
-COUNTING = """
-name: counting-stopped
-timing: {min_samples: 5, max_samples: 40, budget_s: 0.01, warmup_s: 0, timeout_s: 30}
-threads: {torch: 1, blas: 1, numba: 1}
-benchmarks:
-  - op: maxpool2d
-    strategies: [numpy_sliding_window]
-    params: {N: 1, C: 1, H: [4, 6, 8], W: 4, k: 2}
-"""
+COUNTING = config_yaml(benchmark("maxpool2d", ["numpy_sliding_window"], N=1, C=1, H=[4, 6, 8], W=4, k=2),
+                       name="counting-stopped", timing=TINY_TIMING)
 COUNTING_CASES = 3
-# SLOW's cases through bench(): 2 ms calls for 0.3 s each.
-BENCH = """
+# SLOW's cases (its benchmark and timing) through bench(): 2 ms calls for 0.3 s each.
+BENCH = f"""
 import sys
 
 import scatterbench
 from harness.base.errors import ResultError
 
 try:
-    scatterbench.bench("maxpool2d", ["spin_steady"], N=1, C=1, H=[4, 6, 8, 10, 12, 14, 16, 18], W=4, k=2,
-                       timing={"min_samples": 5, "max_samples": 400, "budget_s": 0.3, "warmup_s": 0},
-                       threads={"torch": 1, "numpy": 1, "numba": 1}, plot=False, out=sys.argv[1])
+    scatterbench.bench({SLOW_BENCHMARK["op"]!r}, {SLOW_BENCHMARK["strategies"]!r}, **{SLOW_BENCHMARK["params"]!r},
+                       timing={SLOW_TIMING!r}, threads={ONE_THREAD!r}, plot=False, out=sys.argv[1])
 except ResultError as error:
-    print(f"bench: error: {error}", file=sys.stderr)
+    print(f"bench: error: {{error}}", file=sys.stderr)
     sys.exit(2)
 """
 DISK_FULL_REASON = "no space left on the device"

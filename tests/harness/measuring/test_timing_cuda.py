@@ -10,34 +10,25 @@ from harness.results.store import read_rows
 
 pytestmark = pytest.mark.slow  # subprocesses, sweeps or compiles: `make test` runs them, `make test-fast` does not
 
-from tests.helpers import plugin_env, scatterbench
+from tests.helpers import benchmark, config_yaml, plugin_env, scatterbench
 
-SWEEP = """
-name: slow-host
-devices: [cuda]
-dtypes: [float32]
-timing: {min_samples: 50, budget_s: 0.3, warmup_s: 0.1}
-benchmarks:
-  - op: maxpool2d
-    strategies: [torch_max_pool2d_indices, slow_host_triton, triton_fused, slow_host_compiled,
-                 torch_compile_reshape_argmax]
-    params: {N: 64, C: 32, H: 128, W: 128, k: 2}
-  - op: dispersion
-    strategies: [triton_fused, seed_loop]
-    params: {B: 16, C: 28, H: 256, W: 256, S: 2}
-"""
+SWEEP = config_yaml(benchmark("maxpool2d", ["torch_max_pool2d_indices", "slow_host_triton", "triton_fused",
+                                            "slow_host_compiled", "torch_compile_reshape_argmax"],
+                              N=64, C=32, H=128, W=128, k=2),
+                    benchmark("dispersion", ["triton_fused", "seed_loop"], B=16, C=28, H=256, W=256, S=2),
+                    name="slow-host", devices=["cuda"], dtypes=["float32"],
+                    timing={"min_samples": 50, "budget_s": 0.3, "warmup_s": 0.1}, threads=None)
 
 
 @pytest.mark.cuda
-def test_slow_host_launches_are_timed_as_their_kernels_in_a_sweep(tmp_path):
+def test_slow_host_launches_are_timed_as_their_kernels_in_a_sweep(tmp_path, tiny_config):
     import torch
     import triton.testing
 
     from impls import kernels_triton
     from impls.maxpool2d import torch_reshape_argmax_fn
 
-    config = tmp_path / "slow.yaml"
-    config.write_text(SWEEP)
+    config = tiny_config(SWEEP, "slow.yaml")
     ran = scatterbench("run", config, "-o", tmp_path / "out", "--no-progress", env=plugin_env("slow_host_plugin"),
                        timeout=900)
     assert ran.returncode == 0, ran.stderr[-3000:]

@@ -5,8 +5,8 @@ settings are refused."""
 import pytest
 
 from harness.results.merge import merge_runs
-from harness.results.store import ResultError, RunWriter, read_meta, read_rows
-from tests.harness.judging.test_compare import synthetic
+from harness.results.store import ResultError, read_meta, read_rows
+from tests.harness.judging.test_compare import synthetic_run
 from tests.helpers import scatterbench
 
 
@@ -43,14 +43,9 @@ def test_merge_refuses_runs_from_different_hardware(tmp_path):
     EPYC") would collapse their cases and label the result with one of them."""
     def run(name, family_model, host):
         hardware = {"cpu_model": "AMD EPYC", "cpu_count": 2, "cpu_family_model": family_model}
-        writer = RunWriter(tmp_path / name, {"run_id": name, "status": "complete", "cpu_model": "AMD EPYC",
-                                              "cpu_count": 2, "hardware": hardware, "machine": f"{host} / AMD EPYC x2",
-                                              "start_time": f"2026-11-2{len(name)}T00:00:00+00:00"})
-        base_rows, base, _, _ = synthetic(1.0, 15)
-        for row in base_rows.to_dict("records"):
-            writer.append(dict(row, run_id=name), base[row["case_id"]])
-        writer.close()
-        return tmp_path / name
+        return synthetic_run(tmp_path / name, {"cpu_model": "AMD EPYC", "cpu_count": 2, "hardware": hardware,
+                                               "machine": f"{host} / AMD EPYC x2",
+                                               "start_time": f"2026-11-2{len(name)}T00:00:00+00:00"}, 15)
 
     zen3, zen4, zen4_other_node = run("z3", "25-1", "a"), run("z4", "25-17", "a"), run("z4b", "25-17", "b")
     with pytest.raises(ResultError, match="different hardware"):
@@ -62,31 +57,21 @@ def test_merge_refuses_runs_from_different_hardware(tmp_path):
 
 def test_merge_refuses_runs_measured_under_different_settings(tmp_path):
     def run(name, budget_s):
-        writer = RunWriter(tmp_path / name, {"run_id": name, "status": "complete", "cpu_model": "X", "cpu_count": 2,
-                                              "config": {"seed": 0, "timing": {"budget_s": budget_s}},
-                                              "start_time": "2026-11-25T00:00:00+00:00"})
-        rows, samples, _, _ = synthetic(1.0, 16)
-        for row in rows.to_dict("records"):
-            writer.append(dict(row, run_id=name), samples[row["case_id"]])
-        writer.close()
-        return tmp_path / name
+        return synthetic_run(tmp_path / name, {"cpu_model": "X", "cpu_count": 2,
+                                               "config": {"seed": 0, "timing": {"budget_s": budget_s}},
+                                               "start_time": "2026-11-25T00:00:00+00:00"}, 16)
 
     with pytest.raises(ResultError, match=r"timing.budget_s: 0.5 -> 0.01"):
         merge_runs([run("a", 0.5), run("b", 0.01)], tmp_path / "merged")
 
 
 def test_a_case_in_two_runs_is_kept_once_from_the_later_run(tmp_path, capsys):
-    def run(name, start, scale):
-        writer = RunWriter(tmp_path / name, {"run_id": name, "status": "complete", "cpu_model": "X", "cpu_count": 2,
-                                              "start_time": start, "ceilings_gbps": {name: 1.0}})
-        rows, samples, _, _ = synthetic(scale, 17)
-        for row in rows.to_dict("records"):
-            writer.append(dict(row, run_id=name), samples[row["case_id"]])
-        writer.close()
-        return tmp_path / name
+    def run(name, start):
+        return synthetic_run(tmp_path / name, {"cpu_model": "X", "cpu_count": 2, "start_time": start,
+                                               "ceilings_gbps": {name: 1.0}}, 17)
 
     # given newest first: the order is the runs' start times, not the arguments'
-    later, earlier = run("later", "2026-11-26T00:00:00+00:00", 2.0), run("earlier", "2026-11-25T00:00:00+00:00", 1.0)
+    later, earlier = run("later", "2026-11-26T00:00:00+00:00"), run("earlier", "2026-11-25T00:00:00+00:00")
     merged = merge_runs([later, earlier], tmp_path / "merged")
     rows = read_rows(merged)
     assert rows["case_id"].is_unique and set(rows["run_id"]) == {"later"}
