@@ -181,6 +181,27 @@ def numba_adjoint_backward(inputs, params):
     return backward
 
 
+def triton_adjoint_backward(inputs, params):
+    """The Triton backward, with the pseudo-inverse's kernel
+    (``kernels_triton.dispersion_pinv``): Aᵀ is the same strided gather of
+    y's columns into x's channels, with 1 for its coverage table and the
+    mask (float32) for its 1/mask table: each grad_x element reads its
+    grad_y element (strided in place) times the mask, written once."""
+    import torch
+
+    from impls import kernels_triton
+
+    x, mask, S = inputs["x"], inputs["mask"], params["S"]
+    C = x.shape[1]
+    tables = (torch.ones(out_width(params), dtype=torch.float32, device=x.device),
+              mask.to(torch.float32).contiguous())
+
+    def backward(saved, grad_y):
+        return kernels_triton.dispersion_pinv(grad_y, mask, S, C, tables)
+
+    return backward
+
+
 # --------------------------------------------------------- shared constants
 def alpha(C: int, W: int, S: int, like=None):
     """How many channels cover each output column (the seed's ``alpha``)."""
@@ -438,7 +459,7 @@ def numba_fused(inputs, params):
     return run
 
 
-@strategy("dispersion", backend="triton", no_backward="backward kernel not written yet")
+@strategy("dispersion", backend="triton", backward=triton_adjoint_backward)
 def triton_fused(inputs, params):
     """Added: one Triton kernel, each output summing the C inputs that land on
     it (a gather: no atomics, no zero fill), mask multiply fused, float32

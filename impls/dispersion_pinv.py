@@ -167,6 +167,29 @@ def numba_adjoint_backward(inputs, params):
     return backward
 
 
+def triton_adjoint_backward(inputs, params):
+    """The Triton backward, with dispersion's kernel (``kernels_triton.
+    dispersion``): the adjoint sums, for each column of grad_y, the channels
+    landing on it, each divided by the mask (the kernel's mask table is
+    1/mask here, float32, float32 accumulation), then one torch multiply by
+    1/alpha (0 where no channel covers a column: its gradient is the empty
+    sum). Two passes over grad_y where a fused kernel would make one: that
+    kernel is not written yet."""
+    import torch
+
+    from impls import kernels_triton
+
+    mask, S, C = inputs["mask"], params["S"], params["C"]
+    inv_coverage, inv_mask = kernels_triton.pinv_tables(mask, S, C)
+    scale = torch.where(torch.isinf(inv_coverage), torch.zeros_like(inv_coverage), inv_coverage)
+
+    def backward(saved, grad_x):
+        summed = kernels_triton.dispersion(grad_x, inv_mask, S)
+        return torch.mul(summed, scale, out=summed)  # in float32, stored in grad_x's dtype
+
+    return backward
+
+
 def uncovered_columns(params):
     """Why autograd's backward of ``y / alpha`` is wrong here: with S > W
     (and C > 1) some columns of y no channel covers, alpha is 0 there, and
@@ -354,7 +377,7 @@ def numba_fused(inputs, params):
     return run
 
 
-@strategy("dispersion_pinv", backend="triton", no_backward="backward kernel not written yet")
+@strategy("dispersion_pinv", backend="triton", backward=triton_adjoint_backward)
 def triton_fused(inputs, params):
     """Added: one Triton kernel, one x element per lane: its y element read
     through strides, times its column's 1/coverage and its 1/mask (float32

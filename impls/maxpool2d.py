@@ -362,6 +362,24 @@ def numba_scatter_backward(inputs, params):
     return backward
 
 
+def triton_gather_backward(inputs, params):
+    """The Triton backward: the scatter written as a gather, with maxunpool's
+    kernel (``kernels_triton.unpool_gather``): each grad_x element reads the
+    forward index of the window holding it and keeps the window's gradient
+    where the index is its own; no zero fill, no atomics, grad_x written once,
+    cropped rows and columns 0. Valid because max-pooling's indices lie in
+    their own windows. A strided gradient is copied first."""
+    from impls import kernels_triton
+
+    shape, k = tuple(inputs["x"].shape), params["k"]
+
+    def backward(saved, grad):
+        _, indices = saved
+        return kernels_triton.unpool_gather(grad, indices, shape, (k, k))
+
+    return backward
+
+
 VALUES_ONLY = ("it returns the values only: no indices are saved for the backward to scatter the gradient to "
                "(SPEC 1.5 scatters to the forward's indices)")
 
@@ -596,7 +614,7 @@ def numba_fused(inputs, params):
 
 
 @strategy("maxpool2d", backend="triton", returns="values+indices", ties="first",
-          no_backward="backward kernel not written yet")
+          backward=triton_gather_backward)
 def triton_fused(inputs, params):
     """Added: one Triton kernel, one output element per lane, k² strided loads
     (neighbouring lanes share cache lines), first-maximum and NaN rules as

@@ -266,7 +266,7 @@ def test_how_each_strategy_differentiates():
         elif strat.backend == "jax":
             assert how in ("jax.vjp", "none"), strat.key
         elif strat.backend == "triton":
-            assert how == "none" and strat.no_backward == "backward kernel not written yet", strat.key
+            assert how == "explicit" or strat.no_backward == "backward kernel not written yet", strat.key
         else:
             assert how in ("explicit", "none"), strat.key
         # A built-in strategy without a backward always says why.
@@ -275,10 +275,12 @@ def test_how_each_strategy_differentiates():
     for name in OPS:
         op = get_operator(name)
         assert op.strategies["numba_fused"].differentiation == "explicit"
+        if name != "maxunpool":  # Triton's unpool gather backward is not written yet
+            assert op.strategies["triton_fused"].differentiation == "explicit"
         assert training.missing(op.strategies[op.baseline]) is None, name
 
 
-@pytest.mark.parametrize("key", ["maxpool2d/triton_fused", "maxpool2d/seed_reshape_max",
+@pytest.mark.parametrize("key", ["maxunpool/triton_scatter", "maxpool2d/seed_reshape_max",
                                  "maxunpool/pytensor_seed_broadcast"])
 def test_a_strategy_without_a_backward_is_not_applicable_with_its_reason(key):
     op_name, name = key.split("/")
