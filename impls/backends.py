@@ -161,6 +161,10 @@ class Backend:
     # LLVM cache. Counting pins it to the CPU valgrind emulates, so kernels
     # cached by the warm-up pass are found under Callgrind, not compiled again.
     llvm_target_env: Callable[[str, str], dict] | None = None
+    # How its strategies differentiate with no code of their own (SPEC 1.5,
+    # impls/training.py): "autograd" (torch), "jax.vjp" (JAX); "" where a
+    # strategy must declare an explicit backward or has none.
+    differentiates: str = ""
     colour: str = "grey"  # one colour per backend in the report's figures
     extra: str = ""  # the pyproject extra that installs it
 
@@ -608,7 +612,7 @@ register_backend(Backend(
 register_backend(Backend(
     name="torch", module="torch", devices=("cpu", "cuda"), dtypes=DTYPES, layouts=LAYOUTS,
     device_info=_torch_device_info, threads=TORCH_THREADS, copy=_torch_copy, counts_version=True, colour="#dd8452",
-    fresh_buffer=_torch_fresh_buffer, **_with_torch()))
+    fresh_buffer=_torch_fresh_buffer, differentiates="autograd", **_with_torch()))
 # Triton's kernels take torch tensors and run in torch's streams: torch's timer, no threads of its own.
 register_backend(Backend(
     name="triton", module="triton", devices=("cuda",), dtypes=("float16", "bfloat16", "float32"),
@@ -738,15 +742,33 @@ def _jax_version() -> str | None:
         return None
 
 
+class JaxCall:
+    """A jitted function with its arguments: calling it runs ``jitted(*args)``.
+    It keeps ``fn``, ``args`` and ``static_argnums`` so that the training
+    modes can differentiate the same function by ``jax.vjp`` (impls/training.py)
+    with no code in the strategy: with respect to its first argument, which
+    is therefore the operator's differentiated input (reshaped at most)."""
+
+    __slots__ = ("jitted", "fn", "args", "static_argnums")
+
+    def __init__(self, jitted, fn, args: tuple, static_argnums: tuple):
+        self.jitted, self.fn, self.args, self.static_argnums = jitted, fn, args, static_argnums
+
+    def __call__(self):
+        return self.jitted(*self.args)
+
+
 def jax_compiled(fn, *args, static_argnums=()):
     """``jax.jit(fn)`` compiled (once per shape) and run once for these arguments now (setup,
-    outside the timed region), and a zero-argument call of it. The call
-    returns as soon as XLA has queued the work; the timer waits for its
-    output (``block_until_ready``)."""
+    outside the timed region), and a zero-argument call of it (a ``JaxCall``).
+    The call returns as soon as XLA has queued the work; the timer waits for
+    its output (``block_until_ready``). ``fn`` takes the operator's
+    differentiated input first (see ``JaxCall``)."""
     jax = _jax()
-    jitted = _jax_jit(fn, tuple(static_argnums) if isinstance(static_argnums, (tuple, list)) else (static_argnums,))
+    static = tuple(static_argnums) if isinstance(static_argnums, (tuple, list)) else (static_argnums,)
+    jitted = _jax_jit(fn, static)
     jax.block_until_ready(jitted(*args))
-    return lambda: jitted(*args)
+    return JaxCall(jitted, fn, args, static)
 
 
 @functools.lru_cache(maxsize=None)
@@ -763,8 +785,8 @@ register_backend(Backend(
     name="jax", module="jax", devices=("cpu", "cuda"), dtypes=DTYPES, layouts=("contiguous",),
     to_native=_jax_to_native, to_numpy=_jax_to_numpy, owns=_is_jax, present=_jax_present, threads=JAX_THREADS,
     block_until_ready=_jax_block, is_oom=_jax_is_oom, compiles=True, version=_jax_version,
-    colour="#c44e52", extra="jax"))
+    differentiates="jax.vjp", colour="#c44e52", extra="jax"))
 
-__all__ = ["Backend", "BACKENDS", "DTYPES", "ITEMSIZE", "LAYOUTS", "DeviceEvents", "NotApplicable", "ThreadKnob",
+__all__ = ["Backend", "BACKENDS", "DTYPES", "ITEMSIZE", "LAYOUTS", "DeviceEvents", "JaxCall", "NotApplicable", "ThreadKnob",
            "backend_of", "convert", "device_info", "device_present", "devices", "float_dtypes", "get_backend", "itemsize",
            "register_backend", "thread_knobs", "threads_text", "to_numpy", "versions"]

@@ -100,6 +100,28 @@ def sprinkle_subnormals(rng, values: np.ndarray, share: float) -> np.ndarray:
     return out.reshape(values.shape)
 
 
+# Adversarial gradients cycle through 1..GRADIENT_CYCLE: integers that every
+# dtype holds exactly (bfloat16's 8 significant bits stop at 256).
+GRADIENT_CYCLE = 251
+
+
+def gradient_values(rng, shape, mode: str) -> np.ndarray:
+    """An incoming gradient (SPEC 1.5): ``random``, standard normal;
+    ``adversarial``, non-zero integers ±1..251 counting up along the flat
+    order, so neighbours (and the gradients of neighbouring windows) differ
+    and a gradient sent to the wrong place shows. No zeros: a library's
+    backward adds its contributions into zeros (its windows may overlap in
+    general), and 0.0 + -0.0 is +0.0, so a gradient's sign of zero is not
+    part of the contract; no NaN or ±inf: the special values are the
+    forward inputs' (ties, NaN windows), not the gradient's."""
+    if mode == "random":
+        return rng.standard_normal(shape)
+    count = int(np.prod(shape))
+    magnitudes = np.arange(count) % GRADIENT_CYCLE + 1
+    signs = np.where(rng.random(count) < 0.5, -1.0, 1.0)
+    return (magnitudes * signs).reshape(shape)
+
+
 def round_to_dtype(array: np.ndarray, dtype: str) -> np.ndarray:
     """The float64 values an input takes once stored in ``dtype``.
 

@@ -17,7 +17,7 @@ import numpy as np
 
 from impls import common
 from impls.common import Verdict
-from impls.registry import Operator, ParamSpec, compiled, register_operator, strategy
+from impls.registry import Gradient, Operator, ParamSpec, compiled, register_operator, strategy
 
 SEED = "seed 001_56b0debf6cf20842.txt"
 
@@ -122,6 +122,92 @@ OP = register_operator(Operator(
     check_cases=check_cases, extra_checks=extra_checks))
 
 
+# ------------------------------------------------------------- gradient (SPEC 1.5)
+def grad_oracle(inputs, grad, params):
+    """float64 adjoint Aᵀ, the formula itself: ``grad_x[b,i,h,w] =
+    grad_y[b,0,h,w+i*S] * mask[h,w]``, channel by channel."""
+    mask, S = inputs["mask"], params["S"]
+    B, C, H, W = inputs["x"].shape
+    grad_x = np.empty((B, C, H, W))
+    for i in range(C):
+        grad_x[:, i] = grad[:, 0, :, i * S:i * S + W] * mask
+    return grad_x
+
+
+def generate_grad(params, mode: str = "random", seed: int = 0):
+    """grad_y, y's shape (common.gradient_values)."""
+    shape = (params["B"], 1, params["H"], out_width(params))
+    return common.gradient_values(np.random.default_rng((seed, 1)), shape, mode)
+
+
+def grad_bytes(params, itemsize: int) -> int:
+    """grad_y and the mask read, grad_x written."""
+    B, C, H, W = (params[key] for key in ("B", "C", "H", "W"))
+    return (B * H * out_width(params) + H * W + B * C * H * W) * itemsize
+
+
+def grad_compare(out, ref, inputs, grad, dtype: str, strat, params=None) -> Verdict:
+    return common.compare_relative("grad_x", out, ref, dtype)
+
+
+OP.gradient = Gradient(input="x", name="grad_y", generate=generate_grad, oracle=grad_oracle,
+                       bytes_moved=grad_bytes, compare=grad_compare)
+
+
+def loop_backward(inputs, params):
+    """The explicit backward of ``numpy_loop``, in the seed's own style: C
+    slice reads of grad_y, each times the mask, into grad_x's channels
+    (the adjoint of its C slice-adds): one pass over grad_x. Source and
+    cost: seed 001's ``A`` loop, read backwards."""
+    x, mask, S = inputs["x"], inputs["mask"], params["S"]
+    B, C, H, W = x.shape
+
+    def backward(saved, grad_y):
+        grad_x = np.empty((B, C, H, W), dtype=grad_y.dtype)
+        for i in range(C):
+            np.multiply(grad_y[:, 0, :, i * S:i * S + W], mask, out=grad_x[:, i])
+        return grad_x
+
+    return backward
+
+
+def numba_adjoint_backward(inputs, params):
+    """The numba backward (``kernels_numba.dispersion_backward``): per (b, h)
+    row, each channel's row of grad_x read from grad_y at its offset, times
+    the mask; grad_x written once."""
+    from impls import kernels_numba
+
+    x, mask, S = inputs["x"], inputs["mask"], params["S"]
+
+    def backward(saved, grad_y):
+        grad_x = np.empty(x.shape, dtype=grad_y.dtype)
+        kernels_numba.dispersion_backward(grad_y, mask, S, grad_x)
+        return grad_x
+
+    return backward
+
+
+def triton_adjoint_backward(inputs, params):
+    """The Triton backward, with the pseudo-inverse's kernel
+    (``kernels_triton.dispersion_pinv``): Aᵀ is the same strided gather of
+    y's columns into x's channels, with 1 for its coverage table and the
+    mask (float32) for its 1/mask table: each grad_x element reads its
+    grad_y element (strided in place) times the mask, written once."""
+    import torch
+
+    from impls import kernels_triton
+
+    x, mask, S = inputs["x"], inputs["mask"], params["S"]
+    C = x.shape[1]
+    tables = (torch.ones(out_width(params), dtype=torch.float32, device=x.device),
+              mask.to(torch.float32).contiguous())
+
+    def backward(saved, grad_y):
+        return kernels_triton.dispersion_pinv(grad_y, mask, S, C, tables)
+
+    return backward
+
+
 # --------------------------------------------------------- shared constants
 def alpha(C: int, W: int, S: int, like=None):
     """How many channels cover each output column (the seed's ``alpha``)."""
@@ -176,7 +262,7 @@ def dispersion(x, mask, S: int):
 
 
 # ------------------------------------------------------------- strategies
-@strategy("dispersion", backend="numpy", source=f"{SEED} A (numpy port)")
+@strategy("dispersion", backend="numpy", source=f"{SEED} A (numpy port)", backward=loop_backward)
 def numpy_loop(inputs, params):
     """The seed's loop of slice-adds in numpy: one mask multiply, C
     read-modify-writes of a W-wide slice of y."""
@@ -360,7 +446,7 @@ def torch_compile_seed_loop(inputs, params):
     return compiled(seed_loop_fn, inputs["x"], inputs["mask"], params["S"])
 
 
-@strategy("dispersion", backend="numba")
+@strategy("dispersion", backend="numba", backward=numba_adjoint_backward)
 def numba_fused(inputs, params):
     """Added: a parallel numba kernel per (b, h) row — y's row zeroed in L1,
     each channel's masked row added at its offset with a contiguous,
@@ -379,7 +465,7 @@ def numba_fused(inputs, params):
     return run
 
 
-@strategy("dispersion", backend="triton")
+@strategy("dispersion", backend="triton", backward=triton_adjoint_backward)
 def triton_fused(inputs, params):
     """Added: one Triton kernel, each output summing the C inputs that land on
     it (a gather: no atomics, no zero fill), mask multiply fused, float32

@@ -15,7 +15,7 @@ import numpy as np
 
 from impls import common, dispersion
 from impls.common import Verdict
-from impls.registry import NotApplicable, Operator, compiled, register_operator, strategy
+from impls.registry import Gradient, NotApplicable, Operator, compiled, register_operator, strategy
 
 SEED = dispersion.SEED
 
@@ -121,6 +121,142 @@ OP = register_operator(Operator(
     check_cases=dispersion.check_cases, extra_checks=extra_checks))
 
 
+# ------------------------------------------------------------- gradient (SPEC 1.5)
+def grad_oracle(inputs, grad, params):
+    """float64 adjoint of the pseudo-inverse, the formula itself:
+    ``grad_y[b,0,h,w'] = Σ_i grad_x[b,i,h,w'-i*S] / alpha[w'] / mask[h,w'-i*S]``
+    over the channels covering w'; a column no channel covers (S > W) gets
+    the empty sum, 0."""
+    mask, S, C = inputs["mask"], params["S"], params["C"]
+    H, W = mask.shape
+    coverage = dispersion.alpha(C, W, S)
+    grad_y = np.zeros((grad.shape[0], 1, H, dispersion.out_width(params)))
+    for i in range(C):
+        grad_y[:, 0, :, i * S:i * S + W] += grad[:, i] / coverage[i * S:i * S + W] / mask
+    return grad_y
+
+
+def generate_grad(params, mode: str = "random", seed: int = 0):
+    """grad_x, x's shape (common.gradient_values). Under a subnormal mask
+    (the ``subnormal-mask-*`` modes) the gradient is ±1: the backward divides
+    by the mask, and 251 / (a float16 subnormal) is past float16's range, an
+    overflow of the exact answer itself, not a strategy's error."""
+    shape = (params["B"], params["C"], params["H"], params["W"])
+    grad = common.gradient_values(np.random.default_rng((seed, 1)), shape,
+                                  "random" if mode == "random" else "adversarial")
+    return np.sign(grad) if mode.startswith("subnormal-mask") else grad
+
+
+def grad_bytes(params, itemsize: int) -> int:
+    """grad_x and the mask read, grad_y written."""
+    return dispersion.grad_bytes(params, itemsize)
+
+
+def grad_compare(out, ref, inputs, grad, dtype: str, strat, params=None) -> Verdict:
+    return common.compare_relative("grad_y", out, ref, dtype)
+
+
+OP.gradient = Gradient(input="y", name="grad_x", generate=generate_grad, oracle=grad_oracle,
+                       bytes_moved=grad_bytes, compare=grad_compare)
+
+
+def loop_cat_backward(inputs, params):
+    """The explicit backward of ``numpy_loop_cat``, in the seed's own style
+    (the adjoint of its three passes, last first): grad_x divided by the
+    mask, its C channels added into zeroed grad_y at their offsets (the
+    adjoint of the concatenation of slices), then a division by alpha
+    (columns no channel covers keep 0, where ``y / alpha`` read backwards
+    would make 0/0). Source and cost: seed 001's ``A_pinv``, read backwards."""
+    mask, S, C = inputs["mask"], params["S"], params["C"]
+    B, _, H, out_W = inputs["y"].shape
+    W = mask.shape[1]
+    coverage = dispersion.alpha(C, W, S)
+    covered = coverage > 0
+
+    def backward(saved, grad_x):
+        z = grad_x / mask
+        grad_y = np.zeros((B, 1, H, out_W), dtype=grad_x.dtype)
+        for i in range(C):
+            grad_y[..., (i * S):(i * S + W)] += z[:, (i):(i + 1)]
+        np.divide(grad_y, coverage.astype(grad_x.dtype), out=grad_y, where=covered)
+        return grad_y
+
+    return backward
+
+
+def window_view_backward(inputs, params):
+    """The explicit backward of ``numpy_window_view``, vectorised: grad_x
+    divided by the case's constant alpha·mask, then ``np.add.at`` into
+    zeroed grad_y through the (C·H·W) flat positions of the window view
+    (the adjoint of its strided gather; built once)."""
+    mask, S, C = inputs["mask"], params["S"], params["C"]
+    B, _, H, out_W = inputs["y"].shape
+    W = mask.shape[1]
+    coverage = dispersion.alpha(C, W, S)
+    columns = np.arange(W) + np.arange(C)[:, None] * S
+    denominator = (coverage[columns][:, None, :] * mask).astype(mask.dtype)
+    index = (columns[:, None, :] + np.arange(H)[None, :, None] * out_W).reshape(-1)
+    batch = np.arange(B)[:, None]
+
+    def backward(saved, grad_x):
+        grad_y = np.zeros((B, H * out_W), dtype=grad_x.dtype)
+        np.add.at(grad_y, (batch, index), (grad_x / denominator).reshape(B, -1))
+        return grad_y.reshape(B, 1, H, out_W)
+
+    return backward
+
+
+def numba_adjoint_backward(inputs, params):
+    """The numba backward (``kernels_numba.dispersion_pinv_backward``): per
+    (b, h) row, grad_y's row zeroed in L1, each channel's row divided by the
+    mask added at its offset, then divided by the coverage; grad_y written once."""
+    from impls import kernels_numba
+
+    mask, S = inputs["mask"], params["S"]
+    shape = inputs["y"].shape
+
+    def backward(saved, grad_x):
+        grad_y = np.empty(shape, dtype=grad_x.dtype)
+        kernels_numba.dispersion_pinv_backward(grad_x, mask, S, grad_y)
+        return grad_y
+
+    return backward
+
+
+def triton_adjoint_backward(inputs, params):
+    """The Triton backward, with dispersion's kernel (``kernels_triton.
+    dispersion``): the adjoint sums, for each column of grad_y, the channels
+    landing on it, each divided by the mask (the kernel's mask table is
+    1/mask here, float32, float32 accumulation), then one torch multiply by
+    1/alpha (0 where no channel covers a column: its gradient is the empty
+    sum). Two passes over grad_y where a fused kernel would make one: that
+    kernel is not written yet."""
+    import torch
+
+    from impls import kernels_triton
+
+    mask, S, C = inputs["mask"], params["S"], params["C"]
+    inv_coverage, inv_mask = kernels_triton.pinv_tables(mask, S, C)
+    scale = torch.where(torch.isinf(inv_coverage), torch.zeros_like(inv_coverage), inv_coverage)
+
+    def backward(saved, grad_x):
+        summed = kernels_triton.dispersion(grad_x, inv_mask, S)
+        return torch.mul(summed, scale, out=summed)  # in float32, stored in grad_x's dtype
+
+    return backward
+
+
+def uncovered_columns(params):
+    """Why autograd's backward of ``y / alpha`` is wrong here: with S > W
+    (and C > 1) some columns of y no channel covers, alpha is 0 there, and
+    the gradient of the division, ``g / alpha``, is 0/0 = NaN where the
+    true gradient is the empty sum, 0 (found by the check)."""
+    if params["S"] > params["W"] and params["C"] > 1:
+        return (f"S={params['S']} > W={params['W']}: columns no channel covers have alpha = 0, and autograd's "
+                "gradient of y / alpha there is 0/0 = NaN where the true gradient is 0 (seed's A_pinv)")
+    return None
+
+
 def dispersion_pinv(y, mask, S: int, C: int):
     """Public entry point: validated shift-back, numpy or torch."""
     if C < 1:
@@ -140,7 +276,7 @@ def dispersion_pinv(y, mask, S: int, C: int):
 
 
 # ------------------------------------------------------------- strategies
-@strategy("dispersion_pinv", backend="numpy", source=f"{SEED} A_pinv (numpy port)")
+@strategy("dispersion_pinv", backend="numpy", source=f"{SEED} A_pinv (numpy port)", backward=loop_cat_backward)
 def numpy_loop_cat(inputs, params):
     """The seed's loop + concatenate in numpy: divide y by alpha, C slices
     concatenated (a copy), then a division by mask (another pass)."""
@@ -164,7 +300,8 @@ def loop_cat_fn(y, mask, coverage, S: int, C: int):
     return torch.cat([z[..., (i * S):(i * S + W)] for i in range(C)], dim=1) / mask
 
 
-@strategy("dispersion_pinv", backend="torch", source=f"{SEED} A_pinv", baseline=True)
+@strategy("dispersion_pinv", backend="torch", source=f"{SEED} A_pinv", baseline=True,
+          no_backward_when=uncovered_columns)
 def seed_loop_cat(inputs, params):
     """The question's ``A_pinv``: ``z = y / alpha``, ``cat`` of C slices, ``/ mask``
     — three passes, a C-sized concatenated temporary."""
@@ -239,7 +376,7 @@ def torch_unfold_view(inputs, params):
     return lambda: unfold_view_fn(y, denominator, S, C)
 
 
-@strategy("dispersion_pinv", backend="numpy")
+@strategy("dispersion_pinv", backend="numpy", backward=window_view_backward)
 def numpy_window_view(inputs, params):
     """Added: numpy's ``sliding_window_view`` strided by S — the same zero-copy
     gather as the torch unfold, one division pass."""
@@ -258,7 +395,8 @@ def numpy_window_view(inputs, params):
     return run
 
 
-@strategy("dispersion_pinv", backend="torch", source=f"{SEED} A_pinv, torch.compile", quick_check=True)
+@strategy("dispersion_pinv", backend="torch", source=f"{SEED} A_pinv, torch.compile", quick_check=True,
+          no_backward_when=uncovered_columns)
 def torch_compile_loop_cat(inputs, params):
     """``torch.compile`` of the seed's loop + cat: Inductor can fuse the two
     divisions into the concatenation; compile time is setup."""
@@ -275,7 +413,7 @@ def torch_compile_unfold_view(inputs, params):
     return compiled(unfold_view_fn, y, unfold_denominator(y, mask, S, C), S, C)
 
 
-@strategy("dispersion_pinv", backend="numba")
+@strategy("dispersion_pinv", backend="numba", backward=numba_adjoint_backward)
 def numba_fused(inputs, params):
     """Added: a parallel numba kernel per (b, h) row, coverage computed once per
     call; each channel's slice of y (in L1) divided by coverage and mask:
@@ -295,7 +433,7 @@ def numba_fused(inputs, params):
     return run
 
 
-@strategy("dispersion_pinv", backend="triton")
+@strategy("dispersion_pinv", backend="triton", backward=triton_adjoint_backward)
 def triton_fused(inputs, params):
     """Added: one Triton kernel, one x element per lane: its y element read
     through strides, times its column's 1/coverage and its 1/mask (float32

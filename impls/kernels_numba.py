@@ -157,3 +157,110 @@ def dispersion_pinv(y, mask, S, x):
             coverage_slice = coverage[i * S:i * S + W]
             for w in range(W):
                 x_row[w] = y_slice[w] / (coverage_slice[w] * mask_row[w])
+
+
+# ------------------------------------------------------------ backward kernels
+# SPEC 1.5: the explicit backwards of the numba strategies. Same shape as the
+# forwards: parallel over independent rows of the gradient they write, each
+# element of it written once, no separate zero fill.
+@numba.njit(**_JIT)
+def maxpool2d_backward(grad, indices, K, grad_x):
+    """The scatter: per (plane, band of K rows), the band of grad_x zeroed
+    while it sits in cache, then each window's gradient written at its
+    forward index; rows past (H // K) * K zeroed. ``grad`` and ``indices``
+    (N, C, H // K, W // K) may be strided. An index outside its own window
+    is never written (it would race with another band's zeroing): returns
+    how many there were."""
+    N, C, h, w = grad.shape
+    H, W = grad_x.shape[2], grad_x.shape[3]
+    bad = 0
+    for band in prange(N * C * h):
+        plane, i = band // h, band % h
+        n, c = plane // C, plane % C
+        rows = grad_x[n, c, i * K:(i + 1) * K]
+        for r in range(K):
+            row = rows[r]
+            for col in range(W):
+                row[col] = 0
+        first_row = i * K
+        for j in range(w):
+            index = indices[n, c, i, j]
+            r, col = index // W - first_row, index % W
+            if 0 <= index < H * W and 0 <= r < K and j * K <= col < (j + 1) * K:
+                rows[r, col] = grad[n, c, i, j]
+            else:
+                bad += 1
+    for plane in prange(N * C):
+        n, c = plane // C, plane % C
+        for r in range(h * K, H):
+            row = grad_x[n, c, r]
+            for col in range(W):
+                row[col] = 0
+    return bad
+
+
+@numba.njit(**_JIT)
+def maxunpool_backward(grad_out, positions, grad_values):
+    """The gather: ``grad_values[row, l] = grad_out[row, positions[row, l]]``,
+    row-parallel. A position outside [0, P) is counted (and its gradient
+    left NaN), never read."""
+    rows, L = positions.shape
+    P = grad_out.shape[1]
+    bad = 0
+    for row in prange(rows):
+        source = grad_out[row]
+        for l in range(L):
+            pos = positions[row, l]
+            if 0 <= pos < P:
+                grad_values[row, l] = source[pos]
+            else:
+                grad_values[row, l] = np.nan
+                bad += 1
+    return bad
+
+
+@numba.njit(**_JIT)
+def dispersion_backward(grad_y, mask, S, grad_x):
+    """The adjoint Aᵀ: per (b, h) row, each channel's row of grad_x is grad_y's
+    row read at offset i*S times the mask's row (contiguous slices, so the
+    inner loop vectorises): grad_y read once, grad_x written once."""
+    B, C, H, W = grad_x.shape
+    for plane_row in prange(B * H):
+        b = plane_row // H
+        h = plane_row % H
+        source = grad_y[b, 0, h]
+        mask_row = mask[h]
+        for i in range(C):
+            out_row = grad_x[b, i, h]
+            source_slice = source[i * S:i * S + W]
+            for w in range(W):
+                out_row[w] = source_slice[w] * mask_row[w]
+
+
+@numba.njit(**_JIT)
+def dispersion_pinv_backward(grad_x, mask, S, grad_y):
+    """The pseudo-inverse's adjoint: per (b, h) row, grad_y's row (W' values,
+    in L1) zeroed, each channel's row of grad_x divided by the mask's row and
+    added at offset i*S, then the row divided by the coverage (columns no
+    channel covers stay 0: their gradient is an empty sum). grad_x read once,
+    grad_y written once."""
+    B, C, H, W = grad_x.shape
+    out_W = grad_y.shape[3]
+    coverage = np.zeros(out_W, dtype=grad_y.dtype)
+    for i in range(C):
+        for w in range(W):
+            coverage[i * S + w] += 1
+    for plane_row in prange(B * H):
+        b = plane_row // H
+        h = plane_row % H
+        out_row = grad_y[b, 0, h]
+        mask_row = mask[h]
+        for col in range(out_W):
+            out_row[col] = 0
+        for i in range(C):
+            source = grad_x[b, i, h]
+            out_slice = out_row[i * S:i * S + W]
+            for w in range(W):
+                out_slice[w] += source[w] / mask_row[w]
+        for col in range(out_W):
+            out_row[col] = out_row[col] / coverage[col] if coverage[col] > 0 else out_row[col]

@@ -16,7 +16,7 @@ import numpy as np
 
 from impls import common
 from impls.common import Verdict
-from impls.registry import Operator, ParamSpec, compiled, register_operator, strategy
+from impls.registry import Gradient, Operator, ParamSpec, compiled, register_operator, strategy
 
 SEED = "seed 000_ed8c570cde2fae5b.txt"
 
@@ -277,6 +277,173 @@ OP = register_operator(Operator(
     check_cases=check_cases, outputs=("values+indices", "values")))
 
 
+# ------------------------------------------------------------- gradient (SPEC 1.5)
+def grad_oracle(inputs, grad, params):
+    """float64 backward: zeros, and each window's gradient written at the
+    forward oracle's own index (the first maximum, the first NaN of a NaN
+    window, the first element of an all -inf window); cropped rows and
+    columns get zero. The scatter itself, not the derivative of a strategy."""
+    x = inputs["x"]
+    N, C, H, W = x.shape
+    _, indices = oracle(inputs, params)
+    grad_x = np.zeros((N, C, H * W))
+    np.put_along_axis(grad_x, indices.reshape(N, C, -1), grad.reshape(N, C, -1), axis=-1)
+    return grad_x.reshape(N, C, H, W)
+
+
+def generate_grad(params, mode: str = "random", seed: int = 0):
+    """grad_values, the shape of the values (common.gradient_values)."""
+    rng = np.random.default_rng((seed, 1))
+    shape = (params["N"], params["C"], params["H"] // params["k"], params["W"] // params["k"])
+    return common.gradient_values(rng, shape, mode)
+
+
+def grad_bytes(params, itemsize: int) -> int:
+    """grad_values and the saved int64 indices read, grad_x written."""
+    N, C, H, W, k = (params[key] for key in ("N", "C", "H", "W", "k"))
+    pooled = N * C * (H // k) * (W // k)
+    return pooled * itemsize + pooled * 8 + N * C * H * W * itemsize
+
+
+def _windows(a, k: int):
+    """(N, C, h, w, k*k): every window of the crop as a row, row-major."""
+    N, C, H, W = a.shape
+    h, w = H // k, W // k
+    return a[:, :, :h * k, :w * k].reshape(N, C, h, k, w, k).transpose(0, 1, 2, 4, 3, 5).reshape(N, C, h, w, k * k)
+
+
+def _gradient_where_it_may_land(out, ref, x, grad, ties: str, k: int):
+    """The reference gradient, moved to where the strategy put it where the
+    contract leaves the place open: a NaN window's gradient may sit on any
+    NaN of the window (the forward's index may point at any, SPEC 1.1), and
+    with ``ties="any"`` a tied window's on any of its maxima. Moved only when
+    the window of ``out`` holds exactly one non-zero, equal to the window's
+    gradient, on such an element; anything else is judged as it is."""
+    if not isinstance(out, np.ndarray) or out.shape != ref.shape:
+        return ref
+    windows = _windows(x, k)
+    nan_window = np.isnan(windows).any(axis=-1)
+    allowed = np.isnan(windows) & nan_window[..., None]
+    if ties == "any":
+        maxima = np.where(nan_window, np.nan, windows.max(axis=-1))
+        allowed |= windows == maxima[..., None]
+    landed = _windows(out.astype(np.float64), k)
+    nonzero = landed != 0
+    where = nonzero.argmax(axis=-1)[..., None]
+    movable = ((nonzero.sum(axis=-1) == 1) & np.take_along_axis(allowed, where, axis=-1)[..., 0]
+               & (np.take_along_axis(landed, where, axis=-1)[..., 0] == grad))
+    if not movable.any():
+        return ref
+    moved = _windows(ref, k).copy()
+    moved[movable] = landed[movable]
+    N, C, h, w, _ = moved.shape
+    result = ref.copy()
+    result[:, :, :h * k, :w * k] = moved.reshape(N, C, h, w, k, k).transpose(0, 1, 2, 4, 3, 5).reshape(
+        N, C, h * k, w * k)
+    return result
+
+
+def grad_compare(out, ref, inputs, grad, dtype: str, strat, params: dict) -> Verdict:
+    """grad_x bitwise (SPEC 1.5): a scatter moves values, it computes none.
+    The gradient must land on the forward's index: the first maximum (or,
+    with ``ties="any"``, any maximum), any NaN of a NaN window."""
+    ref = _gradient_where_it_may_land(out, ref, inputs["x"], grad, strat.ties, params["k"])
+    return common.compare_bitwise("grad_x", out, ref, dtype)
+
+
+def values_of(output):
+    """The differentiable part of a strategy's output: the values (the
+    indices are integers), whether it returns both or values only."""
+    return output[0] if isinstance(output, (tuple, list)) else output
+
+
+OP.gradient = Gradient(input="x", name="grad_values", generate=generate_grad, oracle=grad_oracle,
+                       bytes_moved=grad_bytes, compare=grad_compare, output=values_of)
+
+
+def seed_update_grad_input(inputs, params):
+    """The explicit backward of ``seed_loops``, in the seed's own style: the
+    seed's ``MaxPool2d`` keeps a ``gradInput``; its ``updateGradInput`` loops
+    as ``updateOutput`` does, 4 deep, one interpreted iteration per window
+    (≈ N·C·H·W/k² Python steps), writing each window's gradient at the
+    (row, col) its ``self.index`` stored (here unravelled once from the flat
+    indices, before the loops). It is the baseline of "× the seed" in the
+    backward modes. Source: seed 000's module, its backward written in its style."""
+    kernel = params["k"]
+    x_shape = inputs["x"].shape
+
+    def backward(saved, gradOutput):
+        _, flat = saved
+        N, C, H, W = x_shape
+        index = np.stack(np.unravel_index(flat, (H, W)), axis=-1)
+        gradInput = np.zeros(x_shape, dtype=gradOutput.dtype)
+        for i in range(N):
+            for j in range(C):
+                for k in range(H // kernel):
+                    for m in range(W // kernel):
+                        row, col = index[i, j, k, m]
+                        gradInput[i, j, row, col] = gradOutput[i, j, k, m]
+        return gradInput
+
+    return backward
+
+
+def numpy_scatter_backward(inputs, params):
+    """A vectorised numpy backward: ``np.put_along_axis`` of the gradient
+    into a zeroed (N, C, H·W) at the forward's flat indices; one zero fill
+    and one scatter (a strided gradient is copied by the reshape)."""
+    N, C, H, W = inputs["x"].shape
+
+    def backward(saved, grad):
+        _, indices = saved
+        grad_x = np.zeros((N, C, H * W), dtype=grad.dtype)
+        np.put_along_axis(grad_x, indices.reshape(N, C, -1), grad.reshape(N, C, -1), axis=-1)
+        return grad_x.reshape(N, C, H, W)
+
+    return backward
+
+
+def numba_scatter_backward(inputs, params):
+    """The numba backward (``kernels_numba.maxpool2d_backward``): per band of
+    k rows, zeroed in cache and the band's gradients written at their
+    indices; grad_x written once. Compiled here for the case's layout."""
+    from impls import kernels_numba
+
+    x, k = inputs["x"], params["k"]
+
+    def backward(saved, grad):
+        _, indices = saved
+        grad_x = np.empty(x.shape, dtype=grad.dtype)
+        bad = kernels_numba.maxpool2d_backward(grad, indices, k, grad_x)
+        if bad:
+            raise ValueError(f"indices: {bad} outside their own window")
+        return grad_x
+
+    return backward
+
+
+def triton_gather_backward(inputs, params):
+    """The Triton backward: the scatter written as a gather, with maxunpool's
+    kernel (``kernels_triton.unpool_gather``): each grad_x element reads the
+    forward index of the window holding it and keeps the window's gradient
+    where the index is its own; no zero fill, no atomics, grad_x written once,
+    cropped rows and columns 0. Valid because max-pooling's indices lie in
+    their own windows. A strided gradient is copied first."""
+    from impls import kernels_triton
+
+    shape, k = tuple(inputs["x"].shape), params["k"]
+
+    def backward(saved, grad):
+        _, indices = saved
+        return kernels_triton.unpool_gather(grad, indices, shape, (k, k))
+
+    return backward
+
+
+VALUES_ONLY = ("it returns the values only: no indices are saved for the backward to scatter the gradient to "
+               "(SPEC 1.5 scatters to the forward's indices)")
+
+
 def _cropped(x, k):
     h, w = x.shape[-2] // k, x.shape[-1] // k
     return x[..., :h * k, :w * k], h, w
@@ -284,7 +451,7 @@ def _cropped(x, k):
 
 # ------------------------------------------------------------- strategies
 @strategy("maxpool2d", backend="numpy", source=f"{SEED} MaxPool2d.updateOutput",
-          returns="values+indices", ties="first", baseline=True)
+          returns="values+indices", ties="first", baseline=True, backward=seed_update_grad_input)
 def seed_loops(inputs, params):
     """The question's 4-deep python loop: ``M.max()`` and
     ``unravel_index(M.argmax())`` per window, the (row, col) pair stored into
@@ -310,7 +477,8 @@ def seed_loops(inputs, params):
     return run
 
 
-@strategy("maxpool2d", backend="numpy", source=f"{SEED} update_output_1", returns="values")
+@strategy("maxpool2d", backend="numpy", source=f"{SEED} update_output_1", returns="values",
+          no_backward=VALUES_ONLY)
 def seed_loop_max(inputs, params):
     """The answer's values-only loop, the one its "~20× faster" is measured
     against: ``M.max()`` per window over the crop, no indices; batched over N
@@ -334,7 +502,7 @@ def seed_loop_max(inputs, params):
 
 
 @strategy("maxpool2d", backend="numpy", source=f"{SEED} update_output_2",
-          returns="values")
+          returns="values", no_backward=VALUES_ONLY)
 def seed_reshape_max(inputs, params):
     """The answer's vectorised values-only version: crop, max over runs of k
     along W, then max over k rows. Two reductions, one copy of the crop when
@@ -352,7 +520,7 @@ def seed_reshape_max(inputs, params):
 
 
 @strategy("maxpool2d", backend="numpy", source=f"{SEED} update_output_3",
-          returns="values+indices", ties="first")
+          returns="values+indices", ties="first", backward=numpy_scatter_backward)
 def seed_reshape_argmax(inputs, params):
     """The answer's two-stage argmax on a 2-D array, as written, with the
     N·C cropped planes stacked as rows (a view when nothing is cropped):
@@ -390,7 +558,8 @@ def seed_reshape_argmax(inputs, params):
     return run
 
 
-@strategy("maxpool2d", backend="numpy", returns="values+indices", ties="first")
+@strategy("maxpool2d", backend="numpy", returns="values+indices", ties="first",
+          backward=numpy_scatter_backward)
 def numpy_sliding_window(inputs, params):
     """Added: ``sliding_window_view`` strided by k gives a zero-copy
     (N, C, h, w, k, k) view; one reshape copies the windows into rows, one
@@ -466,7 +635,8 @@ def torch_compile_reshape_argmax(inputs, params):
     return compiled(torch_reshape_argmax_fn, inputs["x"], params["k"])
 
 
-@strategy("maxpool2d", backend="numba", returns="values+indices", ties="first")
+@strategy("maxpool2d", backend="numba", returns="values+indices", ties="first",
+          backward=numba_scatter_backward)
 def numba_fused(inputs, params):
     """Added: one parallel numba kernel compiled for this k. Per chunk of
     bands sized to stay in L1, a vectorised vertical max (with its flat index)
@@ -503,7 +673,8 @@ def numba_fused(inputs, params):
     return run
 
 
-@strategy("maxpool2d", backend="triton", returns="values+indices", ties="first")
+@strategy("maxpool2d", backend="triton", returns="values+indices", ties="first",
+          backward=triton_gather_backward)
 def triton_fused(inputs, params):
     """Added: one Triton kernel, one output element per lane, k² strided loads
     (neighbouring lanes share cache lines), first-maximum and NaN rules as
@@ -579,7 +750,9 @@ def jax_reduce_window_fn(x, k: int):
     return lax.reduce_window(x, jnp.array(-jnp.inf, x.dtype), _first_maximum, (1, 1, k, k), (1, 1, k, k), "VALID")
 
 
-@strategy("maxpool2d", backend="jax", returns="values")
+@strategy("maxpool2d", backend="jax", returns="values",
+          no_backward="lax.reduce_window with a reducer of its own (the first-maximum select) has no "
+                      "differentiation rule in JAX: jax.vjp fails to linearize it")
 def jax_reduce_window(inputs, params):
     """Added: ``lax.reduce_window`` over k×k windows, stride k, jitted —
     XLA's pooling primitive, values only: reads x once, writes the values.

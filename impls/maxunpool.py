@@ -20,7 +20,7 @@ import numpy as np
 
 from impls import common, maxpool2d
 from impls.common import Verdict
-from impls.registry import NotApplicable, Operator, ParamSpec, compiled, register_operator, strategy
+from impls.registry import Gradient, NotApplicable, Operator, ParamSpec, compiled, register_operator, strategy
 
 SEED = "seed 002_d8b5391e7a3d2e33.txt"
 FORM_PARAMS = {"1d": ("B", "F", "L", "f"), "2d": ("N", "C", "H", "W", "k")}
@@ -154,6 +154,136 @@ OP = register_operator(Operator(
     check_layouts=("contiguous", "noncontiguous")))
 
 
+# ------------------------------------------------------------- gradient (SPEC 1.5)
+def grad_oracle(inputs, grad, params):
+    """float64 backward: the gather ``grad_values[..., l] = grad_out[...,
+    positions[..., l]]``, row by row."""
+    positions = inputs["positions"]
+    pooled, out_shape = shapes(params)
+    rows = math.prod(out_shape[:2])
+    flat_grad = grad.reshape(rows, -1)
+    flat_positions = positions.reshape(rows, -1)
+    grad_values = np.empty(flat_positions.shape)
+    for row in range(rows):
+        grad_values[row] = flat_grad[row, flat_positions[row]]
+    return grad_values.reshape(pooled)
+
+
+def generate_grad(params, mode: str = "random", seed: int = 0):
+    """grad_out, the output's shape (common.gradient_values)."""
+    _, out_shape = shapes(params)
+    return common.gradient_values(np.random.default_rng((seed, 1)), out_shape, mode)
+
+
+def grad_bytes(params, itemsize: int) -> int:
+    """grad_out and the saved int64 positions read, grad_values written."""
+    pooled, out_shape = shapes(params)
+    return math.prod(out_shape) * itemsize + math.prod(pooled) * (8 + itemsize)
+
+
+def grad_compare(out, ref, inputs, grad, dtype: str, strat, params=None) -> Verdict:
+    """grad_values bitwise: a gather moves values, it computes none."""
+    return common.compare_bitwise("grad_values", out, ref, dtype)
+
+
+OP.gradient = Gradient(input="values", name="grad_out", generate=generate_grad, oracle=grad_oracle,
+                       bytes_moved=grad_bytes, compare=grad_compare)
+
+
+def _grad_rows(grad_out, values):
+    """grad_out as (A, B, P) rows (a view where the strides allow)."""
+    return grad_out.reshape(values.shape[:2] + (-1,))
+
+
+def seed_row_loop_backward(inputs, params):
+    """The explicit backward of ``numpy_seed_row_loop``, in the seed's own
+    style: the question's loop over (item, filter), one fancy-index read per
+    row, ``grad_values[a, b, :] = grad_out[a, b, positions[a, b, :]]``. A·B
+    interpreted iterations, each a small gather of L values. It is the
+    baseline of "× the seed" in the backward modes. Source: seed 002's
+    ``upsamplecode`` loop, read backwards."""
+    values, positions, _, _ = _rows(inputs, params)
+    shape = inputs["values"].shape
+
+    def backward(saved, grad_out):
+        upsampled_grad = _grad_rows(grad_out, values)
+        encoded_grad = np.empty(values.shape, dtype=grad_out.dtype)
+        for whichitem in range(values.shape[0]):
+            for whichfilt in range(values.shape[1]):
+                encoded_grad[whichitem, whichfilt, :] = upsampled_grad[whichitem, whichfilt,
+                                                                       positions[whichitem, whichfilt, :]]
+        return encoded_grad.reshape(shape)
+
+    return backward
+
+
+def seed_flat_backward(inputs, params):
+    """The explicit backward of ``numpy_seed_flat_set``, in its style: one
+    read of the flattened gradient at positions plus the precomputed per-row
+    offsets (the same table as the forward's, built once). The add makes a
+    full int64 temporary per call; a strided gradient is copied by the ravel."""
+    values, positions, P, _ = _rows(inputs, params)
+    A, B, L = values.shape
+    flat_positions = positions.ravel()
+    offsets = flat_row_offsets(A, B, L, P)
+    shape = inputs["values"].shape
+
+    def backward(saved, grad_out):
+        return grad_out.ravel()[flat_positions + offsets].reshape(shape)
+
+    return backward
+
+
+def seed_broadcast_backward(inputs, params):
+    """The explicit backward of ``numpy_seed_broadcast``, in its style: one
+    advanced-index read ``grad_out[arange(A)[:,None,None], arange(B)[None,:,None], positions]``."""
+    values, positions, _, _ = _rows(inputs, params)
+    items = np.arange(values.shape[0]).reshape(-1, 1, 1)
+    filters = np.arange(values.shape[1]).reshape(1, -1, 1)
+    shape = inputs["values"].shape
+
+    def backward(saved, grad_out):
+        return _grad_rows(grad_out, values)[items, filters, positions].reshape(shape)
+
+    return backward
+
+
+def take_along_axis_backward(inputs, params):
+    """The explicit backward of ``numpy_put_along_axis``: its adjoint,
+    ``np.take_along_axis(grad_out, positions, axis=-1)``."""
+    values, positions, _, _ = _rows(inputs, params)
+    shape = inputs["values"].shape
+
+    def backward(saved, grad_out):
+        return np.take_along_axis(_grad_rows(grad_out, values), positions, axis=-1).reshape(shape)
+
+    return backward
+
+
+def numba_gather_backward(inputs, params):
+    """The numba backward (``kernels_numba.maxunpool_backward``): a
+    row-parallel gather, grad_values written once."""
+    from impls import kernels_numba
+
+    values, positions, P, _ = _rows(inputs, params)
+    rows = values.shape[0] * values.shape[1]
+    flat_positions = positions.reshape(rows, -1)
+    shape = inputs["values"].shape
+
+    def backward(saved, grad_out):
+        grad_values = np.empty(flat_positions.shape, dtype=grad_out.dtype)
+        bad = kernels_numba.maxunpool_backward(grad_out.reshape(rows, P), flat_positions, grad_values)
+        if bad:
+            raise ValueError(f"positions: {bad} outside [0, {P})")
+        return grad_values.reshape(shape)
+
+    return backward
+
+
+PYTENSOR_NO_BACKWARD = ("backward not written yet (PyTensor's own pytensor.grad of the compiled graph "
+                        "would be its framework's backward)")
+
+
 # --------------------------------------------------------- public entry point
 def maxunpool(values, positions, size: int):
     """Scatter ``values`` (..., L) to ``positions`` in zeros of shape (..., size).
@@ -201,7 +331,7 @@ def _rows(inputs, params):
 
 # ------------------------------------------------------------- strategies
 @strategy("maxunpool", backend="numpy", source=f"{SEED} upsamplecode (per-row set_subtensor loop)",
-          baseline=True)
+          baseline=True, backward=seed_row_loop_backward)
 def numpy_seed_row_loop(inputs, params):
     """The question's loop over (item, filter): one fancy-index assignment per
     row. A·B interpreted iterations, each a small scatter of L values."""
@@ -217,7 +347,8 @@ def numpy_seed_row_loop(inputs, params):
     return run
 
 
-@strategy("maxunpool", backend="numpy", source=f"{SEED} upsamplecode2 (flattened indices + row offsets)")
+@strategy("maxunpool", backend="numpy", source=f"{SEED} upsamplecode2 (flattened indices + row offsets)",
+          backward=seed_flat_backward)
 def numpy_seed_flat_set(inputs, params):
     """The question's update: one set on the flattened output, positions plus a
     precomputed per-row offset table (the seed's shared variable, built once).
@@ -234,7 +365,8 @@ def numpy_seed_flat_set(inputs, params):
     return run
 
 
-@strategy("maxunpool", backend="numpy", source=f"{SEED} answer (advanced-index broadcast, numpy)")
+@strategy("maxunpool", backend="numpy", source=f"{SEED} answer (advanced-index broadcast, numpy)",
+          backward=seed_broadcast_backward)
 def numpy_seed_broadcast(inputs, params):
     """The answer: ``out[arange(A)[:,None,None], arange(B)[None,:,None], pos] = v``.
     One scatter; numpy broadcasts three index arrays to compute each offset."""
@@ -249,7 +381,7 @@ def numpy_seed_broadcast(inputs, params):
     return run
 
 
-@strategy("maxunpool", backend="numpy", builtin=True)
+@strategy("maxunpool", backend="numpy", builtin=True, backward=take_along_axis_backward)
 def numpy_put_along_axis(inputs, params):
     """Added: ``np.put_along_axis(out, positions, values, axis=-1)`` — the
     library's own call for this; builds the same fancy index internally."""
@@ -413,7 +545,8 @@ def _pytensor_function(values, build):
     return pytensor.function([v, p], build(v, p, pt))
 
 
-@strategy("maxunpool", backend="pytensor", source=f"{SEED} upsamplecode (set_subtensor loop, PyTensor)")
+@strategy("maxunpool", backend="pytensor", source=f"{SEED} upsamplecode (set_subtensor loop, PyTensor)",
+          no_backward=PYTENSOR_NO_BACKWARD)
 def pytensor_seed_row_loop(inputs, params):
     """The question's graph verbatim: A·B chained ``set_subtensor`` nodes,
     unrolled at graph-build time, compiled once."""
@@ -432,7 +565,8 @@ def pytensor_seed_row_loop(inputs, params):
     return lambda: fn(values, positions).reshape(out_shape)
 
 
-@strategy("maxunpool", backend="pytensor", source=f"{SEED} upsamplecode2 (flattened set_subtensor, PyTensor)")
+@strategy("maxunpool", backend="pytensor", source=f"{SEED} upsamplecode2 (flattened set_subtensor, PyTensor)",
+          no_backward=PYTENSOR_NO_BACKWARD)
 def pytensor_seed_flat_set(inputs, params):
     """The question's one ``set_subtensor`` on the flattened output with a
     shared offset table (int64 here: the seed's float offsets cast to int32
@@ -453,7 +587,8 @@ def pytensor_seed_flat_set(inputs, params):
     return lambda: fn(values, positions).reshape(out_shape)
 
 
-@strategy("maxunpool", backend="pytensor", source=f"{SEED} answer (advanced-index broadcast, PyTensor)")
+@strategy("maxunpool", backend="pytensor", source=f"{SEED} answer (advanced-index broadcast, PyTensor)",
+          no_backward=PYTENSOR_NO_BACKWARD)
 def pytensor_seed_broadcast(inputs, params):
     """The answer's broadcast ``set_subtensor`` in PyTensor, compiled once."""
     values, positions, P, out_shape = _rows(inputs, params)
@@ -484,7 +619,7 @@ def torch_compile_scatter(inputs, params):
     return compiled(scatter_fn, values, positions, P, out_shape)
 
 
-@strategy("maxunpool", backend="numba")
+@strategy("maxunpool", backend="numba", backward=numba_gather_backward)
 def numba_fused(inputs, params):
     """Added: a parallel numba kernel per output row — zero the row while it
     sits in cache, scatter the row's values into it: the output is written
@@ -510,7 +645,8 @@ def _window(params):
     return (params["k"], params["k"]) if params["form"] == "2d" else (1, params["f"])
 
 
-@strategy("maxunpool", backend="triton", requires=(POSITIONS_IN_WINDOW,))
+@strategy("maxunpool", backend="triton", requires=(POSITIONS_IN_WINDOW,),
+          no_backward="backward kernel not written yet")
 def triton_gather(inputs, params):
     """Added: unpooling as a gather over the output — each element reads the
     pooled value of its own window and keeps it if the stored position is its
@@ -526,7 +662,7 @@ def triton_gather(inputs, params):
     return kernels_triton.prepared(lambda: kernels_triton.unpool_gather(values, positions, out_shape, window))
 
 
-@strategy("maxunpool", backend="triton")
+@strategy("maxunpool", backend="triton", no_backward="backward kernel not written yet")
 def triton_scatter(inputs, params):
     """Added: the general form — zero fill, then one scatter kernel of
     value/position pairs (masked outside [0, P)): two passes over the output."""

@@ -28,7 +28,7 @@ from typing import Any, Callable, Mapping
 from impls.backends import BACKENDS, DTYPES, LAYOUTS, NotApplicable, convert, devices, get_backend
 from impls.status import CORRECT
 
-__all__ = ["BACKENDS", "DTYPES", "devices", "NotApplicable", "Operator", "ParamSpec", "Strategy",
+__all__ = ["BACKENDS", "DTYPES", "devices", "Gradient", "NotApplicable", "Operator", "ParamSpec", "Strategy",
            "all_strategies", "check_registry", "compiled", "get_operator", "register_operator", "strategy"]
 
 
@@ -62,6 +62,32 @@ class Strategy:
     # maxpool2d's indices do. ``list`` shows them; the check keeps the strategy
     # out of the cases whose inputs break one (an operator's ``extra_checks``).
     requires: tuple[str, ...] = ()
+    # How it differentiates in the training modes (SPEC 1.5, impls/training.py).
+    # ``backward``: an explicit backward, ``backward(inputs, params) -> apply``
+    # with ``apply(saved, grad) -> the gradient of the operator's differentiated
+    # input``, ``saved`` the strategy's own forward output (maxpool2d's indices
+    # are in it); the outer call is setup (tables, JIT compiles), ``apply`` is
+    # timed. Left out, the strategy differentiates by its backend's framework
+    # (``Backend.differentiates``: torch's autograd, compiled or not; jax.vjp),
+    # or has no backward.
+    backward: Callable[[Mapping[str, Any], Mapping[str, Any]], Callable[[Any, Any], Any]] | None = None
+    # Why it has no backward, where it has none by declaration (``list`` shows it;
+    # the training modes skip it with this reason, never as an error).
+    no_backward: str = ""
+    # params -> why its backward cannot do this case by design, or None: the
+    # training modes skip that case with the reason (what a forward's prepare
+    # says by raising NotApplicable, for a backward written by a framework).
+    no_backward_when: Callable[[Mapping[str, Any]], str | None] | None = None
+
+    @property
+    def differentiation(self) -> str:
+        """How it differentiates: "explicit" (its declared ``backward``), its
+        backend's framework ("autograd", "jax.vjp"), or "none"."""
+        if self.backward is not None:
+            return "explicit"
+        if self.no_backward:
+            return "none"
+        return get_backend(self.backend).differentiates or "none"
 
     @property
     def key(self) -> str:
@@ -89,6 +115,37 @@ class ParamSpec:
     choices: tuple | None = None
     doc: str = ""
     required: bool = True  # False: needed by some forms only; the operator's validate says which
+
+
+def whole_output(output):
+    """A strategy's output as it is: the differentiable part of an operator
+    with one output."""
+    return output
+
+
+@dataclass(frozen=True)
+class Gradient:
+    """An operator's backward (SPEC 1.5): the vector-Jacobian product with
+    respect to one float input, the integer and constant inputs held fixed.
+    An operator without one (``Operator.gradient`` None, as a plugin's may
+    be) has no training modes; impls/training.py runs and checks it."""
+
+    input: str  # the input differentiated ("x"); the backward returns its gradient
+    name: str  # the incoming gradient's name ("grad_values"), of the differentiable output's shape
+    # (params, mode, seed) -> the incoming gradient, float64. ``adversarial``:
+    # non-zero integers, distinct along a row, so a misplaced gradient shows.
+    generate: Callable[[Mapping[str, Any], str, int], Any]
+    # (float64 inputs, float64 gradient, params) -> the float64 gradient of
+    # ``input``: the SPEC's formula, computed directly.
+    oracle: Callable[[Mapping[str, Any], Any, Mapping[str, Any]], Any]
+    # (params, itemsize) -> bytes: the gradients read and written plus the
+    # saved integers or mask read.
+    bytes_moved: Callable[[Mapping[str, Any], int], int]
+    # (out, ref, float64 inputs, float64 gradient, dtype, strategy, params) -> Verdict
+    compare: Callable[..., Any]
+    # A strategy's forward output -> its differentiable part (maxpool2d: the
+    # values; its indices are integers).
+    output: Callable[[Any], Any] = whole_output
 
 
 @dataclass
@@ -132,6 +189,9 @@ class Operator:
     #   compiled whether per-shape compiled strategies (quick_check) run it (default True);
     #   why      one line: what the case is for.
     extra_checks: Callable[[], list] = list
+    # Its backward (SPEC 1.5); None: no training modes. Operator modules set
+    # it after registering (``OP.gradient = Gradient(...)``).
+    gradient: Gradient | None = None
 
     @property
     def baseline(self) -> str | None:
@@ -215,13 +275,17 @@ def register_operator(op: Operator) -> Operator:
 def strategy(op: str, *, backend: str, source: str = "added", devices=None,
              dtypes=None, returns: str | None = None, ties: str = "n/a",
              name: str | None = None, temp_factor: float = 1.0, quick_check: bool = False,
-             baseline: bool = False, builtin: bool = False, requires: tuple[str, ...] = ()):
+             baseline: bool = False, builtin: bool = False, requires: tuple[str, ...] = (),
+             backward=None, no_backward: str = "", no_backward_when=None):
     """Decorator registering ``prepare`` as a strategy of operator ``op``.
 
     ``returns``: which of the operator's ``outputs`` it returns; left out, the
-    whole output (the check then holds it to all of it). Registering the same
-    function again from the same module replaces it; another function under
-    a name already taken is an error naming both."""
+    whole output (the check then holds it to all of it). ``backward``: its
+    explicit backward (``Strategy.backward``); ``no_backward``: why it has
+    none; ``no_backward_when``: the cases its backward cannot do (all three
+    SPEC 1.5, impls/training.py). Registering the same function again from
+    the same module replaces it; another function under a name already taken
+    is an error naming both."""
 
     def decorate(prepare):
         if backend not in BACKENDS:
@@ -239,6 +303,9 @@ def strategy(op: str, *, backend: str, source: str = "added", devices=None,
         if output not in operator.outputs:
             raise ValueError(f"strategy {op}/{strategy_name}: returns={output!r} is not one of {op}'s outputs "
                              f"({', '.join(map(repr, operator.outputs))})")
+        if backward is not None and no_backward:
+            raise ValueError(f"strategy {op}/{strategy_name}: declares both a backward and no_backward="
+                             f"{no_backward!r}; drop one")
         record = get_backend(backend)
         doc = (prepare.__doc__ or "").strip()
         operator.strategies[strategy_name] = Strategy(
@@ -247,7 +314,8 @@ def strategy(op: str, *, backend: str, source: str = "added", devices=None,
             dtypes=tuple(dtypes or record.dtypes), returns=output,
             ties=ties, seed=source.startswith("seed"), doc=doc,
             temp_factor=temp_factor, quick_check=quick_check, baseline=baseline, builtin=builtin,
-            requires=tuple(requires))
+            requires=tuple(requires), backward=backward, no_backward=no_backward,
+            no_backward_when=no_backward_when)
         return prepare
 
     return decorate

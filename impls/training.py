@@ -1,0 +1,316 @@
+"""Training modes (SPEC 1.5): one operator's backward, run, checked and
+costed like its forward.
+
+Modes (``MODES``; not to be confused with the input generator's modes,
+``random`` and ``adversarial``):
+
+- ``forward``: the strategy as registered (``Strategy.prepare``), unchanged;
+- ``backward``: the timed call is the backward alone. What the forward saved
+  (indices, autograd's graph, JAX's residuals) is made once, outside the
+  timed call, and every call makes a fresh gradient, as autograd replays it;
+- ``forward+backward``: one call runs the forward and then the backward of
+  that forward's output: one training step's cost of the operator.
+
+How a strategy differentiates (``Strategy.differentiation``):
+
+- ``autograd``: every torch strategy, eager or ``torch.compile``'d (the
+  compiled backward through AOTAutograd), with no code of its own. The
+  differentiated input becomes a leaf that requires grad before the strategy
+  is prepared on it; backward calls ``torch.autograd.grad(out, x, grad,
+  retain_graph=True)`` on a graph built once; forward+backward builds the
+  graph and frees it in the same call.
+- ``jax.vjp``: every JAX strategy, through the ``JaxCall`` that
+  ``backends.jax_compiled`` returns: ``jax.vjp`` of the same function with
+  respect to its first argument, under ``jit``. backward computes the vjp
+  function once (jitted) and calls a jitted application of it; forward+
+  backward jits forward, vjp and its application together.
+- ``explicit``: the strategy's declared ``backward`` (numpy, numba; SPEC 1.5),
+  given the strategy's own forward output (its indices) as ``saved``.
+- ``none``: it declares why (``no_backward``), or its backend has no
+  framework and it declares no backward; the training modes skip it with
+  that reason (``NotApplicable``), never as an error.
+
+Partial outputs: a maxpool2d strategy returning the values only
+(``returns="values"``) is differentiated where its framework can: torch's
+``max_pool2d`` saves its indices for autograd whatever it returns, so
+``torch_max_pool2d`` has a backward, and its forward+backward pays for the
+indices as every training step does. A numpy values-only strategy saves no
+indices to scatter to and declares no backward (recomputing the argmax
+would be another strategy's forward). In the training modes every strategy
+returns the same whole gradient, so being partial in the forward does not
+make a strategy's backward partial: ``forward+backward``'s bytes count the
+whole forward output (``bytes_moved``), the indices included, for all.
+
+The "× the seed" baseline of an operator is its ``baseline`` strategy in
+every mode: in the backward modes that is maxpool2d's ``seed_loops`` with
+its explicit seed-style loop backward, maxunpool's ``numpy_seed_row_loop``
+with its row loop, and, for dispersion and dispersion_pinv, the seed's own
+torch ``A`` and ``A_pinv`` differentiated by autograd.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Mapping
+
+import numpy as np
+
+from impls.backends import NotApplicable, convert, float_dtypes, get_backend, to_numpy
+from impls.common import DTYPE_DIFFERENCE, Verdict, merge_verdicts, round_to_dtype
+from impls.registry import Gradient, Operator, Strategy, get_operator
+
+FORWARD, BACKWARD, FORWARD_BACKWARD = MODES = ("forward", "backward", "forward+backward")
+TRAINING_MODES = (BACKWARD, FORWARD_BACKWARD)
+
+
+def check_mode(mode: str) -> None:
+    if mode not in MODES:
+        raise ValueError(f"unknown mode {mode!r}; known: {', '.join(MODES)}")
+
+
+def gradient_of(op: Operator | str) -> Gradient | None:
+    op = get_operator(op) if isinstance(op, str) else op
+    return op.gradient
+
+
+def missing(strat: Strategy, params: Mapping[str, Any] | None = None) -> str | None:
+    """Why ``strat`` has no backward (for this case, when ``params`` is
+    given), in words a table can print; None when it has one."""
+    if gradient_of(strat.op) is None:
+        return f"{strat.op} defines no backward (no Operator.gradient), so it has no training modes"
+    if strat.differentiation == "none":
+        if strat.no_backward:
+            return f"no backward: {strat.no_backward}"
+        return (f"no backward: a {strat.backend} strategy differentiates by an explicit backward "
+                f"(@strategy(..., backward=...)) and this one declares none")
+    if params is not None and strat.no_backward_when is not None:
+        reason = strat.no_backward_when(params)
+        if reason:
+            return f"no backward for this case: {reason}"
+    return None
+
+
+def describe(strat: Strategy) -> str:
+    """How ``strat`` differentiates, for ``list``'s column: ``autograd``,
+    ``jax.vjp``, ``explicit (seed_update_grad_input)`` or ``none: why``."""
+    reason = missing(strat)
+    if reason:
+        return "none: " + reason.removeprefix("no backward: ")
+    if strat.differentiation == "explicit":
+        return f"explicit ({getattr(strat.backward, '__name__', '?')})"
+    return strat.differentiation
+
+
+def applies(strat: Strategy, mode: str, params: Mapping[str, Any] | None = None) -> str | None:
+    """None when ``strat`` runs in ``mode`` (for this case), else the reason
+    it is skipped."""
+    check_mode(mode)
+    return None if mode == FORWARD else missing(strat, params)
+
+
+# ------------------------------------------------------------------ reference
+def gradient_case(op: Operator | str, inputs: Mapping[str, Any], params: Mapping[str, Any], input_mode: str,
+                  seed: int, dtype: str) -> tuple[np.ndarray, np.ndarray]:
+    """The incoming gradient of a case (float64, holding exactly the values
+    ``dtype`` can store) and the float64 oracle's gradient of the
+    differentiated input. ``inputs``: the case's float64 inputs, already
+    rounded to ``dtype`` (what the forward's reference holds)."""
+    op = get_operator(op) if isinstance(op, str) else op
+    if op.gradient is None:
+        raise NotApplicable(f"{op.name} defines no backward")
+    grad = round_to_dtype(op.gradient.generate(params, input_mode, seed), dtype)
+    return grad, op.gradient.oracle(inputs, grad, params)
+
+
+def gradient_to_backend(op: Operator | str, grad: np.ndarray, backend: str, device: str, dtype: str,
+                        layout: str = "contiguous"):
+    """The incoming gradient on the strategy's backend and device, in
+    ``dtype`` and in the case's layout (non-contiguous, channels-last where
+    the backend has them): the gradient's layout is checked like the inputs'."""
+    op = get_operator(op) if isinstance(op, str) else op
+    name = op.gradient.name
+    return convert({name: grad}, get_backend(backend), device, dtype, layout, (name,))[name]
+
+
+# ------------------------------------------------------------------ prepare
+def prepare(strat: Strategy, inputs: Mapping[str, Any], grad: Any, params: Mapping[str, Any],
+            mode: str) -> Callable[[], Any]:
+    """The zero-argument timed call of ``strat`` in ``mode``.
+
+    ``inputs``: the operator's inputs on the strategy's backend (as for
+    ``Strategy.prepare``); ``grad``: the incoming gradient on the same
+    backend (``gradient_to_backend``; ignored in ``forward``). The call
+    returns, by mode: the forward output; the gradient of the operator's
+    differentiated input (``Gradient.input``); the pair (forward output,
+    that gradient). Everything the backward needs saved is made here, outside
+    the call. Raises NotApplicable (the case is skipped) for a strategy with
+    no backward, with the reason; whatever the strategy raises otherwise."""
+    check_mode(mode)
+    if mode == FORWARD:
+        return strat.prepare(inputs, params)
+    reason = missing(strat, params)
+    if reason:
+        raise NotApplicable(reason)
+    gradient = get_operator(strat.op).gradient
+    how = strat.differentiation
+    if how == "explicit":
+        return _explicit(strat, inputs, grad, params, mode)
+    if how == "autograd":
+        return _autograd(strat, gradient, inputs, grad, params, mode)
+    if how == "jax.vjp":
+        return _jax_vjp(strat, gradient, inputs, grad, params, mode)
+    raise NotApplicable(f"no backward: {strat.backend}'s way of differentiating, {how!r}, is not one the "
+                        "training modes know (autograd, jax.vjp, explicit)")
+
+
+def _explicit(strat, inputs, grad, params, mode):
+    run = strat.prepare(inputs, params)
+    backward = strat.backward(inputs, params)
+    if mode == BACKWARD:
+        saved = run()  # the forward, once: what it saved (indices) is the backward's input
+
+        def call_backward():
+            return backward(saved, grad)
+
+        call = call_backward
+    else:
+        def step():
+            output = run()
+            return output, backward(output, grad)
+
+        call = step
+    if get_backend(strat.backend).compiles:
+        call()  # compiles the backward (numba) outside the timed calls, as the forwards do
+    return call
+
+
+def _detached(output):
+    if isinstance(output, (tuple, list)):
+        return tuple(_detached(item) for item in output)
+    return output.detach() if hasattr(output, "detach") else output
+
+
+def _autograd(strat, gradient: Gradient, inputs, grad, params, mode):
+    import torch
+
+    x = inputs[gradient.input]
+    if not torch.is_tensor(x) or not x.is_floating_point():
+        raise TypeError(f"{strat.key}: input {gradient.input!r} is not a float tensor, autograd cannot "
+                        "differentiate it")
+    # A leaf sharing x's storage and strides: the strategy sees the same layout.
+    leaf = x.detach().requires_grad_(True)
+    run = strat.prepare({**inputs, gradient.input: leaf}, params)
+    if mode == BACKWARD:
+        # The graph, once; each call replays its backward into a fresh gradient.
+        differentiable = gradient.output(run())
+
+        def call_backward():
+            return torch.autograd.grad(differentiable, leaf, grad, retain_graph=True)[0]
+
+        call = call_backward
+    else:
+        def step():
+            output = run()
+            (grad_input,) = torch.autograd.grad(gradient.output(output), leaf, grad)
+            return _detached(output), grad_input
+
+        call = step
+    if strat.quick_check or get_backend(strat.backend).compiles:
+        call()  # torch.compile compiles the backward graph at its first call: outside the timed calls
+    return call
+
+
+def _jax_vjp(strat, gradient: Gradient, inputs, grad, params, mode):
+    from impls.backends import JaxCall, _jax
+
+    jax = _jax()
+    run = strat.prepare(inputs, params)
+    if not isinstance(run, JaxCall):
+        raise TypeError(f"{strat.key}: a JAX strategy is differentiated through the call "
+                        "impls.backends.jax_compiled returns; this one returns a plain callable")
+    fn, args, static = run.fn, run.args, run.static_argnums
+    x = inputs[gradient.input]
+    first = args[0] if args else None
+    if first is None or getattr(first, "size", None) != x.size or first.dtype != x.dtype:
+        raise TypeError(f"{strat.key}: its jitted function's first argument is not the operator's "
+                        f"{gradient.input!r} (JaxCall differentiates with respect to the first)")
+    shape = x.shape
+
+    def vjp_of(*arguments):
+        rest = arguments[1:]
+
+        def forward(value):
+            output = fn(value, *rest)
+            return gradient.output(output), output
+
+        _, pullback, output = jax.vjp(forward, arguments[0], has_aux=True)
+        return pullback, output
+
+    if mode == BACKWARD:
+        # Residuals once (jitted forward and linearisation); each call applies
+        # the pullback, jitted, into a fresh gradient.
+        pullback, _ = jax.jit(vjp_of, static_argnums=static)(*args)
+        apply = jax.jit(lambda pull, cotangent: pull(cotangent)[0].reshape(shape))
+
+        def call_backward():
+            return apply(pullback, grad)
+
+        call = call_backward
+    else:
+        def step_of(*arguments):
+            pullback, output = vjp_of(*arguments[:-1])
+            return output, pullback(arguments[-1])[0].reshape(shape)
+
+        jitted = jax.jit(step_of, static_argnums=static)
+
+        def step():
+            return jitted(*args, grad)
+
+        call = step
+    jax.block_until_ready(call())  # compiled here, outside the timed calls
+    return call
+
+
+# ------------------------------------------------------------------ judging
+def compare(strat: Strategy, output: Any, expected: Any, expected_grad: np.ndarray, inputs: Mapping[str, Any],
+            grad: np.ndarray, dtype: str, params: Mapping[str, Any], mode: str) -> Verdict:
+    """A training-mode output against the float64 oracles, by the operator's
+    rules: the gradient by ``Gradient.compare``; in forward+backward the
+    forward output too, by ``Operator.compare``, both judged (one verdict
+    naming every problem). ``expected``: the forward oracle's output;
+    ``inputs``/``grad``: the case's float64 inputs and incoming gradient.
+    A known upstream defect is the caller's to apply (as for the forward)."""
+    check_mode(mode)
+    op = get_operator(strat.op)
+    wrong = [name for name in float_dtypes(output) if name != dtype]
+    if wrong:
+        return Verdict("mismatch", f"{strat.op} {mode} output: dtype {wrong[0]}, expected {dtype}",
+                       differences=frozenset({DTYPE_DIFFERENCE}))
+    if mode == FORWARD:
+        return op.compare(to_numpy(output), expected, inputs, dtype, strat, dict(params))
+    if mode == BACKWARD:
+        return op.gradient.compare(to_numpy(output), expected_grad, inputs, grad, dtype, strat, dict(params))
+    if not (isinstance(output, tuple) and len(output) == 2):
+        return Verdict("mismatch", "forward+backward: expected (forward output, gradient)")
+    forward_output, grad_input = output
+    return merge_verdicts(op.compare(to_numpy(forward_output), expected, inputs, dtype, strat, dict(params)),
+                          op.gradient.compare(to_numpy(grad_input), expected_grad, inputs, grad, dtype, strat,
+                                              dict(params)))
+
+
+# ------------------------------------------------------------------ bytes
+def bytes_moved(op: Operator | str, params: Mapping[str, Any], itemsize: int, mode: str,
+                returns: str | None = None) -> int:
+    """SPEC 1.5's bytes of ``mode``: forward, the operator's formula for what
+    the strategy returns; backward, the gradients read and written plus the
+    saved integers or mask read; forward+backward, both, with the forward's
+    whole output (a training step saves the indices whatever it returns)."""
+    check_mode(mode)
+    op = get_operator(op) if isinstance(op, str) else op
+    if mode == FORWARD:
+        return op.bytes_moved(params, itemsize, returns or op.whole_output)
+    if op.gradient is None:
+        raise NotApplicable(f"{op.name} defines no backward")
+    backward = op.gradient.bytes_moved(params, itemsize)
+    if mode == BACKWARD:
+        return backward
+    return op.bytes_moved(params, itemsize, op.whole_output) + backward
