@@ -12,6 +12,12 @@ if not HAS_CUDA:
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
 from impls.registry import Strategy, get_operator  # noqa: E402
+from harness.base import caches  # noqa: E402
+
+# The libraries' compile caches are shared by every test (keyed by the code
+# they compile, as torch's own default folder was): a folder per test would
+# make each test compile cold. The suite's own caches are each test's own (below).
+os.environ.setdefault(caches.COMPILE_ENV, str(caches.compile_cache_root()))
 
 # Checking a strategy that compiles (a backend that compiles per shape:
 # numba, Triton's interpreter, PyTensor, JAX; or torch.compile, quick_check)
@@ -37,6 +43,13 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip)
         if _compiles(item):
             item.add_marker(pytest.mark.slow)
+
+
+@pytest.fixture(autouse=True)
+def private_cache(tmp_path_factory, monkeypatch):
+    """Each test its own cache folder (harness/base/caches.py): no test
+    reuses a ceiling or a verdict another test (or the user) left there."""
+    monkeypatch.setenv(caches.ENV, str(tmp_path_factory.mktemp("cache")))
 
 
 @pytest.fixture
