@@ -1,7 +1,10 @@
 """Shared fixtures. Triton kernels run under the interpreter when no GPU is
 present: TRITON_INTERPRET must be set before triton is first imported."""
 
+import atexit
 import os
+import shutil
+import tempfile
 
 import pytest
 
@@ -18,6 +21,12 @@ from harness.base import caches  # noqa: E402
 # they compile, as torch's own default folder was): a folder per test would
 # make each test compile cold. The suite's own caches are each test's own (below).
 os.environ.setdefault(caches.COMPILE_ENV, str(caches.compile_cache_root()))
+# Tests never use the user's verdicts or ceilings: those whose environment is made
+# before a test starts (module constants, module fixtures) share this
+# session's folder; every test gets its own (``private_cache``).
+SESSION_CACHE = tempfile.mkdtemp(prefix="scatterbench-test-cache-")
+os.environ[caches.ENV] = SESSION_CACHE
+atexit.register(shutil.rmtree, SESSION_CACHE, ignore_errors=True)
 
 # Checking a strategy that compiles (a backend that compiles per shape:
 # numba, Triton's interpreter, PyTensor, JAX; or torch.compile, quick_check)
