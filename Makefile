@@ -13,7 +13,7 @@ PY         := $(VENV)/bin/python
 STAMP      := $(VENV)/.installed-$(subst $(comma),_,$(EXTRAS))
 comma      := ,
 
-.PHONY: venv bench test test-fast check report publish dashboard regress baseline gpu clean-venv
+.PHONY: venv bench test test-fast check report publish dashboard regress baseline gpu clean-venv clean-cache
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV_ARGS) $(VENV)
@@ -113,3 +113,10 @@ gpu: $(STAMP)
 
 clean-venv:
 	rm -rf $(VENV)
+
+# The suite's cache folder (README "Caches"): adversarial verdicts, bench()'s
+# copy ceilings, JAX's and Inductor's compiled kernels. Only time is lost.
+clean-cache: $(STAMP)
+	@dir=$$($(PY) -c 'from harness.base import caches; print(caches.cache_root())') && \
+	  compile=$$($(PY) -c 'from harness.base import caches; print(caches.compile_cache_root())') && \
+	  rm -rf "$$dir" "$$compile" && echo "removed $$dir" "$$compile"

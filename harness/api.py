@@ -21,12 +21,12 @@ from typing import Any
 
 import pandas as pd
 
-from harness.base import plugins
+from harness.base import caches, plugins
 from harness.base.cases import CASE_GROUP
 from harness.base.config import expand, parse_config
 from harness.base.errors import ResultError, UnpinnedThreadsWarning, UsageError
 from harness.base.format import fmt_time
-from harness.measuring import check, pinning, sweep
+from harness.measuring import ceilings, check, pinning, sweep
 from harness.measuring.session import RunSession, signal_again
 from harness.results import store
 
@@ -38,7 +38,9 @@ class BenchResult:
     checks: pd.DataFrame  # the adversarial check: one row per (strategy, check case, mode, layout, dtype)
     threads: dict = field(default_factory=dict)  # the thread counts in force while it measured
     phase_s: dict = field(default_factory=dict)  # seconds per phase (ceilings, adversarial, check, time, ...)
-    notes: list = field(default_factory=list)  # why a column is blank (speedup without the seed's original)
+    # What a reader must know: a copy ceiling reused from an earlier call (when,
+    # at what load) or measured busy and left unused; why a column is blank.
+    notes: list = field(default_factory=list)
 
     def _repr_html_(self):  # a notebook shows the table, and why a column is blank
         table = self.rows[["strategy", "params", "status", "median_s", "iqr_s", "pct_of_ceiling",
@@ -61,6 +63,10 @@ def bench(op: str, strategies: list[str] | None = None, *, device: str = "cpu", 
     Each strategy passes its operator's adversarial check first (the rows of
     ``result.checks``); one that fails is recorded with its status and
     message and never timed.
+    The copy ceiling (``pct_of_ceiling``, ``floor_s``) is one this machine
+    measured quiet, under the same threads, within the last hour when there
+    is one (``result.notes`` says from when, and at what load), else
+    measured now; one measured busy is not used (harness/measuring/ceilings.py).
     """
     plugins.load_plugins()  # the built-in strategies, and those SCATTERBENCH_PLUGINS names
     config = parse_config({
@@ -77,14 +83,16 @@ def bench(op: str, strategies: list[str] | None = None, *, device: str = "cpu", 
     adversarial = check.AdversarialCheck(seed, config.timing.timeout_s)
     out = Path(out) if out is not None else None
     run_id = sweep.new_run_id(config.name)
+    caches.enable_compile_caches()
     with RunSession(out, run_id) as session:
         applied = session.pin_threads(config.threads)
         session.clock("ceilings")
-        ceilings = sweep.measure_ceilings((case.device for case in cases), config.threads)
+        measured = ceilings.measure_or_reuse((case.device for case in cases), config.threads)
         if out is not None:
             store.prepare_output_dir(out)
-        writer = session.open(config, None, ["scatterbench.bench", op], ceilings_gbps=ceilings, status="running")
-        sweep.run_sweep(cases, config, writer, run_id, ceilings, on_phase=session.clock, adversarial=adversarial)
+        writer = session.open(config, None, ["scatterbench.bench", op], **measured.meta(), status="running")
+        sweep.run_sweep(cases, config, writer, run_id, measured.ceilings, on_phase=session.clock,
+                        adversarial=adversarial)
         # A result directory written by bench() reads like one `run` wrote: finished, with its end.
         session.complete()
     outcome = session.outcome
@@ -101,7 +109,8 @@ def bench(op: str, strategies: list[str] | None = None, *, device: str = "cpu", 
         [{"strategy": r.item.strategy.name, "case": r.item.label, "dtype": r.item.dtype, "status": r.verdict.status,
           "message": r.verdict.message} for r in adversarial.results],
         columns=["strategy", "case", "dtype", "status", "message"])
-    return BenchResult(rows, figure, checks, applied, session.clock.totals(), speedup_notes(rows))
+    return BenchResult(rows, figure, checks, applied, session.clock.totals(),
+                       measured.lines() + speedup_notes(rows))
 
 
 def speedup_notes(rows: pd.DataFrame) -> list[str]:

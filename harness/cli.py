@@ -207,12 +207,14 @@ def _execute_with_progress(args, plan):
         task = progress.add_task("ceilings", total=len(plan.cases))
         current = {"label": ""}
 
-        def on_start(ceilings, fresh_writes):
+        def on_start(ceilings, fresh_writes, notes=()):
             err.print(f"run {plan.run_id}: {len(plan.cases)} cases -> {plan.out_dir}  "
                       + (f"counted under {args.instrument}" if args.instrument else "")
                       + "  ".join(f"{d} copy ceiling {g:.1f} GB/s" for d, g in ceilings.items())
                       + "".join(f"  fresh {a} output {g:.1f} GB/s" for a, g in fresh_writes.items()),
                       highlight=False, markup=False)
+            for note in notes:  # a busy ceiling left unused, the verdicts from the cache
+                err.print(note, highlight=False, markup=False, soft_wrap=True)
 
         def on_case(case, row):
             if row == "start":

@@ -165,6 +165,12 @@ class Backend:
     # impls/training.py): "autograd" (torch), "jax.vjp" (JAX); "" where a
     # strategy must declare an explicit backward or has none.
     differentiates: str = ""
+    # directory -> keeps the kernels this library compiles on disk in
+    # ``directory`` from now on, for later processes to load instead of
+    # compiling again (set before the first compile; a user's own setting
+    # wins). None where it keeps none, or keeps them by itself (numba's
+    # cache=True kernels beside their source, PyTensor's ~/.pytensor).
+    compile_cache: Callable[[str], None] | None = None
     colour: str = "grey"  # one colour per backend in the report's figures
     extra: str = ""  # the pyproject extra that installs it
 
@@ -596,6 +602,14 @@ def _torch_fresh_buffer(nbytes: int):
     return torch.empty(nbytes // 4, dtype=torch.float32)
 
 
+def _torch_compile_cache(directory: str) -> None:
+    # torch 2.13's Inductor keeps compiled graphs by default (fx_graph_cache),
+    # under /tmp/torchinductor_<user>: here under the suite's cache, kept and
+    # cleared with it. Read when Inductor first needs it: may follow the import.
+    os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", directory)
+    os.environ.setdefault("TORCHINDUCTOR_FX_GRAPH_CACHE", "1")
+
+
 def fresh_allocators() -> tuple[str, ...]:
     """The installed backends with an allocator of their own for CPU outputs
     (``Backend.fresh_buffer``): each one's first-touch cost is measured."""
@@ -612,7 +626,8 @@ register_backend(Backend(
 register_backend(Backend(
     name="torch", module="torch", devices=("cpu", "cuda"), dtypes=DTYPES, layouts=LAYOUTS,
     device_info=_torch_device_info, threads=TORCH_THREADS, copy=_torch_copy, counts_version=True, colour="#dd8452",
-    fresh_buffer=_torch_fresh_buffer, differentiates="autograd", **_with_torch()))
+    fresh_buffer=_torch_fresh_buffer, differentiates="autograd", compile_cache=_torch_compile_cache,
+    **_with_torch()))
 # Triton's kernels take torch tensors and run in torch's streams: torch's timer, no threads of its own.
 register_backend(Backend(
     name="triton", module="triton", devices=("cuda",), dtypes=("float16", "bfloat16", "float32"),
@@ -778,6 +793,23 @@ def _jax_jit(fn, static_argnums: tuple):
     return _jax().jit(fn, static_argnums=static_argnums)
 
 
+# JAX keeps no compiled program unless given a folder; its thresholds (1 s of
+# compiling) would leave out every kernel of this suite's sizes.
+JAX_COMPILE_CACHE = {"JAX_COMPILATION_CACHE_DIR": None, "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": 0,
+                     "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": -1}
+
+
+def _jax_compile_cache(directory: str) -> None:
+    if os.environ.get("JAX_COMPILATION_CACHE_DIR"):
+        return  # the user's own cache, with the user's thresholds
+    settings = {**JAX_COMPILE_CACHE, "JAX_COMPILATION_CACHE_DIR": directory}
+    os.environ.update({name: str(value) for name, value in settings.items()})  # read when jax is imported
+    jax = sys.modules.get("jax")
+    if jax is not None and jax.config.jax_compilation_cache_dir is None:  # imported already: its config
+        for name, value in settings.items():
+            jax.config.update(name.lower(), value)
+
+
 # No copy of its own: torch's copy_ sets the ceiling on the devices JAX shares
 # with it (a jitted jnp.copy of 64 MiB reached 3.8 GB/s here against torch's
 # 8.4), and every run's ceiling child would import JAX for nothing.
@@ -785,7 +817,7 @@ register_backend(Backend(
     name="jax", module="jax", devices=("cpu", "cuda"), dtypes=DTYPES, layouts=("contiguous",),
     to_native=_jax_to_native, to_numpy=_jax_to_numpy, owns=_is_jax, present=_jax_present, threads=JAX_THREADS,
     block_until_ready=_jax_block, is_oom=_jax_is_oom, compiles=True, version=_jax_version,
-    differentiates="jax.vjp", colour="#c44e52", extra="jax"))
+    differentiates="jax.vjp", compile_cache=_jax_compile_cache, colour="#c44e52", extra="jax"))
 
 __all__ = ["Backend", "BACKENDS", "DTYPES", "ITEMSIZE", "LAYOUTS", "DeviceEvents", "JaxCall", "NotApplicable", "ThreadKnob",
            "backend_of", "convert", "device_info", "device_present", "devices", "float_dtypes", "get_backend", "itemsize",

@@ -1,7 +1,10 @@
 """Shared fixtures. Triton kernels run under the interpreter when no GPU is
 present: TRITON_INTERPRET must be set before triton is first imported."""
 
+import atexit
 import os
+import shutil
+import tempfile
 
 import pytest
 
@@ -12,6 +15,18 @@ if not HAS_CUDA:
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
 from impls.registry import Strategy, get_operator  # noqa: E402
+from harness.base import caches  # noqa: E402
+
+# The libraries' compile caches are shared by every test (keyed by the code
+# they compile, as torch's own default folder was): a folder per test would
+# make each test compile cold. The suite's own caches are each test's own (below).
+os.environ.setdefault(caches.COMPILE_ENV, str(caches.compile_cache_root()))
+# Tests never use the user's verdicts or ceilings: those whose environment is made
+# before a test starts (module constants, module fixtures) share this
+# session's folder; every test gets its own (``private_cache``).
+SESSION_CACHE = tempfile.mkdtemp(prefix="scatterbench-test-cache-")
+os.environ[caches.ENV] = SESSION_CACHE
+atexit.register(shutil.rmtree, SESSION_CACHE, ignore_errors=True)
 
 # Checking a strategy that compiles (a backend that compiles per shape:
 # numba, Triton's interpreter, PyTensor, JAX; or torch.compile, quick_check)
@@ -37,6 +52,13 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip)
         if _compiles(item):
             item.add_marker(pytest.mark.slow)
+
+
+@pytest.fixture(autouse=True)
+def private_cache(tmp_path_factory, monkeypatch):
+    """Each test its own cache folder (harness/base/caches.py): no test
+    reuses a ceiling or a verdict another test (or the user) left there."""
+    monkeypatch.setenv(caches.ENV, str(tmp_path_factory.mktemp("cache")))
 
 
 @pytest.fixture

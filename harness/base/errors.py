@@ -46,6 +46,11 @@ class UnpinnedThreadsWarning(RuntimeWarning):
     count: the timings that follow may be far too slow (harness/measuring/facts.py)."""
 
 
+class CacheWarning(UserWarning):
+    """A cache file the suite could not use (harness/base/caches.py): it is
+    ignored, and what it held is measured or checked again."""
+
+
 def retried_after_import(signum: int, frame) -> bool:
     """Whether a signal handler about to raise (Ctrl-C, SIGTERM) caught the
     process inside an import, and so has sent the signal again for 50 ms

@@ -31,12 +31,14 @@ from harness.base.config import (
     shard,
 )
 from harness.base.errors import UsageError
+from harness.base import caches
 from harness.base.format import shorten
-from harness.measuring import check, facts, memory, pinning, timing
+from harness.measuring import ceilings as machine_ceilings
+from harness.measuring import check, facts, memory, pinning, timing, verdict_cache
 from harness.measuring.check import PHASE_CHECK, Reference, reference
 from harness.measuring.session import Interrupted, PhaseClock, RunOutcome, RunSession  # noqa: F401 - Interrupted: sweep's public name
 from harness.results import stats, store
-from impls.backends import device_present, fresh_allocators, get_backend, itemsize
+from impls.backends import device_present, get_backend, itemsize
 from impls.registry import get_operator
 from impls.status import CORRECT, ERROR, SKIPPED, TIMEOUT
 
@@ -310,44 +312,6 @@ def run_sweep(cases: list[Case], config: Config, writer, run_id: str, ceilings: 
     return rows
 
 
-def measure_machine(devices, threads=None) -> tuple[dict, dict]:
-    """The copy ceiling of each device and, when the CPU is used, the
-    fresh-output write bandwidth per allocator (timing.copy_ceiling_gbps,
-    timing.fresh_write_gbps), measured in a child process: their 256 MiB
-    buffers would raise glibc's mmap threshold in this one and slow every
-    later case's outputs (measured: 90 µs -> 32 ms a call; docs/TIMING.md)."""
-    devices = sorted(set(devices))
-    if not devices:
-        return {}, {}
-    request = {"devices": devices, "threads": dict(threads or {})}
-    code = ("import json, sys\n"
-            "from harness.base.plugins import load_plugins\n"
-            "load_plugins()  # a plugin's backend copies for the ceiling too\n"
-            "from harness.measuring import sweep\n"
-            "request = json.loads(sys.stdin.read())\n"
-            "print(json.dumps(sweep._measure_machine_here(request)))\n")
-    child = subprocess.run([sys.executable, "-c", code], input=json.dumps(request), capture_output=True,
-                           text=True, timeout=600)
-    if child.returncode != 0:
-        tail = (child.stderr.strip().splitlines() or ["no output"])[-1]
-        raise RuntimeError(f"measuring the copy ceiling failed: {tail}")
-    answer = json.loads(child.stdout.strip().splitlines()[-1])
-    return answer["ceilings"], answer["fresh_writes"]
-
-
-def _measure_machine_here(request: dict) -> dict:
-    pinning.apply_threads(request["threads"])
-    devices = request["devices"]
-    ceilings = {device: timing.copy_ceiling_gbps(device) for device in devices}
-    fresh = ({allocator: timing.fresh_write_gbps(allocator) for allocator in fresh_allocators()}
-             if "cpu" in devices else {})
-    return {"ceilings": ceilings, "fresh_writes": fresh}
-
-
-def measure_ceilings(devices, threads=None) -> dict:
-    return measure_machine(devices, threads)[0]
-
-
 def new_run_id(config_name: str) -> str:
     import secrets
     import socket
@@ -510,8 +474,11 @@ def execute_run(plan: RunPlan, argv: list[str], *, isolate: bool = False, on_sta
     """Writes the metadata, measures the ceilings and runs the plan's cases,
     in a ``RunSession`` (harness/measuring/session.py: Ctrl-C and SIGTERM end
     it as ``interrupted``; a full disk ends it with every case written so far
-    intact). ``on_warning`` hears, in one line, of unpinned thread pools on a
-    loaded machine. Returns what happened."""
+    intact). ``on_start(ceilings, fresh_writes, notes)`` hears the quiet
+    ceilings and what a reader must be told before the cases (a busy ceiling
+    left unused, the verdicts taken from the cache); ``on_warning``, in one
+    line, of unpinned thread pools on a loaded machine and of a cache file
+    that could not be used. Returns what happened."""
     with RunSession(plan.out_dir, plan.run_id, on_phase=on_phase) as session:
         session.pin_threads(plan.config.threads)
         warning = pinning.oversubscription_warning(plan.config.threads, backends=backends_of(plan.cases))
@@ -520,17 +487,25 @@ def execute_run(plan: RunPlan, argv: list[str], *, isolate: bool = False, on_sta
         writer = session.open(plan.config, plan.config_path, argv, **plan_meta(plan), isolate=bool(isolate))
         if plan.crashed:
             writer.update_meta(crashed=[list(key) for key in plan.crashed])
-        devices = [c.device for c in plan.cases]
+        caches.enable_compile_caches()
         session.clock("ceilings")
-        ceilings, fresh_writes = measure_machine(devices, plan.config.threads)
-        writer.update_meta(ceilings_gbps={**writer.meta.get("ceilings_gbps", {}), **ceilings},
-                           fresh_write_gbps=fresh_writes or writer.meta.get("fresh_write_gbps", {}),
-                           ceiling_history=facts.ceiling_history(plan.out_dir, ceilings, writer.meta),
-                           status="running")
+        measured = machine_ceilings.measure([c.device for c in plan.cases], plan.config.threads)
+        machine_ceilings.remember(measured, plan.config.threads, on_warning=on_warning or caches.warn)
+        writer.update_meta(**machine_ceilings.meta_after(writer.meta, measured), status="running",
+                           ceiling_history=facts.ceiling_history(plan.out_dir, measured.ceilings, writer.meta))
+        adversarial = check.AdversarialCheck(plan.config.seed, plan.config.timing.timeout_s)
+        kept = verdict_cache.VerdictCache(plan.config.seed, session.threads, on_warning=on_warning or caches.warn)
+        from_cache, asked = kept.preload(adversarial, plan.cases)
+        writer.update_meta(adversarial_from_cache=from_cache)
         if on_start:
-            on_start(ceilings, fresh_writes)
-        run_sweep(plan.cases, plan.config, writer, plan.run_id, ceilings, isolate=isolate,
-                  on_case=on_case, on_phase=session.clock, isolate_keys=frozenset(plan.crashed))
+            on_start(measured.ceilings, measured.fresh_writes,
+                     measured.lines() + [verdict_cache.line(from_cache, asked, kept.path)])
+        try:
+            run_sweep(plan.cases, plan.config, writer, plan.run_id, measured.ceilings, isolate=isolate,
+                      on_case=on_case, on_phase=session.clock, adversarial=adversarial,
+                      isolate_keys=frozenset(plan.crashed))
+        finally:  # what was checked before Ctrl-C is kept too
+            kept.save(adversarial, plan.cases)
         session.complete()
     return session.outcome
 

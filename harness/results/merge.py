@@ -45,6 +45,10 @@ def merge_runs(dirs, out) -> Path:
                               "git_commit": m.get("git_commit"), "shard": m.get("shard")} for m, _, _, d in runs],
                 ceilings_gbps={k: v for m, *_ in runs for k, v in m.get("ceilings_gbps", {}).items()},
                 fresh_write_gbps={k: v for m, *_ in runs for k, v in (m.get("fresh_write_gbps") or {}).items()},
+                # a device any run measured busy stays flagged: that run's rows have no % of ceiling
+                ceiling_busy={k: v for m, *_ in runs for k, v in runmeta.record(m).ceiling_busy.items()},
+                ceiling_tries={k: [one.model_dump() for one in v] for m, *_ in runs
+                               for k, v in runmeta.record(m).ceiling_tries.items()},
                 # every run's plugins, once each: the merged report needs them all
                 plugins=list({json.dumps(p, sort_keys=True): p for m, *_ in runs for p in m.get("plugins") or []
                               if isinstance(p, dict)}.values()),

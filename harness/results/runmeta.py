@@ -66,6 +66,11 @@ class Hardware(Lenient):
     gpu: _lenient(Gpu | None) = None
 
 
+class CeilingTry(Lenient):
+    gbps: Number = None  # the try's copy bandwidth (the best of its copies)
+    load: Number = None  # the 1-minute load average when it started (None: not known)
+
+
 class RunMeta(Lenient):
     run_id: str
     schema_version: int
@@ -92,6 +97,15 @@ class RunMeta(Lenient):
     ceilings_gbps: _lenient(dict[str, float], dict) = Field(default_factory=dict)
     fresh_write_gbps: _lenient(dict[str, float], dict) = Field(default_factory=dict)
     ceiling_history: _lenient(dict[str, dict[str, float]], dict) = Field(default_factory=dict)
+    # The copy ceiling's measurement (harness/measuring/ceilings.py): device -> its tries in order;
+    # device -> why its ceiling was left out of ceilings_gbps ("load 3.4 on 2 cores": every try at
+    # capacity, so no row has its floor or % of ceiling); when the ceilings reused were measured
+    # (bench(); None: measured by this run).
+    ceiling_tries: _lenient(dict[str, list[CeilingTry]], dict) = Field(default_factory=dict)
+    ceiling_busy: _lenient(dict[str, str], dict) = Field(default_factory=dict)
+    ceiling_reused_from: Text = None
+    # strategy keys whose adversarial verdict came from the cache (harness/measuring/verdict_cache.py)
+    adversarial_from_cache: Count = None
     load_avg_start: _lenient(list[float] | None) = None
     load_avg_end: _lenient(list[float] | None) = None
     case_load_max: Number = None

@@ -37,11 +37,15 @@ def test_run_writes_every_spec_column_and_a_summary(tiny_config, tmp_path):
     assert "speedup over seed_loops" in result.stdout and "GB/s" in result.stdout
     rows = read_rows(out)
     assert len(rows) == 5 and set(rows["status"]) == {"ok"}
-    for column in ("median_s", "iqr_s", "min_s", "n_samples", "bytes", "gbps", "ceiling_gbps",
-                   "pct_of_ceiling", "max_abs_err", "rel_err", "peak_mem_bytes"):
-        assert rows[column].notna().all(), column
-    assert (rows["n_samples"] >= 5).all()
     meta = read_meta(out)
+    # A ceiling measured on a machine at capacity is not used (harness/measuring/ceilings.py).
+    judged = ("ceiling_gbps", "pct_of_ceiling") if "cpu" not in meta.get("ceiling_busy", {}) else ()
+    for column in ("median_s", "iqr_s", "min_s", "n_samples", "bytes", "gbps", *judged,
+                   "max_abs_err", "rel_err", "peak_mem_bytes"):
+        assert rows[column].notna().all(), column
+    if not judged:
+        assert rows["pct_of_ceiling"].isna().all() and "cpu copy ceiling measured busy" in result.stderr
+    assert (rows["n_samples"] >= 5).all()
     for key in ("run_id", "start_time", "git_commit", "host", "cpu_model", "cpu_count", "python",
                 "versions", "threads", "config_file", "ceilings_gbps"):
         assert key in meta, key

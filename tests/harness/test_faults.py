@@ -202,8 +202,9 @@ def assert_one_run(directory, n_cases: int) -> list[dict]:
 
 def stderr_lines(stderr: str) -> list[str]:
     """The non-empty lines of stderr without a run's progress notes: `resuming
-    DIR: N cases done, M to run` and the start-up banner (`run ID: N cases ->
-    DIR  cpu copy ceiling ... GB/s`, which the console wraps at 180 columns)."""
+    DIR: N cases done, M to run`, the start-up banner (`run ID: N cases ->
+    DIR  cpu copy ceiling ... GB/s`, which the console wraps at 180 columns)
+    and the notes under it (a busy ceiling, the verdicts from the cache)."""
     lines = [line for line in stderr.splitlines() if line.strip()]
     if lines and lines[0].startswith("resuming ") and " cases done, " in lines[0]:
         lines.pop(0)
@@ -211,6 +212,9 @@ def stderr_lines(stderr: str) -> list[str]:
         lines.pop(0)
         while lines and lines[0].rstrip().endswith("GB/s") and not lines[0].startswith(("scatterbench", "interr")):
             lines.pop(0)
+    # the start's notes: a busy or reused ceiling, the verdicts from the cache
+    while lines and (lines[0].startswith("adversarial check: ") or " copy ceiling measured busy " in lines[0]):
+        lines.pop(0)
     return lines
 
 

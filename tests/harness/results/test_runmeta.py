@@ -48,3 +48,14 @@ def test_a_partial_record_reads_with_placeholders():
     run = runmeta.record({"machine": "m"})
     assert run.run_id == "?" and run.machine == "m"
     assert runmeta.record(run) is run
+
+
+def test_the_ceilings_measurement_reads_typed_and_old_runs_read_empty():
+    typed = runmeta.record({"ceiling_tries": {"cpu": [{"gbps": 6.1, "load": 3.4}, {"gbps": "?", "load": None}]},
+                            "ceiling_busy": {"cpu": "load 3.4 on 2 cores"},
+                            "ceiling_reused_from": "2030-01-01T00:00:00+00:00", "adversarial_from_cache": 3})
+    assert [(one.gbps, one.load) for one in typed.ceiling_tries["cpu"]] == [(6.1, 3.4), (None, None)]
+    assert typed.ceiling_busy == {"cpu": "load 3.4 on 2 cores"} and typed.adversarial_from_cache == 3
+    old = runmeta.record({"ceilings_gbps": {"cpu": 20.0}})
+    assert old.ceiling_tries == {} and old.ceiling_busy == {} and old.ceiling_reused_from is None
+    assert runmeta.record({"ceiling_tries": "junk", "ceiling_busy": [1]}).ceiling_busy == {}

@@ -1,0 +1,170 @@
+"""The adversarial check's verdicts kept between runs of unchanged code, so a
+second ``make bench`` costs little more than its timing.
+
+A verdict (passed, or the first failure with its status and message) is kept
+per strategy, device, dtype and seed, in a file named by the digest of
+everything else it depends on (``fingerprint``): the source of every file
+under impls/, of the judging code (harness/measuring/check.py) and of each
+loaded plugin (``plugins.recorded``), the libraries' versions, Python, the
+CPU, and the thread counts in force. Any change there names another file, so
+the strategies are checked again; nothing is ever invalidated by hand.
+
+Only verdicts of code that fingerprint covers are kept: a strategy defined
+elsewhere (a notebook's cell, a test's planted strategy) is checked every
+run. Nor are ``error`` and ``timeout`` kept: they may be the machine's (out
+of memory, a loaded machine), not the code's. A file that cannot be read is
+ignored with one warning (harness/base/caches.py). The files live under
+``caches.cache_root()/verdicts``; the newest ``KEEP_FILES`` are kept.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sys
+from pathlib import Path
+from typing import Callable
+
+from harness.base import caches, plugins
+from harness.base.checkout import ROOT
+from harness.measuring import check, facts
+from impls.common import Verdict
+from impls.status import ERROR, STATUSES, TIMEOUT
+
+FOLDER = "verdicts"
+KEEP_FILES = 16  # fingerprints kept (branches, plugin sets); the oldest go first
+UNKEPT = (ERROR, TIMEOUT)  # may be the machine's doing: checked again every run
+
+
+def tree_digest(folder: Path) -> str:
+    """sha256 over the relative path and bytes of every .py file under ``folder``."""
+    digest = hashlib.sha256()
+    for path in sorted(Path(folder).rglob("*.py")):
+        if "__pycache__" in path.parts:
+            continue
+        digest.update(str(path.relative_to(folder)).encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()
+
+
+def fingerprint(threads: dict | None = None) -> dict:
+    """What every kept verdict depends on besides its own key (see the module's docstring)."""
+    from impls import backends
+
+    return {"impls": tree_digest(ROOT / "impls"),
+            "check": plugins.sha256(check.__file__),
+            "plugins": sorted((record["module"], record["sha256"]) for record in plugins.recorded()),
+            "versions": backends.versions(),
+            "python": sys.version.split()[0],
+            "cpu": [facts.cpu_model(), facts.cpu_family_model()],
+            "threads": {str(name): count for name, count in (threads or {}).items()}}
+
+
+def covered_files() -> set[Path]:
+    """The strategy files ``fingerprint`` hashes: impls/ and the plugins' files."""
+    files = {path.resolve() for path in (ROOT / "impls").rglob("*.py")}
+    files |= {Path(record["file"]).resolve() for record in plugins.recorded() if record.get("file")}
+    return files
+
+
+def entry_key(strat, device: str, dtype: str, seed: int) -> str:
+    return "|".join((strat.op, strat.name, device, dtype, str(seed)))
+
+
+def line(from_cache: int, asked: int, path: Path) -> str:
+    """What a run says of the cache before it starts."""
+    if not asked:
+        return "adversarial check: nothing to check"
+    return (f"adversarial check: {from_cache} of {asked} verdicts from the cache (same code, plugins, versions "
+            f"and seed: {path}), {asked - from_cache} to check")
+
+
+class VerdictCache:
+    """The kept verdicts of one fingerprint. ``preload`` gives an
+    ``AdversarialCheck`` the verdicts kept for the strategies of some cases;
+    ``save`` keeps those it found itself."""
+
+    def __init__(self, seed: int, threads: dict | None = None, folder: Path | None = None,
+                 on_warning: Callable[[str], None] = caches.warn):
+        self.seed, self.on_warning = seed, on_warning
+        self.fingerprint = fingerprint(threads)
+        digest = hashlib.sha256(json.dumps(self.fingerprint, sort_keys=True).encode()).hexdigest()[:32]
+        self.path = Path(folder if folder is not None else caches.cache_root() / FOLDER) / f"{digest}.json"
+        self._covered = covered_files()
+        self.preloaded: set[str] = set()
+
+    def keeps(self, strat) -> bool:
+        """Whether ``strat``'s code is covered by the fingerprint."""
+        file = check.strategy_file(strat)
+        return file is not None and Path(file).resolve() in self._covered
+
+    def _read(self) -> dict[str, Verdict | None]:
+        data = caches.read_json(self.path, self.on_warning)
+        if data is None:
+            return {}
+        if data.get("fingerprint") != json.loads(json.dumps(self.fingerprint)):
+            self.on_warning(f"cache file {self.path} was written for other code or versions than its name says; "
+                            f"ignored")
+            return {}
+        found, stored = {}, data.get("verdicts")
+        for key, value in (stored.items() if isinstance(stored, dict) else ()):
+            if value is None:
+                found[key] = None
+            elif isinstance(value, dict) and value.get("status") in STATUSES and isinstance(value.get("message"), str):
+                found[key] = Verdict(value["status"], value["message"])
+        if not isinstance(stored, dict) or len(found) < len(stored):
+            self.on_warning(f"cache file {self.path}: {'its verdicts are' if not isinstance(stored, dict) else 'some verdicts are'} "
+                            f"not verdicts; those are checked again")
+        return found
+
+    @staticmethod
+    def _keys(cases) -> list[tuple]:
+        from impls.registry import get_operator
+
+        keys = {}
+        for case in cases:
+            strat = get_operator(case.op).strategies[case.strategy]
+            if not strat.interpreted_on(case.device):  # the sweep never asks these (sweep.execute_case)
+                keys[(case.op, case.strategy, case.device, case.dtype)] = (strat, case.device, case.dtype)
+        return list(keys.values())
+
+    def preload(self, adversarial: check.AdversarialCheck, cases) -> tuple[int, int]:
+        """Tells ``adversarial`` each kept verdict of the cases' strategies.
+        Returns (verdicts from the cache, strategy keys the cases ask about)."""
+        kept = self._read()
+        keys = self._keys(cases)
+        for strat, device, dtype in keys:
+            key = entry_key(strat, device, dtype, self.seed)
+            if key in kept and self.keeps(strat):
+                adversarial.remember(strat, device, dtype, kept[key])
+                self.preloaded.add(key)
+        return len(self.preloaded), len(keys)
+
+    def save(self, adversarial: check.AdversarialCheck, cases) -> int:
+        """Keeps every verdict ``adversarial`` reached itself for the cases'
+        strategies (besides those preloaded and those ``UNKEPT``); returns how many."""
+        new = {}
+        for strat, device, dtype in self._keys(cases):
+            key = entry_key(strat, device, dtype, self.seed)
+            asked, failure = adversarial.known(strat, device, dtype)
+            if not asked or key in self.preloaded or not self.keeps(strat):
+                continue
+            if failure is not None and failure.status in UNKEPT:
+                continue
+            new[key] = None if failure is None else {"status": failure.status, "message": failure.message}
+        if not new:
+            return 0
+        kept = {key: None if verdict is None else {"status": verdict.status, "message": verdict.message}
+                for key, verdict in self._read().items()}
+        kept.update(new)
+        if caches.write_json(self.path, {"fingerprint": self.fingerprint, "verdicts": kept}, self.on_warning):
+            self._prune()
+        return len(new)
+
+    def _prune(self) -> None:
+        """The newest ``KEEP_FILES`` fingerprints' files stay; the others go."""
+        try:
+            files = sorted(self.path.parent.glob("*.json"), key=lambda path: path.stat().st_mtime, reverse=True)
+            for old in files[KEEP_FILES:]:
+                old.unlink(missing_ok=True)
+        except OSError:
+            pass  # another run pruned at the same moment; the next save prunes again

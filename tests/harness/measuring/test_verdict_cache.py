@@ -1,0 +1,171 @@
+"""The adversarial verdicts kept between runs: used only under the same code,
+plugins, versions and check parameters; anything else checks again; a
+damaged file is a warning, never a crash."""
+
+import json
+import os
+import time
+
+import pytest
+
+from harness import cli
+from harness.base import plugins
+from harness.base.config import Case
+from harness.base.errors import CacheWarning
+from harness.measuring import ceilings, check, verdict_cache
+from harness.measuring.verdict_cache import VerdictCache
+from harness.results.store import read_meta, read_rows
+from impls import backends
+from impls.common import Verdict
+from impls.registry import get_operator
+
+THREADS = {"numpy": 1, "torch": 1}
+PARAMS = (("C", 1), ("H", 8), ("N", 1), ("W", 8), ("k", 2))
+
+
+def case(strategy="numpy_sliding_window", dtype="float32"):
+    return Case("maxpool2d", strategy, "cpu", dtype, PARAMS)
+
+
+def strategy(name="numpy_sliding_window"):
+    return get_operator("maxpool2d").strategies[name]
+
+
+def asked(verdicts: dict, seed: int = 0) -> check.AdversarialCheck:
+    """An adversarial check that has answered ``verdicts`` (strategy name -> failure or None)."""
+    adversarial = check.AdversarialCheck(seed)
+    for name, failure in verdicts.items():
+        adversarial.remember(strategy(name), "cpu", "float32", failure)
+    return adversarial
+
+
+def kept_then_reopened(tmp_path, verdicts, seed=0, threads=THREADS):
+    """Saves ``verdicts`` through one cache; returns a second cache (as the
+    next run opens it), the fresh check it preloaded and what preload said."""
+    cases = [case(name) for name in verdicts]
+    VerdictCache(0, THREADS, folder=tmp_path).save(asked(verdicts), cases)
+    reopened, fresh = VerdictCache(seed, threads, folder=tmp_path), check.AdversarialCheck(seed)
+    return reopened, fresh, reopened.preload(fresh, cases)
+
+
+def test_an_unchanged_key_hits_and_the_verdict_comes_back_whole(tmp_path):
+    wrong = Verdict("mismatch", "adversarial check random/contiguous N=1: values differ at 3 of 16")
+    _, fresh, said = kept_then_reopened(tmp_path, {"numpy_sliding_window": None, "seed_loops": wrong})
+    assert said == (2, 2)
+    assert fresh.known(strategy(), "cpu", "float32") == (True, None)
+    assert fresh.known(strategy("seed_loops"), "cpu", "float32") == (True, wrong)
+    assert fresh.failure(strategy("seed_loops"), "cpu", "float32") == wrong and fresh.results == []  # nothing re-run
+
+
+@pytest.mark.parametrize("change", ["impls", "check", "versions", "plugins", "python", "threads", "seed"])
+def test_any_change_of_code_plugins_versions_or_parameters_checks_again(tmp_path, monkeypatch, change):
+    cases = [case()]
+    VerdictCache(0, THREADS, folder=tmp_path).save(asked({"numpy_sliding_window": None}), cases)
+    seed, threads = 0, THREADS
+    if change == "impls":
+        real = verdict_cache.tree_digest
+        monkeypatch.setattr(verdict_cache, "tree_digest", lambda folder: "edited" + real(folder))
+    elif change == "check":
+        real_sha = plugins.sha256
+        monkeypatch.setattr(plugins, "sha256", lambda path: "edited" + real_sha(path))
+    elif change == "versions":
+        real_versions = backends.versions
+        monkeypatch.setattr(backends, "versions", lambda: {**real_versions(), "torch": "99.0"})
+    elif change == "plugins":
+        real_recorded = plugins.recorded
+        monkeypatch.setattr(plugins, "recorded", lambda: real_recorded() + [
+            {"module": "my_plugin", "file": None, "sha256": "abc"}])
+    elif change == "python":
+        monkeypatch.setattr(verdict_cache.sys, "version", "3.99.0 (planted)")
+    elif change == "threads":
+        threads = {"numpy": 2, "torch": 2}
+    elif change == "seed":
+        seed = 1
+    fresh = check.AdversarialCheck(seed)
+    assert VerdictCache(seed, threads, folder=tmp_path).preload(fresh, cases) == (0, 1)
+    assert fresh.known(strategy(), "cpu", "float32") == (False, None)
+
+
+def test_a_plugin_edited_since_checks_again(tmp_path, monkeypatch):
+    plugin = tmp_path / "edited_plugin.py"
+    plugin.write_text("VALUE = 1\n")
+    record = {"module": "edited_plugin", "file": str(plugin), "sha256": plugins.sha256(plugin)}
+    real_recorded = plugins.recorded
+    monkeypatch.setattr(plugins, "recorded", lambda: real_recorded() + [dict(record, sha256=plugins.sha256(plugin))])
+    cases = [case()]
+    VerdictCache(0, THREADS, folder=tmp_path / "cache").save(asked({"numpy_sliding_window": None}), cases)
+    assert VerdictCache(0, THREADS, folder=tmp_path / "cache").preload(check.AdversarialCheck(0), cases) == (1, 1)
+    plugin.write_text("VALUE = 2\n")
+    assert VerdictCache(0, THREADS, folder=tmp_path / "cache").preload(check.AdversarialCheck(0), cases) == (0, 1)
+
+
+def test_error_and_timeout_are_not_kept_they_may_be_the_machines(tmp_path):
+    _, _, said = kept_then_reopened(tmp_path, {"numpy_sliding_window": Verdict("error", "out of memory"),
+                                               "seed_loops": Verdict("timeout", "over 180 s")})
+    assert said == (0, 2)
+
+
+def test_a_strategy_whose_code_the_key_does_not_cover_is_never_kept(tmp_path, planted):
+    namespace = {}
+    exec(compile("def prepare(inputs, params):\n    return lambda: None\n", "<notebook cell>", "exec"), namespace)
+    planted("maxpool2d", "from_a_cell", namespace["prepare"])
+    assert not VerdictCache(0, THREADS, folder=tmp_path).keeps(strategy("from_a_cell"))
+    assert VerdictCache(0, THREADS, folder=tmp_path).keeps(strategy())
+    _, _, said = kept_then_reopened(tmp_path, {"from_a_cell": None})
+    assert said == (0, 1)
+
+
+@pytest.mark.parametrize("content", ["{cut off", "[]", json.dumps({"fingerprint": {"impls": "other"}, "verdicts": {}}),
+                                     "VERDICTS"])
+def test_a_damaged_file_is_ignored_with_a_warning_and_replaced(tmp_path, content):
+    cases = [case()]
+    cache = VerdictCache(0, THREADS, folder=tmp_path)
+    if content == "VERDICTS":  # the right fingerprint, verdicts of the wrong shape
+        content = json.dumps({"fingerprint": cache.fingerprint,
+                              "verdicts": {verdict_cache.entry_key(strategy(), "cpu", "float32", 0): "ok"}})
+    cache.path.parent.mkdir(parents=True, exist_ok=True)
+    cache.path.write_text(content)
+    with pytest.warns(CacheWarning, match=cache.path.name):
+        assert cache.preload(check.AdversarialCheck(0), cases) == (0, 1)
+    with pytest.warns(CacheWarning):  # save reads it again before adding to it
+        assert cache.save(asked({"numpy_sliding_window": None}), cases) == 1
+    assert VerdictCache(0, THREADS, folder=tmp_path).preload(check.AdversarialCheck(0), cases) == (1, 1)
+
+
+def test_only_the_newest_files_are_kept(tmp_path, monkeypatch):
+    monkeypatch.setattr(verdict_cache, "KEEP_FILES", 2)
+    for index in range(4):
+        old = tmp_path / f"old{index}.json"
+        old.write_text("{}")
+        stamp = time.time() - 100 + index
+        os.utime(old, (stamp, stamp))
+    VerdictCache(0, THREADS, folder=tmp_path).save(asked({"numpy_sliding_window": None}), [case()])
+    assert sorted(path.name for path in tmp_path.glob("*.json")) == sorted(
+        ["old3.json", VerdictCache(0, THREADS, folder=tmp_path).path.name])
+
+
+def quiet_machine(devices, threads=None, fresh=True):
+    return ceilings.Measured({device: 20.0 for device in devices},
+                             {device: [{"gbps": 20.0, "load": 0.1}] for device in devices},
+                             measured_at="2030-01-01T00:00:00+00:00", measured_epoch=time.time())
+
+
+def test_a_second_run_of_unchanged_code_takes_its_verdicts_from_the_cache_and_says_so(tiny_config, tmp_path,
+                                                                                       monkeypatch, capsys):
+    monkeypatch.setattr(ceilings, "measure", quiet_machine)
+    config = tiny_config("""
+timing: {min_samples: 5, budget_s: 0.01, warmup_s: 0}
+threads: {torch: 1, numpy: 1}
+benchmarks:
+  - op: maxpool2d
+    strategies: [numpy_sliding_window, torch_max_pool2d_indices]
+    params: {N: 1, C: 1, H: 8, W: 8, k: 2}
+""")
+    assert cli.main(["run", str(config), "-o", str(tmp_path / "first"), "--no-progress"]) == 0
+    assert "0 of 2 verdicts from the cache" in capsys.readouterr().err
+    assert cli.main(["run", str(config), "-o", str(tmp_path / "second"), "--no-progress"]) == 0
+    assert "2 of 2 verdicts from the cache" in capsys.readouterr().err
+    first, second = read_meta(tmp_path / "first"), read_meta(tmp_path / "second")
+    assert first["adversarial_from_cache"] == 0 and second["adversarial_from_cache"] == 2
+    assert first["phase_s"]["adversarial"] > second["phase_s"].get("adversarial", 0.0)
+    assert set(read_rows(tmp_path / "second")["status"]) == {"ok"}
