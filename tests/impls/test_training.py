@@ -424,8 +424,8 @@ def resident_bytes() -> int:
 
 
 def growth_over(call, calls: int, keep=None) -> int:
-    """Resident memory sampled every 100 calls; the largest rise over the
-    first sample. ``keep``: a list each call's result is appended to (a leak)."""
+    """Resident memory sampled every 100 calls and at the end; the largest
+    rise over the first sample. ``keep``: a list each call's result is appended to (a leak)."""
     samples = []
     for i in range(calls):
         result = call()
@@ -434,6 +434,7 @@ def growth_over(call, calls: int, keep=None) -> int:
         del result
         if i % 100 == 0:
             samples.append(resident_bytes())
+    samples.append(resident_bytes())
     return max(samples) - samples[0]
 
 
@@ -468,7 +469,8 @@ def check_replays_keep_memory_flat(torch):
     call()  # the allocator's first growth, before the baseline sample
     assert growth_over(call, 1000) < 16 << 20
     leaked = []
-    assert growth_over(call, 300, keep=leaked) > 48 << 20  # the probe sees a leak of 75 MiB
+    # The probe sees a leak: 100 MiB kept (some of it may land in pages freed earlier, not new ones).
+    assert growth_over(call, 400, keep=leaked) > 50 << 20
     leaked.clear()
     step = training.prepare(strat, inputs, grad, params, "forward+backward")
     assert growth_over(step, 1000) < 16 << 20
