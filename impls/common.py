@@ -107,7 +107,7 @@ GRADIENT_CYCLE = 251
 
 def gradient_values(rng, shape, mode: str) -> np.ndarray:
     """An incoming gradient (SPEC 1.5): ``random``, standard normal;
-    ``adversarial``, non-zero integers ±1..251 counting up along the flat
+    ``adversarial`` (and any other mode, e.g. maxunpool's ``scattered``), non-zero integers ±1..251 counting up along the flat
     order, so neighbours (and the gradients of neighbouring windows) differ
     and a gradient sent to the wrong place shows. No zeros: a library's
     backward adds its contributions into zeros (its windows may overlap in

@@ -73,11 +73,12 @@ def test_backward_matches_the_oracle_and_repeats(strat, dtype):
         check_cases, input_modes = check_cases[:1], ("adversarial",)
     work = [(params, dtype, input_mode, layout, True) for params in check_cases for input_mode in input_modes
             for layout in layouts]
-    # The extra checks (the half types' sums of 300 channels) are big: judged once, not replayed.
+    # The extra checks (the half types' sums of 300 channels) are big: judged in backward
+    # only (forward+backward adds the forward, which test_strategies judges), not replayed.
     work += [extra + (False,) for extra in extra_set(op, strat, dtype) if extra[1] == dtype]
     failures, ran = [], 0
-    for params, this_dtype, input_mode, layout, replay in work:
-        for mode in training.TRAINING_MODES:
+    for params, this_dtype, input_mode, layout, small in work:
+        for mode in training.TRAINING_MODES if small else (training.BACKWARD,):
             try:
                 verdict, call = run_case(strat, params, this_dtype, input_mode, layout, mode)
             except NotApplicable:
@@ -86,7 +87,7 @@ def test_backward_matches_the_oracle_and_repeats(strat, dtype):
             where = f"{params} {this_dtype} {input_mode}/{layout} {mode}"
             if not acceptable(strat, this_dtype, verdict.status):
                 failures.append(f"{where}: {verdict.status}: {verdict.message}")
-            if mode == training.BACKWARD and replay:
+            if mode == training.BACKWARD and small:
                 # Replays: the same gradient every call, each a fresh array.
                 results = [call() for _ in range(3)]
                 first = common.to_numpy(results[0])
@@ -423,8 +424,8 @@ def resident_bytes() -> int:
 
 
 def growth_over(call, calls: int, keep=None) -> int:
-    """Resident memory sampled every 100 calls; the largest rise over the
-    first sample. ``keep``: a list each call's result is appended to (a leak)."""
+    """Resident memory sampled every 100 calls and at the end; the largest
+    rise over the first sample. ``keep``: a list each call's result is appended to (a leak)."""
     samples = []
     for i in range(calls):
         result = call()
@@ -433,6 +434,7 @@ def growth_over(call, calls: int, keep=None) -> int:
         del result
         if i % 100 == 0:
             samples.append(resident_bytes())
+    samples.append(resident_bytes())
     return max(samples) - samples[0]
 
 
@@ -467,7 +469,8 @@ def check_replays_keep_memory_flat(torch):
     call()  # the allocator's first growth, before the baseline sample
     assert growth_over(call, 1000) < 16 << 20
     leaked = []
-    assert growth_over(call, 300, keep=leaked) > 48 << 20  # the probe sees a leak of 75 MiB
+    # The probe sees a leak: 100 MiB kept (some of it may land in pages freed earlier, not new ones).
+    assert growth_over(call, 400, keep=leaked) > 50 << 20
     leaked.clear()
     step = training.prepare(strat, inputs, grad, params, "forward+backward")
     assert growth_over(step, 1000) < 16 << 20
