@@ -1,7 +1,8 @@
 """What identifies a case across runs, as the columns of a result row.
 
 A *case* is one strategy measured at one point of the sweep; its *group* is
-the cases that share inputs and oracle (operator, device, dtype, parameters):
+the cases that share inputs and oracle (operator, device, dtype, parameters,
+mode: forward, backward or forward+backward):
 the strategies compared with each other, in a table of the terminal summary,
 a chart of the report or the dashboard, and the gate's confirmation. Every
 module that groups or matches rows by case takes the columns from here, so
@@ -13,15 +14,23 @@ one key. Concatenate them (``CASE_GROUP + ["machine"]``), never change them.
 
 from __future__ import annotations
 
-# In this order: a group's key, as groupby gives it, is unpacked as (op, device, dtype, params).
-CASE_GROUP = ["op", "device", "dtype", "params"]
-CASE_KEY = ["op", "strategy", "device", "dtype", "params"]  # the group's columns and the strategy
+# In this order: a group's key, as groupby gives it, is unpacked as (op, device, dtype, params, mode).
+# ``mode`` (SPEC 1.5): forward, backward or forward+backward; a run before it is all forward.
+CASE_GROUP = ["op", "device", "dtype", "params", "mode"]
+CASE_KEY = ["op", "strategy", "device", "dtype", "params", "mode"]  # the group's columns and the strategy
+
+
+def with_mode(frame):
+    """``frame`` (rows of any source: a store, a summary, a caller's own
+    DataFrame) with the ``mode`` column a key needs; rows without one were
+    all forward (SPEC 1.5: a run before modes timed nothing else)."""
+    return frame if "mode" in frame.columns else frame.assign(mode="forward")
 
 
 def in_group(frame, row):
     """The rows of ``frame`` (a DataFrame) in the group of ``row`` (a row
     of any frame with the group's columns)."""
-    mask = True
+    frame, mask = with_mode(frame), True
     for column in CASE_GROUP:
-        mask = mask & (frame[column] == row[column])
+        mask = mask & (frame[column] == (row.get(column, "forward") if column == "mode" else row[column]))
     return frame[mask]

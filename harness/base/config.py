@@ -26,6 +26,7 @@ from harness.base.cases import CASE_GROUP
 from harness.base.errors import ConfigError
 from impls.backends import BACKENDS, LEGACY_THREAD_KEYS, thread_knobs
 from impls.registry import DTYPES, OPERATORS, devices, get_operator
+from impls.training import FORWARD, MODES
 
 __all__ = ["Case", "CheckSettings", "Config", "ConfigError", "expand", "load_config", "parse_config", "shard"]
 
@@ -102,6 +103,9 @@ class Benchmark(Strict):
     devices: list[str] | None = None
     dtypes: list[str] | None = None
     params: dict[str, ParamValue | list[ParamValue]]
+    # SPEC 1.5: what each case times; forward alone unless asked, so every
+    # older config keeps its meaning.
+    modes: list[Literal[MODES]] = Field([FORWARD], min_length=1)
 
     @field_validator("params")
     @classmethod
@@ -132,6 +136,7 @@ class Case:
     device: str
     dtype: str
     params: tuple  # sorted (name, value) pairs, hashable
+    mode: str = FORWARD  # SPEC 1.5: forward, backward or forward+backward
 
     @property
     def params_dict(self) -> dict:
@@ -143,7 +148,10 @@ class Case:
 
     @property
     def case_id(self) -> str:
-        return f"{self.op}|{self.strategy}|{self.device}|{self.dtype}|{self.params_json}"
+        """Forward cases keep the id they had before modes existed, so older
+        runs and baselines still match them; a training mode is appended."""
+        base = f"{self.op}|{self.strategy}|{self.device}|{self.dtype}|{self.params_json}"
+        return base if self.mode == FORWARD else f"{base}|{self.mode}"
 
     @property
     def group(self) -> tuple:
@@ -310,14 +318,15 @@ def expand(config: Config) -> list[Case]:
         for point in _grid(op, bench.params):
             for device in bench.devices or config.devices:
                 for dtype in bench.dtypes or config.dtypes:
-                    for name in names:
-                        strat = op.strategies[name]
-                        if not strat.runs_on(device) or dtype not in strat.dtypes:
-                            continue
-                        case = Case(bench.op, name, device, dtype, tuple(sorted(point.items())))
-                        if case.case_id not in seen:
-                            seen.add(case.case_id)
-                            cases.append(case)
+                    for mode in dict.fromkeys(bench.modes):
+                        for name in names:
+                            strat = op.strategies[name]
+                            if not strat.runs_on(device) or dtype not in strat.dtypes:
+                                continue
+                            case = Case(bench.op, name, device, dtype, tuple(sorted(point.items())), mode)
+                            if case.case_id not in seen:
+                                seen.add(case.case_id)
+                                cases.append(case)
     return cases
 
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from harness.base.cases import CASE_GROUP
+from harness.base.cases import CASE_GROUP, with_mode
 from harness.base.format import fmt_time
 from harness.judging.regression import (  # noqa: F401  (re-exported)
     DEFAULT_ALPHA,
@@ -265,7 +265,7 @@ def with_speedups(rows: pd.DataFrame) -> pd.DataFrame:
     """Adds ``speedup`` over the operator's baseline (the seed's original
     strategy) measured in the same case, on the same machine where the rows
     come from several; NaN where the baseline was not measured correct."""
-    rows = rows.copy()
+    rows = with_mode(rows).copy()
     rows["speedup"] = math.nan
     if rows.empty:
         return rows

@@ -23,7 +23,7 @@ from pathlib import Path
 import pandas as pd
 
 from harness.base import plugins
-from harness.base.cases import CASE_GROUP, CASE_KEY
+from harness.base.cases import CASE_GROUP, CASE_KEY, with_mode
 from harness.base.errors import UsageError
 from harness.base.format import (
     fmt_num,
@@ -56,6 +56,7 @@ OTHERS = "*"  # normalised by the geometric mean of the other strategies of the 
 def typical_by_group(rows: pd.DataFrame, samples: dict, statistic: str) -> dict:
     """{group key: {strategy: (case_id, typical seconds)}} over the rows that
     are correct and timed."""
+    rows = with_mode(rows)
     timed = rows[rows["status"].isin(CORRECT) & rows["median_s"].notna() & (rows["median_s"] > 0)]
     groups: dict = {}
     for row in timed.itertuples(index=False):
@@ -153,6 +154,7 @@ def compare_frames(base_rows, base_samples, new_rows, new_samples, rule=None, re
     if not isinstance(rule, regression.Rule):  # (factor, alpha) positionally, as older callers pass them
         rule = regression.Rule(rule if rule is not None else regression.DEFAULT_FACTOR,
                                alpha if alpha is not None else regression.DEFAULT_ALPHA)
+    base_rows, new_rows = with_mode(base_rows), with_mode(new_rows)
     used = {}
     relative = bool(relative_to or normalise)
     if relative:
@@ -221,6 +223,7 @@ def compare_counts(base_dir, new_dir, metric: str, factor: float = regression.DE
 
 def compare_count_frames(base_rows: pd.DataFrame, new_rows: pd.DataFrame, metric: str,
                          factor: float = regression.DEFAULT_COUNT_FACTOR) -> pd.DataFrame:
+    base_rows, new_rows = with_mode(base_rows), with_mode(new_rows)
     base, new = base_rows.set_index("case_id"), new_rows.set_index("case_id")
     records = []
     for record, in_both in _paired_cases(base_rows, new_rows):

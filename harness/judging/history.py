@@ -38,7 +38,7 @@ import numpy as np
 import pandas as pd
 from pandas.api.types import union_categoricals
 
-from harness.base.cases import CASE_GROUP
+from harness.base.cases import CASE_GROUP, with_mode
 from harness.judging import analysis, regression, wall_gate
 from harness.judging.wall_gate import DEFAULT_GATE_FACTOR
 from harness.results import runmeta, store, summary
@@ -278,6 +278,7 @@ def screen(cases: pd.DataFrame, changes: pd.DataFrame, factor: float) -> pd.Data
     change (`wall_gate.partner_change`: the median, over partners, of the case's
     ratio over theirs, or its own ratio without partners) never exceeds that
     bound, so every case the gate fails is inside them."""
+    cases, changes = with_mode(cases), with_mode(changes)
     pairs = changes[["base_run", "run"]].drop_duplicates()
     key = ["case_id"] + CASE_GROUP + ["strategy"]
     timed = cases[cases["status"].isin(CORRECT) & (cases["median_s"] > 0)]

@@ -187,10 +187,11 @@ def case_tables(rows: pd.DataFrame) -> list:
     Narrow enough for 80 columns: messages go under the table, not in it."""
     rows = with_speedups(rows)
     out = []
-    for (op, device, dtype, params), group in rows.groupby(CASE_GROUP, sort=False):
+    for (op, device, dtype, params, mode), group in rows.groupby(CASE_GROUP, sort=False):
         baseline = OPERATORS[op].baseline if op in OPERATORS else "?"
         no_speedup = speedup_note(op, dict(zip(group["strategy"], group["status"])))
-        table = Table(title=f"{op}  {params_label(params)}  {device} {dtype}", title_justify="left",
+        table = Table(title=f"{op}  {params_label(params)}  {device} {dtype}" + ("" if mode == "forward" else f"  {mode}"),
+                      title_justify="left",
                       caption=(f"× blank: {no_speedup}" if no_speedup else f"×: speedup over {baseline}")
                               + f"; IQR as % of the median, {UNSTABLE_MARK}: unstable "
                               f"(> {100 * analysis.UNSTABLE_REL_IQR:.0f} %)", caption_justify="left")

@@ -59,6 +59,7 @@ KEY_COLUMNS = ("run_id", "case_id", "op", "strategy", "device", "dtype", "params
 COLUMN_SPECS = (
     ("run_id", "text", 1), ("case_id", "text", 1), ("op", "text", 1), ("strategy", "text", 1),
     ("backend", "text", 1), ("device", "text", 1), ("dtype", "text", 1), ("params", "text", 1),
+    ("mode", "text", 6),  # SPEC 1.5: forward, backward or forward+backward
     ("status", "text", 1), ("message", "text", 1),
     *TIMING.columns(),  # the timing statistics (metrics.TIMING)
     ("bytes", "number", 1), ("gbps", "number", 1), ("ceiling_gbps", "number", 1), ("floor_s", "number", 1),
@@ -115,8 +116,15 @@ def update_to_3(meta: dict, rows: pd.DataFrame | None):
     return meta, _with_columns(rows, COLUMNS_ADDED[3])
 
 
+def update_to_6(meta: dict, rows: pd.DataFrame | None):
+    """Schema 6 adds ``mode`` (SPEC 1.5): every case of an older run timed the forward."""
+    if rows is not None:
+        rows["mode"] = "forward"
+    return meta, rows
+
+
 # Each version's step from the one before: written out where it does more than add columns.
-MIGRATIONS = {version: {3: update_to_3}.get(version) or _add_columns(version)
+MIGRATIONS = {version: {3: update_to_3, 6: update_to_6}.get(version) or _add_columns(version)
               for version in range(2, SCHEMA_VERSION + 1)}
 
 

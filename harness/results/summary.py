@@ -31,10 +31,10 @@ from harness.results import metrics, stats
 from impls.status import CORRECT
 
 SUMMARY = "summary.json"
-VERSION = 4  # of the summary's layout: a summary of another version is rebuilt (4: the run's plugins)
+VERSION = 5  # of the summary's layout: a summary of another version is rebuilt (4: the run's plugins; 5: mode)
 
 # Copied from each row as they are.
-ROW_COLUMNS = ("case_id", "op", "strategy", "backend", "device", "dtype", "params", "status", "source",
+ROW_COLUMNS = ("case_id", "op", "strategy", "backend", "device", "dtype", "params", "mode", "status", "source",
                "median_s", "iqr_s", "min_s", "n_samples", "load_avg", "slow_start")
 NUMBERS = ("median_s", "iqr_s", "min_s", "n_samples", "load_avg", "slow_start", "p10_s") + metrics.COUNTS.names
 # What the dashboard and the fitness rule read of a run's metadata.

@@ -112,10 +112,10 @@ def test_every_column_belongs_to_a_schema_version_with_its_migration_step():
     assert set(TIMING.names) | set(COUNTS.names) <= set(COLUMNS)
     # What each version added, as committed runs were written: a column added since
     # belongs to a newer version (a metric's `schema`), never to one runs already carry.
-    assert store.SCHEMA_VERSION == 5
+    assert store.SCHEMA_VERSION == 6
     assert store.COLUMNS_ADDED == {2: ("host_s", "xcheck_s", "load_avg", "extra", "slow_start"),
                                    3: ("q1_s", "q3_s", "p10_s", "max_s"), 4: ("instructions", "est_cycles"),
-                                   5: ("fresh_floor_s", "pct_of_fresh_floor")}
+                                   5: ("fresh_floor_s", "pct_of_fresh_floor"), 6: ("mode",)}
     schema_1 = ("run_id", "case_id", "op", "strategy", "backend", "device", "dtype", "params", "status", "message",
                 "median_s", "iqr_s", "min_s", "mean_s", "n_samples", "bytes", "gbps", "ceiling_gbps", "floor_s",
                 "pct_of_ceiling", "max_abs_err", "rel_err", "peak_mem_bytes", "setup_s", "source")
