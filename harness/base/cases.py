@@ -22,9 +22,14 @@ CASE_KEY = ["op", "strategy", "device", "dtype", "params", "mode"]  # the group'
 
 def with_mode(frame):
     """``frame`` (rows of any source: a store, a summary, a caller's own
-    DataFrame) with the ``mode`` column a key needs; rows without one were
-    all forward (SPEC 1.5: a run before modes timed nothing else)."""
-    return frame if "mode" in frame.columns else frame.assign(mode="forward")
+    DataFrame) with the ``mode`` column a key needs; rows without one, or
+    with it left empty, were forward (SPEC 1.5: a run before modes timed
+    nothing else)."""
+    if "mode" not in frame.columns:
+        return frame.assign(mode="forward")
+    empty = frame["mode"].isna() | (frame["mode"].astype(str) == "")
+    # As text: a summary's categorical column may not hold "forward" among its categories.
+    return frame.assign(mode=frame["mode"].astype(str).where(~empty, "forward")) if empty.any() else frame
 
 
 def in_group(frame, row):

@@ -122,7 +122,7 @@ def load_history(root, cache_dir=None, known: dict | None = None) -> tuple[pd.Da
     cases = _concat([kept, _judged_cases(columns) if total else None])
     if cases is None or not len(cases):
         raise store.ResultError(f"{root}: no result rows found under it")
-    cases = cases.sort_values("run", kind="stable").reset_index(drop=True)
+    cases = with_mode(cases.sort_values("run", kind="stable").reset_index(drop=True))
     runs = pd.DataFrame(runs)
     _group_by_machine(cases, runs)
     if cache_dir and (len(reusable) != len(previous_runs or []) or total):

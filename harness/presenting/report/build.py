@@ -35,10 +35,12 @@ from harness.presenting.report.sections import (
     hardware_table,
     machines_sentence,
     machines_table,
+    mode_suffix,
     run_warnings,
     section_intro,
     sections,
     slow_start_sentence,
+    training_sentence,
     what_ran_where,
 )
 from harness.results import store
@@ -58,6 +60,10 @@ INTRO = ("Every number below was measured by scatterbench on the machine named b
          "the copy bandwidth. The runs table gives that cost as each run measured it: 'fresh output' is "
          "the write bandwidth into a newly allocated 256 MiB buffer, from numpy's allocator (which asks "
          "for huge pages) and from torch's.")
+TRAINING_NOTE = ("Training step: the fastest correct strategy for one training step of the operator "
+                 "(forward+backward, SPEC 1.5; backward alone where only it ran), its median, and how many times "
+                 "faster than the seed's own strategy with its plain-loop backward in the seed's style (or the "
+                 "seed's torch code differentiated by autograd, where the seed is torch code).")
 LIGHT_NOTE = ("This is the light version the dashboard keeps per run: tables, conclusions and scaling plots, "
               "without the per-case figures; python report.py RESULT_DIR writes the full report.")
 RUNS_NOTE = ("Ceiling vs history: each device's copy ceiling against the median of the earlier runs on the same "
@@ -116,7 +122,9 @@ def case_section(doc: Doc, group, figures: FigureDir | None) -> None:
         doc.para(note)
     if figures is None:
         return
-    stem = slug(f"{first['op']}-{params_label(first['params'])}-{first['machine']}-{first['dtype']}")
+    mode = first.get("mode", "forward")
+    stem = slug(f"{first['op']}-{params_label(first['params'])}-{first['machine']}-{first['dtype']}"
+                + ("" if mode == "forward" else f"-{mode}"))  # forward keeps its published figure names
     baseline = analysis.baseline_name(first["op"]) or "seed"
     doc.figure(figure_times(group, figures, stem + "-time"), f"median time, {title}")
     doc.figure(figure_gbps(group, figures, stem + "-gbps"), f"achieved GB/s against the ceiling, {title}")
@@ -135,6 +143,9 @@ def answer_section(doc: Doc, rows, metas: list[dict]) -> None:
         return
     doc.table(*answer_table(rows))
     doc.para(ANSWER_NOTE)
+    training = training_sentence(rows)
+    if training:
+        doc.para(TRAINING_NOTE + " " + training)
     commits = commits_sentence(rows, metas)
     if commits:
         doc.para(commits)
@@ -142,10 +153,10 @@ def answer_section(doc: Doc, rows, metas: list[dict]) -> None:
 
 def machines_section(doc: Doc, op: str, op_rows, metas: list[dict]) -> None:
     """Where an operator ran on several machines (or devices): each size's strategies side by side."""
-    for (params, dtype), case in op_rows.groupby(["params", "dtype"], sort=False):
+    for (params, dtype, mode), case in op_rows.groupby(["params", "dtype", "mode"], sort=False):
         if case["machine"].nunique() < 2:
             continue
-        doc.heading(4, f"{op} {params_label(params)} {dtype} · machines side by side")
+        doc.heading(4, f"{op} {params_label(params)} {dtype}{mode_suffix(mode)} · machines side by side")
         doc.table(*machines_table(case))
         commits = commits_sentence(case, metas)
         doc.para(machines_sentence(case) + " Each cell: median · % of that machine's copy ceiling · rank on "
@@ -160,8 +171,8 @@ def operator_section(doc: Doc, op: str, op_rows, metas: list[dict], figures: Fig
     if op_rows["machine"].nunique() > 1:
         doc.heading(3, f"{op} across machines")
         machines_section(doc, op, op_rows, metas)
-    for (machine, dtype), section in sections(op_rows):
-        doc.heading(3, f"{op} · {machine} · {dtype}")
+    for (machine, dtype, mode), section in sections(op_rows):
+        doc.heading(3, f"{op} · {machine} · {dtype}{mode_suffix(mode)}")
         doc.para(section_intro(section, metas))
         verdict_text, *failures = conclusion(op, section)
         doc.para("Conclusion: " + verdict_text)
@@ -193,7 +204,7 @@ def unfit_appendix(doc: Doc, rows, metas: list[dict]) -> None:
         if run_rows.empty:
             doc.para("Every case of this run was measured again by a fit run: see above.")
             continue
-        for _, group in run_rows.groupby(["op", "params", "dtype"], sort=False):
+        for _, group in run_rows.groupby(["op", "params", "dtype", "mode"], sort=False):
             first = group.iloc[0]
             doc.heading(4, case_title(first))
             header, table_rows, _best, notes = case_table(group, judged=False)

@@ -595,6 +595,9 @@ def scaling_figures(section: pd.DataFrame, figures: FigureDir) -> list[tuple[str
     two different problems), one against each parameter that alone varies in
     a family of cases."""
     op, machine, dtype = (section[key].iloc[0] for key in ("op", "machine", "dtype"))
+    mode = section["mode"].iloc[0] if "mode" in section else "forward"
+    # A training mode's figures are named apart; forward keeps its published names.
+    dtype = dtype if mode == "forward" else f"{dtype} · {mode}"
     drawn = []
     for kind, family in categorical_families(section):
         if family["params"].nunique() < 2:

@@ -7,6 +7,7 @@ import sys
 import pandas as pd
 
 from harness.base import plugins
+from harness.base.cases import with_mode
 from harness.base.errors import ResultError
 from harness.base.format import params_label
 from harness.judging.analysis import finite, run_unfit_reasons, with_speedups
@@ -40,7 +41,7 @@ def load(dirs) -> tuple[pd.DataFrame, list[dict]]:
         frames.append(rows)
     if not frames:
         raise ResultError(f"{', '.join(map(str, dirs))}: no result rows to report")
-    rows = pd.concat(frames, ignore_index=True)
+    rows = with_mode(pd.concat(frames, ignore_index=True))
     # A case measured by several runs on one machine: the latest fit run's
     # measurement, the latest unfit one's only where no fit run measured it.
     rows["_start"] = rows["run_dir"].map({m["directory"]: m.get("start_time", "") for m in metas})
@@ -65,5 +66,7 @@ def device_label(meta: dict, device: str) -> str:
 
 
 def case_title(row) -> str:
-    return f"{row['op']} {params_label(row['params'])} · {row['machine']} · {row['dtype']}"
+    mode = row.get("mode", "forward") if hasattr(row, "get") else "forward"
+    return (f"{row['op']} {params_label(row['params'])} · {row['machine']} · {row['dtype']}"
+            + ("" if mode == "forward" or not isinstance(mode, str) else f" · {mode}"))
 

@@ -10,6 +10,7 @@ import re
 import pandas as pd
 
 from harness.base.format import fmt_num, fmt_pct, fmt_ratio, fmt_time, md_escape, params_label
+from harness.base.cases import with_mode
 from harness.judging import analysis
 from harness.judging.analysis import (
     TIMERS_DISAGREE,
@@ -28,6 +29,7 @@ from impls.backends import BACKENDS, devices, threads_text
 from impls.defects import for_operators
 from impls.registry import all_strategies, speedup_note, unranked_reason
 from impls.status import CORRECT, FAILED, INEXACT, UPSTREAM_DEFECT
+from impls.training import BACKWARD, FORWARD, FORWARD_BACKWARD, MODES
 
 UNSTABLE_MARK = UNSTABLE.mark
 UNSTABLE_NOTE = f"{UNSTABLE.mark} unstable: {UNSTABLE.meaning}."
@@ -369,15 +371,22 @@ def _device_rank(device: str) -> int:
     return order.index(device) if device in order else len(order)
 
 
-def sections(op_rows: pd.DataFrame) -> list[tuple[tuple[str, str], pd.DataFrame]]:
-    """The operator's rows per (machine, dtype): CPU before GPU, float32 first."""
+def sections(op_rows: pd.DataFrame) -> list[tuple[tuple[str, str, str], pd.DataFrame]]:
+    """The operator's rows per (machine, dtype, mode): CPU before GPU, float32
+    first, forward before the training modes (SPEC 1.5)."""
     def order(item):
-        (machine, dtype), section = item
+        (machine, dtype, mode), section = item
         device = section["device"].iloc[0]
         return (_device_rank(device), machine,
-                DTYPE_ORDER.index(dtype) if dtype in DTYPE_ORDER else len(DTYPE_ORDER), dtype)
+                DTYPE_ORDER.index(dtype) if dtype in DTYPE_ORDER else len(DTYPE_ORDER), dtype,
+                MODES.index(mode) if mode in MODES else len(MODES))
 
-    return sorted(op_rows.groupby(["machine", "dtype"], sort=False), key=order)
+    return sorted(with_mode(op_rows).groupby(["machine", "dtype", "mode"], sort=False), key=order)
+
+
+def mode_suffix(mode: str) -> str:
+    """What a heading adds for a training mode (forward, the default, adds nothing)."""
+    return "" if mode == FORWARD else f" · {mode}"
 
 
 def section_intro(section: pd.DataFrame, metas: list[dict]) -> str:
@@ -559,34 +568,89 @@ ANSWER_NOTE = (f"Per operator, size and dtype, the fastest strategy that passed 
                f"beside it. Details, spreads and every other strategy follow below.")
 
 
+def training_step(case: pd.DataFrame) -> tuple[str, pd.DataFrame] | None:
+    """The rows that answer "fastest for a training step" in one case on one
+    machine: forward+backward where it ran, else backward; None without either."""
+    for mode in (FORWARD_BACKWARD, BACKWARD):
+        found = case[case["mode"] == mode]
+        if len(found):
+            return mode, found
+    return None
+
+
+def _training_cell(case: pd.DataFrame) -> str:
+    step = training_step(case)
+    if step is None:
+        return "not run"
+    mode, rows = step
+    found = analysis.answer(rows)
+    if found is None:
+        return f"none passed ({mode})"
+    best = found.best
+    name = (f"tie: {best['strategy']} / {found.runner_up['strategy']}" if found.tie else best["strategy"])
+    return f"{name} ({mode}: {fmt_time(best['median_s'])}" + (
+        f", {fmt_ratio(found.over_seed)} the seed's" if finite(found.over_seed) else "") + ")"
+
+
 def answer_table(rows: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
     """The suite's question answered in one table: per operator and size, and
-    per machine side by side, the fastest correct strategy and by how much."""
+    per machine side by side, the fastest correct strategy for inference (the
+    forward) and by how much, and, where the rows hold a training mode, the
+    fastest for a training step beside it (SPEC 1.5)."""
+    rows = with_mode(rows)
     machines = machine_order(rows)
+    training = bool((rows["mode"] != FORWARD).any())
     # One machine: a column per quantity. Several: a column per machine, side
     # by side, each cell the same five quantities in a line.
     header = ["operator", "size", "dtype"] + (
-        ["fastest", "median", "% of ceiling", "× seed", "× best built-in"] if len(machines) == 1 else machines)
+        ["fastest", "median", "% of ceiling", "× seed", "× best built-in"] + (["training step"] if training else [])
+        if len(machines) == 1 else machines)
     table = []
     for op, params, dtype in _size_order(rows):
         case = rows[(rows["op"] == op) & (rows["params"] == params) & (rows["dtype"] == dtype)]
+        forward = case[case["mode"] == FORWARD]
         cells = [op, params_label(params), dtype]
         for machine in machines:
-            on_machine = case[case["machine"] == machine]
-            found = _answer_cells(on_machine) if len(on_machine) else None
+            on_machine = forward[forward["machine"] == machine]
+            found = _answer_cells(on_machine) if len(on_machine) else ["not run", "–", "–", "–", "–"]
+            step = _training_cell(case[case["machine"] == machine]) if training else ""
             if len(machines) == 1:
-                cells += found
-            elif found is None:
-                cells.append("not run")
-            else:
-                name, median, pct, seed, builtin = found
-                cells.append(name if median == "–" else
-                             f"{name}: {median}, {pct} of ceiling, "
-                             + ("seed not timed" if seed == "–" else f"{seed} the seed") + ", "
-                             + ("the fastest built-in" if builtin == "is one" else
-                                "no built-in timed" if builtin == "–" else f"{builtin} the best built-in"))
+                cells += found + ([step] if training else [])
+                continue
+            name, median, pct, seed, builtin = found
+            cells.append((name if median == "–" else
+                          f"{name}: {median}, {pct} of ceiling, "
+                          + ("seed not timed" if seed == "–" else f"{seed} the seed") + ", "
+                          + ("the fastest built-in" if builtin == "is one" else
+                             "no built-in timed" if builtin == "–" else f"{builtin} the best built-in"))
+                         + (f"; training step: {step}" if training else ""))
         table.append(cells)
     return header, table
+
+
+def training_sentence(rows: pd.DataFrame) -> str:
+    """Where the fastest strategy for inference is not the fastest for a
+    training step (each beyond its runner-up's spread: ties name no winner)."""
+    rows = with_mode(rows)
+    if not (rows["mode"] != FORWARD).any():
+        return ""
+    differ, same = [], 0
+    for (op, params, dtype, machine), case in rows.groupby(["op", "params", "dtype", "machine"], sort=False):
+        inference = analysis.answer(case[case["mode"] == FORWARD])
+        step = training_step(case)
+        trained = analysis.answer(step[1]) if step else None
+        if inference is None or trained is None or inference.tie or trained.tie:
+            continue
+        if inference.best["strategy"] == trained.best["strategy"]:
+            same += 1
+        else:
+            differ.append(f"{op} {params_label(params)} {dtype} on {machine}: {inference.best['strategy']} for "
+                          f"inference, {trained.best['strategy']} for a training step ({step[0]})")
+    if not differ:
+        return (f"Inference and training step agree on the fastest strategy in all {same} cases where both have a "
+                f"clear winner." if same else "")
+    return ("The fastest strategy for inference is not the fastest for a training step in " + "; ".join(differ)
+            + f" ({same} other case(s) agree).")
 
 
 def machines_table(case: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
