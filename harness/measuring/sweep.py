@@ -393,7 +393,8 @@ def child_main(stdin_text: str) -> None:
     request = json.loads(stdin_text)
     config = parse_config(request["config"], "<isolated case>")
     pinning.apply_threads(config.threads)
-    op, strategy, device, dtype, params, mode = request["case"]
+    op, strategy, device, dtype, params, *mode = request["case"]  # the mode: forward where left out
+    mode = mode[0] if mode else training.FORWARD
     case = Case(op, strategy, device, dtype, tuple(sorted(params.items())), mode)
     strat = get_operator(op).strategies[strategy]
     adversarial = None

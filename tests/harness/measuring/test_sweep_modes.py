@@ -212,3 +212,29 @@ def test_the_gradient_reference_comes_from_the_forwards_rounded_inputs():
     np.testing.assert_array_equal(grads.grad, grad)
     np.testing.assert_array_equal(grads.expected, expected)
     np.testing.assert_array_equal(grads.grad, grads.grad.astype(np.float32))  # float32's values
+
+
+def test_an_isolated_case_runs_in_its_mode():
+    result, _ = sweep.execute_isolated(_case("seed_reshape_max", "backward"), modes_config(), "r", 10.0)
+    assert result.row["mode"] == "backward" and result.row["status"] == "skipped"
+    assert result.row["case_id"].endswith("|backward")
+    result, _ = sweep.execute_isolated(_case("numba_fused", "forward+backward"), modes_config(), "r", 10.0)
+    assert result.row["mode"] == "forward+backward" and result.row["status"] == "ok", result.row["message"]
+    assert result.row["median_s"] > 0
+
+
+@pytest.mark.slow  # measures (or reuses) the copy ceiling
+def test_bench_takes_a_mode_as_the_config_does():
+    from harness.api import bench
+
+    result = bench("maxpool2d", ["numba_fused", "seed_reshape_max"], mode=["forward", "backward"], plot=False,
+                   timing=FAST_TIMING, threads=ONE_THREAD, **POOL)
+    rows = result.rows.set_index(["strategy", "mode"])
+    assert set(rows.index) == {(name, mode) for name in ("numba_fused", "seed_reshape_max")
+                               for mode in ("forward", "backward")}
+    assert rows.loc[("numba_fused", "backward"), "status"] == "ok"
+    assert rows.loc[("seed_reshape_max", "backward"), "status"] == "skipped"
+    assert rows.loc[("seed_reshape_max", "forward"), "status"] == "ok"
+    only = bench("maxpool2d", ["numba_fused"], mode="backward", plot=False, timing=FAST_TIMING,
+                 threads=ONE_THREAD, **POOL)
+    assert list(only.rows["mode"]) == ["backward"]
