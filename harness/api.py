@@ -50,10 +50,15 @@ class BenchResult:
 
 def bench(op: str, strategies: list[str] | None = None, *, device: str = "cpu", dtype: str = "float32",
           timing: dict | None = None, threads: dict | None = None, plot: bool = True,
-          out: str | Path | None = None, seed: int = 0, **params) -> BenchResult:
+          out: str | Path | None = None, seed: int = 0, mode: str | list[str] = "forward",
+          **params) -> BenchResult:
     """Checks and times ``op`` over the grid ``params`` (a list is swept).
 
     ``strategies``: names, or None for every strategy that runs on ``device``.
+    ``mode``: ``forward`` (the default), ``backward`` or ``forward+backward``
+    (SPEC 1.5), or a list of them, as a config's ``modes``; each row says its
+    ``mode``, and a strategy with no backward is ``skipped`` in the training
+    modes with the reason.
     ``timing``: the config's timing keys (default: 5 samples, 0.2 s budget).
     ``threads``: the config's thread settings, e.g. ``{"torch": 1, "blas": 1,
     "numba": 1}``: applied while measuring, recorded in ``result.threads``
@@ -73,7 +78,8 @@ def bench(op: str, strategies: list[str] | None = None, *, device: str = "cpu", 
         "name": f"bench-{op}", "seed": seed, "devices": [device], "dtypes": [dtype],
         "timing": {"min_samples": 5, "budget_s": 0.2, "warmup_s": 0.02, **(timing or {})},
         **({"threads": threads} if threads is not None else {}),
-        "benchmarks": [{"op": op, "strategies": strategies or "all", "params": params}]}, "bench()")
+        "benchmarks": [{"op": op, "strategies": strategies or "all", "params": params,
+                        "modes": [mode] if isinstance(mode, str) else list(mode)}]}, "bench()")
     cases = expand(config)
     if not cases:
         raise UsageError(f"bench({op!r}): no strategy runs on {device} in {dtype}")
@@ -132,6 +138,9 @@ def _figure(rows: pd.DataFrame, op: str):
     import matplotlib.pyplot as plt
 
     timed = rows[rows["median_s"].notna()].copy()
+    # Several modes: a strategy's line or bar per mode, named by both.
+    modes = timed["mode"] if "mode" in timed else pd.Series("forward", index=timed.index)
+    timed["label"] = timed["strategy"] + ((" (" + modes + ")") if modes.nunique() > 1 else "")
     params = timed["params"].map(json.loads)
     keys = sorted({key for p in params for key in p})
     varying = [key for key in keys if params.map(lambda p: p.get(key)).nunique() > 1]
@@ -139,7 +148,7 @@ def _figure(rows: pd.DataFrame, op: str):
     if len(varying) == 1 and len(timed):
         key = varying[0]
         timed["x"] = params.map(lambda p: p[key])
-        for name, line in timed.groupby("strategy"):
+        for name, line in timed.groupby("label"):
             line = line.sort_values("x")
             ax.errorbar(line["x"], line["median_s"], yerr=line["iqr_s"] / 2, marker="o", markersize=3,
                         capsize=2, label=name)
@@ -148,7 +157,7 @@ def _figure(rows: pd.DataFrame, op: str):
     else:
         ordered = timed.sort_values("median_s")
         ax.barh(range(len(ordered)), ordered["median_s"], xerr=ordered["iqr_s"] / 2)
-        ax.set_yticks(range(len(ordered)), [str(n).replace("$", r"\$") for n in ordered["strategy"]], fontsize=8)
+        ax.set_yticks(range(len(ordered)), [str(n).replace("$", r"\$") for n in ordered["label"]], fontsize=8)
     ax.set_yscale("log") if len(varying) == 1 else ax.set_xscale("log")
     # Times in µs/ms, as the report prints them, not "4×10⁻⁵" seconds; bars span median ± IQR/2.
     from matplotlib.ticker import FuncFormatter

@@ -17,10 +17,13 @@ import os
 import re
 import subprocess
 import sys
+import inspect
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
+
+import numpy as np
 
 from harness.base.config import (
     Case,
@@ -35,12 +38,14 @@ from harness.base import caches
 from harness.base.format import shorten
 from harness.measuring import ceilings as machine_ceilings
 from harness.measuring import check, facts, memory, pinning, timing, verdict_cache
-from harness.measuring.check import PHASE_CHECK, Reference, reference
+from harness.measuring.check import PHASE_CHECK, PHASE_PREPARE, Reference, reference
 from harness.measuring.session import Interrupted, PhaseClock, RunOutcome, RunSession  # noqa: F401 - Interrupted: sweep's public name
 from harness.results import stats, store
-from impls.backends import device_present, get_backend, itemsize
+from impls import training
+from impls.backends import NotApplicable, device_present, get_backend, itemsize
+from impls.common import Verdict
 from impls.registry import get_operator
-from impls.status import CORRECT, ERROR, SKIPPED, TIMEOUT
+from impls.status import CORRECT, ERROR, INPUT_MODIFIED, MISMATCH, OK, SEVERITY, SKIPPED, TIMEOUT, UNREPEATABLE
 
 # Phases of a case, as the progress display and phase_s name them (check and
 # prepare/compile: harness/measuring/check.py). "adversarial": the strategy's adversarial
@@ -78,7 +83,10 @@ def memory_guard(case: Case) -> str | None:
 def base_row(case: Case, run_id: str, ceiling_gbps: float) -> dict:
     op = get_operator(case.op)
     strat = op.strategies[case.strategy]
-    nbytes = op.bytes_moved(case.params_dict, itemsize(case.dtype), strat.returns)
+    try:
+        nbytes = training.bytes_moved(op, case.params_dict, itemsize(case.dtype), case.mode, strat.returns)
+    except NotApplicable:  # an operator with no backward: its training rows are skipped, with no bytes
+        nbytes = math.nan
     return {"run_id": run_id, "case_id": case.case_id, "op": case.op, "strategy": case.strategy,
             "backend": strat.backend, "device": case.device, "dtype": case.dtype,
             "params": case.params_json, "mode": case.mode, "bytes": nbytes, "ceiling_gbps": ceiling_gbps,
@@ -91,11 +99,13 @@ def fresh_floor(case: Case, row: dict, fresh_write_gbps: dict | None) -> dict:
     (``stats.fresh_floor_s``), at the best fresh-write bandwidth the run
     measured over the allocators (a floor is the least time the case could
     take); NaN on other devices (their floor is the copy's), where the
-    operator does not split its bytes, or where nothing was measured."""
+    operator does not split its bytes, where nothing was measured, and in
+    the training modes (``bytes_written`` splits the forward's bytes only)."""
     op = get_operator(case.op)
     fresh = max((g for g in (fresh_write_gbps or {}).values() if isinstance(g, (int, float)) and g > 0),
                 default=math.nan)
-    if case.device != "cpu" or op.bytes_written is None or not math.isfinite(fresh):
+    if (case.device != "cpu" or case.mode != training.FORWARD or op.bytes_written is None
+            or not math.isfinite(fresh)):
         return {"fresh_floor_s": math.nan, "pct_of_fresh_floor": math.nan}
     written = op.bytes_written(case.params_dict, itemsize(case.dtype), op.strategies[case.strategy].returns)
     floor = stats.fresh_floor_s(row["bytes"], written, row["ceiling_gbps"], fresh)
@@ -109,11 +119,129 @@ def _load_avg() -> float:
         return math.nan
 
 
+
+# ------------------------------------------------------------ training modes
+@dataclass(frozen=True)
+class GradientReference:
+    """A training-mode case group's incoming gradient and the float64
+    oracle's gradient of the differentiated input, from the same rounded
+    float64 inputs as the forward's ``Reference`` (``training.gradient_case``)."""
+    grad: np.ndarray  # float64, holding exactly the values the dtype can store
+    expected: np.ndarray
+
+
+def gradient_reference(case: Case, ref: Reference, seed: int) -> GradientReference:
+    grad, expected = training.gradient_case(case.op, ref.inputs, ref.params, ref.mode, seed, case.dtype)
+    return GradientReference(grad, expected)
+
+
+def prepare_training(strat, ref: Reference, grads: GradientReference, dtype: str, device: str,
+                     mode: str) -> check.Prepared:
+    """``check.prepare_case`` for a training mode: the inputs and the incoming
+    gradient on the strategy's backend (both fingerprinted: a backward must
+    leave its incoming gradient alone too), and ``training.prepare``'s call."""
+    op = get_operator(strat.op)
+    backend = get_backend(strat.backend)
+    inputs = op.to_backend(ref.inputs, strat.backend, device, dtype)
+    grad = training.gradient_to_backend(op, grads.grad, strat.backend, device, dtype)
+    backend.synchronize(device)
+    watched = {**inputs, op.gradient.name: grad}
+    prints = check.fingerprints(watched)
+    start = time.perf_counter()
+    run = training.prepare(strat, inputs, grad, ref.params, mode)
+    backend.synchronize(device)
+    return check.Prepared(run, time.perf_counter() - start, watched, prints)
+
+
+def judge_training(strat, output: Any, ref: Reference, grads: GradientReference, dtype: str, device: str,
+                   mode: str) -> Verdict:
+    """``check.judge`` for a training mode: ``training.compare``, then the
+    known upstream defects, as the forward's verdict is."""
+    verdict = training.compare(strat, output, ref.expected, grads.expected, ref.inputs, grads.grad, dtype,
+                               ref.params, mode)
+    return check.known_defect(strat, verdict, device=device, dtype=dtype, layout="contiguous", mode=ref.mode)
+
+
+def judge_training_again(strat, prepared: check.Prepared, ref: Reference, grads: GradientReference, dtype: str,
+                         device: str, mode: str, first: Verdict, *, calls: int, which: str) -> Verdict:
+    """``check.judge_again``'s rule for a training mode's call: its inputs
+    (the incoming gradient included) changed, ``input-modified``; a later
+    call wrong where the first was not, ``unrepeatable``; a later call
+    raising, its failure, saying which call; else the worse verdict."""
+    later, raised, last = None, None, "call 1"
+    if first.status != MISMATCH:
+        last = which
+        try:
+            output = None
+            for _ in range(calls):
+                output = None  # dropped before the next call, as the timer drops it
+                output = prepared.run()
+            later = judge_training(strat, output, ref, grads, dtype, device, mode)
+            del output
+        except check.STRATEGY_FAULTS as error:
+            raised = error
+    changed = prepared.changed_inputs()
+    if changed:
+        return Verdict(INPUT_MODIFIED, f"{changed} (inputs differ after {last} from before prepare; a strategy "
+                                       f"must leave its inputs alone)")
+    if raised is not None:
+        failed = check.failure_verdict(raised, strat, device)
+        return Verdict(failed.status, f"{which} on the same inputs: {failed.message}")
+    if later is None:
+        return first
+    if later.status == MISMATCH:
+        was = "matched the oracle" if first.status == OK else f"was {first.status}"
+        return Verdict(UNREPEATABLE, f"call 1 {was}, {which} on the same inputs did not: {later.message}",
+                       later.max_abs_err, later.rel_err, later.differences)
+    return first if SEVERITY.index(first.status) <= SEVERITY.index(later.status) else later
+
+
+def attempt_training(strat, ref: Reference, grads: GradientReference, dtype: str, device: str, mode: str, *,
+                     on_phase: Callable[[str], None] = lambda phase: None,
+                     repeat_call: int = check.SWEEP_REPEAT_CALL) -> check.Attempt:
+    """``check.attempt`` for a training mode: prepared (outside any timed
+    call), called once with its peak memory, judged, then called until its
+    ``repeat_call``-th call and judged again. Never raises for a strategy's
+    fault."""
+    setup_s = math.nan
+    try:
+        on_phase(PHASE_PREPARE)
+        prepared = prepare_training(strat, ref, grads, dtype, device, mode)
+        setup_s = prepared.setup_s
+        on_phase(PHASE_CHECK)
+        output, peak_bytes = memory.call_with_peak(prepared.run, get_backend(strat.backend), device)
+        verdict = judge_training(strat, output, ref, grads, dtype, device, mode)
+        del output
+        verdict = judge_training_again(strat, prepared, ref, grads, dtype, device, mode, verdict,
+                                       calls=repeat_call - 1, which=f"call {repeat_call}")
+    except check.STRATEGY_FAULTS as error:
+        return check.Attempt(check.failure_verdict(error, strat, device), setup_s=setup_s)
+    return check.Attempt(verdict, prepared, setup_s, peak_bytes)
+
+
+def _by_mode(method, mode: str) -> dict:
+    """``mode=mode`` for an ``AdversarialCheck`` method that keys its
+    answers by mode, nothing for one that checks the forward only."""
+    return {"mode": mode} if "mode" in inspect.signature(method).parameters else {}
+
+
+def _adversarial_failure(adversarial: check.AdversarialCheck, strat, case: Case) -> Verdict | None:
+    """The run's adversarial check of ``strat`` before its first timed case.
+    A training mode's adversarial check (its gradients' ties, NaN windows,
+    layouts) is the check's to run, by mode; where the check does not take
+    a mode, a training case is not held up by the forward's."""
+    by_mode = _by_mode(adversarial.failure, case.mode)
+    if not by_mode and case.mode != training.FORWARD:
+        return None
+    return adversarial.failure(strat, case.device, case.dtype, **by_mode)
+
+
 def execute_case(case: Case, config: Config, run_id: str, ceiling_gbps: float,
                  ref: Reference | None = None, flush=None,
                  on_phase: Callable[[str], None] = lambda phase: None,
-                 adversarial: check.AdversarialCheck | None = None, measure=None) -> CaseResult:
-    """Checks, then times one case. Never raises for a strategy's fault
+                 adversarial: check.AdversarialCheck | None = None, measure=None,
+                 grads: GradientReference | None = None) -> CaseResult:
+    """Checks, then times one case, in its mode (SPEC 1.5). Never raises for a strategy's fault
     (``Interrupted`` and ``KeyboardInterrupt`` do propagate). ``flush``: the
     backend's cache flush for the device, made here unless the caller passes
     the one it keeps (an isolated case's child has none to pass). ``adversarial``:
@@ -124,7 +252,11 @@ def execute_case(case: Case, config: Config, run_id: str, ceiling_gbps: float,
     the timer (the counting instrument, harness/measuring/callgrind.py); ``make_run()``
     prepares the strategy again on the same inputs and returns the new call,
     so that what the call touches is allocated where the measure chooses
-    (counting prepares it in its own thread's fresh heap)."""
+    (counting prepares it in its own thread's fresh heap). In a training
+    mode (``case.mode``), a strategy with no backward is ``skipped`` with the
+    reason; otherwise ``training.prepare``'s call is checked against the
+    gradient oracle (``grads``, made here unless the caller passes the case
+    group's), timed and judged again, as a forward call is."""
     row = base_row(case, run_id, ceiling_gbps)
     strat = get_operator(case.op).strategies[case.strategy]
     backend = get_backend(strat.backend)
@@ -136,12 +268,16 @@ def execute_case(case: Case, config: Config, run_id: str, ceiling_gbps: float,
     unavailable = strat.available()
     if unavailable:
         return finish(SKIPPED, unavailable)
+    forward = case.mode == training.FORWARD
+    no_backward = training.applies(strat, case.mode, case.params_dict)
+    if no_backward:
+        return finish(SKIPPED, no_backward)
     too_big = memory_guard(case)
     if too_big:
         return finish(SKIPPED, too_big)
     if adversarial is not None and not strat.interpreted_on(case.device):
         on_phase(PHASE_ADVERSARIAL)
-        failed = adversarial.failure(strat, case.device, case.dtype)
+        failed = _adversarial_failure(adversarial, strat, case)
         if failed is not None:
             return finish(failed.status, failed.message)
     try:
@@ -149,8 +285,13 @@ def execute_case(case: Case, config: Config, run_id: str, ceiling_gbps: float,
             on_phase(PHASE_CHECK)
             if ref is None:
                 ref = reference(case.op, case.params_dict, case.dtype, "random", config.seed)
-            tried = check.attempt(strat, ref, case.dtype, case.device, peak=True, on_phase=on_phase,
-                                  repeat_call=check.SWEEP_REPEAT_CALL)
+            if forward:
+                tried = check.attempt(strat, ref, case.dtype, case.device, peak=True, on_phase=on_phase,
+                                      repeat_call=check.SWEEP_REPEAT_CALL)
+            else:
+                if grads is None:
+                    grads = gradient_reference(case, ref, config.seed)
+                tried = attempt_training(strat, ref, grads, case.dtype, case.device, case.mode, on_phase=on_phase)
             verdict = tried.verdict
             row.update(setup_s=tried.setup_s, peak_mem_bytes=tried.peak_mem_bytes,
                        max_abs_err=verdict.max_abs_err, rel_err=verdict.rel_err)
@@ -162,8 +303,13 @@ def execute_case(case: Case, config: Config, run_id: str, ceiling_gbps: float,
                                        "not timed: the interpreter's speed is not the kernel's")
             on_phase(PHASE_TIME)
             if measure is not None:
-                row.update(measure(lambda: check.prepare_case(strat, ref, ref.params, case.dtype, case.device).run,
-                                   backend, case.device))
+                if forward:
+                    def make_run():
+                        return check.prepare_case(strat, ref, ref.params, case.dtype, case.device).run
+                else:
+                    def make_run():
+                        return prepare_training(strat, ref, grads, case.dtype, case.device, case.mode).run
+                row.update(measure(make_run, backend, case.device))
                 return finish(verdict.status, verdict.message)
             if flush is None:  # made only now: an unavailable backend's flush may not even import
                 flush = backend.cache_flush(case.device)
@@ -172,8 +318,13 @@ def execute_case(case: Case, config: Config, run_id: str, ceiling_gbps: float,
             # Every timed call must have computed the answer: the one after them is judged again
             # (and the inputs), and a case whose later answer is wrong publishes no time.
             on_phase(PHASE_CHECK)
-            again = check.judge_again(strat, tried.prepared, ref, case.dtype, case.device, "contiguous", verdict,
-                                      calls=1, which=f"the call after its {len(timed.samples_s)} timed samples")
+            after = f"the call after its {len(timed.samples_s)} timed samples"
+            if forward:
+                again = check.judge_again(strat, tried.prepared, ref, case.dtype, case.device, "contiguous",
+                                          verdict, calls=1, which=after)
+            else:
+                again = judge_training_again(strat, tried.prepared, ref, grads, case.dtype, case.device, case.mode,
+                                             verdict, calls=1, which=after)
             if again.status not in CORRECT:
                 return finish(again.status, f"{again.message}; its timing is not published")
             verdict = again
@@ -193,12 +344,12 @@ def execute_isolated(case: Case, config: Config, run_id: str, ceiling_gbps: floa
     this case. The child asks ``adversarial``'s question only when the parent has no
     answer yet, and its answer comes back into ``adversarial``. Returns the result
     and the seconds the child spent per phase."""
-    request = {"case": [case.op, case.strategy, case.device, case.dtype, case.params_dict],
+    request = {"case": [case.op, case.strategy, case.device, case.dtype, case.params_dict, case.mode],
                "config": config.model_dump(), "run_id": run_id, "ceiling_gbps": ceiling_gbps,
                "adversarial": None}
     strat = get_operator(case.op).strategies[case.strategy]
     if adversarial is not None:
-        asked, failure = adversarial.known(strat, case.device, case.dtype)
+        asked, failure = adversarial.known(strat, case.device, case.dtype, **_by_mode(adversarial.known, case.mode))
         request["adversarial"] = {"asked": asked, "failure": _verdict_json(failure)}
     # The child's own deadline fires first; this one catches a native hang.
     limit = config.timing.timeout_s + 60
@@ -220,7 +371,8 @@ def execute_isolated(case: Case, config: Config, run_id: str, ceiling_gbps: floa
         return result, {}
     answer = json.loads(lines[-1])
     if adversarial is not None and answer.get("adversarial", {}).get("asked"):
-        adversarial.remember(strat, case.device, case.dtype, _verdict_of_json(answer["adversarial"]["failure"]))
+        adversarial.remember(strat, case.device, case.dtype, _verdict_of_json(answer["adversarial"]["failure"]),
+                             **_by_mode(adversarial.remember, case.mode))
     return CaseResult(answer["row"], answer["samples_s"]), answer.get("phase_s", {})
 
 
@@ -241,14 +393,16 @@ def child_main(stdin_text: str) -> None:
     request = json.loads(stdin_text)
     config = parse_config(request["config"], "<isolated case>")
     pinning.apply_threads(config.threads)
-    op, strategy, device, dtype, params = request["case"]
-    case = Case(op, strategy, device, dtype, tuple(sorted(params.items())))
+    op, strategy, device, dtype, params, *mode = request["case"]  # the mode: forward where left out
+    mode = mode[0] if mode else training.FORWARD
+    case = Case(op, strategy, device, dtype, tuple(sorted(params.items())), mode)
     strat = get_operator(op).strategies[strategy]
     adversarial = None
     if request.get("adversarial") is not None:
         adversarial = check.AdversarialCheck(config.seed, config.timing.timeout_s)
         if request["adversarial"]["asked"]:
-            adversarial.remember(strat, device, dtype, _verdict_of_json(request["adversarial"]["failure"]))
+            adversarial.remember(strat, device, dtype, _verdict_of_json(request["adversarial"]["failure"]),
+                                 **_by_mode(adversarial.remember, mode))
     clock = PhaseClock()
     result = execute_case(case, config, request["run_id"], request["ceiling_gbps"], on_phase=clock,
                           adversarial=adversarial)
@@ -256,7 +410,7 @@ def child_main(stdin_text: str) -> None:
              for key, value in result.row.items()}
     answer = {"row": clean, "samples_s": [float(s) for s in result.samples_s], "phase_s": clock.totals()}
     if adversarial is not None:
-        asked, failure = adversarial.known(strat, device, dtype)
+        asked, failure = adversarial.known(strat, device, dtype, **_by_mode(adversarial.known, mode))
         answer["adversarial"] = {"asked": asked, "failure": _verdict_json(failure)}
     print(json.dumps(answer), flush=True)
 
@@ -278,7 +432,7 @@ def run_sweep(cases: list[Case], config: Config, writer, run_id: str, ceilings: 
     runs in its own process even without ``isolate``. ``measure``: see
     ``execute_case``."""
     rows = []
-    current_group, ref, flushes = None, None, {}
+    current_group, ref, grads, flushes = None, None, None, {}
     adversarial = adversarial if adversarial is not None else check.AdversarialCheck(config.seed, config.timing.timeout_s)
     on_phase = on_phase or (lambda phase: None)
     for case in cases:
@@ -293,17 +447,20 @@ def run_sweep(cases: list[Case], config: Config, writer, run_id: str, ceilings: 
                 on_phase.absorb(child_phases)
         else:
             if case.group != current_group:
-                current_group, ref = case.group, None  # let the previous inputs go first
+                current_group, ref, grads = case.group, None, None  # let the previous inputs go first
                 try:
                     if memory_guard(case) is None:
                         ref = reference(case.op, case.params_dict, case.dtype, "random", config.seed)
+                        if case.mode != training.FORWARD and get_operator(case.op).gradient is not None:
+                            grads = gradient_reference(case, ref, config.seed)
                 except MemoryError:
-                    ref = None
+                    ref, grads = None, None
             backend = get_backend(get_operator(case.op).strategies[case.strategy].backend)
             key = (backend.name, case.device)
             if key not in flushes:
                 flushes[key] = backend.cache_flush(case.device)
-            result = execute_case(case, config, run_id, ceiling, ref, flushes[key], on_phase, adversarial, measure)
+            result = execute_case(case, config, run_id, ceiling, ref, flushes[key], on_phase, adversarial, measure,
+                                  grads)
         result.row.update(fresh_floor(case, result.row, getattr(writer, "meta", {}).get("fresh_write_gbps")))
         writer.append(result.row, result.samples_s)
         rows.append(result.row)

@@ -44,6 +44,7 @@ from harness.judging.analysis import (
     with_speedups,
 )
 from harness.results import stats
+from impls import training
 from impls.registry import OPERATORS, speedup_note
 from impls.status import (
     CORRECT,
@@ -164,13 +165,14 @@ def progress_bar(disable: bool = False, console: Console | None = None) -> Progr
 def strategies_table(strategies, width: int | None = None) -> Table:
     columns = [Column("op", 1), Column("strategy", 0), Column("backend", 3), Column("devices", 2),
                Column("dtypes", 5), Column("returns", 4), Column("ties", 7), Column("requires", 8),
-               Column("role", 6), Column("source", 9, flexible=True)]
+               Column("role", 6), Column("backward", 10, flexible=True), Column("source", 9, flexible=True)]
     rows = []
     for s in strategies:
         role = ", ".join(name for name, flag in (("baseline", s.baseline), ("built-in", s.builtin),
                                                  ("reference", OPERATORS[s.op].reference == s.name)) if flag)
         rows.append([s.op, escape(s.name), s.backend, ",".join(s.devices), ",".join(s.dtypes),
-                     s.returns, s.ties, ",".join(s.requires) or "–", role, escape(s.source)])
+                     s.returns, s.ties, ",".join(s.requires) or "–", role, escape(training.describe(s)),
+                     escape(s.source)])
     return fitted_table("strategies", columns, rows, _width(width))
 
 
@@ -182,6 +184,12 @@ def _iqr_text(row) -> str:
     return f"[yellow]{text}{UNSTABLE_MARK}[/]" if analysis.unstable(row) else text
 
 
+def _mode_title(mode: str) -> str:
+    """What a table's title adds for its mode: nothing for forward (titles
+    read as before modes existed), the mode otherwise."""
+    return "" if mode == training.FORWARD else f"  {mode}"
+
+
 def case_tables(rows: pd.DataFrame) -> list:
     """One table per case group (`CASE_GROUP`): strategies sorted by median.
     Narrow enough for 80 columns: messages go under the table, not in it."""
@@ -190,7 +198,7 @@ def case_tables(rows: pd.DataFrame) -> list:
     for (op, device, dtype, params, mode), group in rows.groupby(CASE_GROUP, sort=False):
         baseline = OPERATORS[op].baseline if op in OPERATORS else "?"
         no_speedup = speedup_note(op, dict(zip(group["strategy"], group["status"])))
-        table = Table(title=f"{op}  {params_label(params)}  {device} {dtype}" + ("" if mode == "forward" else f"  {mode}"),
+        table = Table(title=f"{op}  {params_label(params)}  {device} {dtype}" + _mode_title(mode),
                       title_justify="left",
                       caption=(f"× blank: {no_speedup}" if no_speedup else f"×: speedup over {baseline}")
                               + f"; IQR as % of the median, {UNSTABLE_MARK}: unstable "
@@ -226,13 +234,15 @@ def _varying_label(params_json: str, varying: list[str]) -> str:
 
 
 def grid_tables(rows: pd.DataFrame) -> list:
-    """Strategies × sizes per (op, device, dtype), as torch.utils.benchmark's
+    """Strategies × sizes per (op, device, dtype, mode), as torch.utils.benchmark's
     Compare prints them: the median per cell (three significant figures),
     the speedup over the baseline beside it, the column's best in bold green,
-    unstable cells marked."""
+    unstable cells marked. A training mode's table names its mode."""
     rows = with_speedups(rows)
+    if "mode" not in rows:
+        rows = rows.assign(mode=training.FORWARD)
     out = []
-    for (op, device, dtype), group in rows.groupby(["op", "device", "dtype"], sort=False):
+    for (op, device, dtype, mode), group in rows.groupby(["op", "device", "dtype", "mode"], sort=False):
         params = group["params"].map(json.loads)
         keys = sorted({key for p in params for key in p})
         varying = [key for key in keys if params.map(lambda p: p.get(key)).nunique() > 1]
@@ -242,7 +252,7 @@ def grid_tables(rows: pd.DataFrame) -> list:
         has_baseline = baseline in set(group["strategy"])
         partial = [name for name in dict.fromkeys(group["strategy"]) if partial_output(op, name)]
         no_speedup = None if has_baseline else speedup_note(op, dict(zip(group["strategy"], group["status"])))
-        table = Table(title=f"{op}  {device} {dtype}", title_justify="left",
+        table = Table(title=f"{op}  {device} {dtype}" + _mode_title(mode), title_justify="left",
                       caption=f"median per call{f' (× {baseline})' if has_baseline else ''}; "
                               + (f"no speedups: {no_speedup}; " if no_speedup else "")
                               + f"{BEST_MARK} bold: fastest correct; "
@@ -284,7 +294,8 @@ def run_summary(rows: pd.DataFrame, grid: bool = True) -> list:
     failed = rows[~rows["status"].isin(CORRECT)] if len(rows) else rows
     if grid and len(failed):
         renderables.append(Text("\n".join(f"{r['op']}/{r['strategy']} {r['device']} {r['dtype']} "
-                                          f"{params_label(r['params'])}: {r['status']}: {shorten(r['message'], 160)}"
+                                          f"{params_label(r['params'])}{_mode_title(r.get('mode', training.FORWARD))}: "
+                                          f"{r['status']}: {shorten(r['message'], 160)}"
                                           for _, r in failed.iterrows()), style="dim"))
     unstable = rows[rows.apply(analysis.unstable, axis=1)] \
         if len(rows) else rows
