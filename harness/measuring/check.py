@@ -11,6 +11,18 @@ once more after timing); whatever the strategy raises becomes the case's
 verdict (``failure_verdict``). ``check_plan`` lists what ``scatterbench check`` runs
 for a config, ``adversarial_items`` what one strategy is held to per device and
 dtype, and ``run_one_check`` runs one item of either.
+
+Training modes (SPEC 1.5, impls/training.py): a ``Reference`` made in
+``backward`` or ``forward+backward`` also holds the case's incoming gradient
+and the oracle's gradient of the differentiated input; ``prepare_case``
+prepares the strategy's timed call in that mode (``training.prepare``),
+``judge`` holds its output to ``training.compare``, and everything else
+(the known-defect rule, call 1 against call 4, the inputs' fingerprints, the
+incoming gradient's among them) is the forward's. A strategy with no
+backward is ``skipped`` in those modes with the reason. ``check`` also runs
+``torch.autograd.gradcheck`` in float64 on a small case for each eager
+torch strategy it checks in a training mode (``GradcheckItem``): what it
+finds is printed, never judged (the float64 oracle is the judge).
 """
 
 from __future__ import annotations
@@ -28,6 +40,7 @@ import numpy as np
 from harness.base.plugins import project_path
 from harness.measuring import memory, timing
 from impls.backends import applied_layout, backend_of, float_dtypes, get_backend, to_numpy
+from impls import training
 from impls.common import DTYPE_DIFFERENCE, Verdict, round_to_dtype
 from impls.registry import NotApplicable, Strategy, get_operator
 from impls.status import (
@@ -42,7 +55,8 @@ from impls.status import (
     UPSTREAM_DEFECT,
 )
 
-MODES = ("random", "adversarial")
+MODES = ("random", "adversarial")  # the input generator's modes (not the training modes, training.MODES)
+FORWARD = training.FORWARD
 # Phases of checking one case, as the sweep's progress display and phase_s name them.
 PHASE_CHECK, PHASE_PREPARE = "check", "prepare/compile"
 # What a strategy may raise that is a finding about it, not a crash of the suite:
@@ -65,23 +79,35 @@ class Reference:
     expected: object  # the oracle's output
     mode: str = ""  # the generator mode the inputs were drawn in
     params: dict = field(default_factory=dict)  # the case's parameters (the compare may need them)
+    training: str = FORWARD  # the training mode (SPEC 1.5) the case is run and judged in
+    grad: Any = None  # training modes: the incoming gradient, float64 holding what the dtype stores
+    expected_grad: Any = None  # training modes: the oracle's gradient of the differentiated input
 
 
-def reference(op_name: str, params: dict, dtype: str, mode: str, seed: int) -> Reference:
+def reference(op_name: str, params: dict, dtype: str, mode: str, seed: int, training_mode: str = FORWARD) -> Reference:
+    """A case's inputs drawn in the generator's ``mode`` and rounded to
+    ``dtype``, the oracle's output and, in a training mode, the incoming
+    gradient (drawn in the same generator mode) and the oracle's gradient."""
+    training.check_mode(training_mode)
     op = get_operator(op_name)
     raw = op.generate(params, mode, seed)
     inputs = {key: round_to_dtype(value, dtype) if getattr(value, "dtype", None) is not None
               and value.dtype.kind == "f" else value for key, value in raw.items()}
-    return Reference(inputs, op.oracle(inputs, params), mode, dict(params))
+    ref = Reference(inputs, op.oracle(inputs, params), mode, dict(params), training_mode)
+    if training_mode == FORWARD or op.gradient is None:
+        return ref  # an operator without a gradient: training.prepare skips every strategy of it
+    grad, expected_grad = training.gradient_case(op, inputs, params, mode, seed, dtype)
+    return replace(ref, grad=grad, expected_grad=expected_grad)
 
 
 @lru_cache(maxsize=8)  # check sizes are small, but config points can reach check.max_bytes
-def _cached_reference(op_name, params_items, dtype, mode, seed):
-    return reference(op_name, dict(params_items), dtype, mode, seed)
+def _cached_reference(op_name, params_items, dtype, mode, seed, training_mode):
+    return reference(op_name, dict(params_items), dtype, mode, seed, training_mode)
 
 
-def cached_reference(op_name: str, params: dict, dtype: str, mode: str, seed: int) -> Reference:
-    return _cached_reference(op_name, tuple(sorted(params.items())), dtype, mode, seed)
+def cached_reference(op_name: str, params: dict, dtype: str, mode: str, seed: int,
+                     training_mode: str = FORWARD) -> Reference:
+    return _cached_reference(op_name, tuple(sorted(params.items())), dtype, mode, seed, training_mode)
 
 
 def strategy_file(strat: Strategy | None) -> str | None:
@@ -166,24 +192,43 @@ class Prepared:
 def prepare_case(strat: Strategy, ref: Reference, params: dict, dtype: str, device: str,
                  layout: str = "contiguous") -> Prepared:
     """The reference inputs on the strategy's backend and device (their
-    fingerprints taken), and the strategy prepared on them. Raises what the
-    strategy raises."""
+    fingerprints taken), and the strategy prepared on them; in a training
+    mode, the incoming gradient too, in the same layout (an input like the
+    others: a backward must leave it alone), and the strategy's call in that
+    mode (``training.prepare``: NotApplicable, so ``skipped``, for a strategy
+    with no backward). Raises what the strategy raises."""
     op = get_operator(strat.op)
     backend = get_backend(strat.backend)
     inputs = op.to_backend(ref.inputs, strat.backend, device, dtype, layout)
+    native_grad, watched = None, dict(inputs)
+    if ref.training != FORWARD:
+        reason = training.applies(strat, ref.training, params)
+        if reason:
+            raise NotApplicable(reason)
+        native_grad = training.gradient_to_backend(op, ref.grad, strat.backend, device, dtype, layout)
+        watched[op.gradient.name] = native_grad
     backend.synchronize(device)
-    prints = fingerprints(inputs)
+    prints = fingerprints(watched)
     start = time.perf_counter()
-    run = strat.prepare(inputs, params)
+    if ref.training == FORWARD:
+        run = strat.prepare(inputs, params)
+    else:
+        run = training.prepare(strat, inputs, native_grad, params, ref.training)
     backend.synchronize(device)
     # A copy of the mapping: a strategy rebinding a key must not change what is compared.
-    return Prepared(run, time.perf_counter() - start, dict(inputs), prints)
+    return Prepared(run, time.perf_counter() - start, watched, prints)
 
 
 def judge(strat: Strategy, output: Any, ref: Reference, dtype: str, device: str = "cpu",
           layout: str = "contiguous") -> Verdict:
-    """A strategy's output against the oracle, by its operator's rule; a
-    mismatch a listed upstream defect explains becomes ``upstream-defect``."""
+    """A strategy's output against the oracle, by its operator's rule (in a
+    training mode, ``training.compare``: the gradient, and in forward+backward
+    the forward output too); a mismatch a listed upstream defect explains
+    becomes ``upstream-defect``."""
+    if ref.training != FORWARD:
+        verdict = training.compare(strat, output, ref.expected, ref.expected_grad, ref.inputs, ref.grad, dtype,
+                                   ref.params, ref.training)
+        return known_defect(strat, verdict, device=device, dtype=dtype, layout=layout, mode=ref.mode)
     op = get_operator(strat.op)
     wrong = [name for name in float_dtypes(output) if name != dtype]
     if wrong:
@@ -303,6 +348,9 @@ class CheckItem:
     mode: str
     layout: str
     skip: str = ""  # why the item is not run (a config point over check.max_bytes); "" runs it
+    training: str = FORWARD  # the training mode (SPEC 1.5); ``mode`` is the input generator's
+    # True: not a check but torch.autograd.gradcheck in float64 (``run_gradcheck``), informational
+    gradcheck: bool = False
 
     @property
     def label(self) -> str:
@@ -310,7 +358,12 @@ class CheckItem:
 
         from harness.base.format import params_label
 
-        where = "config point" if self.skip else f"{self.mode}/{self.layout}"
+        if self.gradcheck:
+            where = "gradcheck float64"
+        else:
+            where = "config point" if self.skip else f"{self.mode}/{self.layout}"
+            if self.training != FORWARD:
+                where = f"{self.training} {where}"
         return f"{where} {params_label(json.dumps(dict(self.params)))}"
 
 
@@ -366,20 +419,43 @@ def extra_set(op, strat, dtype: str) -> list[tuple[dict, str, str, str]]:
     return found
 
 
-def adversarial_items(strat: Strategy, device: str, dtype: str) -> list[CheckItem]:
-    """What ``strat`` is held to on ``device`` in ``dtype``, by ``check`` and
-    before the sweep times it: the operator's small adversarial cases in both
-    modes and every layout its backend has, then its extra checks (other
-    modes, other dtypes; kept out of those that break a precondition the
-    strategy declares)."""
+def adversarial_items(strat: Strategy, device: str, dtype: str, mode: str = FORWARD) -> list[CheckItem]:
+    """What ``strat`` is held to on ``device`` in ``dtype`` and the training
+    ``mode``, by ``check`` and before the sweep times it: the operator's
+    small adversarial cases in both input modes and every layout its backend
+    has (the incoming gradient in the same layout), then its extra checks
+    (other input modes, other dtypes; kept out of those that break a
+    precondition the strategy declares). In a training mode a strategy with
+    no backward has the same items, each ``skipped`` with the reason."""
+    training.check_mode(mode)
     op = get_operator(strat.op)
     check_cases, layouts = adversarial_set(op, strat)
-    items = [CheckItem(strat, tuple(sorted(params.items())), dtype, device, mode, layout)
-             for params in check_cases for mode in MODES for layout in layouts
+    items = [CheckItem(strat, tuple(sorted(params.items())), dtype, device, input_mode, layout, training=mode)
+             for params in check_cases for input_mode in MODES for layout in layouts
              if layout_applies(op, params, layout, strat.backend)]
-    items += [CheckItem(strat, tuple(sorted(params.items())), this_dtype, device, mode, layout)
-              for params, this_dtype, mode, layout in extra_set(op, strat, dtype)]
+    items += [CheckItem(strat, tuple(sorted(params.items())), this_dtype, device, input_mode, layout,
+                        training=mode)
+              for params, this_dtype, input_mode, layout in extra_set(op, strat, dtype)]
     return items
+
+
+def gradcheck_applies(strat: Strategy) -> bool:
+    """Whether ``check`` runs ``torch.autograd.gradcheck`` on ``strat``: an
+    eager torch strategy differentiated by autograd that computes in float64
+    (a compiled one would compile a graph per perturbed call)."""
+    return (strat.backend == "torch" and strat.differentiation == "autograd" and not strat.quick_check
+            and not get_backend(strat.backend).compiles and "float64" in strat.dtypes
+            and training.missing(strat) is None)
+
+
+def gradcheck_item(strat: Strategy, device: str, mode: str) -> CheckItem:
+    """The gradcheck of ``strat`` on ``device``: the operator's smallest check
+    case (by ``float64_bytes``), random inputs (ties would make the
+    finite differences straddle a kink), float64, contiguous."""
+    op = get_operator(strat.op)
+    params = min(op.check_cases(), key=lambda case: float64_bytes(op, case))
+    return CheckItem(strat, tuple(sorted(params.items())), "float64", device, "random", "contiguous",
+                     training=mode, gradcheck=True)
 
 
 def float64_bytes(op, params: dict) -> int:
@@ -389,32 +465,42 @@ def float64_bytes(op, params: dict) -> int:
 
 
 def check_plan(config, cases) -> list[CheckItem]:
-    """Each selected strategy's ``adversarial_items`` per device and dtype,
-    plus each config point that reads and writes at most ``check.max_bytes``
-    in float64 (``float64_bytes``), in both modes; a point over it is one
-    item that is not run, saying so (``skip``)."""
+    """Each selected strategy's ``adversarial_items`` per device, dtype and
+    training mode (the cases' modes: config ``modes``), plus each config point
+    that reads and writes at most ``check.max_bytes`` in float64
+    (``float64_bytes``), in both input modes and its training mode; a point
+    over it is one item that is not run, saying so (``skip``). An eager torch
+    strategy checked in a training mode also gets one ``gradcheck_item`` per
+    device."""
     items: list[CheckItem] = []
     seen, listed = set(), set()
     limit = config.check.max_bytes
     for case in cases:
         op = get_operator(case.op)
         strat = op.strategies[case.strategy]
-        key = (case.op, case.strategy, case.device, case.dtype)
+        mode = getattr(case, "mode", FORWARD)
+        key = (case.op, case.strategy, case.device, case.dtype, mode)
         if key not in seen:
             seen.add(key)
             # half-type extra cases come once, whatever dtypes the config has
-            for item in adversarial_items(strat, case.device, case.dtype):
+            for item in adversarial_items(strat, case.device, case.dtype, mode):
                 if item not in listed:
                     listed.add(item)
                     items.append(item)
+            if mode != FORWARD and gradcheck_applies(strat) \
+                    and (case.op, case.strategy, case.device, "gradcheck") not in seen:
+                seen.add((case.op, case.strategy, case.device, "gradcheck"))
+                items.append(gradcheck_item(strat, case.device, mode))
         moved = float64_bytes(op, case.params_dict)
         if moved <= limit:
-            for mode in MODES:
-                items.append(CheckItem(strat, case.params, case.dtype, case.device, mode, "contiguous"))
+            for input_mode in MODES:
+                items.append(CheckItem(strat, case.params, case.dtype, case.device, input_mode, "contiguous",
+                                       training=mode))
         else:
             items.append(CheckItem(strat, case.params, case.dtype, case.device, MODES[0], "contiguous",
                                    skip=f"not checked: it reads and writes {moved} bytes in float64, over "
-                                        f"check.max_bytes = {limit} (raise it to check this point)"))
+                                        f"check.max_bytes = {limit} (raise it to check this point)",
+                                   training=mode))
     return items
 
 
@@ -441,19 +527,29 @@ def check_memory_guard(item: CheckItem) -> str | None:
 
 def run_one_check(item: CheckItem, seed: int, timeout_s: float | None = None) -> Verdict:
     """One item: skipped when its backend is missing or its float64 reference
-    would not fit; else ``attempt``, within ``timeout_s`` (a hang is a
+    would not fit, or, in a training mode, when it has no backward (the
+    reason); else ``attempt``, within ``timeout_s`` (a hang is a
     ``timeout`` verdict, not a hung check). An item with a ``skip`` reason
-    is skipped with it."""
+    is skipped with it. A ``gradcheck`` item is ``run_gradcheck``'s."""
     if item.skip:
         return Verdict(SKIPPED, item.skip)
     unavailable = item.strategy.available()
     if unavailable:
         return Verdict(SKIPPED, unavailable)
+    no_backward = training.applies(item.strategy, item.training, dict(item.params))
+    if no_backward:
+        return Verdict(SKIPPED, no_backward)
+    if item.gradcheck:
+        try:
+            with timing.deadline(timeout_s):
+                return run_gradcheck(item, seed)
+        except timing.CaseTimeout as error:
+            return Verdict(SKIPPED, f"gradcheck not finished: {error}")
     too_big = check_memory_guard(item)
     if too_big:
         return Verdict(SKIPPED, too_big)
     try:
-        ref = cached_reference(item.strategy.op, dict(item.params), item.dtype, item.mode, seed)
+        ref = cached_reference(item.strategy.op, dict(item.params), item.dtype, item.mode, seed, item.training)
     except MemoryError:
         return Verdict(SKIPPED, "out of memory while building the float64 reference")
     try:
@@ -461,6 +557,37 @@ def run_one_check(item: CheckItem, seed: int, timeout_s: float | None = None) ->
             return attempt(item.strategy, ref, item.dtype, item.device, item.layout).verdict
     except timing.CaseTimeout as error:  # fired between the attempt's end and the deadline's
         return Verdict(TIMEOUT, str(error))
+
+
+GRADCHECK_AGREES = "autograd's backward agrees with the finite differences of its forward"
+
+
+def run_gradcheck(item: CheckItem, seed: int) -> Verdict:
+    """``torch.autograd.gradcheck`` of ``item``'s strategy in float64:
+    autograd's backward against the finite differences of the strategy's own
+    forward. The forward is held to the oracle by the checks, so agreement
+    shows that autograd's Jacobian and the oracle's agree. Informational,
+    never the judge: ``ok`` with what it found in the message (agreeing or
+    not), ``skipped`` when it could not run."""
+    import torch
+
+    strat, params = item.strategy, dict(item.params)
+    op = get_operator(strat.op)
+    key = op.gradient.input
+    try:
+        native = op.to_backend(op.generate(params, item.mode, seed), strat.backend, item.device, "float64")
+
+        def differentiable(value):
+            return op.gradient.output(strat.prepare({**native, key: value}, params)())
+
+        x = native[key].detach().clone().requires_grad_(True)
+        agrees = torch.autograd.gradcheck(differentiable, (x,), eps=1e-6, atol=1e-7, raise_exception=False)
+    except STRATEGY_FAULTS as error:
+        return Verdict(SKIPPED, f"gradcheck not run: {failure_verdict(error, strat, item.device).message}")
+    if agrees:
+        return Verdict(OK, f"gradcheck: {GRADCHECK_AGREES}")
+    return Verdict(OK, "gradcheck: autograd's backward DISAGREES with the finite differences of its forward "
+                       "(informational: the float64 oracle judges the backward)")
 
 
 def run_checks(items: list[CheckItem], seed: int, on_item=None, timeout_s: float | None = None) -> list[CheckResult]:
@@ -476,11 +603,13 @@ def run_checks(items: list[CheckItem], seed: int, on_item=None, timeout_s: float
 
 class AdversarialCheck:
     """What the sweep asks before it times a case: has this strategy, on this
-    device and in this dtype, passed its ``adversarial_items``? Each is asked
-    once per run (each item is run once, whichever key it serves), and the
-    first failing item is the answer for that key; ``results`` keeps every
-    item run, ``seconds`` what they cost. (Not a gate: "gate" is the CI
-    regression gate, harness/judging/wall_gate.py.)"""
+    device, in this dtype and in this training mode, passed its
+    ``adversarial_items``? Each is asked once per run (each item is run
+    once, whichever key it serves), and the first failing item is the answer
+    for that key; ``results`` keeps every item run, ``seconds`` what they
+    cost. A strategy with no backward has no failure in a training mode
+    (its items are skipped; the sweep skips its cases with the reason).
+    (Not a gate: "gate" is the CI regression gate, harness/judging/wall_gate.py.)"""
 
     def __init__(self, seed: int, timeout_s: float | None = None):
         self.seed, self.timeout_s = seed, timeout_s
@@ -490,29 +619,32 @@ class AdversarialCheck:
         self._failures: dict[tuple, Verdict | None] = {}
 
     @staticmethod
-    def key(strat: Strategy, device: str, dtype: str) -> tuple:
-        return strat.op, strat.name, device, dtype
+    def key(strat: Strategy, device: str, dtype: str, mode: str = FORWARD) -> tuple:
+        training.check_mode(mode)
+        return strat.op, strat.name, device, dtype, mode
 
-    def failure(self, strat: Strategy, device: str, dtype: str) -> Verdict | None:
-        """The first adversarial failure of ``strat`` (its status, and the
-        case in its message), or None once every item passed."""
-        key = self.key(strat, device, dtype)
+    def failure(self, strat: Strategy, device: str, dtype: str, mode: str = FORWARD) -> Verdict | None:
+        """The first adversarial failure of ``strat`` in the training
+        ``mode`` (its status, and the case in its message), or None once
+        every item passed."""
+        key = self.key(strat, device, dtype, mode)
         if key not in self._failures:
-            self._failures[key] = self._first_failure(strat, device, dtype)
+            self._failures[key] = self._first_failure(strat, device, dtype, mode)
         return self._failures[key]
 
-    def known(self, strat: Strategy, device: str, dtype: str) -> tuple[bool, Verdict | None]:
+    def known(self, strat: Strategy, device: str, dtype: str, mode: str = FORWARD) -> tuple[bool, Verdict | None]:
         """(asked already, its answer): what a child process need not ask again."""
-        key = self.key(strat, device, dtype)
+        key = self.key(strat, device, dtype, mode)
         return key in self._failures, self._failures.get(key)
 
-    def remember(self, strat: Strategy, device: str, dtype: str, failure: Verdict | None) -> None:
-        self._failures[self.key(strat, device, dtype)] = failure
+    def remember(self, strat: Strategy, device: str, dtype: str, failure: Verdict | None,
+                 mode: str = FORWARD) -> None:
+        self._failures[self.key(strat, device, dtype, mode)] = failure
 
-    def _first_failure(self, strat: Strategy, device: str, dtype: str) -> Verdict | None:
+    def _first_failure(self, strat: Strategy, device: str, dtype: str, mode: str) -> Verdict | None:
         from impls.status import FAILED
 
-        for item in adversarial_items(strat, device, dtype):
+        for item in adversarial_items(strat, device, dtype, mode):
             if item not in self._items:
                 start = time.perf_counter()
                 self._items[item] = run_one_check(item, self.seed, self.timeout_s)
@@ -533,17 +665,24 @@ class CheckSummary:
     failure_lines: list
     defect_lines: list
     skip_lines: list = field(default_factory=list)
+    gradcheck_lines: list = field(default_factory=list)  # informational; also at the head of ``text``
 
 
 def summarize_checks(results: list[CheckResult]) -> CheckSummary:
     """The counts by status, a FAIL line per failure, a line per known
     upstream defect, and SKIPPED lines: each config point over
     ``check.max_bytes`` by name, once for the strategies it was skipped for,
-    and any other reason once per strategy (a backend not installed)."""
+    and any other reason once per strategy and training mode (a backend not
+    installed, no backward). Gradchecks are not checks: each is a GRADCHECK
+    line (``text`` starts with them, so ``check`` prints them), never counted."""
     from collections import Counter
 
     from impls.status import FAILED, UPSTREAM_DEFECT
 
+    gradcheck_lines = [f"GRADCHECK {r.item.strategy.key} [{r.item.device} float64 "
+                       f"{params_text(r.item.params)}]: {r.verdict.message}"
+                       for r in results if r.item.gradcheck]
+    results = [r for r in results if not r.item.gradcheck]
     counts = Counter(r.verdict.status for r in results)
     failures = [r for r in results if r.verdict.status in FAILED]
     failure_lines = [f"FAIL {r.item.strategy.key} [{r.item.device} {r.item.dtype} {r.item.label}]: "
@@ -564,7 +703,8 @@ def summarize_checks(results: list[CheckResult]) -> CheckSummary:
         if item.skip:
             points.setdefault((item.strategy.op, item.device, item.dtype, item.label, item.skip), []).append(item)
         else:
-            reasons.setdefault((item.strategy.key, item.device, item.dtype, r.verdict.message), []).append(item)
+            key = item.strategy.key + ("" if item.training == FORWARD else f" {item.training}")
+            reasons.setdefault((key, item.device, item.dtype, r.verdict.message), []).append(item)
     skip_lines = [f"SKIPPED {op} [{device} {dtype} {label}] for "
                   f"{items[0].strategy.name if len(items) == 1 else f'{len(items)} strategies'}: {why}"
                   for (op, device, dtype, label, why), items in points.items()]
@@ -573,4 +713,13 @@ def summarize_checks(results: list[CheckResult]) -> CheckSummary:
                    for (key, device, dtype, message), items in reasons.items()]
     detail = ", ".join(f"{n} {status}" for status, n in sorted(counts.items()))
     text = f"{len(results)} checks, {len(failures)} failed" + (f" ({detail})" if detail else "")
-    return CheckSummary(len(failures), text, failure_lines, defect_lines, skip_lines)
+    text = "\n".join([*gradcheck_lines, text])
+    return CheckSummary(len(failures), text, failure_lines, defect_lines, skip_lines, gradcheck_lines)
+
+
+def params_text(params: tuple) -> str:
+    import json
+
+    from harness.base.format import params_label
+
+    return params_label(json.dumps(dict(params)))

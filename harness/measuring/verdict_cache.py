@@ -2,7 +2,7 @@
 second ``make bench`` costs little more than its timing.
 
 A verdict (passed, or the first failure with its status and message) is kept
-per strategy, device, dtype and seed, in a file named by the digest of
+per strategy, device, dtype, training mode (SPEC 1.5) and seed, in a file named by the digest of
 everything else it depends on (``fingerprint``): the source of every file
 under impls/, of the judging code (harness/measuring/check.py) and of each
 loaded plugin (``plugins.recorded``), the libraries' versions, Python, the
@@ -66,8 +66,10 @@ def covered_files() -> set[Path]:
     return files
 
 
-def entry_key(strat, device: str, dtype: str, seed: int) -> str:
-    return "|".join((strat.op, strat.name, device, dtype, str(seed)))
+def entry_key(strat, device: str, dtype: str, seed: int, mode: str = check.FORWARD) -> str:
+    """A verdict's key: a strategy's forward and its backward modes are
+    checked (and may fail) apart."""
+    return "|".join((strat.op, strat.name, device, dtype, mode, str(seed)))
 
 
 def line(from_cache: int, asked: int, path: Path) -> str:
@@ -124,7 +126,8 @@ class VerdictCache:
         for case in cases:
             strat = get_operator(case.op).strategies[case.strategy]
             if not strat.interpreted_on(case.device):  # the sweep never asks these (sweep.execute_case)
-                keys[(case.op, case.strategy, case.device, case.dtype)] = (strat, case.device, case.dtype)
+                mode = getattr(case, "mode", check.FORWARD)
+                keys[(case.op, case.strategy, case.device, case.dtype, mode)] = (strat, case.device, case.dtype, mode)
         return list(keys.values())
 
     def preload(self, adversarial: check.AdversarialCheck, cases) -> tuple[int, int]:
@@ -132,10 +135,10 @@ class VerdictCache:
         Returns (verdicts from the cache, strategy keys the cases ask about)."""
         kept = self._read()
         keys = self._keys(cases)
-        for strat, device, dtype in keys:
-            key = entry_key(strat, device, dtype, self.seed)
+        for strat, device, dtype, mode in keys:
+            key = entry_key(strat, device, dtype, self.seed, mode)
             if key in kept and self.keeps(strat):
-                adversarial.remember(strat, device, dtype, kept[key])
+                adversarial.remember(strat, device, dtype, kept[key], mode=mode)
                 self.preloaded.add(key)
         return len(self.preloaded), len(keys)
 
@@ -143,9 +146,9 @@ class VerdictCache:
         """Keeps every verdict ``adversarial`` reached itself for the cases'
         strategies (besides those preloaded and those ``UNKEPT``); returns how many."""
         new = {}
-        for strat, device, dtype in self._keys(cases):
-            key = entry_key(strat, device, dtype, self.seed)
-            asked, failure = adversarial.known(strat, device, dtype)
+        for strat, device, dtype, mode in self._keys(cases):
+            key = entry_key(strat, device, dtype, self.seed, mode)
+            asked, failure = adversarial.known(strat, device, dtype, mode)
             if not asked or key in self.preloaded or not self.keeps(strat):
                 continue
             if failure is not None and failure.status in UNKEPT:
