@@ -17,13 +17,11 @@ import os
 import re
 import subprocess
 import sys
-import inspect
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Callable
 
-import numpy as np
 
 from harness.base.config import (
     Case,
@@ -38,14 +36,14 @@ from harness.base import caches
 from harness.base.format import shorten
 from harness.measuring import ceilings as machine_ceilings
 from harness.measuring import check, facts, memory, pinning, timing, verdict_cache
-from harness.measuring.check import PHASE_CHECK, PHASE_PREPARE, Reference, reference
+from harness.measuring.check import PHASE_CHECK, Reference, reference
 from harness.measuring.session import Interrupted, PhaseClock, RunOutcome, RunSession  # noqa: F401 - Interrupted: sweep's public name
 from harness.results import stats, store
 from impls import training
 from impls.backends import NotApplicable, device_present, get_backend, itemsize
 from impls.common import Verdict
 from impls.registry import get_operator
-from impls.status import CORRECT, ERROR, INPUT_MODIFIED, MISMATCH, OK, SEVERITY, SKIPPED, TIMEOUT, UNREPEATABLE
+from impls.status import CORRECT, ERROR, SKIPPED, TIMEOUT
 
 # Phases of a case, as the progress display and phase_s name them (check and
 # prepare/compile: harness/measuring/check.py). "adversarial": the strategy's adversarial
@@ -120,127 +118,10 @@ def _load_avg() -> float:
 
 
 
-# ------------------------------------------------------------ training modes
-@dataclass(frozen=True)
-class GradientReference:
-    """A training-mode case group's incoming gradient and the float64
-    oracle's gradient of the differentiated input, from the same rounded
-    float64 inputs as the forward's ``Reference`` (``training.gradient_case``)."""
-    grad: np.ndarray  # float64, holding exactly the values the dtype can store
-    expected: np.ndarray
-
-
-def gradient_reference(case: Case, ref: Reference, seed: int) -> GradientReference:
-    grad, expected = training.gradient_case(case.op, ref.inputs, ref.params, ref.mode, seed, case.dtype)
-    return GradientReference(grad, expected)
-
-
-def prepare_training(strat, ref: Reference, grads: GradientReference, dtype: str, device: str,
-                     mode: str) -> check.Prepared:
-    """``check.prepare_case`` for a training mode: the inputs and the incoming
-    gradient on the strategy's backend (both fingerprinted: a backward must
-    leave its incoming gradient alone too), and ``training.prepare``'s call."""
-    op = get_operator(strat.op)
-    backend = get_backend(strat.backend)
-    inputs = op.to_backend(ref.inputs, strat.backend, device, dtype)
-    grad = training.gradient_to_backend(op, grads.grad, strat.backend, device, dtype)
-    backend.synchronize(device)
-    watched = {**inputs, op.gradient.name: grad}
-    prints = check.fingerprints(watched)
-    start = time.perf_counter()
-    run = training.prepare(strat, inputs, grad, ref.params, mode)
-    backend.synchronize(device)
-    return check.Prepared(run, time.perf_counter() - start, watched, prints)
-
-
-def judge_training(strat, output: Any, ref: Reference, grads: GradientReference, dtype: str, device: str,
-                   mode: str) -> Verdict:
-    """``check.judge`` for a training mode: ``training.compare``, then the
-    known upstream defects, as the forward's verdict is."""
-    verdict = training.compare(strat, output, ref.expected, grads.expected, ref.inputs, grads.grad, dtype,
-                               ref.params, mode)
-    return check.known_defect(strat, verdict, device=device, dtype=dtype, layout="contiguous", mode=ref.mode)
-
-
-def judge_training_again(strat, prepared: check.Prepared, ref: Reference, grads: GradientReference, dtype: str,
-                         device: str, mode: str, first: Verdict, *, calls: int, which: str) -> Verdict:
-    """``check.judge_again``'s rule for a training mode's call: its inputs
-    (the incoming gradient included) changed, ``input-modified``; a later
-    call wrong where the first was not, ``unrepeatable``; a later call
-    raising, its failure, saying which call; else the worse verdict."""
-    later, raised, last = None, None, "call 1"
-    if first.status != MISMATCH:
-        last = which
-        try:
-            output = None
-            for _ in range(calls):
-                output = None  # dropped before the next call, as the timer drops it
-                output = prepared.run()
-            later = judge_training(strat, output, ref, grads, dtype, device, mode)
-            del output
-        except check.STRATEGY_FAULTS as error:
-            raised = error
-    changed = prepared.changed_inputs()
-    if changed:
-        return Verdict(INPUT_MODIFIED, f"{changed} (inputs differ after {last} from before prepare; a strategy "
-                                       f"must leave its inputs alone)")
-    if raised is not None:
-        failed = check.failure_verdict(raised, strat, device)
-        return Verdict(failed.status, f"{which} on the same inputs: {failed.message}")
-    if later is None:
-        return first
-    if later.status == MISMATCH:
-        was = "matched the oracle" if first.status == OK else f"was {first.status}"
-        return Verdict(UNREPEATABLE, f"call 1 {was}, {which} on the same inputs did not: {later.message}",
-                       later.max_abs_err, later.rel_err, later.differences)
-    return first if SEVERITY.index(first.status) <= SEVERITY.index(later.status) else later
-
-
-def attempt_training(strat, ref: Reference, grads: GradientReference, dtype: str, device: str, mode: str, *,
-                     on_phase: Callable[[str], None] = lambda phase: None,
-                     repeat_call: int = check.SWEEP_REPEAT_CALL) -> check.Attempt:
-    """``check.attempt`` for a training mode: prepared (outside any timed
-    call), called once with its peak memory, judged, then called until its
-    ``repeat_call``-th call and judged again. Never raises for a strategy's
-    fault."""
-    setup_s = math.nan
-    try:
-        on_phase(PHASE_PREPARE)
-        prepared = prepare_training(strat, ref, grads, dtype, device, mode)
-        setup_s = prepared.setup_s
-        on_phase(PHASE_CHECK)
-        output, peak_bytes = memory.call_with_peak(prepared.run, get_backend(strat.backend), device)
-        verdict = judge_training(strat, output, ref, grads, dtype, device, mode)
-        del output
-        verdict = judge_training_again(strat, prepared, ref, grads, dtype, device, mode, verdict,
-                                       calls=repeat_call - 1, which=f"call {repeat_call}")
-    except check.STRATEGY_FAULTS as error:
-        return check.Attempt(check.failure_verdict(error, strat, device), setup_s=setup_s)
-    return check.Attempt(verdict, prepared, setup_s, peak_bytes)
-
-
-def _by_mode(method, mode: str) -> dict:
-    """``mode=mode`` for an ``AdversarialCheck`` method that keys its
-    answers by mode, nothing for one that checks the forward only."""
-    return {"mode": mode} if "mode" in inspect.signature(method).parameters else {}
-
-
-def _adversarial_failure(adversarial: check.AdversarialCheck, strat, case: Case) -> Verdict | None:
-    """The run's adversarial check of ``strat`` before its first timed case.
-    A training mode's adversarial check (its gradients' ties, NaN windows,
-    layouts) is the check's to run, by mode; where the check does not take
-    a mode, a training case is not held up by the forward's."""
-    by_mode = _by_mode(adversarial.failure, case.mode)
-    if not by_mode and case.mode != training.FORWARD:
-        return None
-    return adversarial.failure(strat, case.device, case.dtype, **by_mode)
-
-
 def execute_case(case: Case, config: Config, run_id: str, ceiling_gbps: float,
                  ref: Reference | None = None, flush=None,
                  on_phase: Callable[[str], None] = lambda phase: None,
-                 adversarial: check.AdversarialCheck | None = None, measure=None,
-                 grads: GradientReference | None = None) -> CaseResult:
+                 adversarial: check.AdversarialCheck | None = None, measure=None) -> CaseResult:
     """Checks, then times one case, in its mode (SPEC 1.5). Never raises for a strategy's fault
     (``Interrupted`` and ``KeyboardInterrupt`` do propagate). ``flush``: the
     backend's cache flush for the device, made here unless the caller passes
@@ -255,8 +136,8 @@ def execute_case(case: Case, config: Config, run_id: str, ceiling_gbps: float,
     (counting prepares it in its own thread's fresh heap). In a training
     mode (``case.mode``), a strategy with no backward is ``skipped`` with the
     reason; otherwise ``training.prepare``'s call is checked against the
-    gradient oracle (``grads``, made here unless the caller passes the case
-    group's), timed and judged again, as a forward call is."""
+    gradient oracle (``ref``, drawn in the case's mode: ``check.reference``),
+    timed and judged again, by the check's own path, as a forward call is."""
     row = base_row(case, run_id, ceiling_gbps)
     strat = get_operator(case.op).strategies[case.strategy]
     backend = get_backend(strat.backend)
@@ -268,7 +149,6 @@ def execute_case(case: Case, config: Config, run_id: str, ceiling_gbps: float,
     unavailable = strat.available()
     if unavailable:
         return finish(SKIPPED, unavailable)
-    forward = case.mode == training.FORWARD
     no_backward = training.applies(strat, case.mode, case.params_dict)
     if no_backward:
         return finish(SKIPPED, no_backward)
@@ -277,21 +157,16 @@ def execute_case(case: Case, config: Config, run_id: str, ceiling_gbps: float,
         return finish(SKIPPED, too_big)
     if adversarial is not None and not strat.interpreted_on(case.device):
         on_phase(PHASE_ADVERSARIAL)
-        failed = _adversarial_failure(adversarial, strat, case)
+        failed = adversarial.failure(strat, case.device, case.dtype, mode=case.mode)
         if failed is not None:
             return finish(failed.status, failed.message)
     try:
         with timing.deadline(config.timing.timeout_s):
             on_phase(PHASE_CHECK)
             if ref is None:
-                ref = reference(case.op, case.params_dict, case.dtype, "random", config.seed)
-            if forward:
-                tried = check.attempt(strat, ref, case.dtype, case.device, peak=True, on_phase=on_phase,
-                                      repeat_call=check.SWEEP_REPEAT_CALL)
-            else:
-                if grads is None:
-                    grads = gradient_reference(case, ref, config.seed)
-                tried = attempt_training(strat, ref, grads, case.dtype, case.device, case.mode, on_phase=on_phase)
+                ref = reference(case.op, case.params_dict, case.dtype, "random", config.seed, case.mode)
+            tried = check.attempt(strat, ref, case.dtype, case.device, peak=True, on_phase=on_phase,
+                                  repeat_call=check.SWEEP_REPEAT_CALL)
             verdict = tried.verdict
             row.update(setup_s=tried.setup_s, peak_mem_bytes=tried.peak_mem_bytes,
                        max_abs_err=verdict.max_abs_err, rel_err=verdict.rel_err)
@@ -303,12 +178,8 @@ def execute_case(case: Case, config: Config, run_id: str, ceiling_gbps: float,
                                        "not timed: the interpreter's speed is not the kernel's")
             on_phase(PHASE_TIME)
             if measure is not None:
-                if forward:
-                    def make_run():
-                        return check.prepare_case(strat, ref, ref.params, case.dtype, case.device).run
-                else:
-                    def make_run():
-                        return prepare_training(strat, ref, grads, case.dtype, case.device, case.mode).run
+                def make_run():
+                    return check.prepare_case(strat, ref, ref.params, case.dtype, case.device).run
                 row.update(measure(make_run, backend, case.device))
                 return finish(verdict.status, verdict.message)
             if flush is None:  # made only now: an unavailable backend's flush may not even import
@@ -319,12 +190,8 @@ def execute_case(case: Case, config: Config, run_id: str, ceiling_gbps: float,
             # (and the inputs), and a case whose later answer is wrong publishes no time.
             on_phase(PHASE_CHECK)
             after = f"the call after its {len(timed.samples_s)} timed samples"
-            if forward:
-                again = check.judge_again(strat, tried.prepared, ref, case.dtype, case.device, "contiguous",
-                                          verdict, calls=1, which=after)
-            else:
-                again = judge_training_again(strat, tried.prepared, ref, grads, case.dtype, case.device, case.mode,
-                                             verdict, calls=1, which=after)
+            again = check.judge_again(strat, tried.prepared, ref, case.dtype, case.device, "contiguous",
+                                      verdict, calls=1, which=after)
             if again.status not in CORRECT:
                 return finish(again.status, f"{again.message}; its timing is not published")
             verdict = again
@@ -349,7 +216,7 @@ def execute_isolated(case: Case, config: Config, run_id: str, ceiling_gbps: floa
                "adversarial": None}
     strat = get_operator(case.op).strategies[case.strategy]
     if adversarial is not None:
-        asked, failure = adversarial.known(strat, case.device, case.dtype, **_by_mode(adversarial.known, case.mode))
+        asked, failure = adversarial.known(strat, case.device, case.dtype, mode=case.mode)
         request["adversarial"] = {"asked": asked, "failure": _verdict_json(failure)}
     # The child's own deadline fires first; this one catches a native hang.
     limit = config.timing.timeout_s + 60
@@ -372,7 +239,7 @@ def execute_isolated(case: Case, config: Config, run_id: str, ceiling_gbps: floa
     answer = json.loads(lines[-1])
     if adversarial is not None and answer.get("adversarial", {}).get("asked"):
         adversarial.remember(strat, case.device, case.dtype, _verdict_of_json(answer["adversarial"]["failure"]),
-                             **_by_mode(adversarial.remember, case.mode))
+                             mode=case.mode)
     return CaseResult(answer["row"], answer["samples_s"]), answer.get("phase_s", {})
 
 
@@ -381,7 +248,6 @@ def _verdict_json(verdict) -> dict | None:
 
 
 def _verdict_of_json(data: dict | None):
-    from impls.common import Verdict
 
     return None if data is None else Verdict(data["status"], data["message"])
 
@@ -402,7 +268,7 @@ def child_main(stdin_text: str) -> None:
         adversarial = check.AdversarialCheck(config.seed, config.timing.timeout_s)
         if request["adversarial"]["asked"]:
             adversarial.remember(strat, device, dtype, _verdict_of_json(request["adversarial"]["failure"]),
-                                 **_by_mode(adversarial.remember, mode))
+                                 mode=mode)
     clock = PhaseClock()
     result = execute_case(case, config, request["run_id"], request["ceiling_gbps"], on_phase=clock,
                           adversarial=adversarial)
@@ -410,7 +276,7 @@ def child_main(stdin_text: str) -> None:
              for key, value in result.row.items()}
     answer = {"row": clean, "samples_s": [float(s) for s in result.samples_s], "phase_s": clock.totals()}
     if adversarial is not None:
-        asked, failure = adversarial.known(strat, device, dtype, **_by_mode(adversarial.known, mode))
+        asked, failure = adversarial.known(strat, device, dtype, mode=mode)
         answer["adversarial"] = {"asked": asked, "failure": _verdict_json(failure)}
     print(json.dumps(answer), flush=True)
 
@@ -432,7 +298,7 @@ def run_sweep(cases: list[Case], config: Config, writer, run_id: str, ceilings: 
     runs in its own process even without ``isolate``. ``measure``: see
     ``execute_case``."""
     rows = []
-    current_group, ref, grads, flushes = None, None, None, {}
+    current_group, ref, flushes = None, None, {}
     adversarial = adversarial if adversarial is not None else check.AdversarialCheck(config.seed, config.timing.timeout_s)
     on_phase = on_phase or (lambda phase: None)
     for case in cases:
@@ -447,20 +313,17 @@ def run_sweep(cases: list[Case], config: Config, writer, run_id: str, ceilings: 
                 on_phase.absorb(child_phases)
         else:
             if case.group != current_group:
-                current_group, ref, grads = case.group, None, None  # let the previous inputs go first
+                current_group, ref = case.group, None  # let the previous inputs go first
                 try:
                     if memory_guard(case) is None:
-                        ref = reference(case.op, case.params_dict, case.dtype, "random", config.seed)
-                        if case.mode != training.FORWARD and get_operator(case.op).gradient is not None:
-                            grads = gradient_reference(case, ref, config.seed)
+                        ref = reference(case.op, case.params_dict, case.dtype, "random", config.seed, case.mode)
                 except MemoryError:
-                    ref, grads = None, None
+                    ref = None
             backend = get_backend(get_operator(case.op).strategies[case.strategy].backend)
             key = (backend.name, case.device)
             if key not in flushes:
                 flushes[key] = backend.cache_flush(case.device)
-            result = execute_case(case, config, run_id, ceiling, ref, flushes[key], on_phase, adversarial, measure,
-                                  grads)
+            result = execute_case(case, config, run_id, ceiling, ref, flushes[key], on_phase, adversarial, measure)
         result.row.update(fresh_floor(case, result.row, getattr(writer, "meta", {}).get("fresh_write_gbps")))
         writer.append(result.row, result.samples_s)
         rows.append(result.row)
