@@ -102,3 +102,14 @@ def wait_for(predicate, what: str, timeout: float = 120, process: subprocess.Pop
     if process is not None:
         process.kill()
     pytest.fail(f"timed out waiting for {what}")
+
+
+def strategy_dtype_params(strategies):
+    """pytest params (strategy, dtype), one per dtype each strategy runs in;
+    a compiled one (``quick_check``: each dtype a compile) in the dtypes users
+    time it in, float32 and float64."""
+    import pytest
+
+    return [pytest.param(strat, dtype, id=f"{strat.key}-{dtype}") for strat in strategies
+            for dtype in ([d for d in strat.dtypes if d in ("float32", "float64")] if strat.quick_check
+                          else strat.dtypes)]

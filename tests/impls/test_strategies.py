@@ -16,6 +16,7 @@ from harness.measuring.check import (
     extra_set,
 )
 from impls.registry import get_operator
+from tests.helpers import strategy_dtype_params
 
 HALF = ("float16", "bfloat16")
 
@@ -26,12 +27,7 @@ def acceptable(strat, dtype, status):
     return status == "ok" or status == UPSTREAM_DEFECT or (status == "inexact" and strat.seed and dtype in HALF)
 
 
-CASES = []
-for strat in impls.all_strategies(device="cpu"):
-    # Compiled strategies: the dtypes users time them in; each dtype is a compile.
-    dtypes = [d for d in strat.dtypes if d in ("float32", "float64")] if strat.quick_check else strat.dtypes
-    for dtype in dtypes:
-        CASES.append(pytest.param(strat, dtype, id=f"{strat.key}-{dtype}"))
+CASES = strategy_dtype_params(impls.all_strategies(device="cpu"))
 
 
 @pytest.mark.parametrize("strat,dtype", CASES)

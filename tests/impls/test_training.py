@@ -23,7 +23,7 @@ from harness.measuring.check import adversarial_set, cached_reference, extra_set
 from impls import common, maxpool2d, training
 from impls.backends import NotApplicable
 from impls.registry import OPERATORS, Gradient, Operator, ParamSpec, get_operator, strategy
-from tests.helpers import ROOT
+from tests.helpers import ROOT, strategy_dtype_params
 
 HALF = ("float16", "bfloat16")
 OPS = ("maxpool2d", "maxunpool", "dispersion", "dispersion_pinv")
@@ -55,14 +55,9 @@ def acceptable(strat, dtype, status):
     return status == "inexact" and dtype in HALF and (framework or strat.seed)
 
 
-CASES = []
-for strat in impls.all_strategies(device="cpu"):
-    if strat.op not in OPS or training.missing(strat):
-        continue
-    # torch.compile: each case, layout and mode is a compile of a forward and a backward graph (~25 s here).
-    dtypes = [d for d in strat.dtypes if d in ("float32", "float64")] if strat.quick_check else strat.dtypes
-    for dtype in dtypes:
-        CASES.append(pytest.param(strat, dtype, id=f"{strat.key}-{dtype}"))
+# torch.compile: each case, layout and mode is a compile of a forward and a backward graph (~25 s here).
+CASES = strategy_dtype_params([strat for strat in impls.all_strategies(device="cpu")
+                               if strat.op in OPS and not training.missing(strat)])
 
 
 @pytest.mark.parametrize("strat,dtype", CASES)
