@@ -106,8 +106,11 @@ def fresh_floor(case: Case, row: dict, fresh_write_gbps: dict | None) -> dict:
             or not math.isfinite(fresh)):
         return {"fresh_floor_s": math.nan, "pct_of_fresh_floor": math.nan}
     written = op.bytes_written(case.params_dict, itemsize(case.dtype), op.strategies[case.strategy].returns)
-    floor = stats.fresh_floor_s(row["bytes"], written, row["ceiling_gbps"], fresh)
-    return {"fresh_floor_s": floor, "pct_of_fresh_floor": stats.pct_of_floor(floor, row.get("median_s", math.nan))}
+    # An isolated case's row comes back through JSON: its empty numbers are None.
+    number = {key: (row.get(key) if isinstance(row.get(key), (int, float)) else math.nan)
+              for key in ("bytes", "ceiling_gbps", "median_s")}
+    floor = stats.fresh_floor_s(number["bytes"], written, number["ceiling_gbps"], fresh)
+    return {"fresh_floor_s": floor, "pct_of_fresh_floor": stats.pct_of_floor(floor, number["median_s"])}
 
 
 def _load_avg() -> float:

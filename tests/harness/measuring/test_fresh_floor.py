@@ -43,3 +43,18 @@ benchmarks:
     # values only writes no indices: a smaller fresh output, a smaller floor
     by_name = rows.set_index("strategy")
     assert by_name.loc["torch_max_pool2d", "fresh_floor_s"] < by_name.loc["torch_max_pool2d_indices", "fresh_floor_s"]
+
+
+@pytest.mark.parametrize("missing", [None, math.nan])
+def test_an_isolated_rows_empty_numbers_leave_the_floor_empty_not_a_crash(missing):
+    """An isolated case's row comes back through JSON, its NaNs as None (a busy
+    ceiling, an untimed case): the floor is empty, the run goes on."""
+    from harness.base.config import Case
+    from harness.measuring import sweep
+
+    case = Case("maxpool2d", "torch_max_pool2d_indices", "cpu", "float32",
+                (("C", 1), ("H", 8), ("N", 1), ("W", 8), ("k", 2)))
+    floors = sweep.fresh_floor(case, {"bytes": 1000, "ceiling_gbps": missing, "median_s": missing}, {"numpy": 5.0})
+    assert math.isnan(floors["fresh_floor_s"]) and math.isnan(floors["pct_of_fresh_floor"])
+    timed = sweep.fresh_floor(case, {"bytes": 1000, "ceiling_gbps": 10.0, "median_s": missing}, {"numpy": 5.0})
+    assert timed["fresh_floor_s"] > 0 and math.isnan(timed["pct_of_fresh_floor"])
