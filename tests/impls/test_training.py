@@ -64,6 +64,11 @@ CASES = strategy_dtype_params([strat for strat in impls.all_strategies(device="c
 def test_backward_matches_the_oracle_and_repeats(strat, dtype):
     if strat.available():
         pytest.skip(strat.available())
+    if strat.op == "maxpool2d" and strat.interpreted_on("cpu") and dtype == "bfloat16":
+        # The forward's known defect (impls/defects.py): the interpreter converts bfloat16
+        # subnormals wrongly, so the forward's indices, and the backward's scatter to them, are
+        # wrong under it; the check reports that forward as upstream-defect. A GPU checks the kernel.
+        pytest.skip("triton-interpreter-bf16-subnormal: the Triton interpreter's bfloat16 subnormals")
     op = get_operator(strat.op)
     check_cases, layouts = adversarial_set(op, strat)
     input_modes = INPUT_MODES
