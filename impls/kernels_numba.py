@@ -133,6 +133,17 @@ def dispersion(x, mask, S, y):
                 y_slice[w] += x_row[w] * mask_row[w]
 
 
+@numba.njit(cache=True)
+def _coverage(C, W, S, out_W, dtype):
+    """How many channels cover each of the W' columns (alpha, SPEC 1.4): what
+    the pseudo-inverse and its adjoint both divide by."""
+    coverage = np.zeros(out_W, dtype=dtype)
+    for i in range(C):
+        for w in range(W):
+            coverage[i * S + w] += 1
+    return coverage
+
+
 @numba.njit(**_JIT)
 def dispersion_pinv(y, mask, S, x):
     """Coverage computed once per call (W' values); then per (b, h) row each
@@ -141,10 +152,7 @@ def dispersion_pinv(y, mask, S, x):
     the parallel loop): y read once from memory, x written once."""
     B, C, H, W = x.shape
     out_W = y.shape[3]
-    coverage = np.zeros(out_W, dtype=x.dtype)
-    for i in range(C):
-        for w in range(W):
-            coverage[i * S + w] += 1
+    coverage = _coverage(C, W, S, out_W, x.dtype)
     for plane_row in prange(B * H):
         b = plane_row // H
         h = plane_row % H
@@ -246,10 +254,7 @@ def dispersion_pinv_backward(grad_x, mask, S, grad_y):
     grad_y written once."""
     B, C, H, W = grad_x.shape
     out_W = grad_y.shape[3]
-    coverage = np.zeros(out_W, dtype=grad_y.dtype)
-    for i in range(C):
-        for w in range(W):
-            coverage[i * S + w] += 1
+    coverage = _coverage(C, W, S, out_W, grad_y.dtype)
     for plane_row in prange(B * H):
         b = plane_row // H
         h = plane_row % H
