@@ -92,7 +92,16 @@ def gpu_name() -> str | None:
     return details.get("name") if details else None
 
 
+# A copy of the checkout without .git (a lent GPU machine gets the working
+# tree alone) names the commit it was copied from here.
+COMMIT_ENV = "SCATTERBENCH_GIT_COMMIT"
+
+
 def git_commit(cwd: str | None = None) -> str | None:
+    return _git_commit(cwd) or os.environ.get(COMMIT_ENV) or None
+
+
+def _git_commit(cwd: str | None) -> str | None:
     try:
         out = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
                              cwd=cwd or os.path.dirname(os.path.dirname(os.path.abspath(__file__))),

@@ -31,6 +31,12 @@ def test_the_commit_of_this_checkout_and_none_outside_one(tmp_path):
     assert facts.git_commit(str(tmp_path)) is None
 
 
+def test_a_copy_without_git_takes_the_commit_it_is_given_and_git_wins_where_there(tmp_path, monkeypatch):
+    monkeypatch.setenv(facts.COMMIT_ENV, "0123abcd")
+    assert facts.git_commit(str(tmp_path)) == "0123abcd"
+    assert facts.git_commit(str(ROOT)) != "0123abcd"
+
+
 def test_versions_of_installed_packages_and_none_for_missing_ones():
     assert facts.version("numpy") == __import__("numpy").__version__
     assert facts.version("no-such-package-xyz") is None
