@@ -33,6 +33,8 @@ INDEX = "index"  # an index that is not the expected one
 SUBNORMAL_WINDOW_INDEX = "subnormal-window-index"  # a wrong index in a window holding a subnormal
 INDEX_OUTSIDE = "index-outside-plane"
 NEG_INF_WINDOW_INDEX_0 = "neg-inf-window-index-0"  # index 0 for an all -inf window that does not hold it
+# a gradient that differs only because all -inf windows' gradients went to the plane's element 0
+NEG_INF_WINDOW_GRAD_0 = "neg-inf-window-grad-0"
 # ... and the one kind a relative compare names: inf or NaN where the oracle is finite.
 NON_FINITE = "non-finite"
 

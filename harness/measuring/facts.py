@@ -92,13 +92,14 @@ def gpu_name() -> str | None:
     return details.get("name") if details else None
 
 
-# A copy of the checkout without .git (a lent GPU machine gets the working
-# tree alone) names the commit it was copied from here.
+# A copy of the checkout names the commit it was copied from here, and that
+# wins: a lent GPU machine's copy holds the working tree with a stale .git
+# (seen: HEAD the session's first commit, "-dirty" by everything since).
 COMMIT_ENV = "SCATTERBENCH_GIT_COMMIT"
 
 
 def git_commit(cwd: str | None = None) -> str | None:
-    return _git_commit(cwd) or os.environ.get(COMMIT_ENV) or None
+    return os.environ.get(COMMIT_ENV) or _git_commit(cwd)
 
 
 def _git_commit(cwd: str | None) -> str | None:

@@ -333,6 +333,8 @@ class RunWriter:
                 raise ResultError(f"{self.directory}: already holds run {previous['run_id']}; "
                                   f"use --resume {self.directory} or another -o")
             self.meta = dict(previous, resumed=previous.get("resumed", []) + [meta.get("start_time")])
+            # The stop that made this resumption needed is over: this session's own ending is recorded.
+            self.meta.pop("interrupted_by", None)
             for key in ("status", "interrupted_by"):
                 if key in meta:
                     self.meta[key] = meta[key]

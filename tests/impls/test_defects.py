@@ -150,3 +150,43 @@ def test_triton_interpreter_bf16_subnormals_are_matched_only_there():
         mixed = Verdict("mismatch", "", differences=frozenset({"subnormal", kind}))
         assert defects.match(strat, mixed, versions=versions, **where) is None, kind
     assert defects.match(strategy("numba_fused"), flushed, versions=versions, **where) is None
+
+
+@pytest.mark.parametrize("where_the_gradient_goes", ["dropped", "summed at element 0"])
+def test_torch_cuda_channels_last_backward_of_neg_inf_windows_is_the_same_defect(where_the_gradient_goes):
+    """Seen on an H200 (torch 2.11.0+cu130): in the training modes, the
+    channels-last backward of torch_max_pool2d (values only: autograd saves
+    the same wrong indices) and torch_max_pool2d_indices misplaces the
+    gradient of every all -inf window; the same defect explains it there and
+    only there, and a gradient wrong anywhere else is not excused."""
+    ref = reference("maxpool2d", PARAMS, "float32", "adversarial", 0)
+    x = ref.inputs["x"]
+    grad = maxpool2d.generate_grad(PARAMS, "adversarial", 0)
+    expected = maxpool2d.grad_oracle(ref.inputs, grad, PARAMS)
+    N, C, H, W = x.shape
+    neg_inf = np.isneginf(x.reshape(N, C, H // 2, 2, W // 2, 2)).all(axis=(3, 5))
+    assert neg_inf.any(), "the adversarial set has all -inf windows"
+    got = expected.astype(np.float32).copy()
+    for n, c, i, j in zip(*np.nonzero(neg_inf)):
+        moved = got[n, c, 2 * i, 2 * j]
+        got[n, c, 2 * i, 2 * j] = 0.0
+        if where_the_gradient_goes != "dropped":
+            got[n, c, 0, 0] += moved
+    cuda_nhwc = dict(device="cuda", dtype="float32", layout="channels_last", mode="adversarial")
+    for name in ("torch_max_pool2d", "torch_max_pool2d_indices"):
+        strat = strategy(name)
+        verdict = maxpool2d.grad_compare(got, expected, ref.inputs, grad, "float32", strat, PARAMS)
+        assert verdict.status == "mismatch" and verdict.differences == {"neg-inf-window-grad-0"}, verdict
+        found = defects.match(strat, verdict, versions=VERSIONS, **cuda_nhwc)
+        assert found and found.id == "torch-cuda-nhwc-maxpool-neg-inf-index"
+        assert defects.match(strat, verdict, versions=VERSIONS, **dict(cuda_nhwc, device="cpu")) is None
+        assert defects.match(strat, verdict, versions=VERSIONS, **dict(cuda_nhwc, layout="contiguous")) is None
+    assert defects.match(strategy("triton_fused"), verdict, versions=VERSIONS, **cuda_nhwc) is None
+    # one more wrong element anywhere: a plain value difference, not excused
+    worse = got.copy()
+    finite = np.argwhere((expected != 0) & ~np.isnan(expected))
+    worse[tuple(finite[-1])] += 1.0
+    verdict = maxpool2d.grad_compare(worse, expected, ref.inputs, grad, "float32", strategy("torch_max_pool2d"),
+                                     PARAMS)
+    assert verdict.differences == {"value"}
+    assert defects.match(strategy("torch_max_pool2d"), verdict, versions=VERSIONS, **cuda_nhwc) is None

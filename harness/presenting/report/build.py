@@ -52,7 +52,8 @@ INTRO = ("Every number below was measured by scatterbench on the machine named b
          "of per-call timings (SPEC 3), % of ceiling = bytes the operator must move / that device's "
          "measured copy bandwidth / median time. Strategies that failed the float64-oracle check are "
          "listed with their status, never dropped; inexact ones are hatched in the figures. % of ceiling "
-         "above 100 means the case's working set stayed in cache (the ceiling is a DRAM copy). A case "
+         "above 100 means the case's working set stayed in cache (the ceiling is a DRAM copy), or, on a "
+         "GPU, that a kernel which mostly reads outran a copy, whose rate counts equal reads and writes. A case "
          "measured by several runs on one machine shows the latest run's measurement. The timed call "
          "allocates its outputs afresh, as a user's call does: on the CPU the OS zeroes a fresh output's "
          "pages on first touch, which the copy ceiling (measured into a buffer already touched) does not "
@@ -78,7 +79,8 @@ def runs_section(doc: Doc, rows, metas: list[dict]) -> None:
     doc.table(*environment_table(metas, rows))
     doc.para(RUNS_NOTE)
     for meta in metas:
-        for warning in run_warnings(meta):
+        done = int((rows["run_id"] == meta.get("run_id")).sum()) if "run_id" in rows else None
+        for warning in run_warnings(meta, done):
             doc.para(warning)
     doc.heading(2, "Hardware")
     doc.table(*hardware_table(metas))

@@ -280,11 +280,18 @@ def ceiling_cell(meta: dict) -> str:
     return ", ".join(cells) or "–"
 
 
-def run_warnings(meta: dict) -> list[str]:
+def run_warnings(meta: dict, cases_done: int | None = None) -> list[str]:
     """Why a run's numbers may be pessimistic: a busy machine, a low ceiling;
-    and what the report lacks for a run whose plugins are not here."""
+    what the report lacks for a run whose plugins are not here, and for one
+    that was stopped before its last case (``cases_done`` of its rows here)."""
     record = runmeta.record(meta)
     run, warnings = record.run_id, [f"Warning: {line}." for line in meta.get("plugins_missing", [])]
+    planned = meta.get("n_cases")
+    if meta.get("status") != "complete" and cases_done is not None and planned and cases_done < planned:
+        stopped = f" by {meta['interrupted_by']}" if meta.get("interrupted_by") else ""
+        warnings.append(f"Warning: run {run} was stopped{stopped} after {cases_done} of its {planned} cases: "
+                        f"the cases it did not reach are missing here, not failed "
+                        f"(scatterbench run --resume finishes it).")
     count = analysis.cores(meta)
     loads = [("at the start", (_loads(record.load_avg_start) or [None])[0]),
              ("at the end", (_loads(record.load_avg_end) or [None])[0]),

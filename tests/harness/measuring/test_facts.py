@@ -24,17 +24,18 @@ def test_the_hardware_record_names_this_cpu():
     assert facts.cpu_slug().endswith(f"-x{os.cpu_count()}") and facts.cpu_slug() == facts.cpu_slug().lower()
 
 
-def test_the_commit_of_this_checkout_and_none_outside_one(tmp_path):
+def test_the_commit_of_this_checkout_and_none_outside_one(tmp_path, monkeypatch):
+    monkeypatch.delenv(facts.COMMIT_ENV, raising=False)
     head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
     commit = facts.git_commit(str(ROOT))
     assert commit in (head, f"{head}-dirty")
     assert facts.git_commit(str(tmp_path)) is None
 
 
-def test_a_copy_without_git_takes_the_commit_it_is_given_and_git_wins_where_there(tmp_path, monkeypatch):
+def test_a_copy_takes_the_commit_it_is_given_over_its_own_git(tmp_path, monkeypatch):
     monkeypatch.setenv(facts.COMMIT_ENV, "0123abcd")
     assert facts.git_commit(str(tmp_path)) == "0123abcd"
-    assert facts.git_commit(str(ROOT)) != "0123abcd"
+    assert facts.git_commit(str(ROOT)) == "0123abcd"
 
 
 def test_versions_of_installed_packages_and_none_for_missing_ones():

@@ -113,3 +113,14 @@ def test_runs_table_says_threads_in_words_and_wide_tables_scroll(tmp_path):
     md = report.build([run], tmp_path / "out").read_text()
     assert "numba default, numpy default, torch 2" in md and '"blas": null' not in md
     assert "<div class='wide'><table>" in (tmp_path / "out" / "report.html").read_text()
+
+
+def test_a_run_stopped_before_its_last_case_is_named_with_what_it_reached(tmp_path):
+    """A GPU lease ran out mid-sweep: the report must say the missing cases
+    were never reached, not leave the reader to think the sweep was smaller."""
+    stopped = fixture_run(tmp_path / "stopped", meta=dict(QUIET, n_cases=99, status="interrupted",
+                                                          interrupted_by="SIGTERM"))
+    md = report.build([stopped], tmp_path / "out").read_text()
+    assert "Warning: run stopped was stopped by SIGTERM after " in md and " of its 99 cases" in md
+    finished = fixture_run(tmp_path / "finished", meta=dict(QUIET, n_cases=99, status="complete"))
+    assert "was stopped" not in report.build([finished], tmp_path / "out2").read_text()

@@ -140,3 +140,16 @@ def test_each_version_is_migrated_in_turn(tmp_path):
     typed = store.read_run_meta(tmp_path)
     assert typed.threads == {"torch": 1, "numpy": None, "numba": 1}
     assert typed.hardware.cpu_model is None and typed.hardware.caches == {}
+
+
+def test_a_resumed_run_forgets_the_stop_it_resumes_from(tmp_path):
+    """A GPU run stopped by SIGTERM, resumed, then killed outside the writer's
+    reach read "running, interrupted by SIGTERM": the first stop's reason
+    outlived it."""
+    writer = RunWriter(tmp_path, {"run_id": "r", "start_time": "first"})
+    writer.update_meta(status="interrupted", interrupted_by="SIGTERM")
+    writer.close()
+    resumed = RunWriter(tmp_path, {"run_id": "r", "start_time": "later", "status": "running"})
+    meta = read_meta(tmp_path)
+    assert meta["status"] == "running" and "interrupted_by" not in meta and meta["resumed"] == ["later"]
+    resumed.close()
