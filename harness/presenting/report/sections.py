@@ -620,7 +620,9 @@ def answer_table(rows: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
         for machine in machines:
             on_machine = forward[forward["machine"] == machine]
             found = _answer_cells(on_machine) if len(on_machine) else ["not run", "–", "–", "–", "–"]
-            step = _training_cell(case[case["machine"] == machine]) if training else ""
+            # A training step is named only for a case some run trained: not "not run" in every cell
+            case_trained = training and bool((case["mode"] != FORWARD).any())
+            step = _training_cell(case[case["machine"] == machine]) if case_trained else "–"
             if len(machines) == 1:
                 cells += found + ([step] if training else [])
                 continue
@@ -630,7 +632,7 @@ def answer_table(rows: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
                           + ("seed not timed" if seed == "–" else f"{seed} the seed") + ", "
                           + ("the fastest built-in" if builtin == "is one" else
                              "no built-in timed" if builtin == "–" else f"{builtin} the best built-in"))
-                         + (f"; training step: {step}" if training else ""))
+                         + (f"; training step: {step}" if case_trained and step != "not run" else ""))
         table.append(cells)
     return header, table
 
@@ -656,8 +658,9 @@ def training_sentence(rows: pd.DataFrame) -> str:
     if not differ:
         return (f"Inference and training step agree on the fastest strategy in all {same} cases where both have a "
                 f"clear winner." if same else "")
+    agree = {0: "no other case has a clear winner in both", 1: "1 other case agrees"}.get(same, f"{same} other cases agree")
     return ("The fastest strategy for inference is not the fastest for a training step in " + "; ".join(differ)
-            + f" ({same} other case(s) agree).")
+            + f" ({agree}).")
 
 
 def machines_table(case: pd.DataFrame) -> tuple[list[str], list[list[str]]]:

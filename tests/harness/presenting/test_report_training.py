@@ -1,0 +1,42 @@
+"""The answer table's training step (SPEC 1.5), on committed runs: the H200
+run trained maxpool2d at 64×32×128² only, the CPU run trained nothing."""
+
+from harness.presenting.report import load as report_load
+from harness.presenting.report import sections
+from tests.helpers import ROOT
+
+GPU_RUN = ROOT / "results" / "20261126T045242-vm-gpu-1067"
+CPU_RUN = ROOT / "results" / "20261126T041354-vm-default-5246"
+
+
+def _row(table, size, dtype="float32"):
+    return next(cells for cells in table if cells[0] == "maxpool2d" and cells[1] == size and cells[2] == dtype)
+
+
+def test_a_training_step_is_named_only_where_a_run_trained_that_case():
+    rows, _ = report_load.load([GPU_RUN, CPU_RUN])
+    header, table = sections.answer_table(rows)
+    gpu = next(i for i, name in enumerate(header) if "H200" in name)
+    cpu = next(i for i, name in enumerate(header) if name.startswith("cpu"))
+    trained = _row(table, "N=64 C=32 H=128 W=128 k=2")
+    assert trained[gpu].startswith("torch_compile_reshape_argmax: ")
+    assert "; training step: triton_fused (forward+backward: " in trained[gpu]
+    assert "training step" not in trained[cpu]  # the CPU run trained nothing: no "not run" noise
+    untrained = _row(table, "N=16 C=64 H=512 W=512 k=3")
+    assert not any("training step" in cell for cell in untrained)
+
+
+def test_the_sentence_names_where_inference_and_training_disagree():
+    rows, _ = report_load.load([GPU_RUN])
+    sentence = sections.training_sentence(rows)
+    assert ("maxpool2d N=64 C=32 H=128 W=128 k=2 float32 on cuda: NVIDIA H200: torch_compile_reshape_argmax for "
+            "inference, triton_fused for a training step (forward+backward)") in sentence
+    assert sentence.endswith("(no other case has a clear winner in both).")
+
+
+def test_one_machine_keeps_a_training_column_with_a_dash_where_no_run_trained():
+    rows, _ = report_load.load([GPU_RUN])
+    header, table = sections.answer_table(rows)
+    assert header[-1] == "training step"
+    assert _row(table, "N=16 C=64 H=512 W=512 k=3")[-1] == "–"
+    assert _row(table, "N=64 C=32 H=128 W=128 k=2", "float16")[-1].startswith("triton_fused (forward+backward: ")
