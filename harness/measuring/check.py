@@ -84,19 +84,32 @@ class Reference:
     expected_grad: Any = None  # training modes: the oracle's gradient of the differentiated input
 
 
-def reference(op_name: str, params: dict, dtype: str, mode: str, seed: int, training_mode: str = FORWARD) -> Reference:
+def reference(op_name: str, params: dict, dtype: str, mode: str, seed: int, training_mode: str = FORWARD,
+              reuse: Reference | None = None) -> Reference:
     """A case's inputs drawn in the generator's ``mode`` and rounded to
     ``dtype``, the oracle's output and, in a training mode, the incoming
-    gradient (drawn in the same generator mode) and the oracle's gradient."""
+    gradient (drawn in the same generator mode) and the oracle's gradient.
+
+    ``reuse``: the reference of the same case (operator, params, dtype, mode,
+    seed) in another training mode. Its inputs, forward oracle and gradient
+    are this one's too (none depends on the training mode), so only what it
+    lacks is computed: at a real network's size the float64 oracle takes
+    seconds to tens of seconds, and a sweep in three modes paid it three times."""
     training.check_mode(training_mode)
     op = get_operator(op_name)
-    raw = op.generate(params, mode, seed)
-    inputs = {key: round_to_dtype(value, dtype) if getattr(value, "dtype", None) is not None
-              and value.dtype.kind == "f" else value for key, value in raw.items()}
-    ref = Reference(inputs, op.oracle(inputs, params), mode, dict(params), training_mode)
+    if reuse is None:
+        raw = op.generate(params, mode, seed)
+        inputs = {key: round_to_dtype(value, dtype) if getattr(value, "dtype", None) is not None
+                  and value.dtype.kind == "f" else value for key, value in raw.items()}
+        reuse = Reference(inputs, op.oracle(inputs, params), mode, dict(params))
+    elif reuse.mode != mode or reuse.params != dict(params):
+        raise ValueError(f"reuse: a reference of {reuse.mode} inputs at {reuse.params}, not {mode} at {params}")
+    ref = replace(reuse, training=training_mode)
     if training_mode == FORWARD or op.gradient is None:
-        return ref  # an operator without a gradient: training.prepare skips every strategy of it
-    grad, expected_grad = training.gradient_case(op, inputs, params, mode, seed, dtype)
+        return replace(ref, grad=None, expected_grad=None)  # without a gradient training.prepare skips every strategy
+    if ref.grad is not None:
+        return ref
+    grad, expected_grad = training.gradient_case(op, ref.inputs, params, mode, seed, dtype)
     return replace(ref, grad=grad, expected_grad=expected_grad)
 
 

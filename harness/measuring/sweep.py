@@ -301,7 +301,7 @@ def run_sweep(cases: list[Case], config: Config, writer, run_id: str, ceilings: 
     runs in its own process even without ``isolate``. ``measure``: see
     ``execute_case``."""
     rows = []
-    current_group, ref, flushes = None, None, {}
+    current_group, ref, flushes, previous_case = None, None, {}, None
     adversarial = adversarial if adversarial is not None else check.AdversarialCheck(config.seed, config.timing.timeout_s)
     on_phase = on_phase or (lambda phase: None)
     for case in cases:
@@ -316,12 +316,18 @@ def run_sweep(cases: list[Case], config: Config, writer, run_id: str, ceilings: 
                 on_phase.absorb(child_phases)
         else:
             if case.group != current_group:
-                current_group, ref = case.group, None  # let the previous inputs go first
+                # The same case in the next training mode shares its inputs and oracles; any
+                # other group lets the previous inputs go first.
+                reuse = ref if ref is not None and same_case(previous_case, case) else None
+                current_group, ref = case.group, None
                 try:
                     if memory_guard(case) is None:
-                        ref = reference(case.op, case.params_dict, case.dtype, "random", config.seed, case.mode)
+                        ref = reference(case.op, case.params_dict, case.dtype, "random", config.seed, case.mode,
+                                        reuse=reuse)
                 except MemoryError:
                     ref = None
+                del reuse
+            previous_case = case
             backend = get_backend(get_operator(case.op).strategies[case.strategy].backend)
             key = (backend.name, case.device)
             if key not in flushes:
@@ -531,6 +537,11 @@ def execute_run(plan: RunPlan, argv: list[str], *, isolate: bool = False, on_sta
             kept.save(adversarial, plan.cases)
         session.complete()
     return session.outcome
+
+
+def same_case(first, second) -> bool:
+    """Whether two cases differ at most in their training mode (and strategy)."""
+    return first is not None and (first.op, first.params, first.dtype) == (second.op, second.params, second.dtype)
 
 
 def plan_meta(plan: RunPlan) -> dict:

@@ -3,6 +3,7 @@ mode, a strategy with no backward is skipped with its reason, the backward
 is checked against the gradient oracle, timed and judged again after timing,
 and its bytes are the mode's."""
 
+import dataclasses
 import json
 import math
 import re
@@ -12,7 +13,7 @@ import pytest
 from rich.console import Console
 
 from harness.base.config import Case, expand, parse_config
-from harness.measuring import sweep
+from harness.measuring import check, sweep
 from impls import maxpool2d, training
 from impls.backends import itemsize
 from impls.registry import get_operator
@@ -237,3 +238,48 @@ def test_bench_takes_a_mode_as_the_config_does():
     only = bench("maxpool2d", ["numba_fused"], mode="backward", plot=False, timing=FAST_TIMING,
                  threads=ONE_THREAD, **POOL)
     assert list(only.rows["mode"]) == ["backward"]
+
+
+def test_the_modes_of_one_case_share_one_forward_oracle_and_one_gradient_oracle(monkeypatch):
+    """At a real network's size the float64 oracle takes seconds: a sweep in
+    three modes computes it once per case, not once per mode, and the gradient
+    oracle once for backward and forward+backward."""
+    op = get_operator("maxpool2d")
+    calls = {"oracle": 0, "grad": 0}
+
+    def counted(name, function):
+        def wrapper(*args, **kwargs):
+            calls[name] += 1
+            return function(*args, **kwargs)
+        return wrapper
+
+    monkeypatch.setattr(op, "oracle", counted("oracle", op.oracle))
+    monkeypatch.setattr(op, "gradient", dataclasses.replace(op.gradient, oracle=counted("grad", op.gradient.oracle)))
+    config = parse_config({"timing": FAST_TIMING, "threads": ONE_THREAD,
+                           "benchmarks": [{"op": "maxpool2d", "strategies": ["torch_max_pool2d_indices"],
+                                           "params": POOL, "modes": MODES}]})
+    passed = check.AdversarialCheck(config.seed, config.timing.timeout_s)  # its oracles are not counted here
+    for mode in MODES:
+        passed.remember(op.strategies["torch_max_pool2d_indices"], "cpu", "float32", None, mode=mode)
+    rows = sweep.run_sweep(expand(config), config, ListWriter(), "oracle-once", {"cpu": 10.0},
+                           adversarial=passed)
+    assert [row["mode"] for row in rows] == MODES and all(row["status"] == "ok" for row in rows), rows
+    assert calls == {"oracle": 1, "grad": 1}
+
+
+def test_a_reused_reference_is_the_one_computed_afresh():
+    from harness.measuring.check import reference
+
+    forward = reference("maxpool2d", POOL, "float16", "random", 3)
+    for mode in ("backward", "forward+backward"):
+        fresh = reference("maxpool2d", POOL, "float16", "random", 3, mode)
+        reused = reference("maxpool2d", POOL, "float16", "random", 3, mode, reuse=forward)
+        assert reused.training == fresh.training == mode
+        np.testing.assert_array_equal(reused.grad, fresh.grad)
+        np.testing.assert_array_equal(reused.expected_grad, fresh.expected_grad)
+        for got, want in zip(reused.expected, fresh.expected):
+            np.testing.assert_array_equal(got, want)
+    back = reference("maxpool2d", POOL, "float16", "random", 3, "forward", reuse=fresh)
+    assert back.training == "forward" and back.grad is None and back.expected_grad is None
+    with pytest.raises(ValueError, match="reuse"):
+        reference("maxpool2d", dict(POOL, N=2), "float16", "random", 3, "backward", reuse=forward)
