@@ -295,6 +295,44 @@ def unpool_scatter(values: torch.Tensor, positions: torch.Tensor, out_shape):
     return out
 
 
+@_autotuned(key=["rows", "L", "P"])
+@triton.jit
+def _unpool_backward_kernel(grad_ptr, positions_ptr, grad_values_ptr, rows, L, P,
+                            WIDTH_P2: tl.constexpr, WIDE: tl.constexpr, TILE: tl.constexpr, MAX_W: tl.constexpr):
+    row, col, live, _ = _tile(rows, L, WIDTH_P2, WIDE, TILE, MAX_W)
+    if WIDE:
+        L, P = tl.cast(L, tl.int64), tl.cast(P, tl.int64)
+    pooled = row[:, None] * L + col[None, :]
+    pos = tl.load(positions_ptr + pooled, mask=live, other=0)
+    # A position outside [0, P) wrote nothing forward (unpool_scatter masks
+    # it), so nothing depends on its value: its gradient is 0.
+    inside = live & (pos >= 0) & (pos < P)
+    if not WIDE:
+        pos = pos.to(tl.int32)  # inside, pos < P, which fits int32 here
+    grad = tl.load(grad_ptr + row[:, None] * P + pos, mask=inside, other=0.0)
+    tl.store(grad_values_ptr + pooled, grad, mask=live)
+
+
+def unpool_backward(grad_out: torch.Tensor, positions: torch.Tensor, values_shape):
+    """maxunpool's backward (SPEC 1.5): grad_values = grad_out gathered at the
+    positions, one read per pooled element, grad_values written once. A
+    strided gradient is copied first (the kernel reads rows of P)."""
+    rows = values_shape[0] * values_shape[1]
+    L = 1
+    for size in values_shape[2:]:
+        L *= size
+    P = grad_out.numel() // max(rows, 1)
+    grad_out = grad_out.contiguous().reshape(rows, P)
+    positions = positions.reshape(rows, L).contiguous()
+    grad_values = torch.empty(values_shape, dtype=grad_out.dtype, device=grad_out.device)
+    if grad_values.numel():
+        grid, width_p2 = _grid(_unpool_backward_kernel, rows, L)
+        wide = needs_int64(grad_out.numel(), grad_values.numel())
+        _launch(_unpool_backward_kernel, grid, grad_out, positions, grad_values, rows, L, P,
+                WIDTH_P2=width_p2, WIDE=wide)
+    return grad_values
+
+
 @_autotuned(key=["rows", "C", "H", "W", "S", "sw"])
 @triton.jit
 def _dispersion_kernel(x_ptr, mask_ptr, y_ptr, rows, C, H, W, out_W, S, sb, sc, sh, sw,

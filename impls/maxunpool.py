@@ -280,6 +280,21 @@ def numba_gather_backward(inputs, params):
     return backward
 
 
+def triton_gather_backward(inputs, params):
+    """The Triton backward of both Triton strategies
+    (``kernels_triton.unpool_backward``): each grad_values element reads
+    grad_out at its position, written once; a position outside [0, P) wrote
+    nothing forward and gets 0."""
+    from impls import kernels_triton
+
+    positions, shape = inputs["positions"], tuple(inputs["values"].shape)
+
+    def backward(saved, grad_out):
+        return kernels_triton.unpool_backward(grad_out, positions, shape)
+
+    return backward
+
+
 PYTENSOR_NO_BACKWARD = ("backward not written yet (PyTensor's own pytensor.grad of the compiled graph "
                         "would be its framework's backward)")
 
@@ -645,8 +660,7 @@ def _window(params):
     return (params["k"], params["k"]) if params["form"] == "2d" else (1, params["f"])
 
 
-@strategy("maxunpool", backend="triton", requires=(POSITIONS_IN_WINDOW,),
-          no_backward="backward kernel not written yet")
+@strategy("maxunpool", backend="triton", requires=(POSITIONS_IN_WINDOW,), backward=triton_gather_backward)
 def triton_gather(inputs, params):
     """Added: unpooling as a gather over the output — each element reads the
     pooled value of its own window and keeps it if the stored position is its
@@ -662,7 +676,7 @@ def triton_gather(inputs, params):
     return kernels_triton.prepared(lambda: kernels_triton.unpool_gather(values, positions, out_shape, window))
 
 
-@strategy("maxunpool", backend="triton", no_backward="backward kernel not written yet")
+@strategy("maxunpool", backend="triton", backward=triton_gather_backward)
 def triton_scatter(inputs, params):
     """Added: the general form — zero fill, then one scatter kernel of
     value/position pairs (masked outside [0, P)): two passes over the output."""

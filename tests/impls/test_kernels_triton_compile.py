@@ -162,6 +162,9 @@ def test_maxunpool_kernels_compile(monkeypatch, tmp_path, dtype, form):
     _compile_all(_capture(monkeypatch, lambda: kernels_triton.unpool_gather(values, positions, out_shape, window)),
                  tmp_path)
     _compile_all(_capture(monkeypatch, lambda: kernels_triton.unpool_scatter(values, positions, out_shape)), tmp_path)
+    grad_out = torch.randn(out_shape).to(dtype)
+    _compile_all(_capture(monkeypatch, lambda: kernels_triton.unpool_backward(grad_out, positions, values.shape)),
+                 tmp_path)
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
@@ -189,6 +192,8 @@ def _calls(size: str, dtype=torch.float16):
         "maxpool2d": lambda: kernels_triton.maxpool2d(torch.empty(1, 2, H, W, **meta), 3),
         "unpool_gather": lambda: kernels_triton.unpool_gather(values, positions, (1, 2, H, W), (2, 2)),
         "unpool_scatter": lambda: kernels_triton.unpool_scatter(values, positions, (1, 2, H, W)),
+        "unpool_backward": lambda: kernels_triton.unpool_backward(torch.empty(1, 2, H, W, **meta), positions,
+                                                                  values.shape),
         "dispersion": lambda: kernels_triton.dispersion(x, mask, S),
         "dispersion_pinv": lambda: kernels_triton.dispersion_pinv(y, mask, S, C),
     }
@@ -227,7 +232,8 @@ def test_large_launches_compute_indices_in_64_bits_small_ones_in_32(monkeypatch,
 
 
 KERNELS = [kernels_triton._maxpool2d_kernel, kernels_triton._unpool_gather_kernel, kernels_triton._unpool_scatter_kernel,
-           kernels_triton._dispersion_kernel, kernels_triton._dispersion_pinv_kernel]
+           kernels_triton._unpool_backward_kernel, kernels_triton._dispersion_kernel,
+           kernels_triton._dispersion_pinv_kernel]
 
 
 @pytest.mark.parametrize("kernel", KERNELS, ids=lambda kernel: _jit_function(kernel).__name__)

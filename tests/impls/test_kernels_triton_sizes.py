@@ -67,6 +67,9 @@ LARGE_GRIDS = {
     "unpool_gather 2x2**24 k2": (
         lambda: kernels_triton.unpool_gather(*_pooled(1, 1, 1, 2**23), (1, 1, 2, 2**24), (2, 2)), 2, 2**24),
     "maxpool2d 2x2**24 k2": (lambda: kernels_triton.maxpool2d(_meta(1, 1, 2, 2**24), 2), 1, 2**23),
+    "unpool_backward 1d 2**30 f3": (
+        lambda: kernels_triton.unpool_backward(_meta(1, 1, 3 * 2**30), _meta(1, 1, 2**30, dtype=torch.int64),
+                                               (1, 1, 2**30)), 1, 2**30),
     "dispersion C2**15 S2**10": (
         lambda: kernels_triton.dispersion(_meta(1, 2**15, 1, 256), _meta(1, 256), 2**10), 1, 256 + (2**15 - 1) * 2**10),
     "dispersion_pinv W2**24": (
@@ -105,6 +108,10 @@ INDEX_WIDTHS = {
         *_pooled(1, 1, 2**15, 2**14 + 1), (1, 1, 2**16, 2**15 + 2)), True),
     "unpool_scatter 1d 2**30 f3": (lambda: kernels_triton.unpool_scatter(
         _meta(1, 1, 2**30), _meta(1, 1, 2**30, dtype=torch.int64), (1, 1, 3 * 2**30)), True),
+    "unpool_backward plane 2**31 + 2**17": (lambda: kernels_triton.unpool_backward(
+        _meta(1, 1, 2**16, 2**15 + 2), _pooled(1, 1, 2**15, 2**14 + 1)[1], (1, 1, 2**15, 2**14 + 1)), True),
+    "unpool_backward plane 2**30": (lambda: kernels_triton.unpool_backward(
+        _meta(1, 1, 2**15, 2**15), _pooled(1, 1, 2**14, 2**14)[1], (1, 1, 2**14, 2**14)), False),
     "dispersion input 2**32": (lambda: kernels_triton.dispersion(_meta(1, 2, 2**15, 2**16), _meta(2**15, 2**16), 2),
                                True),
     "dispersion input 2**30": (lambda: kernels_triton.dispersion(_meta(1, 2, 2**13, 2**16), _meta(2**13, 2**16), 2),
@@ -150,6 +157,7 @@ def small_calls():
         "maxpool2d channels_last k3": lambda: kernels_triton.maxpool2d(x.to(memory_format=torch.channels_last), 3),
         "unpool_gather": lambda: kernels_triton.unpool_gather(pooled_values, pooled_indices, (2, 3, 7, 300), (2, 2)),
         "unpool_scatter": lambda: kernels_triton.unpool_scatter(pooled_values, pooled_indices, (2, 3, 7, 300)),
+        "unpool_backward": lambda: kernels_triton.unpool_backward(x, pooled_indices, pooled_values.shape),
         "dispersion": lambda: kernels_triton.dispersion(x_dispersion, mask, 3),
         "dispersion S0 bfloat16": lambda: kernels_triton.dispersion(x_half, mask.to(torch.bfloat16), 0),
         "dispersion_pinv": lambda: kernels_triton.dispersion_pinv(y, mask, 3, 4),
@@ -174,7 +182,7 @@ def _bits(t: torch.Tensor) -> torch.Tensor:
 
 
 @pytest.mark.parametrize("name", ["maxpool2d", "maxpool2d channels_last k3", "unpool_gather", "unpool_scatter",
-                                  "dispersion", "dispersion S0 bfloat16", "dispersion_pinv"])
+                                  "unpool_backward", "dispersion", "dispersion S0 bfloat16", "dispersion_pinv"])
 def test_int64_kernels_compute_what_int32_kernels_do(monkeypatch, small_calls, name):
     """Under the interpreter, the int64 variant (forced here, as sizes past
     2**31 choose it) gives the same bits as the int32 one, which the oracle

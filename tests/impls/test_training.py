@@ -279,12 +279,12 @@ def test_how_each_strategy_differentiates():
     for name in OPS:
         op = get_operator(name)
         assert op.strategies["numba_fused"].differentiation == "explicit"
-        if name != "maxunpool":  # Triton's unpool gather backward is not written yet
-            assert op.strategies["triton_fused"].differentiation == "explicit"
+        for triton_name in ("triton_gather", "triton_scatter") if name == "maxunpool" else ("triton_fused",):
+            assert op.strategies[triton_name].differentiation == "explicit", (name, triton_name)
         assert training.missing(op.strategies[op.baseline]) is None, name
 
 
-@pytest.mark.parametrize("key", ["maxunpool/triton_scatter", "maxpool2d/seed_reshape_max",
+@pytest.mark.parametrize("key", ["maxunpool/pytensor_seed_flat_set", "maxpool2d/seed_reshape_max",
                                  "maxunpool/pytensor_seed_broadcast"])
 def test_a_strategy_without_a_backward_is_not_applicable_with_its_reason(key):
     op_name, name = key.split("/")

@@ -112,7 +112,7 @@ def test_every_benchmark_of_a_shipped_config_expands():
     config = load_config(ROOT / "configs" / "quick.yaml")
     cases = expand(config)
     assert {case.op for case in cases} == {bench.op for bench in config.benchmarks}
-    assert len(cases) == 19
+    assert len(cases) == 28  # 19 forward, 9 backward
 
 
 def test_threads_are_keyed_by_backend_and_older_keys_still_read(tiny_config):
