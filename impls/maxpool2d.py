@@ -196,6 +196,8 @@ def _compare_indices(got, expected, ref_values, x, ties: str, k: int, dtype: str
     if got.dtype != np.int64:
         return Verdict("mismatch", f"indices: dtype {got.dtype}, expected int64",
                        differences=frozenset({common.DTYPE_DIFFERENCE}))
+    if np.array_equal(got, expected):  # the oracle's own indices: right under either tie rule
+        return Verdict("ok")
     N, C, H, W = x.shape
     if ((got < 0) | (got >= H * W)).any():
         bad = (got < 0) | (got >= H * W)

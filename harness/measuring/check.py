@@ -66,9 +66,10 @@ PHASE_CHECK, PHASE_PREPARE = "check", "prepare/compile"
 STRATEGY_FAULTS = (Exception, SystemExit, timing.CaseTimeout)
 # The call judged after the first, on the same prepared inputs: state kept
 # between calls (an accumulator zeroed once in prepare) shows by then, as 4x the
-# answer, and the three calls cost little on the check's small cases. The sweep,
-# which judges the call after its timed ones as well, judges call 2 of a case
-# before timing it (SWEEP_REPEAT_CALL): a call of a big case can take seconds.
+# answer, and the three calls cost little on the check's small cases. The sweep
+# judges a timed case's call 1 and the call after its timed samples (which
+# follow many calls); a case it counts or does not time, call 2
+# (SWEEP_REPEAT_CALL): a call and a judgement of a big case can take seconds.
 REPEAT_CALL = 4
 SWEEP_REPEAT_CALL = 2
 
@@ -266,7 +267,7 @@ def attempt(strat: Strategy, ref: Reference, dtype: str, device: str, layout: st
     """Prepares ``strat`` on the reference inputs, calls it once (measuring
     its peak memory when ``peak``) and judges the output, then calls it until
     its ``repeat_call``-th call and judges that one and the inputs
-    (``judge_again``). Never raises for a strategy's fault
+    (``judge_again``; ``repeat_call=1``: not here, the caller does it later). Never raises for a strategy's fault
     (``STRATEGY_FAULTS``); Ctrl-C and the caller's own interruptions do
     propagate. The one path of ``check`` and of the sweep."""
     setup_s = math.nan
@@ -281,8 +282,9 @@ def attempt(strat: Strategy, ref: Reference, dtype: str, device: str, layout: st
             output, peak_bytes = prepared.run(), math.nan
         verdict = judge(strat, output, ref, dtype, device, layout)
         del output  # the later calls allocate theirs as the timed ones do
-        verdict = judge_again(strat, prepared, ref, dtype, device, layout, verdict, calls=repeat_call - 1,
-                              which=f"call {repeat_call}")
+        if repeat_call > 1:  # 1: the caller judges a later call itself (the sweep, after timing)
+            verdict = judge_again(strat, prepared, ref, dtype, device, layout, verdict, calls=repeat_call - 1,
+                                  which=f"call {repeat_call}")
     except STRATEGY_FAULTS as error:
         return Attempt(failure_verdict(error, strat, device), setup_s=setup_s)
     return Attempt(verdict, prepared, setup_s, peak_bytes)
