@@ -252,7 +252,18 @@ def _request(cases: list[Case], plan: sweep.RunPlan, mode: str, **extra) -> str:
     config["threads"] = count_threads()
     config["timing"]["timeout_s"] = config["timing"]["timeout_s"] * (SLOWDOWN if mode == "count" else 1)
     return json.dumps({"mode": mode, "run_id": CHILD_RUN_ID, "config": config,
-                       "cases": [[c.op, c.strategy, c.device, c.dtype, c.params_dict] for c in cases], **extra})
+                       "cases": [case_fields(case) for case in cases], **extra})
+
+
+def case_fields(case: Case) -> list:
+    """A case as the child is sent it (JSON); ``case_of`` reads it back. The
+    mode travels too: without it a backward case came back as its forward."""
+    return [case.op, case.strategy, case.device, case.dtype, case.params_dict, case.mode]
+
+
+def case_of(fields: list) -> Case:
+    op, strategy, device, dtype, params, mode = fields
+    return Case(op, strategy, device, dtype, tuple(sorted(params.items())), mode)
 
 
 def _tail(path: Path) -> str:
@@ -489,8 +500,7 @@ def child_main(stdin_text: str) -> None:
 
     request = json.loads(stdin_text)
     config = parse_config(request["config"], "<counting run>")
-    cases = [Case(op, strategy, device, dtype, tuple(sorted(params.items())))
-             for op, strategy, device, dtype, params in request["cases"]]
+    cases = [case_of(fields) for fields in request["cases"]]
     if request["mode"] != "count":
         pinning.apply_threads(config.threads)
         sweep.run_sweep(cases, config, _RowPrinter(), request["run_id"], {}, measure=lambda make_run, backend, device: {})

@@ -250,6 +250,16 @@ def test_gpu_and_interpreted_cases_are_skipped_with_their_reason():
     assert callgrind.not_counted(Case("dispersion", "seed_loop", "cpu", "float32", ())) is None
 
 
+def test_a_case_reaches_the_counting_child_with_its_mode():
+    """A backward case once reached the child as its forward (the mode was
+    not sent) and the counts baseline of quick.yaml held the forward twice."""
+    cases = [Case("maxpool2d", "numba_fused", "cpu", "float32", (("C", 2), ("H", 8), ("N", 1), ("W", 8), ("k", 2)),
+                  mode) for mode in ("forward", "backward", "forward+backward")]
+    sent = json.loads(json.dumps([callgrind.case_fields(case) for case in cases]))
+    assert [callgrind.case_of(fields) for fields in sent] == cases
+    assert len({case.case_id for case in cases}) == 3
+
+
 def test_counting_refuses_isolate_and_report(tmp_path):
     for flag in ("--isolate", "--report"):
         done = scatterbench("run", ROOT / "configs" / "quick.yaml", "--instrument", "callgrind", flag,
