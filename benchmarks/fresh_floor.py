@@ -13,9 +13,7 @@ floor, with the load the run saw. Given result directories instead, it reads
 them (any run: the default sweep's, the models sweep's).
 
 Not a timed test: the numbers depend on the machine and its load, printed with
-them. A fresh floor exists for forward rows only (a training mode's outputs are
-gradients, whose split the sweep does not make), so the backward lines give %
-of the copy ceiling.
+them. In backward the fresh output is the gradient (``Gradient.bytes_written``).
 """
 
 from __future__ import annotations

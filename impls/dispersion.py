@@ -150,8 +150,13 @@ def grad_compare(out, ref, inputs, grad, dtype: str, strat, params=None) -> Verd
     return common.compare_relative("grad_x", out, ref, dtype)
 
 
+def grad_bytes_written(params, itemsize: int) -> int:
+    """grad_x, the size of x."""
+    return params["B"] * params["C"] * params["H"] * params["W"] * itemsize
+
+
 OP.gradient = Gradient(input="x", name="grad_y", generate=generate_grad, oracle=grad_oracle,
-                       bytes_moved=grad_bytes, compare=grad_compare)
+                       bytes_moved=grad_bytes, compare=grad_compare, bytes_written=grad_bytes_written)
 
 
 def loop_backward(inputs, params):

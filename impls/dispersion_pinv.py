@@ -156,8 +156,13 @@ def grad_compare(out, ref, inputs, grad, dtype: str, strat, params=None) -> Verd
     return common.compare_relative("grad_y", out, ref, dtype)
 
 
+def grad_bytes_written(params, itemsize: int) -> int:
+    """grad_y, the size of y."""
+    return params["B"] * params["H"] * dispersion.out_width(params) * itemsize
+
+
 OP.gradient = Gradient(input="y", name="grad_x", generate=generate_grad, oracle=grad_oracle,
-                       bytes_moved=grad_bytes, compare=grad_compare)
+                       bytes_moved=grad_bytes, compare=grad_compare, bytes_written=grad_bytes_written)
 
 
 def loop_cat_backward(inputs, params):

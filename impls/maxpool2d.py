@@ -12,6 +12,7 @@ bytes: x + values + indices.
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 
 import numpy as np
@@ -394,8 +395,14 @@ def values_of(output):
     return output[0] if isinstance(output, (tuple, list)) else output
 
 
+def grad_bytes_written(params, itemsize: int) -> int:
+    """grad_x, the size of x."""
+    return math.prod(params[key] for key in ("N", "C", "H", "W")) * itemsize
+
+
 OP.gradient = Gradient(input="x", name="grad_values", generate=generate_grad, oracle=grad_oracle,
-                       bytes_moved=grad_bytes, compare=grad_compare, output=values_of)
+                       bytes_moved=grad_bytes, compare=grad_compare, output=values_of,
+                       bytes_written=grad_bytes_written)
 
 
 def seed_update_grad_input(inputs, params):

@@ -186,8 +186,14 @@ def grad_compare(out, ref, inputs, grad, dtype: str, strat, params=None) -> Verd
     return common.compare_bitwise("grad_values", out, ref, dtype)
 
 
+def grad_bytes_written(params, itemsize: int) -> int:
+    """grad_values, the size of the pooled values."""
+    pooled, _ = shapes(params)
+    return math.prod(pooled) * itemsize
+
+
 OP.gradient = Gradient(input="values", name="grad_out", generate=generate_grad, oracle=grad_oracle,
-                       bytes_moved=grad_bytes, compare=grad_compare)
+                       bytes_moved=grad_bytes, compare=grad_compare, bytes_written=grad_bytes_written)
 
 
 def _grad_rows(grad_out, values):

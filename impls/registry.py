@@ -146,6 +146,9 @@ class Gradient:
     # A strategy's forward output -> its differentiable part (maxpool2d: the
     # values; its indices are integers).
     output: Callable[[Any], Any] = whole_output
+    # (params, itemsize) -> the bytes of ``bytes_moved`` that are the gradient
+    # written, a fresh output (the fresh-output floor's split); None: not split.
+    bytes_written: Callable[[Mapping[str, Any], int], int] | None = None
 
 
 @dataclass

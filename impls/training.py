@@ -314,3 +314,22 @@ def bytes_moved(op: Operator | str, params: Mapping[str, Any], itemsize: int, mo
     if mode == BACKWARD:
         return backward
     return op.bytes_moved(params, itemsize, op.whole_output) + backward
+
+
+def bytes_written(op: Operator | str, params: Mapping[str, Any], itemsize: int, mode: str,
+                  returns: str | None = None) -> int | None:
+    """The part of ``bytes_moved`` that is output written afresh by the timed
+    call (the fresh-output floor's split): the forward's outputs, the
+    gradient, or both in forward+backward (the forward's whole output, as
+    ``bytes_moved`` counts it). None where the operator does not split it."""
+    check_mode(mode)
+    op = get_operator(op) if isinstance(op, str) else op
+    forward = op.bytes_written
+    if mode == FORWARD:
+        return None if forward is None else forward(params, itemsize, returns or op.whole_output)
+    gradient = None if op.gradient is None else op.gradient.bytes_written
+    if gradient is None:
+        return None
+    if mode == BACKWARD:
+        return gradient(params, itemsize)
+    return None if forward is None else forward(params, itemsize, op.whole_output) + gradient(params, itemsize)

@@ -96,16 +96,18 @@ def fresh_floor(case: Case, row: dict, fresh_write_gbps: dict | None) -> dict:
     """A CPU row's fresh-output-aware floor and the median's % of it
     (``stats.fresh_floor_s``), at the best fresh-write bandwidth the run
     measured over the allocators (a floor is the least time the case could
-    take); NaN on other devices (their floor is the copy's), where the
-    operator does not split its bytes, where nothing was measured, and in
-    the training modes (``bytes_written`` splits the forward's bytes only)."""
+    take), in the case's mode (``training.bytes_written``: the outputs, the
+    gradient, or both); NaN on other devices (their floor is the copy's),
+    where the operator does not split its bytes and where nothing was measured."""
     op = get_operator(case.op)
     fresh = max((g for g in (fresh_write_gbps or {}).values() if isinstance(g, (int, float)) and g > 0),
                 default=math.nan)
-    if (case.device != "cpu" or case.mode != training.FORWARD or op.bytes_written is None
-            or not math.isfinite(fresh)):
+    written = None
+    if case.device == "cpu" and math.isfinite(fresh):
+        written = training.bytes_written(op, case.params_dict, itemsize(case.dtype), case.mode,
+                                         op.strategies[case.strategy].returns)
+    if written is None:
         return {"fresh_floor_s": math.nan, "pct_of_fresh_floor": math.nan}
-    written = op.bytes_written(case.params_dict, itemsize(case.dtype), op.strategies[case.strategy].returns)
     # An isolated case's row comes back through JSON: its empty numbers are None.
     number = {key: (row.get(key) if isinstance(row.get(key), (int, float)) else math.nan)
               for key in ("bytes", "ceiling_gbps", "median_s")}

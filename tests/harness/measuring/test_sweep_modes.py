@@ -14,6 +14,7 @@ from rich.console import Console
 
 from harness.base.config import Case, expand, parse_config
 from harness.measuring import check, sweep
+from harness.results import stats
 from impls import maxpool2d, training
 from impls.backends import itemsize
 from impls.registry import get_operator
@@ -94,19 +95,26 @@ def test_a_strategy_with_no_backward_is_skipped_with_its_reason_in_training_mode
         assert writer.samples[by_mode[mode]["case_id"]] == []
 
 
-def test_bytes_are_the_modes_and_the_fresh_floor_is_the_forwards(swept):
+def test_bytes_and_the_fresh_floor_are_the_modes(swept):
+    """Each mode's bytes, and its fresh-output floor: what the timed call
+    writes afresh is the forward's outputs, the gradient, or both."""
     _, rows, _ = swept
     for row in rows:
         op = get_operator(row["op"])
         params = json.loads(row["params"])
-        expected = training.bytes_moved(op, params, itemsize("float32"), row["mode"],
-                                        op.strategies[row["strategy"]].returns)
+        returns = op.strategies[row["strategy"]].returns
+        expected = training.bytes_moved(op, params, itemsize("float32"), row["mode"], returns)
         assert row["bytes"] == expected, row["case_id"]
         assert row["floor_s"] == pytest.approx(expected / 10.0e9)
-        if row["mode"] == "forward" and row["status"] == "ok":
-            assert math.isfinite(row["fresh_floor_s"])
-        elif row["mode"] != "forward":
-            assert math.isnan(row["fresh_floor_s"]) and math.isnan(row["pct_of_fresh_floor"])
+        if row["status"] != "ok":
+            continue
+        written = training.bytes_written(op, params, itemsize("float32"), row["mode"], returns)
+        gradient = op.gradient.bytes_written(params, itemsize("float32"))
+        assert written == {"forward": op.bytes_written(params, 4, returns), "backward": gradient,
+                           "forward+backward": op.bytes_written(params, 4, op.whole_output) + gradient}[row["mode"]]
+        assert 0 < written < expected
+        assert row["fresh_floor_s"] == pytest.approx(stats.fresh_floor_s(expected, written, 10.0, 5.0))
+        assert row["pct_of_fresh_floor"] == pytest.approx(100 * row["fresh_floor_s"] / row["median_s"])
     forward_backward = {r["op"]: r["bytes"] for r in rows if r["mode"] == "forward+backward"}
     backward = {r["op"]: r["bytes"] for r in rows if r["mode"] == "backward"}
     assert all(forward_backward[op] > backward[op] for op in backward)
