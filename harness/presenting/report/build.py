@@ -153,6 +153,27 @@ def answer_section(doc: Doc, rows, metas: list[dict]) -> None:
         doc.para(commits)
 
 
+MODELS_CONFIG = "models"  # configs/models.yaml's name: the shapes of published networks (issue 32)
+
+
+def network_shapes_section(doc: Doc, rows, metas: list[dict]) -> None:
+    """The models sweep's own answer (SPEC 1.5): at the shapes real networks
+    give these layers, the fastest strategy for inference and for a training
+    step side by side, from fit runs of configs/models.yaml only."""
+    directories = {m["directory"] for m in metas if (m.get("config") or {}).get("name") == MODELS_CONFIG}
+    shapes = rows[rows["run_dir"].isin(directories)] if directories else rows.iloc[0:0]
+    if shapes.empty:
+        return
+    doc.heading(2, "Network shapes: inference and training")
+    ops = ", ".join(dict.fromkeys(shapes["op"]))
+    doc.para(f"configs/models.yaml puts each operator at the shapes its layers have in published networks (each "
+             f"entry names the network, the layer and where the shape was verified). Measured here: {ops}.")
+    doc.table(*answer_table(shapes))
+    training = training_sentence(shapes)
+    if training:
+        doc.para(training)
+
+
 def machines_section(doc: Doc, op: str, op_rows, metas: list[dict]) -> None:
     """Where an operator ran on several machines (or devices): each size's strategies side by side."""
     for (params, dtype, mode), case in op_rows.groupby(["params", "dtype", "mode"], sort=False):
@@ -227,6 +248,7 @@ def build(dirs, out, name: str = "report", light: bool = False) -> Path:
     doc.heading(1, "scatterbench report")
     doc.para(what_ran_where(rows, metas))
     answer_section(doc, fit, metas)
+    network_shapes_section(doc, fit, metas)
     doc.heading(2, "How to read it")
     doc.para(INTRO)
     if light:

@@ -591,8 +591,8 @@ def _training_cell(case: pd.DataFrame) -> str:
         return "not run"
     mode, rows = step
     found = analysis.answer(rows)
-    if found is None:
-        return f"none passed ({mode})"
+    if found is None:  # nothing timed and correct: a counting run's fewest instructions, or none passed
+        return f"{_answer_cells(rows)[0]} ({mode})"
     best = found.best
     name = (f"tie: {best['strategy']} / {found.runner_up['strategy']}" if found.tie else best["strategy"])
     return f"{name} ({mode}: {fmt_time(best['median_s'])}" + (

@@ -20,18 +20,22 @@ def test_a_counting_runs_report_ranks_by_instructions_and_never_says_none_passed
     rows = store.read_rows(run)
     text = build([run], tmp_path / "out", light=True).read_text()
     assert "none passed" not in text and "passed the check." not in text
-    for op, case in rows.groupby("op"):
+    forward = rows[rows["mode"] == "forward"]
+    for op, case in forward.groupby("op"):
         fewest = case.loc[case["instructions"].idxmin()]
         count = f"{fewest['instructions']:,.0f}"
         assert f"not timed; fewest instructions: {fewest['strategy']} ({count}/call)" in text, op
         assert f"{fewest['strategy']} executes the fewest instructions per call ({count})" in text, op
         # each case's table: instructions and est_cycles per call, fewest instructions first
-        table = text.split(f"## {op}\n")[1].split("\n## ")[0]
+        table = text.split(f"## {op}\n")[1].split("\n## ")[0].split(" · backward\n")[0]  # the forward's
         header, *lines = [line for line in table.splitlines() if line.startswith("| ")]
         assert "instructions/call" in header and "est_cycles/call" in header
         counts = [int(re.split(r"\s*\|\s*", line)[7].replace(",", "")) for line in lines]
         assert counts == sorted(counts) and counts[0] == int(count.replace(",", ""))  # as printed: rounded
     assert "do not see memory bandwidth, page faults or other threads" in text
+    # the backward cases counted too: their fewest instructions in the answer table's training column
+    for op in set(rows.loc[rows["mode"] == "backward", "op"]):
+        assert re.search(rf"\| {op} \|.*\| not timed; fewest instructions: \S+ \([\d,]+/call\) \(backward\) \|", text), op
 
 
 def test_a_timed_run_with_counts_shows_both(tmp_path):

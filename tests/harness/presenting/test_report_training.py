@@ -40,3 +40,18 @@ def test_one_machine_keeps_a_training_column_with_a_dash_where_no_run_trained():
     assert header[-1] == "training step"
     assert _row(table, "N=16 C=64 H=512 W=512 k=3")[-1] == "–"
     assert _row(table, "N=64 C=32 H=128 W=128 k=2", "float16")[-1].startswith("triton_fused (forward+backward: ")
+
+
+def test_the_models_sweep_has_its_own_section_and_other_runs_do_not(tmp_path):
+    import report
+    from tests.harness.presenting.test_report import fixture_run
+
+    models = fixture_run(tmp_path / "models", meta={"config": {"name": "models"}})
+    other = fixture_run(tmp_path / "other", machine_cpu="Other CPU", meta={"config": {"name": "default"}})
+    md = report.build([models, other], tmp_path / "out").read_text()
+    section = md.split("## Network shapes: inference and training", 1)
+    assert len(section) == 2, "no section for the models run"
+    body = section[1].split("\n## ", 1)[0]
+    assert "Measured here: maxpool2d." in body and "torch_max_pool2d_indices" in body
+    assert "Other CPU" not in body  # only the models run's rows
+    assert "## Network shapes" not in report.build([other], tmp_path / "out2").read_text()

@@ -16,7 +16,8 @@ def rendered(renderables) -> str:
 
 
 def test_both_tables_say_why_there_are_no_speedups_without_the_seeds_original():
-    rows = store.read_rows(ROOT / "results" / "baseline-quick" / "amd-epyc-26-2-x2")
+    rows = store.read_rows(ROOT / "results" / "baseline-quick" / "amd-epyc-25-17-x2")
+    rows = rows[rows["mode"] == "forward"]
     maxpool = rows[rows["op"] == "maxpool2d"]  # quick.yaml leaves out seed_loops, maxpool2d's seed original
     why = "the seed's original, seed_loops, was not among the strategies run"
     assert f"no speedups: {why}" in rendered(tables.grid_tables(maxpool))
