@@ -22,6 +22,7 @@ from harness.measuring.check import attempt, judge_again, reference
 from harness.measuring.pinning import apply_threads
 from harness.measuring.timing import Clock
 from impls.backends import get_backend, itemsize
+from impls import training
 from impls.registry import get_operator
 from impls.status import CORRECT
 
@@ -36,19 +37,23 @@ def config_threads():
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: f"{c.op}-{c.strategy}-{c.device}-{c.dtype}-"
-                         + "-".join(f"{k}{v}" for k, v in c.params))
+                         + "-".join(f"{k}{v}" for k, v in c.params)
+                         + ("" if c.mode == training.FORWARD else f"-{c.mode}"))
 def test_case(benchmark, case):
     op = get_operator(case.op)
     strat = op.strategies[case.strategy]
     params = case.params_dict
-    ref = reference(case.op, params, case.dtype, "random", _config.seed)
+    no_backward = training.applies(strat, case.mode, params)
+    if no_backward:
+        pytest.skip(no_backward)
+    ref = reference(case.op, params, case.dtype, "random", _config.seed, case.mode)  # the case's mode (SPEC 1.5)
     tried = attempt(strat, ref, case.dtype, case.device)  # calls 1 and 4 judged, the inputs unchanged
     verdict, prepared = tried.verdict, tried.prepared
     assert verdict.status in CORRECT, verdict.message
     if strat.interpreted_on(case.device):
         pytest.skip(f"checked under the {strat.backend} interpreter ({verdict.status}); not timed")
-    nbytes = op.bytes_moved(params, itemsize(case.dtype), strat.returns)
-    benchmark.group = f"{case.op} {case.device} {case.dtype}"
+    nbytes = training.bytes_moved(op, params, itemsize(case.dtype), case.mode, strat.returns)
+    benchmark.group = f"{case.op} {case.device} {case.dtype}" + ("" if case.mode == training.FORWARD else f" {case.mode}")
     benchmark.extra_info.update(bytes=nbytes, status=verdict.status, source=strat.source,
                                 setup_s=prepared.setup_s)
     clock = Clock(get_backend(strat.backend), case.device)

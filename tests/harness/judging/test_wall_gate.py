@@ -159,7 +159,7 @@ def test_gate_falls_back_to_the_stored_baseline_when_its_commit_cannot_be_measur
     from harness.judging.wall_gate import run_gate
 
     stored = tmp_path / "stored" / "other-cpu"
-    shutil.copytree(ROOT / "results" / "baseline-quick" / "amd-epyc-x2", stored)
+    shutil.copytree(ROOT / "results" / "baseline-quick" / "amd-epyc-25-17-x2", stored)
     meta = json.loads((stored / "meta.json").read_text())
     meta.update(cpu_model="Some Other CPU", hardware={}, git_commit="0" * 40)
     (stored / "meta.json").write_text(json.dumps(meta))
