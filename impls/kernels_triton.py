@@ -259,23 +259,33 @@ def unpool_gather(values: torch.Tensor, positions: torch.Tensor, out_shape, wind
     return out
 
 
-@_autotuned(key=["rows", "L", "P"])
 @triton.jit
-def _unpool_scatter_kernel(values_ptr, positions_ptr, out_ptr, rows, L, P,
-                           WIDTH_P2: tl.constexpr, WIDE: tl.constexpr, TILE: tl.constexpr, MAX_W: tl.constexpr):
+def _row_positions(positions_ptr, rows, L, P, WIDTH_P2: tl.constexpr, WIDE: tl.constexpr, TILE: tl.constexpr,
+                   MAX_W: tl.constexpr):
+    """This program's tile of a (rows, L) table of positions into rows of P:
+    the tile's offsets into the table, its live mask, the mask of positions in
+    [0, P), and each position's offset into the (rows, P) output. Inlined
+    into the unpool scatter and its backward, which share it."""
     row, col, live, _ = _tile(rows, L, WIDTH_P2, WIDE, TILE, MAX_W)
     if WIDE:
         L, P = tl.cast(L, tl.int64), tl.cast(P, tl.int64)
     pooled = row[:, None] * L + col[None, :]
     pos = tl.load(positions_ptr + pooled, mask=live, other=0)
-    val = tl.load(values_ptr + pooled, mask=live, other=0.0)
-    write = live & (pos >= 0) & (pos < P)
+    inside = live & (pos >= 0) & (pos < P)
     if not WIDE:
-        # Where it is written, pos is in [0, P) and P fits int32: keep the
+        # Where it is used, pos is in [0, P) and P fits int32: keep the
         # offset arithmetic 32-bit (positions arrive as int64).
         pos = pos.to(tl.int32)
-    out = row[:, None] * P + pos
-    tl.store(out_ptr + out, val, mask=write)
+    return pooled, live, inside, row[:, None] * P + pos
+
+
+@_autotuned(key=["rows", "L", "P"])
+@triton.jit
+def _unpool_scatter_kernel(values_ptr, positions_ptr, out_ptr, rows, L, P,
+                           WIDTH_P2: tl.constexpr, WIDE: tl.constexpr, TILE: tl.constexpr, MAX_W: tl.constexpr):
+    pooled, live, inside, out = _row_positions(positions_ptr, rows, L, P, WIDTH_P2, WIDE, TILE, MAX_W)
+    val = tl.load(values_ptr + pooled, mask=live, other=0.0)
+    tl.store(out_ptr + out, val, mask=inside)
 
 
 def unpool_scatter(values: torch.Tensor, positions: torch.Tensor, out_shape):
@@ -299,17 +309,10 @@ def unpool_scatter(values: torch.Tensor, positions: torch.Tensor, out_shape):
 @triton.jit
 def _unpool_backward_kernel(grad_ptr, positions_ptr, grad_values_ptr, rows, L, P,
                             WIDTH_P2: tl.constexpr, WIDE: tl.constexpr, TILE: tl.constexpr, MAX_W: tl.constexpr):
-    row, col, live, _ = _tile(rows, L, WIDTH_P2, WIDE, TILE, MAX_W)
-    if WIDE:
-        L, P = tl.cast(L, tl.int64), tl.cast(P, tl.int64)
-    pooled = row[:, None] * L + col[None, :]
-    pos = tl.load(positions_ptr + pooled, mask=live, other=0)
+    pooled, live, inside, at = _row_positions(positions_ptr, rows, L, P, WIDTH_P2, WIDE, TILE, MAX_W)
     # A position outside [0, P) wrote nothing forward (unpool_scatter masks
     # it), so nothing depends on its value: its gradient is 0.
-    inside = live & (pos >= 0) & (pos < P)
-    if not WIDE:
-        pos = pos.to(tl.int32)  # inside, pos < P, which fits int32 here
-    grad = tl.load(grad_ptr + row[:, None] * P + pos, mask=inside, other=0.0)
+    grad = tl.load(grad_ptr + at, mask=inside, other=0.0)
     tl.store(grad_values_ptr + pooled, grad, mask=live)
 
 
