@@ -483,6 +483,12 @@ def plan_run(config_path: str, *, output: str | None = None, resume: str | None 
             raise UsageError(f"--resume {out_dir}: {config_path} measures differently from the run it would "
                              f"complete ({'; '.join(differences)}); resume with the run's own config "
                              f"({meta.get('config_file', 'see its meta.json')}) or start a new run")
+        # A run names one commit: rows measured from other code would be published as that commit's.
+        measured_at, here = meta.get("git_commit"), facts.git_commit()
+        if measured_at and here and measured_at != here:
+            raise UsageError(f"--resume {out_dir}: the run was measured at commit {measured_at[:12]} and this "
+                             f"checkout is at {here[:12]}; resume it from that commit, or start a new run "
+                             f"(scatterbench merge and report.py take runs of different commits side by side)")
         store.prepare_output_dir(out_dir, resuming=True)
         run_id = meta["run_id"]
         done = set(store.read_rows(out_dir)["case_id"])

@@ -15,7 +15,7 @@ from harness import cli
 from harness.base.config import ConfigError, parse_config
 from harness.results.store import read_meta, read_rows
 from tests.harness.terminal import sigint_as_at_a_terminal
-from tests.helpers import plugin_env, scatterbench
+from tests.helpers import benchmark, config_yaml, plugin_env, scatterbench
 
 pytestmark = pytest.mark.slow  # subprocesses, sweeps or compiles: `make test` runs them, `make test-fast` does not
 
@@ -126,6 +126,19 @@ def test_kill_9_mid_run_then_resume_has_every_case_exactly_once(tmp_path):
     assert len(rows) == 8 and rows["case_id"].is_unique
     assert set(rows["status"]) == {"ok"}
     assert read_meta(out)["resumed"]
+
+
+def test_a_run_is_not_resumed_from_another_commit(tiny_config, tmp_path):
+    """A run names one commit: rows measured from other code would be published as its."""
+    config = tiny_config(config_yaml(benchmark("maxpool2d", ["torch_max_pool2d_indices"], N=1, C=2, H=8, W=8, k=2)))
+    out = tmp_path / "out"
+    first = scatterbench("run", config, "-o", out, "--no-progress", env=plugin_env(SCATTERBENCH_GIT_COMMIT="a" * 40))
+    assert first.returncode == 0, first.stderr
+    later = scatterbench("run", config, "--resume", out, "--no-progress", env=plugin_env(SCATTERBENCH_GIT_COMMIT="b" * 40))
+    assert later.returncode == 2
+    assert (f"--resume {out}: the run was measured at commit aaaaaaaaaaaa and this checkout is at bbbbbbbbbbbb"
+            in later.stderr) and "Traceback" not in later.stderr
+    assert read_meta(out)["git_commit"] == "a" * 40 and "resumed" not in read_meta(out)
 
 
 def test_bad_plugin_is_a_usage_error(tmp_path):
