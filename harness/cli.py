@@ -172,7 +172,8 @@ def cmd_run(args) -> int:
     if args.report:
         from harness.presenting import report
 
-        written = report.build([plan.out_dir], plan.out_dir / "report")
+        # PNG only: the SVGs (for docs/, `make report`) drew every figure twice, 5 s of a `make bench`.
+        written = report.build([plan.out_dir], plan.out_dir / "report", svg=False)
         print(f"report: {written}")
     return EXIT_OK
 

@@ -41,7 +41,9 @@ def maxpool2d_kernel(K: int):
     element (compute-bound).
     """
 
-    @numba.njit(parallel=True, nogil=True, fastmath=False)
+    # Cached like the others: numba keys a closure's cache entry by its cell
+    # values too, so each K has its own entry beside this file's.
+    @numba.njit(**_JIT)
     def kernel(x, H, W, values, indices, scratch_values, scratch_indices, bands_per_item):
         h, w = H // K, W // K
         span = w * K

@@ -31,21 +31,32 @@ def validate(params) -> None:
 
 
 def oracle(inputs, params):
-    """float64 reference: every window laid out as a row, then numpy argmax.
-
-    ``np.argmax`` returns the first maximum, and the first NaN when there is
-    one, which is exactly SPEC 1.1's rule.
-    """
+    """float64 reference: the k*k elements of every window visited in
+    row-major order, all windows at once, a later element taking the place
+    of the best so far only when it is greater, or NaN where the best is
+    not: the first maximum, and the first NaN when there is one, which is
+    exactly SPEC 1.1's rule (and ``np.argmax``'s over the window laid out as
+    a row, what this oracle was first: four times slower, 1.1 s of every
+    64x32x128² case's check, for the copy of x and argmax's short rows)."""
     x, k = inputs["x"], params["k"]
-    N, C, H, W = x.shape
+    H, W = x.shape[2:]
     h, w = H // k, W // k
-    windows = (x[:, :, :h * k, :w * k].reshape(N, C, h, k, w, k)
-               .transpose(0, 1, 2, 4, 3, 5).reshape(N, C, h, w, k * k))
-    in_window = windows.argmax(axis=-1)
-    values = np.take_along_axis(windows, in_window[..., None], axis=-1)[..., 0]
+    values = x[:, :, 0:h * k:k, 0:w * k:k].copy()
+    # row-major position inside the window, in the narrowest integer that holds k*k - 1
+    in_window = np.zeros(values.shape, dtype=np.min_scalar_type(k * k - 1))
+    has_nan = bool(np.isnan(x).any())  # NaN masks only where there is one (not in random inputs)
+    for position in range(1, k * k):
+        di, dj = divmod(position, k)
+        candidate = x[:, :, di:h * k:k, dj:w * k:k]
+        take = candidate > values
+        if has_nan:
+            take |= np.isnan(candidate) & ~np.isnan(values)
+        np.copyto(values, candidate, where=take)
+        np.copyto(in_window, position, where=take)
+    in_window = in_window.astype(np.int64)
     rows = np.arange(h)[:, None] * k + in_window // k
     cols = np.arange(w)[None, :] * k + in_window % k
-    return values, (rows * W + cols).astype(np.int64)
+    return values, rows * W + cols
 
 
 def generate(params, mode: str = "random", seed: int = 0):

@@ -17,7 +17,7 @@ Training modes (SPEC 1.5, impls/training.py): a ``Reference`` made in
 and the oracle's gradient of the differentiated input; ``prepare_case``
 prepares the strategy's timed call in that mode (``training.prepare``),
 ``judge`` holds its output to ``training.compare``, and everything else
-(the known-defect rule, call 1 against call 4, the inputs' fingerprints, the
+(the known-defect rule, call 1 against call 4, the inputs' snapshots, the
 incoming gradient's among them) is the forward's. A strategy with no
 backward is ``skipped`` in those modes with the reason. ``check`` also runs
 ``torch.autograd.gradcheck`` in float64 on a small case for each eager
@@ -27,7 +27,6 @@ finds is printed, never judged (the float64 oracle is the judge).
 
 from __future__ import annotations
 
-import hashlib
 import math
 import time
 import traceback
@@ -163,22 +162,43 @@ def failure_verdict(error: BaseException, strat: Strategy, device: str) -> Verdi
     return Verdict(ERROR, describe_error(error, strat))
 
 
-def fingerprint(value: Any) -> str:
-    """What an input holds, as a digest of its dtype, shape and bytes (read
-    back through its backend's ``to_numpy``); an input that can no longer be
-    read (a donated or deleted buffer) says why instead."""
+@dataclass(frozen=True)
+class Snapshot:
+    """What an input held: a C-order copy of it (read back through its
+    backend's ``to_numpy``), or why it could no longer be read (a donated or
+    deleted buffer). A copy and one bitwise compare cost about half of
+    hashing the same bytes (SHA-1: 4 s of a `make bench`)."""
+    copy: np.ndarray | None = None
+    unreadable: str = ""
+
+    def same_as(self, other: "Snapshot") -> bool:
+        """Bit for bit (NaN payloads and the sign of zero included), dtype and shape too."""
+        if self.copy is None or other.copy is None:
+            return self.copy is None and other.copy is None and self.unreadable == other.unreadable
+        if self.copy.dtype != other.copy.dtype or self.copy.shape != other.copy.shape:
+            return False
+        return bool(np.array_equal(_bits(self.copy), _bits(other.copy)))
+
+
+def _bits(array: np.ndarray) -> np.ndarray:
+    """``array``'s bytes as unsigned integers of its item's width (one compare per element)."""
+    width = array.dtype.itemsize
+    flat = array.reshape(-1)
+    return flat.view(f"u{width}") if width in (1, 2, 4, 8) else flat.view(np.uint8)
+
+
+def snapshot(value: Any) -> Snapshot:
+    """``Snapshot`` of one input."""
     try:
-        array = np.ascontiguousarray(to_numpy(value))
+        return Snapshot(np.array(to_numpy(value), copy=True, order="C"))
     except Exception as error:  # noqa: BLE001 - any failure to read it back is the finding
-        return f"unreadable ({type(error).__name__}: {str(error).strip().splitlines()[0] if str(error).strip() else ''})"
-    digest = hashlib.sha1(f"{array.dtype.str}{array.shape}".encode(), usedforsecurity=False)
-    digest.update(memoryview(array).cast("B") if array.size else b"")
-    return digest.hexdigest()
+        text = str(error).strip()
+        return Snapshot(unreadable=f"unreadable ({type(error).__name__}: {text.splitlines()[0] if text else ''})")
 
 
-def fingerprints(inputs: dict) -> dict[str, str]:
-    """``fingerprint`` of every array input (what a backend owns, or numpy)."""
-    return {key: fingerprint(value) for key, value in inputs.items()
+def snapshots(inputs: dict) -> dict[str, Snapshot]:
+    """``snapshot`` of every array input (what a backend owns, or numpy)."""
+    return {key: snapshot(value) for key, value in inputs.items()
             if isinstance(value, np.ndarray) or backend_of(value) is not None}
 
 
@@ -187,26 +207,25 @@ class Prepared:
     run: Callable[[], Any]  # the timed call
     setup_s: float  # conversion excluded; prepare (tables, kernels, compiles) included
     inputs: dict = field(default_factory=dict)  # what the strategy was prepared on, on its backend
-    input_prints: dict = field(default_factory=dict)  # their fingerprints before prepare
+    input_snapshots: dict = field(default_factory=dict)  # what they held before prepare
 
     def changed_inputs(self) -> str | None:
         """How the inputs differ from what they were before prepare, in one
         line naming each changed input; None when none did."""
-        now = fingerprints(self.inputs)
         changed = []
-        for key, before in self.input_prints.items():
-            after = now.get(key)
-            if after == before:
+        for key, before in self.input_snapshots.items():
+            after = snapshot(self.inputs[key])
+            if before.same_as(after):
                 continue
-            changed.append(f"left its input {key!r} {after}" if after and after.startswith("unreadable")
+            changed.append(f"left its input {key!r} {after.unreadable}" if after.unreadable
                            else f"overwrote its input {key!r}")
         return "; ".join(changed) or None
 
 
 def prepare_case(strat: Strategy, ref: Reference, params: dict, dtype: str, device: str,
                  layout: str = "contiguous") -> Prepared:
-    """The reference inputs on the strategy's backend and device (their
-    fingerprints taken), and the strategy prepared on them; in a training
+    """The reference inputs on the strategy's backend and device (a copy of each
+    kept), and the strategy prepared on them; in a training
     mode, the incoming gradient too, in the same layout (an input like the
     others: a backward must leave it alone), and the strategy's call in that
     mode (``training.prepare``: NotApplicable, so ``skipped``, for a strategy
@@ -222,7 +241,7 @@ def prepare_case(strat: Strategy, ref: Reference, params: dict, dtype: str, devi
         native_grad = training.gradient_to_backend(op, ref.grad, strat.backend, device, dtype, layout)
         watched[op.gradient.name] = native_grad
     backend.synchronize(device)
-    prints = fingerprints(watched)
+    before = snapshots(watched)
     start = time.perf_counter()
     if ref.training == FORWARD:
         run = strat.prepare(inputs, params)
@@ -230,7 +249,7 @@ def prepare_case(strat: Strategy, ref: Reference, params: dict, dtype: str, devi
         run = training.prepare(strat, inputs, native_grad, params, ref.training)
     backend.synchronize(device)
     # A copy of the mapping: a strategy rebinding a key must not change what is compared.
-    return Prepared(run, time.perf_counter() - start, watched, prints)
+    return Prepared(run, time.perf_counter() - start, watched, before)
 
 
 def judge(strat: Strategy, output: Any, ref: Reference, dtype: str, device: str = "cpu",

@@ -116,10 +116,12 @@ def needed_bytes(op, strat, params: dict, dtype: str) -> int:
     ``dtype``, the strategy's temporaries, the float64 reference the check
     holds beside them, and the comparison's own float64 temporaries (the
     output widened, and its difference from the reference), about as large
-    again. Timing needs no more than its check."""
+    again, plus the copy of the inputs the check compares them with after
+    the last call (at most the traffic again). Timing needs no more than its
+    check."""
     traffic = op.bytes_moved(params, itemsize(dtype))
     reference_bytes = op.bytes_moved(params, 8)
-    return int(traffic * (1 + strat.temp_factor) + 2 * reference_bytes)
+    return int(traffic * (2 + strat.temp_factor) + 2 * reference_bytes)
 
 
 def fits(needed: float, free: float) -> bool:

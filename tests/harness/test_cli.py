@@ -57,6 +57,8 @@ def test_run_writes_every_spec_column_and_a_summary(tiny_config, tmp_path):
     samples = read_samples(out)
     assert set(samples) == set(rows["case_id"])
     assert (out / "report" / "report.html").exists()
+    # the run's own report: PNG figures only (make report adds the SVGs)
+    assert list((out / "report" / "figures").glob("*.png")) and not list((out / "report").rglob("*.svg"))
 
 
 @pytest.mark.slow

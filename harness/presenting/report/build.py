@@ -236,12 +236,13 @@ def unfit_appendix(doc: Doc, rows, metas: list[dict]) -> None:
                 doc.para(note)
 
 
-def build(dirs, out, name: str = "report", light: bool = False) -> Path:
+def build(dirs, out, name: str = "report", light: bool = False, svg: bool | None = None) -> Path:
     """Writes ``OUT/<name>.md`` and ``.html``. ``light`` (the dashboard's
     per-run reports): no per-case figures, PNG only, the HTML links its
-    figures instead of embedding them."""
+    figures instead of embedding them. ``svg``: an SVG beside each PNG
+    (default: unless ``light``)."""
     out = store.writable_dir(Path(out), "the report")  # before any work: one line if it cannot be written
-    figures = FigureDir(out / "figures", svg=not light)
+    figures = FigureDir(out / "figures", svg=not light if svg is None else svg)
     rows, metas = load(dirs)
     fit = rows[rows["fit"]]
     doc = Doc()
