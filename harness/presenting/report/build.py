@@ -160,18 +160,25 @@ def network_shapes_section(doc: Doc, rows, metas: list[dict]) -> None:
     """The models sweep's own answer (SPEC 1.5): at the shapes real networks
     give these layers, the fastest strategy for inference and for a training
     step side by side, from fit runs of configs/models.yaml only."""
-    directories = {m["directory"] for m in metas if (m.get("config") or {}).get("name") == MODELS_CONFIG}
-    shapes = rows[rows["run_dir"].isin(directories)] if directories else rows.iloc[0:0]
+    shapes = rows[rows["run_dir"].isin(models_directories(metas))]
     if shapes.empty:
         return
     doc.heading(2, "Network shapes: inference and training")
     ops = ", ".join(dict.fromkeys(shapes["op"]))
     doc.para(f"configs/models.yaml puts each operator at the shapes its layers have in published networks (each "
-             f"entry names the network, the layer and where the shape was verified). Measured here: {ops}.")
+             f"entry names the network, the layer and where the shape was verified). Measured here: {ops}. Each "
+             f"of its cases has its table in its operator's section below, without the per-case figures (three "
+             f"figures for each of its {shapes.groupby(['op', 'params', 'mode']).ngroups} cases would add tens of "
+             f"MB to every published report).")
     doc.table(*answer_table(shapes))
     training = training_sentence(shapes)
     if training:
         doc.para(training)
+
+
+def models_directories(metas: list[dict]) -> set[str]:
+    """The runs of configs/models.yaml among ``metas``."""
+    return {m["directory"] for m in metas if (m.get("config") or {}).get("name") == MODELS_CONFIG}
 
 
 def machines_section(doc: Doc, op: str, op_rows, metas: list[dict]) -> None:
@@ -201,8 +208,11 @@ def operator_section(doc: Doc, op: str, op_rows, metas: list[dict], figures: Fig
         doc.para("Conclusion: " + verdict_text)
         for sentence in failures:
             doc.para(sentence)
+        models = models_directories(metas)
         for _, group in section.groupby("params", sort=False):
-            case_section(doc, group, None if light else figures)
+            # a models run's case is tabled, not drawn (see network_shapes_section)
+            drawn = not light and not group["run_dir"].isin(models).all()
+            case_section(doc, group, figures if drawn else None)
         for title, stem in scaling_figures(section, figures):
             doc.heading(4, title)
             doc.figure(stem, title)
