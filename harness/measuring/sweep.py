@@ -35,7 +35,7 @@ from harness.base.errors import UsageError
 from harness.base import caches
 from harness.base.format import shorten
 from harness.measuring import ceilings as machine_ceilings
-from harness.measuring import check, facts, memory, pinning, timing, verdict_cache
+from harness.measuring import check, facts, memory, pinning, prefetch, timing, verdict_cache
 from harness.measuring.check import PHASE_CHECK, Reference, reference
 from harness.measuring.session import Interrupted, PhaseClock, RunOutcome, RunSession  # noqa: F401 - Interrupted: sweep's public name
 from harness.results import stats, store
@@ -537,10 +537,20 @@ def execute_run(plan: RunPlan, argv: list[str], *, isolate: bool = False, on_sta
         kept = verdict_cache.VerdictCache(plan.config.seed, session.threads, on_warning=on_warning or caches.warn)
         from_cache, asked = kept.preload(adversarial, plan.cases)
         writer.update_meta(adversarial_from_cache=from_cache)
+        # Workers load the strategies from their files: only those whose code the cache's digest
+        # covers (not one defined or patched in this process) are theirs to check.
+        for_workers = [key for key in kept.keys(plan.cases) if kept.keeps(key[0])
+                       and not adversarial.known(*key)[0]]
+        workers = prefetch.workers_for(len(for_workers))
         if on_start:
             on_start(measured.ceilings, measured.fresh_writes,
-                     measured.lines() + [verdict_cache.line(from_cache, asked, kept.path)])
+                     measured.lines() + [verdict_cache.line(from_cache, asked, kept.path)]
+                     + ([f"adversarial check: {len(for_workers)} strategy keys in {workers} worker processes, "
+                         f"before any case is timed"] if workers else []))
         try:
+            if workers:
+                session.clock(PHASE_ADVERSARIAL)
+                prefetch.prefetch(adversarial, for_workers, session.threads, workers)
             run_sweep(plan.cases, plan.config, writer, plan.run_id, measured.ceilings, isolate=isolate,
                       on_case=on_case, on_phase=session.clock, adversarial=adversarial,
                       isolate_keys=frozenset(plan.crashed))

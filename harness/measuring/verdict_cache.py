@@ -119,7 +119,8 @@ class VerdictCache:
         return found
 
     @staticmethod
-    def _keys(cases) -> list[tuple]:
+    def keys(cases) -> list[tuple]:
+        """Each (strategy, device, dtype, training mode) the cases' adversarial check asks about, once."""
         from impls.registry import get_operator
 
         keys = {}
@@ -134,7 +135,7 @@ class VerdictCache:
         """Tells ``adversarial`` each kept verdict of the cases' strategies.
         Returns (verdicts from the cache, strategy keys the cases ask about)."""
         kept = self._read()
-        keys = self._keys(cases)
+        keys = self.keys(cases)
         for strat, device, dtype, mode in keys:
             key = entry_key(strat, device, dtype, self.seed, mode)
             if key in kept and self.keeps(strat):
@@ -146,7 +147,7 @@ class VerdictCache:
         """Keeps every verdict ``adversarial`` reached itself for the cases'
         strategies (besides those preloaded and those ``UNKEPT``); returns how many."""
         new = {}
-        for strat, device, dtype, mode in self._keys(cases):
+        for strat, device, dtype, mode in self.keys(cases):
             key = entry_key(strat, device, dtype, self.seed, mode)
             asked, failure = adversarial.known(strat, device, dtype, mode)
             if not asked or key in self.preloaded or not self.keeps(strat):

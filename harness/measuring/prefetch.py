@@ -1,0 +1,109 @@
+"""The run's adversarial verdicts, asked of worker processes before the first
+case is timed.
+
+The adversarial check of a strategy is mostly single-threaded: Python,
+imports, the libraries' compiles (Inductor, numba, XLA) and small arrays. On
+the 2-core VM a first ``make bench`` spent 75 s in it, one core idle. Here
+each strategy key (strategy, device, dtype, training mode) is one task for a
+pool of one worker per core, so the check takes about half that, and the
+libraries' on-disk compile caches it fills are warm for the cases that
+follow. Nothing is timed meanwhile, so the workers disturb no measurement.
+
+A verdict is the same as the in-process one: each worker runs
+``check.AdversarialCheck`` with the run's seed, case time limit and thread
+settings. What a worker cannot answer (a strategy registered only in this
+process, as a notebook or a test does; a worker that died in native code)
+is left to the sweep, which asks it in-process as before.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import multiprocessing
+import os
+from typing import Callable
+
+from harness.measuring import check
+
+# Below this many keys to check, starting workers (each imports the libraries:
+# 2-4 s) costs more than it saves.
+MIN_KEYS = 4
+
+
+def workers_for(keys: int, cores: int | None = None) -> int:
+    """How many workers ``keys`` strategy keys get: one per core, no more than keys; 0: none worth starting."""
+    cores = cores or os.cpu_count() or 1
+    if cores < 2 or keys < MIN_KEYS:
+        return 0
+    return min(cores, keys)
+
+
+# ------------------------------------------------------------- in the worker
+_CHECK: check.AdversarialCheck | None = None
+
+
+def _start_worker(seed: int, timeout_s: float | None, threads: dict) -> None:
+    from harness.base import caches
+    from harness.measuring import pinning
+
+    global _CHECK
+    pinning.apply_threads(threads)
+    caches.enable_compile_caches()
+    _CHECK = check.AdversarialCheck(seed, timeout_s)
+
+
+def _answer(op: str, name: str, device: str, dtype: str, mode: str):
+    """(found, failure): whether this worker has the strategy, and its first adversarial failure (None: passed)."""
+    from impls.registry import get_operator
+
+    try:
+        strat = get_operator(op).strategies[name]
+    except KeyError:
+        return False, None
+    return True, _CHECK.failure(strat, device, dtype, mode=mode)
+
+
+# ------------------------------------------------------------- in the run
+def prefetch(adversarial: check.AdversarialCheck, keys, threads: dict, workers: int,
+             on_answer: Callable[[], None] = lambda: None) -> int:
+    """Asks ``workers`` processes for the failure of each (strategy, device,
+    dtype, mode) in ``keys`` that ``adversarial`` does not know yet, and
+    tells ``adversarial`` each answer (``remember``). Returns how many were
+    answered; the rest the sweep asks in-process. Ctrl-C or SIGTERM stop the
+    workers at once."""
+    asked = [key for key in keys if not adversarial.known(key[0], key[1], key[2], key[3])[0]]
+    if not asked or workers < 1:
+        return 0
+    # spawn, not fork: the run has started thread pools (torch, numba) that a fork would copy mid-state
+    pool = concurrent.futures.ProcessPoolExecutor(
+        workers, mp_context=multiprocessing.get_context("spawn"), initializer=_start_worker,
+        initargs=(adversarial.seed, adversarial.timeout_s, dict(threads)))
+    answered = 0
+    try:
+        futures = {pool.submit(_answer, strat.op, strat.name, device, dtype, mode): (strat, device, dtype, mode)
+                   for strat, device, dtype, mode in asked}
+        for future in concurrent.futures.as_completed(futures):
+            strat, device, dtype, mode = futures[future]
+            try:
+                found, failure = future.result()
+            except concurrent.futures.process.BrokenProcessPool:
+                break  # a worker died in native code: the sweep asks what is left in-process
+            if found:
+                adversarial.remember(strat, device, dtype, failure, mode=mode)
+                answered += 1
+            on_answer()
+    except BaseException:
+        _stop(pool)
+        raise
+    pool.shutdown(wait=True, cancel_futures=True)
+    return answered
+
+
+def _stop(pool: concurrent.futures.ProcessPoolExecutor) -> None:
+    """Ends the workers now, a case in flight included (shutdown alone waits for it)."""
+    processes = list((pool._processes or {}).values())  # noqa: SLF001 - the executor offers no kill
+    pool.shutdown(wait=False, cancel_futures=True)
+    for process in processes:
+        process.terminate()
+    for process in processes:
+        process.join(timeout=5)

@@ -1,0 +1,55 @@
+"""The adversarial check asked of worker processes (harness/measuring/prefetch.py):
+the same verdicts as in-process, and what a worker cannot see left to the run."""
+
+import numpy as np
+import pytest
+
+from harness.measuring import check, prefetch
+from impls.registry import get_operator
+
+
+def test_how_many_workers():
+    assert prefetch.workers_for(52, cores=2) == 2
+    assert prefetch.workers_for(3, cores=16) == 0  # starting workers costs more than checking three
+    assert prefetch.workers_for(52, cores=1) == 0
+    assert prefetch.workers_for(5, cores=16) == 5
+
+
+@pytest.mark.slow
+def test_workers_give_the_in_process_verdicts_and_leave_what_they_cannot_see(planted):
+    """Four real strategies, one of them failing in a training mode, and one
+    registered only in this process, wrong on ties: the workers answer the
+    four as this process would, and leave the planted one unasked."""
+
+    def last_max(inputs, params):  # the last maximum of each window, not the first
+        x, k = inputs["x"], params["k"]
+        N, C, H, W = x.shape
+        h, w = H // k, W // k
+        windows = x[:, :, :h * k, :w * k].reshape(N, C, h, k, w, k).transpose(0, 1, 2, 4, 3, 5).reshape(N, C, h, w, -1)
+
+        def run():
+            last = k * k - 1 - np.argmax(windows[..., ::-1], axis=-1)
+            values = np.take_along_axis(windows, last[..., None], axis=-1)[..., 0]
+            rows = np.arange(h)[:, None] * k + last // k
+            cols = np.arange(w)[None, :] * k + last % k
+            return values, (rows * W + cols).astype(np.int64)
+        return run
+
+    wrong = planted("maxpool2d", "planted_last_max", last_max, returns="values+indices", ties="first")
+    strategies = get_operator("maxpool2d").strategies
+    keys = [(strategies[name], "cpu", "float32", mode) for name, mode in
+            (("torch_max_pool2d_indices", "forward"), ("seed_reshape_argmax", "forward"),
+             ("torch_max_pool2d_indices", "backward"), ("seed_loop_max", "backward"))]
+    keys.append((wrong, "cpu", "float32", "forward"))
+
+    pooled = check.AdversarialCheck(seed=0, timeout_s=120)
+    answered = prefetch.prefetch(pooled, keys, threads={"torch": 1, "numba": 1, "numpy": 1}, workers=2)
+    assert answered == 4
+    assert pooled.known(wrong, "cpu", "float32", "forward") == (False, None)
+
+    here = check.AdversarialCheck(seed=0, timeout_s=120)
+    for strat, device, dtype, mode in keys[:4]:
+        asked, failure = pooled.known(strat, device, dtype, mode)
+        assert asked and failure == here.failure(strat, device, dtype, mode=mode), strat.name
+    # the planted strategy is the sweep's to check, in-process, and fails there
+    assert here.failure(wrong, "cpu", "float32").status == "mismatch"
