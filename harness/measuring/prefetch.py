@@ -2,12 +2,14 @@
 case is timed.
 
 The adversarial check of a strategy is mostly single-threaded: Python,
-imports, the libraries' compiles (Inductor, numba, XLA) and small arrays. On
-the 2-core VM a first ``make bench`` spent 75 s in it, one core idle. Here
-each strategy key (strategy, device, dtype, training mode) is one task for a
-pool of one worker per core, so the check takes about half that, and the
-libraries' on-disk compile caches it fills are warm for the cases that
-follow. Nothing is timed meanwhile, so the workers disturb no measurement.
+imports, the libraries' compiles (Inductor, numba, XLA) and small arrays, one
+core idle on the 2-core VM. Here each strategy key (strategy, device, dtype,
+training mode) is one task for a pool of one worker per core: measured there,
+31 s against 40 s in-process for ``make bench``'s 52 keys with the compile
+caches warm (each worker pays its own imports, and the two share the cores
+with their libraries' threads), and the on-disk compile caches it fills are
+warm for the cases that follow. Nothing is timed meanwhile, so the workers
+disturb no measurement.
 
 A verdict is the same as the in-process one: each worker runs
 ``check.AdversarialCheck`` with the run's seed, case time limit and thread
@@ -21,8 +23,6 @@ from __future__ import annotations
 import concurrent.futures
 import multiprocessing
 import os
-from typing import Callable
-
 from harness.measuring import check
 
 # Below this many keys to check, starting workers (each imports the libraries:
@@ -64,8 +64,7 @@ def _answer(op: str, name: str, device: str, dtype: str, mode: str):
 
 
 # ------------------------------------------------------------- in the run
-def prefetch(adversarial: check.AdversarialCheck, keys, threads: dict, workers: int,
-             on_answer: Callable[[], None] = lambda: None) -> int:
+def prefetch(adversarial: check.AdversarialCheck, keys, threads: dict, workers: int) -> int:
     """Asks ``workers`` processes for the failure of each (strategy, device,
     dtype, mode) in ``keys`` that ``adversarial`` does not know yet, and
     tells ``adversarial`` each answer (``remember``). Returns how many were
@@ -91,7 +90,6 @@ def prefetch(adversarial: check.AdversarialCheck, keys, threads: dict, workers: 
             if found:
                 adversarial.remember(strat, device, dtype, failure, mode=mode)
                 answered += 1
-            on_answer()
     except BaseException:
         _stop(pool)
         raise
