@@ -66,12 +66,11 @@ def _answer(op: str, name: str, device: str, dtype: str, mode: str):
 # ------------------------------------------------------------- in the run
 def prefetch(adversarial: check.AdversarialCheck, keys, threads: dict, workers: int) -> int:
     """Asks ``workers`` processes for the failure of each (strategy, device,
-    dtype, mode) in ``keys`` that ``adversarial`` does not know yet, and
-    tells ``adversarial`` each answer (``remember``). Returns how many were
-    answered; the rest the sweep asks in-process. Ctrl-C or SIGTERM stop the
-    workers at once."""
-    asked = [key for key in keys if not adversarial.known(key[0], key[1], key[2], key[3])[0]]
-    if not asked or workers < 1:
+    dtype, mode) in ``keys`` (the caller's: those ``adversarial`` does not
+    know yet), and tells ``adversarial`` each answer (``remember``). Returns
+    how many were answered; the rest the sweep asks in-process. Ctrl-C or
+    SIGTERM stop the workers at once."""
+    if not keys or workers < 1:
         return 0
     # spawn, not fork: the run has started thread pools (torch, numba) that a fork would copy mid-state
     pool = concurrent.futures.ProcessPoolExecutor(
@@ -80,7 +79,7 @@ def prefetch(adversarial: check.AdversarialCheck, keys, threads: dict, workers: 
     answered = 0
     try:
         futures = {pool.submit(_answer, strat.op, strat.name, device, dtype, mode): (strat, device, dtype, mode)
-                   for strat, device, dtype, mode in asked}
+                   for strat, device, dtype, mode in keys}
         for future in concurrent.futures.as_completed(futures):
             strat, device, dtype, mode = futures[future]
             try:
