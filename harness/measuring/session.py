@@ -160,6 +160,7 @@ class RunSession:
         self.threads: dict = {}  # in force while the session is open (pin_threads)
         self._undo = contextlib.ExitStack()
         self._signals = _Signals()
+        self._earlier_phase_s: dict = {}
 
     def __enter__(self) -> RunSession:
         self._signals.__enter__()
@@ -184,12 +185,21 @@ class RunSession:
                     status="starting")
         meta.update(fields)
         self.writer = store.RunWriter(self.outcome.out_dir, meta)
+        # A resumed run's earlier attempts' seconds per phase: its totals go on from them.
+        self._earlier_phase_s = dict(self.writer.meta.get("phase_s") or {})
         return self.writer
+
+    def phase_totals(self) -> dict:
+        """Seconds per phase over the run, its earlier attempts included."""
+        totals = dict(self._earlier_phase_s)
+        for phase, seconds in self.clock.totals().items():
+            totals[phase] = round(totals.get(phase, 0.0) + seconds, 3)
+        return totals
 
     def complete(self, **fields) -> None:
         """Every case ran: meta.json says so, with the run's end and its seconds per phase."""
         self.writer.update_meta(status="complete", end_time=facts.now_iso(), load_avg_end=facts.load_average(),
-                                phase_s=self.clock.totals(), **fields)
+                                phase_s=self.phase_totals(), **fields)
 
     def __exit__(self, exc_type, error, traceback) -> bool:
         try:
@@ -223,7 +233,9 @@ class RunSession:
     def _stopped(self, reason: str) -> None:
         if self.writer is not None:
             _safely(self.writer.end_case)  # stopped in an orderly way: the case in flight was not a crash
-            _safely(self.writer.update_meta, status="interrupted", interrupted_by=reason)
+            # where the time went up to the stop: what a run cut by a lease's limit most needs to say
+            _safely(self.writer.update_meta, status="interrupted", interrupted_by=reason,
+                    phase_s=self.phase_totals())
 
 
 def signal_again(signal_name: str) -> None:

@@ -107,6 +107,8 @@ def assert_stopped_in_order(out: Path, before: set[str], n_cases: int, reason: s
     assert meta["status"] == "interrupted" and meta["interrupted_by"] == reason, meta
     assert "end_time" not in meta
     assert not (out / IN_FLIGHT).exists() and not (out / RESERVE).exists()
+    # where the time went up to the stop (a GPU lease's limit cuts runs short: this is how to size the next)
+    assert sum(meta["phase_s"].values()) > 0, meta.get("phase_s")
 
 
 # As the counting tests skip (test_counting.py): where valgrind or a C compiler is missing, saying which.
@@ -136,3 +138,24 @@ def test_a_full_disk_mid_run_keeps_every_finished_case_and_says_so(tmp_path, sma
         line = error_line(result, out, DISK_FULL_REASON, prefix="bench: error: ")
     assert f"stopped with {finished_rows(out)} cases safely on disk" in line
     assert_stopped_in_order(out, before, n_cases, DISK_FULL_REASON)
+
+
+def test_a_resumed_runs_seconds_per_phase_go_on_from_its_stop(tmp_path):
+    """phase_s is written at a stop too, and the attempt that completes the
+    run adds its seconds to the stopped one's: where a whole run's time went."""
+    from harness.base.config import parse_config
+    from harness.measuring.session import RunSession
+
+    config = parse_config({"benchmarks": [{"op": "maxpool2d", "params": {"N": 1, "C": 1, "H": 4, "W": 4, "k": 2}}]})
+    out = tmp_path / "run"
+    with RunSession(out, "r") as session:
+        session.open(config, None, [])
+        session.clock.absorb({"check": 2.0})  # as if the check had run 2 s
+        raise KeyboardInterrupt
+    first = meta_of(out)
+    assert first["status"] == "interrupted" and first["phase_s"]["check"] >= 2.0
+    with RunSession(out, "r") as session:
+        session.open(config, None, [], status="running")
+        session.clock.absorb({"time": 1.0})
+        session.complete()
+    assert meta_of(out)["phase_s"]["check"] >= 2.0 and meta_of(out)["phase_s"]["time"] >= 1.0
