@@ -118,16 +118,21 @@ def cmd_check(args) -> int:
     from harness.measuring.sweep import require_devices, select_cases
     from harness.presenting.tables import check_table, console, progress_bar
 
+    from harness.measuring import pinning, verdict_cache
+
     config = load_config(args.config)
     require_devices(config)
-    items = check.check_plan(config, select_cases(config, args.op, args.strategy))
-    with progress_bar(disable=args.no_progress) as progress:
+    cases = select_cases(config, args.op, args.strategy)
+    items = check.check_plan(config, cases)
+    # The config's threads, as its run has them: the run then takes the adversarial verdicts from the cache.
+    with pinning.threads_applied(config.threads) as threads, progress_bar(disable=args.no_progress) as progress:
         task = progress.add_task("check", total=len(items))
 
         def advance(item):
             progress.update(task, advance=1, description=f"check {item.strategy.key} {item.device} {item.dtype}")
 
         results = check.run_checks(items, config.seed, on_item=advance, timeout_s=config.timing.timeout_s)
+        verdict_cache.keep_from_check(results, cases, config.seed, threads, config.timing.timeout_s)
     console().print(check_table(results))
     summary = check.summarize_checks(results)
     shown = summary.failure_lines if args.all else summary.failure_lines[:FAIL_LINES_SHOWN]

@@ -675,6 +675,17 @@ class AdversarialCheck:
                  mode: str = FORWARD) -> None:
         self._failures[self.key(strat, device, dtype, mode)] = failure
 
+    def absorb(self, results: list[CheckResult]) -> None:
+        """Takes the verdicts of items run elsewhere (``run_checks``: the same
+        items, seed and time limit give the same verdicts), so that a key whose
+        items were all run is answered without running any (``covers``)."""
+        for result in results:
+            self._items.setdefault(result.item, result.verdict)
+
+    def covers(self, strat: Strategy, device: str, dtype: str, mode: str = FORWARD) -> bool:
+        """Whether every adversarial item of the key has a verdict here already."""
+        return all(item in self._items for item in adversarial_items(strat, device, dtype, mode))
+
     def _first_failure(self, strat: Strategy, device: str, dtype: str, mode: str) -> Verdict | None:
         from impls.status import FAILED
 

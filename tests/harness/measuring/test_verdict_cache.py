@@ -169,3 +169,37 @@ benchmarks:
     assert first["adversarial_from_cache"] == 0 and second["adversarial_from_cache"] == 2
     assert first["phase_s"]["adversarial"] > second["phase_s"].get("adversarial", 0.0)
     assert set(read_rows(tmp_path / "second")["status"]) == {"ok"}
+
+
+def test_a_run_after_a_check_of_the_same_config_takes_the_checks_adversarial_verdicts(tiny_config, tmp_path,
+                                                                                        monkeypatch, capsys):
+    """make gpu checks, then runs: the run asks none of the adversarial items
+    the check ran (on a GPU that is every strategy compiled at every
+    adversarial shape), and a strategy the check failed is still not timed."""
+    monkeypatch.setattr(ceilings, "measure", quiet_machine)
+    config = tiny_config("""
+timing: {min_samples: 5, budget_s: 0.01, warmup_s: 0}
+threads: {torch: 1, numpy: 1}
+benchmarks:
+  - op: maxpool2d
+    strategies: [numpy_sliding_window, torch_max_pool2d_indices]
+    params: {N: 1, C: 1, H: 8, W: 8, k: 2}
+""")
+    monkeypatch.setattr(check, "run_one_check", _failing_for("numpy_sliding_window", check.run_one_check))
+    assert cli.main(["check", str(config), "--no-progress"]) != 0  # the planted failure is found
+    capsys.readouterr()
+    assert cli.main(["run", str(config), "-o", str(tmp_path / "run"), "--no-progress"]) == 0
+    assert "2 of 2 verdicts from the cache" in capsys.readouterr().err
+    rows = read_rows(tmp_path / "run").set_index("strategy")
+    assert rows.loc["numpy_sliding_window", "status"] == "mismatch"
+    assert "adversarial check" in rows.loc["numpy_sliding_window", "message"]
+    assert rows.loc["torch_max_pool2d_indices", "status"] == "ok"
+
+
+def _failing_for(name, run_one_check):
+    """run_one_check, but a mismatch for every adversarial item of strategy ``name``."""
+    def planted(item, seed, timeout_s=None):
+        if item.strategy.name == name and item.mode != "random":
+            return Verdict("mismatch", "planted: wrong on adversarial inputs")
+        return run_one_check(item, seed, timeout_s)
+    return planted
