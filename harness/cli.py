@@ -118,7 +118,7 @@ def cmd_check(args) -> int:
     from harness.measuring.sweep import require_devices, select_cases
     from harness.presenting.tables import check_table, console, progress_bar
 
-    from harness.measuring import pinning, verdict_cache
+    from harness.measuring import pinning, prefetch, verdict_cache
 
     config = load_config(args.config)
     require_devices(config)
@@ -127,11 +127,21 @@ def cmd_check(args) -> int:
     # The config's threads, as its run has them: the run then takes the adversarial verdicts from the cache.
     with pinning.threads_applied(config.threads) as threads, progress_bar(disable=args.no_progress) as progress:
         task = progress.add_task("check", total=len(items))
+        planned, counted = set(items), set()
 
         def advance(item):
-            progress.update(task, advance=1, description=f"check {item.strategy.key} {item.device} {item.dtype}")
+            if item in planned and item not in counted:
+                counted.add(item)
+                progress.update(task, advance=1, description=f"check {item.strategy.key} {item.device} {item.dtype}")
 
-        results = check.run_checks(items, config.seed, on_item=advance, timeout_s=config.timing.timeout_s)
+        # The adversarial items, strategy key by key, in one worker process per core (what a worker
+        # cannot load, a strategy defined only in this process, is run here with the rest).
+        kept = verdict_cache.VerdictCache(config.seed, threads)
+        keys = [key for key in kept.keys(cases) if kept.keeps(key[0])]
+        known = prefetch.check_items(keys, config.seed, config.timing.timeout_s, threads,
+                                     prefetch.workers_for(len(keys)), on_item=advance)
+        results = check.run_checks(items, config.seed, on_item=advance, timeout_s=config.timing.timeout_s,
+                                   known=known)
         verdict_cache.keep_from_check(results, cases, config.seed, threads, config.timing.timeout_s)
     console().print(check_table(results))
     summary = check.summarize_checks(results)

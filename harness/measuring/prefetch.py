@@ -63,6 +63,62 @@ def _answer(op: str, name: str, device: str, dtype: str, mode: str):
     return True, _CHECK.failure(strat, device, dtype, mode=mode)
 
 
+def _run_items(op: str, name: str, device: str, dtype: str, mode: str):
+    """Each adversarial item of a key, run here: [(verdict, seconds)] in
+    ``check.adversarial_items`` order; None when this worker lacks the strategy."""
+    import time
+
+    from impls.registry import get_operator
+
+    try:
+        strat = get_operator(op).strategies[name]
+    except KeyError:
+        return None
+    answers = []
+    for item in check.adversarial_items(strat, device, dtype, mode):
+        start = time.perf_counter()
+        verdict = check.run_one_check(item, _CHECK.seed, _CHECK.timeout_s)
+        answers.append((verdict, time.perf_counter() - start))
+    return answers
+
+
+# ------------------------------------------------------------- in the caller
+def check_items(keys, seed: int, timeout_s: float | None, threads: dict, workers: int,
+                on_item=None) -> dict:
+    """``scatterbench check``'s adversarial items, key by key in ``workers``
+    processes: {item: CheckResult} for every item of each key a worker
+    answered (``on_item(item)`` as each comes); what is missing (a worker
+    died, a strategy only this process has) the caller runs itself. On a
+    16-core GPU machine the check is mostly compiling, one core busy."""
+    results: dict = {}
+    if not keys or workers < 1:
+        return results
+    pool = concurrent.futures.ProcessPoolExecutor(
+        workers, mp_context=multiprocessing.get_context("spawn"), initializer=_start_worker,
+        initargs=(seed, timeout_s, dict(threads)))
+    try:
+        futures = {pool.submit(_run_items, strat.op, strat.name, device, dtype, mode): (strat, device, dtype, mode)
+                   for strat, device, dtype, mode in keys}
+        for future in concurrent.futures.as_completed(futures):
+            strat, device, dtype, mode = futures[future]
+            try:
+                answers = future.result()
+            except concurrent.futures.process.BrokenProcessPool:
+                break
+            if answers is None:
+                continue
+            for item, (verdict, seconds) in zip(check.adversarial_items(strat, device, dtype, mode), answers):
+                if item not in results:
+                    results[item] = check.CheckResult(item, verdict, seconds)
+                    if on_item:
+                        on_item(item)
+    except BaseException:
+        _stop(pool)
+        raise
+    pool.shutdown(wait=True, cancel_futures=True)
+    return results
+
+
 # ------------------------------------------------------------- in the run
 def prefetch(adversarial: check.AdversarialCheck, keys, threads: dict, workers: int) -> int:
     """Asks ``workers`` processes for the failure of each (strategy, device,

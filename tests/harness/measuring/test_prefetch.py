@@ -53,3 +53,27 @@ def test_workers_give_the_in_process_verdicts_and_leave_what_they_cannot_see(pla
         assert asked and failure == here.failure(strat, device, dtype, mode=mode), strat.name
     # the planted strategy is the sweep's to check, in-process, and fails there
     assert here.failure(wrong, "cpu", "float32").status == "mismatch"
+
+
+@pytest.mark.slow
+def test_checks_items_in_workers_give_the_in_process_verdicts(planted):
+    """``scatterbench check``'s adversarial items run key by key in workers:
+    every item of each key the workers can load, with the verdict this
+    process reaches; a strategy only this process has is left to it."""
+    wrong = planted("maxpool2d", "planted_copy", lambda inputs, params: lambda: inputs["x"],
+                    returns="values", ties="first")
+    strategies = get_operator("maxpool2d").strategies
+    keys = [(strategies[name], "cpu", "float32", mode) for name, mode in
+            (("torch_max_pool2d_indices", "forward"), ("seed_reshape_argmax", "forward"),
+             ("seed_loop_max", "backward"))]
+    keys.append((wrong, "cpu", "float32", "forward"))
+    seen = []
+    results = prefetch.check_items(keys, seed=0, timeout_s=120, threads={"torch": 1, "numba": 1, "numpy": 1},
+                                   workers=2, on_item=seen.append)
+    expected = [item for strat, device, dtype, mode in keys[:3]
+                for item in check.adversarial_items(strat, device, dtype, mode)]
+    assert set(results) == set(expected) == set(seen)
+    assert not any(item.strategy is wrong for item in results)
+    for item in expected[::7]:  # a sample, run here: the same verdicts
+        assert results[item].verdict == check.run_one_check(item, 0, 120), item.label
+    assert {result.verdict.status for result in results.values()} <= {"ok", "skipped", "upstream-defect"}
