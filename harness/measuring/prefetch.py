@@ -23,6 +23,7 @@ from __future__ import annotations
 import concurrent.futures
 import multiprocessing
 import os
+import time
 from harness.measuring import check
 
 # Below this many keys to check, starting workers (each imports the libraries:
@@ -152,11 +153,25 @@ def prefetch(adversarial: check.AdversarialCheck, keys, threads: dict, workers: 
     return answered
 
 
+# Seconds a stopped worker gets to end on SIGTERM before it is killed.
+STOP_GRACE_S = 5.0
+
+
 def _stop(pool: concurrent.futures.ProcessPoolExecutor) -> None:
-    """Ends the workers now, a case in flight included (shutdown alone waits for it)."""
+    """Ends the workers now, a case in flight included (shutdown alone waits
+    for it): SIGTERM, then SIGKILL for any still alive after ``STOP_GRACE_S``.
+    A worker left alive is joined for ever at the interpreter's exit: on an
+    H100, ``check`` said "interrupted" and then held its 10-minute lease to
+    the end, its workers busy compiling."""
     processes = list((pool._processes or {}).values())  # noqa: SLF001 - the executor offers no kill
     pool.shutdown(wait=False, cancel_futures=True)
     for process in processes:
         process.terminate()
+    deadline = time.monotonic() + STOP_GRACE_S
     for process in processes:
-        process.join(timeout=5)
+        process.join(timeout=max(0.0, deadline - time.monotonic()))
+    for process in processes:
+        if process.is_alive():
+            process.kill()
+    for process in processes:
+        process.join(timeout=STOP_GRACE_S)

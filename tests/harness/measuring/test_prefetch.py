@@ -77,3 +77,53 @@ def test_checks_items_in_workers_give_the_in_process_verdicts(planted):
     for item in expected[::7]:  # a sample, run here: the same verdicts
         assert results[item].verdict == check.run_one_check(item, 0, 120), item.label
     assert {result.verdict.status for result in results.values()} <= {"ok", "skipped", "upstream-defect"}
+
+
+def _deaf_to_sigterm() -> None:
+    import signal
+
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+
+
+def _sleep(seconds: float, started: str) -> float:
+    import pathlib
+    import time
+
+    pathlib.Path(started).touch()  # deaf to SIGTERM by now (the initializer ran)
+    time.sleep(seconds)
+    return seconds
+
+
+@pytest.mark.slow
+def test_a_stopped_worker_that_ignores_sigterm_is_killed(monkeypatch, tmp_path):
+    """Stopping the pool ends every worker, even one that does not end on
+    SIGTERM (busy in native code): none is left for the interpreter's exit to
+    wait on for ever."""
+    import concurrent.futures
+    import multiprocessing
+    import time
+
+    monkeypatch.setattr(prefetch, "STOP_GRACE_S", 1.0)
+    pool = concurrent.futures.ProcessPoolExecutor(2, mp_context=multiprocessing.get_context("spawn"),
+                                                  initializer=_deaf_to_sigterm)
+    for index in range(2):
+        pool.submit(_sleep, 600, str(tmp_path / f"started{index}"))
+    deadline = time.monotonic() + 60
+    while len(list(tmp_path.glob("started*"))) < 2 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    processes = list(pool._processes.values())
+    started = time.monotonic()
+    prefetch._stop(pool)
+    assert not any(_running(process.pid) for process in processes)
+    assert time.monotonic() - started < 10
+
+
+def _running(pid: int) -> bool:
+    """Whether the process runs (not a zombie), read from /proc: ``is_alive``
+    can say True of a process the executor's own thread has reaped."""
+    from pathlib import Path
+
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except (FileNotFoundError, ProcessLookupError):
+        return False
