@@ -1,5 +1,6 @@
-"""The run's adversarial verdicts, asked of worker processes before the first
-case is timed.
+"""The adversarial check asked of worker processes: the run's verdicts
+before its first case is timed (``prefetch``), and ``scatterbench check``'s
+adversarial items (``check_items``).
 
 The adversarial check of a strategy is mostly single-threaded: Python,
 imports, the libraries' compiles (Inductor, numba, XLA) and small arrays, one
@@ -67,8 +68,6 @@ def _answer(op: str, name: str, device: str, dtype: str, mode: str):
 def _run_items(op: str, name: str, device: str, dtype: str, mode: str):
     """Each adversarial item of a key, run here: [(verdict, seconds)] in
     ``check.adversarial_items`` order; None when this worker lacks the strategy."""
-    import time
-
     from impls.registry import get_operator
 
     try:
