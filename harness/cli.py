@@ -138,10 +138,16 @@ def cmd_check(args) -> int:
         # cannot load, a strategy defined only in this process, is run here with the rest).
         kept = verdict_cache.VerdictCache(config.seed, threads)
         keys = [key for key in kept.keys(cases) if kept.keeps(key[0])]
-        known = prefetch.check_items(keys, config.seed, config.timing.timeout_s, threads,
-                                     prefetch.workers_for(len(keys)), on_item=advance)
-        results = check.run_checks(items, config.seed, on_item=advance, timeout_s=config.timing.timeout_s,
-                                   known=known)
+        known: dict = {}
+        try:
+            prefetch.check_items(keys, config.seed, config.timing.timeout_s, threads,
+                                 prefetch.workers_for(len(keys)), on_item=advance, results=known)
+            results = check.run_checks(items, config.seed, on_item=advance, timeout_s=config.timing.timeout_s,
+                                       known=known)
+        except KeyboardInterrupt:  # Ctrl-C, or SIGTERM at a lease's limit: the keys checked whole are kept
+            verdict_cache.keep_from_check(list(known.values()), cases, config.seed, threads,
+                                          config.timing.timeout_s)
+            raise
         verdict_cache.keep_from_check(results, cases, config.seed, threads, config.timing.timeout_s)
     console().print(check_table(results))
     summary = check.summarize_checks(results)

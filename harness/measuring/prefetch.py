@@ -84,13 +84,15 @@ def _run_items(op: str, name: str, device: str, dtype: str, mode: str):
 
 # ------------------------------------------------------------- in the caller
 def check_items(keys, seed: int, timeout_s: float | None, threads: dict, workers: int,
-                on_item=None) -> dict:
+                on_item=None, results: dict | None = None) -> dict:
     """``scatterbench check``'s adversarial items, key by key in ``workers``
     processes: {item: CheckResult} for every item of each key a worker
-    answered (``on_item(item)`` as each comes); what is missing (a worker
-    died, a strategy only this process has) the caller runs itself. On a
-    16-core GPU machine the check is mostly compiling, one core busy."""
-    results: dict = {}
+    answered (``on_item(item)`` as each comes), put in ``results`` when
+    given (a caller stopped midway keeps what came before the stop); what
+    is missing (a worker died, a strategy only this process has) the caller
+    runs itself. On a 16-core GPU machine the check is mostly compiling, one
+    core busy."""
+    results = {} if results is None else results
     if not keys or workers < 1:
         return results
     pool = concurrent.futures.ProcessPoolExecutor(

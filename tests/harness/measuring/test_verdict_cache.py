@@ -203,3 +203,33 @@ def _failing_for(name, run_one_check):
             return Verdict("mismatch", "planted: wrong on adversarial inputs")
         return run_one_check(item, seed, timeout_s)
     return planted
+
+
+def test_a_check_stopped_midway_keeps_the_keys_it_checked_whole(tiny_config, tmp_path, monkeypatch, capsys):
+    """A check cut by a lease's limit (SIGTERM ends every command as Ctrl-C
+    does) keeps the verdicts of the strategy keys its workers finished: the
+    run that follows asks only the rest."""
+    from harness.measuring import prefetch
+
+    monkeypatch.setattr(ceilings, "measure", quiet_machine)
+    config = tiny_config("""
+timing: {min_samples: 5, budget_s: 0.01, warmup_s: 0}
+threads: {torch: 1, numpy: 1}
+benchmarks:
+  - op: maxpool2d
+    strategies: [numpy_sliding_window, torch_max_pool2d_indices]
+    params: {N: 1, C: 1, H: 8, W: 8, k: 2}
+""")
+
+    def first_key_then_stopped(keys, seed, timeout_s, threads, workers, on_item=None, results=None):
+        strat, device, dtype, mode = keys[0]
+        for item in check.adversarial_items(strat, device, dtype, mode):  # as a worker would
+            results[item] = check.CheckResult(item, check.run_one_check(item, seed, timeout_s), 0.0)
+        raise KeyboardInterrupt  # the stop, while the second key was being checked
+
+    monkeypatch.setattr(prefetch, "check_items", first_key_then_stopped)
+    assert cli.main(["check", str(config), "--no-progress"]) == 130
+    capsys.readouterr()
+    assert cli.main(["run", str(config), "-o", str(tmp_path / "run"), "--no-progress"]) == 0
+    assert "1 of 2 verdicts from the cache" in capsys.readouterr().err
+    assert set(read_rows(tmp_path / "run")["status"]) == {"ok"}
