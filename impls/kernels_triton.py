@@ -43,6 +43,7 @@ import torch  # noqa: E402
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 
+from impls import tuning  # noqa: E402
 from impls.registry import NotApplicable  # noqa: E402
 
 INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
@@ -95,9 +96,11 @@ def _autotuned(key: list[str]):
     every one of them."""
 
     def decorate(kernel):
-        tuned = triton.autotune(configs=[INTERPRETER_CONFIG] if INTERPRETED else TUNING_CONFIGS, key=key)(kernel)
+        # Checks take the first config unbenchmarked (impls/tuning.py); timed sizes tune for real.
+        tuned = triton.autotune(configs=[INTERPRETER_CONFIG] if INTERPRETED else TUNING_CONFIGS, key=key,
+                                prune_configs_by={"early_config_prune": tuning.prune})(kernel)
         tuned.tuning_configs = TUNING_CONFIGS
-        return tuned
+        return tuning.register(tuned)
 
     return decorate
 

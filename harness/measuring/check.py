@@ -39,7 +39,7 @@ import numpy as np
 from harness.base.plugins import project_path
 from harness.measuring import memory, timing
 from impls.backends import applied_layout, backend_of, float_dtypes, get_backend, to_numpy
-from impls import training
+from impls import training, tuning
 from impls.common import DTYPE_DIFFERENCE, Verdict, round_to_dtype
 from impls.registry import NotApplicable, Strategy, get_operator
 from impls.status import (
@@ -587,7 +587,8 @@ def run_one_check(item: CheckItem, seed: int, timeout_s: float | None = None) ->
     except MemoryError:
         return Verdict(SKIPPED, "out of memory while building the float64 reference")
     try:
-        with timing.deadline(timeout_s):
+        # Nothing is timed here: autotuned kernels take their first config at new sizes, unbenchmarked.
+        with timing.deadline(timeout_s), tuning.untimed():
             return attempt(item.strategy, ref, item.dtype, item.device, item.layout).verdict
     except timing.CaseTimeout as error:  # fired between the attempt's end and the deadline's
         return Verdict(TIMEOUT, str(error))
