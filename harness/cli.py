@@ -145,10 +145,9 @@ def cmd_check(args) -> int:
             results = check.run_checks(items, config.seed, on_item=advance, timeout_s=config.timing.timeout_s,
                                        known=known)
         except KeyboardInterrupt:  # Ctrl-C, or SIGTERM at a lease's limit: the keys checked whole are kept
-            verdict_cache.keep_from_check(list(known.values()), cases, config.seed, threads,
-                                          config.timing.timeout_s)
+            verdict_cache.keep_from_check(kept, list(known.values()), cases, config.timing.timeout_s)
             raise
-        verdict_cache.keep_from_check(results, cases, config.seed, threads, config.timing.timeout_s)
+        verdict_cache.keep_from_check(kept, results, cases, config.timing.timeout_s)
     console().print(check_table(results))
     summary = check.summarize_checks(results)
     shown = summary.failure_lines if args.all else summary.failure_lines[:FAIL_LINES_SHOWN]

@@ -53,10 +53,14 @@ def untimed():
     try:
         yield
     finally:
-        _UNTIMED = False
-        for kernel in _KERNELS:
-            cache = getattr(kernel, "cache", None)
-            if isinstance(cache, dict):
-                before = known.get(id(kernel), set())
-                for key in [key for key in cache if key not in before]:
-                    del cache[key]
+        try:
+            # Forgotten first, then benchmarking again: an interruption in between leaves untimed
+            # sizes forgotten (tuned again later), never an untuned config kept for a timed call.
+            for kernel in _KERNELS:
+                cache = getattr(kernel, "cache", None)
+                if isinstance(cache, dict):
+                    before = known.get(id(kernel), set())
+                    for key in [key for key in cache if key not in before]:
+                        cache.pop(key, None)
+        finally:
+            _UNTIMED = False

@@ -588,7 +588,8 @@ def run_one_check(item: CheckItem, seed: int, timeout_s: float | None = None) ->
         return Verdict(SKIPPED, "out of memory while building the float64 reference")
     try:
         # Nothing is timed here: autotuned kernels take their first config at new sizes, unbenchmarked.
-        with timing.deadline(timeout_s), tuning.untimed():
+        # The deadline inside: its alarm is off before untimed() forgets those sizes on the way out.
+        with tuning.untimed(), timing.deadline(timeout_s):
             return attempt(item.strategy, ref, item.dtype, item.device, item.layout).verdict
     except timing.CaseTimeout as error:  # fired between the attempt's end and the deadline's
         return Verdict(TIMEOUT, str(error))

@@ -174,16 +174,16 @@ class VerdictCache:
             pass  # another run pruned at the same moment; the next save prunes again
 
 
-def keep_from_check(results, cases, seed: int, threads: dict | None, timeout_s: float | None = None,
-                    on_warning: Callable[[str], None] = caches.warn) -> int:
-    """Keeps the adversarial verdicts a ``check`` of ``cases`` reached
-    (``results``), for a run of the same code, seed and threads: ``make gpu``
-    checks, then runs, and the run's adversarial phase (compiling every
-    strategy at every adversarial shape) then costs nothing. A key is kept
-    only when the check ran every one of its adversarial items. Returns how many."""
-    adversarial = check.AdversarialCheck(seed, timeout_s)
+def keep_from_check(cache: VerdictCache, results, cases, timeout_s: float | None = None) -> int:
+    """Keeps in ``cache`` (made when the check started: its fingerprint is of
+    the code the check ran, not of a checkout changed meanwhile) the
+    adversarial verdicts a ``check`` of ``cases`` reached (``results``), for
+    a run of the same code, seed and threads: ``make gpu`` checks, then runs,
+    and the run's adversarial phase (compiling every strategy at every
+    adversarial shape) then costs nothing. A key is kept only when the check
+    ran every one of its adversarial items. Returns how many."""
+    adversarial = check.AdversarialCheck(cache.seed, timeout_s)
     adversarial.absorb(results)
-    cache = VerdictCache(seed, threads, on_warning=on_warning)
     for strat, device, dtype, mode in cache.keys(cases):
         if adversarial.covers(strat, device, dtype, mode):
             adversarial.failure(strat, device, dtype, mode)  # answered from the absorbed verdicts, nothing run

@@ -58,3 +58,20 @@ def test_rounding_to_a_dtype_in_pieces_is_numpys_cast(small_pieces):
     with np.errstate(over="ignore"):
         for dtype in ("float16", "float32", "float64"):
             assert np.array_equal(common.round_to_dtype(values, dtype), values.astype(dtype).astype(np.float64))
+
+
+def test_a_nan_in_the_reference_is_a_mismatch_wherever_it_lies(small_pieces):
+    """Combined over the pieces with NaN carried through (Python's max() keeps
+    a NaN only when it comes first): the verdict does not depend on which
+    piece holds it, and the message names it instead of raising."""
+    for where in (0, 999):
+        ref = np.ones(1000)
+        ref[where] = np.nan
+        verdict = common.compare_relative("x", np.ones(1000, dtype=np.float32), ref, "float32")
+        assert verdict.status == "mismatch" and f"({where},)" in verdict.message, (where, verdict)
+
+
+def test_rounding_keeps_a_scalars_and_a_fortran_arrays_form():
+    assert common.round_to_dtype(np.float64(7e4), "float32") == 7e4
+    fortran = np.asfortranarray(np.random.default_rng(2).standard_normal((30, 40)))
+    assert common.round_to_dtype(fortran, "float16").flags.f_contiguous

@@ -62,3 +62,13 @@ def test_triton_autotune_takes_the_first_config_inside_untimed(monkeypatch):
         assert len(tuned.cache) == 1
     assert torch.equal(out, torch.ones(40))  # the first config's kernel ran
     assert tuned.cache == {}
+
+
+def test_an_interrupted_check_still_forgets_its_sizes_and_benchmarks_again(monkeypatch):
+    kernel = ToyKernel({})
+    monkeypatch.setattr(tuning, "_KERNELS", [kernel])
+    with pytest.raises(KeyboardInterrupt):
+        with tuning.untimed():
+            kernel.cache[(8,)] = "first config, unbenchmarked"
+            raise KeyboardInterrupt
+    assert kernel.cache == {} and tuning.benchmarking()

@@ -233,3 +233,15 @@ benchmarks:
     assert cli.main(["run", str(config), "-o", str(tmp_path / "run"), "--no-progress"]) == 0
     assert "1 of 2 verdicts from the cache" in capsys.readouterr().err
     assert set(read_rows(tmp_path / "run")["status"]) == {"ok"}
+
+
+def test_a_checks_verdicts_are_kept_under_the_code_it_started_with(tmp_path, monkeypatch):
+    """A checkout changed while a long check runs: its verdicts go to the file
+    of the code it checked, never under the new code's digest."""
+    cache = VerdictCache(0, THREADS, folder=tmp_path)
+    results = [check.CheckResult(item, check.run_one_check(item, 0), 0.0)
+               for item in check.adversarial_items(strategy(), "cpu", "float32")]
+    monkeypatch.setattr(verdict_cache, "tree_digest", lambda folder: "the code after a git pull")
+    assert verdict_cache.keep_from_check(cache, results, [case()]) == 1
+    assert [path.name for path in tmp_path.glob("*.json")] == [cache.path.name]
+    assert VerdictCache(0, THREADS, folder=tmp_path).path != cache.path
