@@ -165,6 +165,7 @@ def _stop(pool: concurrent.futures.ProcessPoolExecutor) -> None:
     H100, ``check`` said "interrupted" and then held its 10-minute lease to
     the end, its workers busy compiling."""
     processes = list((pool._processes or {}).values())  # noqa: SLF001 - the executor offers no kill
+    manager = getattr(pool, "_executor_manager_thread", None)
     pool.shutdown(wait=False, cancel_futures=True)
     for process in processes:
         process.terminate()
@@ -176,3 +177,8 @@ def _stop(pool: concurrent.futures.ProcessPoolExecutor) -> None:
             process.kill()
     for process in processes:
         process.join(timeout=STOP_GRACE_S)
+    # The executor's own thread ends once its workers are gone, closing its wake-up pipe; left to
+    # end by itself, it raced the interpreter's exit, which wrote to that pipe as it closed
+    # ("Exception ignored ... OSError: Bad file descriptor" after a check stopped by SIGTERM).
+    if manager is not None:
+        manager.join(timeout=STOP_GRACE_S)

@@ -112,9 +112,12 @@ def test_a_stopped_worker_that_ignores_sigterm_is_killed(monkeypatch, tmp_path):
     while len(list(tmp_path.glob("started*"))) < 2 and time.monotonic() < deadline:
         time.sleep(0.1)
     processes = list(pool._processes.values())
+    manager = pool._executor_manager_thread
     started = time.monotonic()
     prefetch._stop(pool)
     assert not any(_running(process.pid) for process in processes)
+    # and the executor's own thread is over: none is left to race the interpreter's exit for its pipe
+    assert not manager.is_alive()
     assert time.monotonic() - started < 10
 
 
