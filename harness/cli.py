@@ -114,11 +114,9 @@ FAIL_LINES_SHOWN = 20
          arg("--all", action="store_true", help=f"print every FAIL line (default: the first {FAIL_LINES_SHOWN})"))
 def cmd_check(args) -> int:
     from harness.base.config import load_config
-    from harness.measuring import check
+    from harness.measuring import check, pinning, prefetch, verdict_cache
     from harness.measuring.sweep import require_devices, select_cases
     from harness.presenting.tables import check_table, console, progress_bar
-
-    from harness.measuring import pinning, prefetch, verdict_cache
 
     config = load_config(args.config)
     require_devices(config)
