@@ -83,6 +83,32 @@ def _run_items(op: str, name: str, device: str, dtype: str, mode: str):
 
 
 # ------------------------------------------------------------- in the caller
+def _in_workers(task, keys, seed: int, timeout_s: float | None, threads: dict, workers: int, on_answer) -> None:
+    """``task(op, name, device, dtype, mode)`` for each (strategy, device,
+    dtype, mode) in ``keys``, in ``workers`` spawned processes, each set up as
+    the run is (seed, case time limit, threads); ``on_answer(key, answer)``
+    as each comes back. A worker dying in native code ends the pool early
+    (what is left is the caller's to ask in-process); Ctrl-C or SIGTERM stop
+    the workers at once (``_stop``)."""
+    # spawn, not fork: the run has started thread pools (torch, numba) that a fork would copy mid-state
+    pool = concurrent.futures.ProcessPoolExecutor(
+        workers, mp_context=multiprocessing.get_context("spawn"), initializer=_start_worker,
+        initargs=(seed, timeout_s, dict(threads)))
+    try:
+        futures = {pool.submit(task, strat.op, strat.name, device, dtype, mode): (strat, device, dtype, mode)
+                   for strat, device, dtype, mode in keys}
+        for future in concurrent.futures.as_completed(futures):
+            try:
+                answer = future.result()
+            except concurrent.futures.process.BrokenProcessPool:
+                break
+            on_answer(futures[future], answer)
+    except BaseException:
+        _stop(pool)
+        raise
+    pool.shutdown(wait=True, cancel_futures=True)
+
+
 def check_items(keys, seed: int, timeout_s: float | None, threads: dict, workers: int,
                 on_item=None, results: dict | None = None) -> dict:
     """``scatterbench check``'s adversarial items, key by key in ``workers``
@@ -95,29 +121,17 @@ def check_items(keys, seed: int, timeout_s: float | None, threads: dict, workers
     results = {} if results is None else results
     if not keys or workers < 1:
         return results
-    pool = concurrent.futures.ProcessPoolExecutor(
-        workers, mp_context=multiprocessing.get_context("spawn"), initializer=_start_worker,
-        initargs=(seed, timeout_s, dict(threads)))
-    try:
-        futures = {pool.submit(_run_items, strat.op, strat.name, device, dtype, mode): (strat, device, dtype, mode)
-                   for strat, device, dtype, mode in keys}
-        for future in concurrent.futures.as_completed(futures):
-            strat, device, dtype, mode = futures[future]
-            try:
-                answers = future.result()
-            except concurrent.futures.process.BrokenProcessPool:
-                break
-            if answers is None:
-                continue
-            for item, (verdict, seconds) in zip(check.adversarial_items(strat, device, dtype, mode), answers):
-                if item not in results:
-                    results[item] = check.CheckResult(item, verdict, seconds)
-                    if on_item:
-                        on_item(item)
-    except BaseException:
-        _stop(pool)
-        raise
-    pool.shutdown(wait=True, cancel_futures=True)
+
+    def take(key, answers):
+        if answers is None:  # the worker lacks the strategy
+            return
+        for item, (verdict, seconds) in zip(check.adversarial_items(*key), answers):
+            if item not in results:
+                results[item] = check.CheckResult(item, verdict, seconds)
+                if on_item:
+                    on_item(item)
+
+    _in_workers(_run_items, keys, seed, timeout_s, threads, workers, take)
     return results
 
 
@@ -130,27 +144,17 @@ def prefetch(adversarial: check.AdversarialCheck, keys, threads: dict, workers: 
     SIGTERM stop the workers at once."""
     if not keys or workers < 1:
         return 0
-    # spawn, not fork: the run has started thread pools (torch, numba) that a fork would copy mid-state
-    pool = concurrent.futures.ProcessPoolExecutor(
-        workers, mp_context=multiprocessing.get_context("spawn"), initializer=_start_worker,
-        initargs=(adversarial.seed, adversarial.timeout_s, dict(threads)))
     answered = 0
-    try:
-        futures = {pool.submit(_answer, strat.op, strat.name, device, dtype, mode): (strat, device, dtype, mode)
-                   for strat, device, dtype, mode in keys}
-        for future in concurrent.futures.as_completed(futures):
-            strat, device, dtype, mode = futures[future]
-            try:
-                found, failure = future.result()
-            except concurrent.futures.process.BrokenProcessPool:
-                break  # a worker died in native code: the sweep asks what is left in-process
-            if found:
-                adversarial.remember(strat, device, dtype, failure, mode=mode)
-                answered += 1
-    except BaseException:
-        _stop(pool)
-        raise
-    pool.shutdown(wait=True, cancel_futures=True)
+
+    def take(key, answer):
+        nonlocal answered
+        found, failure = answer
+        if found:
+            strat, device, dtype, mode = key
+            adversarial.remember(strat, device, dtype, failure, mode=mode)
+            answered += 1
+
+    _in_workers(_answer, keys, adversarial.seed, adversarial.timeout_s, threads, workers, take)
     return answered
 
 

@@ -144,6 +144,17 @@ def test_only_the_newest_files_are_kept(tmp_path, monkeypatch):
         ["old3.json", VerdictCache(0, THREADS, folder=tmp_path).path.name])
 
 
+# Two quick strategies, one thread each: what the run-and-check tests below sweep.
+TWO_STRATEGIES = """
+timing: {min_samples: 5, budget_s: 0.01, warmup_s: 0}
+threads: {torch: 1, numpy: 1}
+benchmarks:
+  - op: maxpool2d
+    strategies: [numpy_sliding_window, torch_max_pool2d_indices]
+    params: {N: 1, C: 1, H: 8, W: 8, k: 2}
+"""
+
+
 def quiet_machine(devices, threads=None, fresh=True):
     return ceilings.Measured({device: 20.0 for device in devices},
                              {device: [{"gbps": 20.0, "load": 0.1}] for device in devices},
@@ -153,14 +164,7 @@ def quiet_machine(devices, threads=None, fresh=True):
 def test_a_second_run_of_unchanged_code_takes_its_verdicts_from_the_cache_and_says_so(tiny_config, tmp_path,
                                                                                        monkeypatch, capsys):
     monkeypatch.setattr(ceilings, "measure", quiet_machine)
-    config = tiny_config("""
-timing: {min_samples: 5, budget_s: 0.01, warmup_s: 0}
-threads: {torch: 1, numpy: 1}
-benchmarks:
-  - op: maxpool2d
-    strategies: [numpy_sliding_window, torch_max_pool2d_indices]
-    params: {N: 1, C: 1, H: 8, W: 8, k: 2}
-""")
+    config = tiny_config(TWO_STRATEGIES)
     assert cli.main(["run", str(config), "-o", str(tmp_path / "first"), "--no-progress"]) == 0
     assert "0 of 2 verdicts from the cache" in capsys.readouterr().err
     assert cli.main(["run", str(config), "-o", str(tmp_path / "second"), "--no-progress"]) == 0
@@ -177,14 +181,7 @@ def test_a_run_after_a_check_of_the_same_config_takes_the_checks_adversarial_ver
     the check ran (on a GPU that is every strategy compiled at every
     adversarial shape), and a strategy the check failed is still not timed."""
     monkeypatch.setattr(ceilings, "measure", quiet_machine)
-    config = tiny_config("""
-timing: {min_samples: 5, budget_s: 0.01, warmup_s: 0}
-threads: {torch: 1, numpy: 1}
-benchmarks:
-  - op: maxpool2d
-    strategies: [numpy_sliding_window, torch_max_pool2d_indices]
-    params: {N: 1, C: 1, H: 8, W: 8, k: 2}
-""")
+    config = tiny_config(TWO_STRATEGIES)
     monkeypatch.setattr(check, "run_one_check", _failing_for("numpy_sliding_window", check.run_one_check))
     assert cli.main(["check", str(config), "--no-progress"]) != 0  # the planted failure is found
     capsys.readouterr()
@@ -212,14 +209,7 @@ def test_a_check_stopped_midway_keeps_the_keys_it_checked_whole(tiny_config, tmp
     from harness.measuring import prefetch
 
     monkeypatch.setattr(ceilings, "measure", quiet_machine)
-    config = tiny_config("""
-timing: {min_samples: 5, budget_s: 0.01, warmup_s: 0}
-threads: {torch: 1, numpy: 1}
-benchmarks:
-  - op: maxpool2d
-    strategies: [numpy_sliding_window, torch_max_pool2d_indices]
-    params: {N: 1, C: 1, H: 8, W: 8, k: 2}
-""")
+    config = tiny_config(TWO_STRATEGIES)
 
     def first_key_then_stopped(keys, seed, timeout_s, threads, workers, on_item=None, results=None):
         strat, device, dtype, mode = keys[0]
