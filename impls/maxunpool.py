@@ -556,6 +556,10 @@ def torch_max_unpool2d(inputs, params):
 
 
 # ---------------------------------------------------- PyTensor (Theano's successor)
+# PyTensor 3 JIT-compiles each graph with numba at its first call, and these
+# graphs bake in their shapes (zeros((A, B, P)), the unrolled rows, the offset
+# table): every new shape is a compile of 1 to 3 s, so their checks use the
+# reduced case set of the per-shape compiled strategies (``quick_check``).
 def _pytensor_function(values, build):
     """Compiles ``build(v, p)`` once (outside the timed region), like ``theano.function``."""
     import pytensor
@@ -567,7 +571,7 @@ def _pytensor_function(values, build):
 
 
 @strategy("maxunpool", backend="pytensor", source=f"{SEED} upsamplecode (set_subtensor loop, PyTensor)",
-          no_backward=PYTENSOR_NO_BACKWARD)
+          no_backward=PYTENSOR_NO_BACKWARD, quick_check=True)
 def pytensor_seed_row_loop(inputs, params):
     """The question's graph verbatim: A·B chained ``set_subtensor`` nodes,
     unrolled at graph-build time, compiled once."""
@@ -587,7 +591,7 @@ def pytensor_seed_row_loop(inputs, params):
 
 
 @strategy("maxunpool", backend="pytensor", source=f"{SEED} upsamplecode2 (flattened set_subtensor, PyTensor)",
-          no_backward=PYTENSOR_NO_BACKWARD)
+          no_backward=PYTENSOR_NO_BACKWARD, quick_check=True)
 def pytensor_seed_flat_set(inputs, params):
     """The question's one ``set_subtensor`` on the flattened output with a
     shared offset table (int64 here: the seed's float offsets cast to int32
@@ -609,7 +613,7 @@ def pytensor_seed_flat_set(inputs, params):
 
 
 @strategy("maxunpool", backend="pytensor", source=f"{SEED} answer (advanced-index broadcast, PyTensor)",
-          no_backward=PYTENSOR_NO_BACKWARD)
+          no_backward=PYTENSOR_NO_BACKWARD, quick_check=True)
 def pytensor_seed_broadcast(inputs, params):
     """The answer's broadcast ``set_subtensor`` in PyTensor, compiled once."""
     values, positions, P, out_shape = _rows(inputs, params)

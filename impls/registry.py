@@ -49,7 +49,8 @@ class Strategy:
     doc: str = ""
     # Extra bytes of temporaries per byte of operator traffic, for the memory guard.
     temp_factor: float = 1.0
-    # Each new shape costs a compile (torch.compile): checks use a reduced case set.
+    # Each new shape costs a compile (torch.compile; PyTensor's graphs, numba-compiled
+    # at their first call): checks use a reduced case set (harness.measuring.check).
     quick_check: bool = False
     # The seed's original strategy: speedups in tables and the report are over it.
     baseline: bool = False

@@ -40,6 +40,24 @@ def workers_for(keys: int, cores: int | None = None) -> int:
     return min(cores, keys)
 
 
+def compiles_first(keys) -> list:
+    """``keys`` with those whose adversarial items cost the most compiles
+    first (distinct shape and dtype pairs, where the strategy compiles per
+    shape or its backend compiles at all), the rest after in their order:
+    the long tasks start at once and the cheap ones fill the gaps, instead
+    of one worker compiling alone at the end while the others idle (a cold
+    ``make bench``: PyTensor's three seeds, 10 to 40 s each, came last)."""
+    from impls.backends import get_backend
+
+    def compiles(key) -> int:
+        strat, device, dtype, mode = key
+        if not (strat.quick_check or get_backend(strat.backend).compiles):
+            return 0
+        return len({(item.params, item.dtype) for item in check.adversarial_items(strat, device, dtype, mode)})
+
+    return sorted(keys, key=compiles, reverse=True)
+
+
 # ------------------------------------------------------------- in the worker
 _CHECK: check.AdversarialCheck | None = None
 
@@ -96,7 +114,7 @@ def _in_workers(task, keys, seed: int, timeout_s: float | None, threads: dict, w
         initargs=(seed, timeout_s, dict(threads)))
     try:
         futures = {pool.submit(task, strat.op, strat.name, device, dtype, mode): (strat, device, dtype, mode)
-                   for strat, device, dtype, mode in keys}
+                   for strat, device, dtype, mode in compiles_first(keys)}
         for future in concurrent.futures.as_completed(futures):
             try:
                 answer = future.result()

@@ -16,6 +16,18 @@ def test_how_many_workers():
 
 
 @pytest.mark.slow
+def test_the_keys_that_compile_most_go_to_the_workers_first():
+    unpool, pool = get_operator("maxunpool").strategies, get_operator("maxpool2d").strategies
+    keys = [(strat, "cpu", "float32", "forward") for strat in
+            (unpool["numpy_seed_row_loop"], unpool["torch_compile_scatter"], pool["seed_loops"],
+             unpool["pytensor_seed_broadcast"], unpool["numba_fused"], unpool["torch_scatter"])]
+    order = [strat.name for strat, *_ in prefetch.compiles_first(keys)]
+    # numba compiles per dtype (its 10 shapes, 1 dtype: weight 10); the per-shape compiled
+    # ones 5 shapes each, in their order; the eager ones last, in theirs
+    assert order == ["numba_fused", "torch_compile_scatter", "pytensor_seed_broadcast",
+                     "numpy_seed_row_loop", "seed_loops", "torch_scatter"]
+
+
 def test_workers_give_the_in_process_verdicts_and_leave_what_they_cannot_see(planted):
     """Four real strategies, one of them failing in a training mode, and one
     registered only in this process, wrong on ties: the workers answer the
