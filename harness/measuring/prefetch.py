@@ -41,12 +41,15 @@ def workers_for(keys: int, cores: int | None = None) -> int:
 
 
 def compiles_first(keys) -> list:
-    """``keys`` with those whose adversarial items cost the most compiles
-    first (distinct shape and dtype pairs, where the strategy compiles per
-    shape or its backend compiles at all), the rest after in their order:
-    the long tasks start at once and the cheap ones fill the gaps, instead
-    of one worker compiling alone at the end while the others idle (a cold
-    ``make bench``: PyTensor's three seeds, 10 to 40 s each, came last)."""
+    """``keys`` in the order the workers should take them: those whose
+    strategy compiles (per shape, or its backend compiles at all) first, the
+    most compiles (distinct shape and dtype pairs of their adversarial items)
+    first, taking the backends in turn; the rest after in their order. The
+    long tasks start at once and the cheap ones fill the gaps, instead of one
+    worker compiling alone at the end (a cold ``make bench``: PyTensor's three
+    seeds, 10 to 40 s each, came last); and two workers do not start the same
+    library cold at once, each paying its first compile (Inductor's: 9 s of
+    checks of the CPU's vector units, kept on disk for whoever comes next)."""
     from impls.backends import get_backend
 
     def compiles(key) -> int:
@@ -55,7 +58,15 @@ def compiles_first(keys) -> list:
             return 0
         return len({(item.params, item.dtype) for item in check.adversarial_items(strat, device, dtype, mode)})
 
-    return sorted(keys, key=compiles, reverse=True)
+    weights = [compiles(key) for key in keys]
+    by_backend: dict[str, list] = {}
+    for weight, key in sorted(zip(weights, keys), key=lambda pair: -pair[0]):
+        if weight:
+            by_backend.setdefault(key[0].backend, []).append(key)
+    turns = sorted(by_backend.values(), key=len, reverse=True)
+    ordered = [group[index] for index in range(len(turns[0]) if turns else 0) for group in turns
+               if index < len(group)]
+    return ordered + [key for weight, key in zip(weights, keys) if not weight]
 
 
 # ------------------------------------------------------------- in the worker

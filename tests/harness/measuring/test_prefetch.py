@@ -21,11 +21,15 @@ def test_the_keys_that_compile_most_go_to_the_workers_first():
     keys = [(strat, "cpu", "float32", "forward") for strat in
             (unpool["numpy_seed_row_loop"], unpool["torch_compile_scatter"], pool["seed_loops"],
              unpool["pytensor_seed_broadcast"], unpool["numba_fused"], unpool["torch_scatter"])]
-    order = [strat.name for strat, *_ in prefetch.compiles_first(keys)]
-    # numba compiles per dtype (its 10 shapes, 1 dtype: weight 10); the per-shape compiled
-    # ones 5 shapes each, in their order; the eager ones last, in theirs
-    assert order == ["numba_fused", "torch_compile_scatter", "pytensor_seed_broadcast",
-                     "numpy_seed_row_loop", "seed_loops", "torch_scatter"]
+    keys += [(pool["torch_compile_reshape_argmax"], "cpu", "float32", "forward"),
+             (get_operator("dispersion").strategies["torch_compile_seed_loop"], "cpu", "float32", "forward")]
+    order = [(strat.op, strat.name) for strat, *_ in prefetch.compiles_first(keys)]
+    # the compiling ones first, the most shapes first (numba's 10, PyTensor's and torch.compile's
+    # 5, 4, 4), the backends in turn; the eager ones last, in their order
+    assert order == [("maxunpool", "torch_compile_scatter"), ("maxunpool", "numba_fused"),
+                     ("maxunpool", "pytensor_seed_broadcast"), ("maxpool2d", "torch_compile_reshape_argmax"),
+                     ("dispersion", "torch_compile_seed_loop"),
+                     ("maxunpool", "numpy_seed_row_loop"), ("maxpool2d", "seed_loops"), ("maxunpool", "torch_scatter")]
 
 
 def test_workers_give_the_in_process_verdicts_and_leave_what_they_cannot_see(planted):
