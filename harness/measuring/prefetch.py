@@ -43,8 +43,9 @@ def workers_for(keys: int, cores: int | None = None) -> int:
 def compiles_first(keys) -> list:
     """``keys`` in the order the workers should take them: those whose
     strategy compiles (per shape, or its backend compiles at all) first, the
-    most compiles (distinct shape and dtype pairs of their adversarial items)
-    first, taking the backends in turn; the rest after in their order. The
+    backends in turn (the one with the most such keys first), each backend's
+    keys by how many compiles they cost (distinct shape and dtype pairs of
+    their adversarial items), most first; the rest after in their order. The
     long tasks start at once and the cheap ones fill the gaps, instead of one
     worker compiling alone at the end (a cold ``make bench``: PyTensor's three
     seeds, 10 to 40 s each, came last); and two workers do not start the same

@@ -15,7 +15,6 @@ def test_how_many_workers():
     assert prefetch.workers_for(5, cores=16) == 5
 
 
-@pytest.mark.slow
 def test_the_keys_that_compile_most_go_to_the_workers_first():
     unpool, pool = get_operator("maxunpool").strategies, get_operator("maxpool2d").strategies
     keys = [(strat, "cpu", "float32", "forward") for strat in
@@ -24,14 +23,15 @@ def test_the_keys_that_compile_most_go_to_the_workers_first():
     keys += [(pool["torch_compile_reshape_argmax"], "cpu", "float32", "forward"),
              (get_operator("dispersion").strategies["torch_compile_seed_loop"], "cpu", "float32", "forward")]
     order = [(strat.op, strat.name) for strat, *_ in prefetch.compiles_first(keys)]
-    # the compiling ones first, the most shapes first (numba's 10, PyTensor's and torch.compile's
-    # 5, 4, 4), the backends in turn; the eager ones last, in their order
+    # the compiling ones first, the backends in turn (torch.compile's three keys, then numba's and
+    # PyTensor's one each), each backend's most shapes first (5, 4, 4); the eager ones last, in their order
     assert order == [("maxunpool", "torch_compile_scatter"), ("maxunpool", "numba_fused"),
                      ("maxunpool", "pytensor_seed_broadcast"), ("maxpool2d", "torch_compile_reshape_argmax"),
                      ("dispersion", "torch_compile_seed_loop"),
                      ("maxunpool", "numpy_seed_row_loop"), ("maxpool2d", "seed_loops"), ("maxunpool", "torch_scatter")]
 
 
+@pytest.mark.slow
 def test_workers_give_the_in_process_verdicts_and_leave_what_they_cannot_see(planted):
     """Four real strategies, one of them failing in a training mode, and one
     registered only in this process, wrong on ties: the workers answer the
