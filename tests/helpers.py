@@ -104,6 +104,37 @@ def wait_for(predicate, what: str, timeout: float = 120, process: subprocess.Pop
     pytest.fail(f"timed out waiting for {what}")
 
 
+def as_quiet(run: Path) -> Path:
+    """A run made by a test, rewritten as one measured on a quiet machine
+    (load 0.1, IQR 1 % of each median) so that the fitness rule admits it,
+    for tests that read what the report draws or says only of fit runs: on
+    a busy CI machine a real run fails the rule (load at the core count, or
+    over a quarter of its cases unstable) and the report shows its tables in
+    the unfit appendix, with no figure, speed-up or note to read."""
+    import csv
+    import json
+
+    from harness.judging import analysis
+    from harness.results import store
+
+    meta = json.loads((run / store.META).read_text())
+    meta["load_avg_start"] = meta["load_avg_end"] = [0.1, 0.1, 0.1]
+    (run / store.META).write_text(json.dumps(meta))
+    with open(run / store.ROWS, newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    for row in rows:
+        row["load_avg"] = "0.1"
+        if row["median_s"]:
+            row["iqr_s"] = repr(float(row["median_s"]) / 100)
+    with open(run / store.ROWS, "w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    meta, frame, _ = store.read_run(run)
+    assert not analysis.run_unfit_reasons(meta, frame)
+    return run
+
+
 def strategy_dtype_params(strategies):
     """pytest params (strategy, dtype), one per dtype each strategy runs in;
     a compiled one (``quick_check``: each dtype a compile) in the dtypes users

@@ -12,7 +12,7 @@ import pytest
 
 from harness.base.plugins import sha256
 from harness.results.store import read_meta, read_rows
-from tests.helpers import ROOT, plugin_env, report_py, scatterbench
+from tests.helpers import ROOT, as_quiet, plugin_env, report_py, scatterbench
 
 pytestmark = pytest.mark.slow  # subprocesses and a sweep: `make test` runs them, `make test-fast` does not
 
@@ -73,6 +73,7 @@ def test_report_py_says_which_plugin_it_could_not_load_and_what_it_lacks(example
     root, _, _, _ = example
     moved = tmp_path / "run"
     shutil.copytree(root / "run", moved)
+    as_quiet(moved)  # the "× seed" column and its note are the fit runs' tables'
     meta = json.loads((moved / "meta.json").read_text())
     meta["plugins"][0]["file"] = str(tmp_path / "elsewhere" / "plugin_avgpool2d.py")
     (moved / "meta.json").write_text(json.dumps(meta))

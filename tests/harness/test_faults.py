@@ -35,7 +35,6 @@ from pathlib import Path
 
 import pytest
 
-from harness.presenting.report import load as report_load
 from tests import helpers
 from tests.harness.terminal import sigint_as_at_a_terminal
 from tests.helpers import FAST_TIMING, ROOT, benchmark, config_yaml, wait_for
@@ -899,30 +898,7 @@ def hostile_runs(tmp_path_factory):
     (valid / ROWS).write_text(lines[0] + "".join(line for line in lines[1:] if "bad_$" not in line))
     kept = [line for line in (valid / SAMPLES).read_text().splitlines(keepends=True) if "bad_$" not in line]
     (valid / SAMPLES).write_text("".join(kept))
-    return both, as_quiet(valid)
-
-
-def as_quiet(run: Path) -> Path:
-    """The run as one measured on a quiet machine (low load, steady samples),
-    so the fitness rule admits it and the report draws its figures: the
-    tests on it read how names are drawn, and a busy CI machine (load at the
-    core count, or most cases unstable, as seen once in CI) would otherwise
-    leave only the unfit appendix's tables, with no figure to read."""
-    meta = json.loads((run / META).read_text())
-    meta["load_avg_start"] = meta["load_avg_end"] = [0.1, 0.1, 0.1]
-    (run / META).write_text(json.dumps(meta))
-    with open(run / ROWS, newline="") as handle:
-        rows = list(csv.DictReader(handle))
-    for row in rows:
-        row["load_avg"] = "0.1"
-        if row["median_s"]:
-            row["iqr_s"] = repr(float(row["median_s"]) / 100)
-    with open(run / ROWS, "w", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
-    assert not report_load.load([run])[1][0].get("unfit_reasons")
-    return run
+    return both, helpers.as_quiet(valid)
 
 
 def svg_env(tmp_path) -> dict:
