@@ -28,6 +28,7 @@ from harness.base.cases import CASE_GROUP
 from harness.base.format import (  # noqa: F401
     fmt_num,
     fmt_p,
+    fmt_pct,
     fmt_ratio,
     fmt_time,
     md_escape,
@@ -180,7 +181,7 @@ def _iqr_text(row) -> str:
     rel = stats.rel_iqr(row["iqr_s"], row["median_s"])
     if not math.isfinite(rel):
         return "–"
-    text = f"{100 * rel:.2g} %"
+    text = fmt_pct(100 * rel, 2)
     return f"[yellow]{text}{UNSTABLE_MARK}[/]" if analysis.unstable(row) else text
 
 
@@ -217,7 +218,7 @@ def case_tables(rows: pd.DataFrame) -> list:
                           fmt_time(r["median_s"]), _iqr_text(r), fmt_num(r["gbps"]),
                           fmt_num(r["pct_of_ceiling"], 3), fmt_ratio(r["speedup"]))
             if r["message"] and r["status"] != OK:
-                notes.append(f"{r['strategy']}: {str(r['message'])[:200]}")
+                notes.append(f"{r['strategy']}: {shorten(r['message'], 200)}")
             disagreement = analysis.timer_disagreement(r)
             if disagreement:
                 notes.append(f"{r['strategy']}: {disagreement}")

@@ -9,7 +9,7 @@ import re
 
 import pandas as pd
 
-from harness.base.format import fmt_num, fmt_pct, fmt_ratio, fmt_time, md_escape, params_label
+from harness.base.format import fmt_num, fmt_pct, fmt_ratio, fmt_time, md_escape, params_label, shorten
 from harness.base.cases import with_mode
 from harness.judging import analysis
 from harness.judging.analysis import (
@@ -56,7 +56,7 @@ def iqr_cell(row) -> str:
     rel = stats.rel_iqr(row["iqr_s"], row["median_s"])
     if not math.isfinite(rel):
         return fmt_time(row["iqr_s"])
-    return f"{fmt_time(row['iqr_s'])} ({100 * rel:.2g} %)" + (f" {UNSTABLE_MARK}" if unstable(row) else "")
+    return f"{fmt_time(row['iqr_s'])} ({fmt_pct(100 * rel, 2)})" + (f" {UNSTABLE_MARK}" if unstable(row) else "")
 
 
 XCHECK_NOTE = f"{TIMERS_DISAGREE.mark} in ours / do_bench: {TIMERS_DISAGREE.meaning}."
@@ -473,7 +473,7 @@ def defects_section(doc: Doc, rows: pd.DataFrame, metas: list[dict]) -> None:
         doc.heading(3, "Cases recorded as upstream-defect")
         doc.table(["op", "strategy", "params", "machine", "dtype", "message"],
                   [[r["op"], r["strategy"], params_label(r["params"]), r["machine"], r["dtype"],
-                    str(r["message"])[:300]] for _, r in observed.iterrows()])
+                    shorten(r["message"], 300)] for _, r in observed.iterrows()])
 
 
 

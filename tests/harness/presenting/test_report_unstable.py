@@ -48,3 +48,13 @@ def test_report_names_cases_whose_slow_start_was_dropped(tmp_path):
     assert "maxpool2d/torch_max_pool2d_indices N=" in md and "(4)" in md
     quiet = report.build([fixture_run(tmp_path / "quiet")], tmp_path / "out2").read_text()
     assert "started slow" not in quiet
+
+
+def test_a_spread_wider_than_its_median_prints_as_a_plain_percentage():
+    """An IQR of 1.6× the median read "1.6e+02 %" in the published report's
+    case tables and in the terminal's; it is "160 %" in both."""
+    from harness.presenting import tables
+
+    row = {"iqr_s": 1.6e-3, "median_s": 1e-3}
+    assert report_sections.iqr_cell(row) == f"1.6 ms (160 %) {report_sections.UNSTABLE_MARK}"
+    assert "160 %" in tables._iqr_text(row) and "e+" not in tables._iqr_text(row)
