@@ -107,10 +107,39 @@ def config_found(meta: dict) -> bool:
     return bool(path) and (ROOT / str(path)).is_file()
 
 
+# The options of `run` that change what a run measured, kept in its Reproduce
+# line; the others (where it wrote, --resume, progress, tables) do not.
+_SELECTING = {"--op": True, "--strategy": True, "--shard": True, "--instrument": True, "--isolate": False}
+
+
+def selecting_options(command: str | None) -> list[str]:
+    """The options of a run's recorded command that chose what it measured
+    (``--op maxpool2d``, each ``--strategy``, ...), in their order: a models
+    run of one operator reproduces as that run, not the whole config."""
+    try:
+        words = shlex.split(command or "")
+    except ValueError:  # a hand-edited meta.json; the config alone is still a run of it
+        return []
+    kept, index = [], 0
+    while index < len(words):
+        flag, _, value = words[index].partition("=")
+        takes_value = _SELECTING.get(flag)
+        if takes_value is None:
+            index += 1
+            continue
+        if takes_value and not value:
+            value = words[index + 1] if index + 1 < len(words) else ""
+            index += 1
+        kept += [flag, value] if takes_value else [flag]
+        index += 1
+    return kept
+
+
 def reproduce_line(meta: dict) -> str:
     setting = plugins.env_setting(meta)
+    options = "".join(f" {shlex.quote(word)}" for word in selecting_options(meta.get("command")))
     return (f"make venv && {setting + ' ' if setting else ''}.venv/bin/python -m harness run "
-            f"{shlex.quote(str(meta.get('config_file') or '?'))}")
+            f"{shlex.quote(str(meta.get('config_file') or '?'))}{options}")
 
 
 def case_section(doc: Doc, group, figures: FigureDir | None) -> None:

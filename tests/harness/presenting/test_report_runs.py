@@ -124,3 +124,15 @@ def test_a_run_stopped_before_its_last_case_is_named_with_what_it_reached(tmp_pa
     assert "Warning: run stopped was stopped by SIGTERM after " in md and " of its 99 cases" in md
     finished = fixture_run(tmp_path / "finished", meta=dict(QUIET, n_cases=99, status="complete"))
     assert "was stopped" not in report.build([finished], tmp_path / "out2").read_text()
+
+
+def test_the_reproduce_line_keeps_the_options_that_chose_what_was_measured(tmp_path):
+    """A models run of one operator (``--op maxpool2d``) read as the whole
+    config: its Reproduce line now gives that run, and leaves out where it
+    wrote and how it showed progress."""
+    command = ("/work/main/harness/__main__.py run configs/x.yaml --op maxpool2d --strategy=seed_loops "
+               "--strategy numba_fused -o results/x --no-progress --resume results/x")
+    md = report.build([fixture_run(tmp_path / "run", meta={"command": command})], tmp_path / "out",
+                      light=True).read_text()
+    assert ("make venv && .venv/bin/python -m harness run configs/x.yaml --op maxpool2d --strategy seed_loops "
+            "--strategy numba_fused\n") in md
