@@ -93,26 +93,9 @@ def base_row(case: Case, run_id: str, ceiling_gbps: float) -> dict:
 
 
 def fresh_floor(case: Case, row: dict, fresh_write_gbps: dict | None) -> dict:
-    """A CPU row's fresh-output-aware floor and the median's % of it
-    (``stats.fresh_floor_s``), at the best fresh-write bandwidth the run
-    measured over the allocators (a floor is the least time the case could
-    take), in the case's mode (``training.bytes_written``: the outputs, the
-    gradient, or both); NaN on other devices (their floor is the copy's),
-    where the operator does not split its bytes and where nothing was measured."""
-    op = get_operator(case.op)
-    fresh = max((g for g in (fresh_write_gbps or {}).values() if isinstance(g, (int, float)) and g > 0),
-                default=math.nan)
-    written = None
-    if case.device == "cpu" and math.isfinite(fresh):
-        written = training.bytes_written(op, case.params_dict, itemsize(case.dtype), case.mode,
-                                         op.strategies[case.strategy].returns)
-    if written is None:
-        return {"fresh_floor_s": math.nan, "pct_of_fresh_floor": math.nan}
-    # An isolated case's row comes back through JSON: its empty numbers are None.
-    number = {key: (row.get(key) if isinstance(row.get(key), (int, float)) else math.nan)
-              for key in ("bytes", "ceiling_gbps", "median_s")}
-    floor = stats.fresh_floor_s(number["bytes"], written, number["ceiling_gbps"], fresh)
-    return {"fresh_floor_s": floor, "pct_of_fresh_floor": stats.pct_of_floor(floor, number["median_s"])}
+    """The case's row's fresh-output-aware floor and % of it (``stats.fresh_floor``)."""
+    return stats.fresh_floor(case.op, case.strategy, case.params_dict, case.dtype, case.device, case.mode, row,
+                             fresh_write_gbps)
 
 
 def _load_avg() -> float:

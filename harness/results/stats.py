@@ -97,6 +97,40 @@ def fresh_floor_s(bytes_moved: float, bytes_written: float, ceiling_gbps: float,
     return (bytes_moved - bytes_written) / (ceiling_gbps * 1e9) + bytes_written / (fresh_write_gbps * 1e9)
 
 
+def fresh_floor(op_name: str, strategy: str, params: dict, dtype: str, device: str, mode: str, row,
+                fresh_write_gbps: dict | None) -> dict:
+    """A CPU row's fresh-output-aware floor and the median's % of it
+    (``fresh_floor_s``), at the best fresh-write bandwidth the run measured
+    over the allocators (a floor is the least time the case could take), in
+    the case's mode (``training.bytes_written``: the outputs, the gradient,
+    or both); NaN on other devices (their floor is the copy's), where the
+    operator does not split its bytes, where nothing was measured, and for an
+    operator or strategy this checkout does not know (an older run's, a
+    plugin not loaded). The sweep stores it with each row; a run from before
+    the column gets it when read (store.read_run), from what it measured."""
+    empty = {"fresh_floor_s": math.nan, "pct_of_fresh_floor": math.nan}
+    fresh = max((g for g in (fresh_write_gbps or {}).values() if isinstance(g, (int, float)) and g > 0),
+                default=math.nan)
+    if device != "cpu" or not math.isfinite(fresh):
+        return empty
+    from impls import training
+    from impls.backends import itemsize
+    from impls.registry import get_operator
+
+    try:
+        op = get_operator(op_name)
+        written = training.bytes_written(op, params, itemsize(dtype), mode, op.strategies[strategy].returns)
+    except (KeyError, ValueError):
+        return empty
+    if written is None:
+        return empty
+    # An isolated case's row comes back through JSON: its empty numbers are None.
+    number = {key: (row.get(key) if isinstance(row.get(key), (int, float)) else math.nan)
+              for key in ("bytes", "ceiling_gbps", "median_s")}
+    floor = fresh_floor_s(number["bytes"], written, number["ceiling_gbps"], fresh)
+    return {"fresh_floor_s": floor, "pct_of_fresh_floor": pct_of_floor(floor, number["median_s"])}
+
+
 def pct_of_floor(floor: float, median_s: float) -> float:
     """How close a median came to a floor time, in % (100: at the floor)."""
     return 100.0 * floor / median_s if median_s > 0 and math.isfinite(floor) else float("nan")

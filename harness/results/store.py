@@ -615,10 +615,53 @@ def read_samples(directory: Path) -> dict[str, list[float]]:
 
 
 def read_run(directory) -> tuple[dict, pd.DataFrame, dict]:
-    """Metadata, rows and samples, migrated together to this schema."""
+    """Metadata, rows and samples, migrated together to this schema; what a
+    run from before a column can be given from what it measured is derived
+    (``derive_older``)."""
     directory = Path(directory)
     meta, rows = migrate(_read_meta_as_written(directory), read_rows(directory))
-    return meta, rows, read_samples(directory)
+    samples = read_samples(directory)
+    return meta, derive_older(meta, rows, samples), samples
+
+
+# The timing statistics schema 3 added (metrics.TIMING): an older run stored its samples, not these.
+_FROM_SAMPLES = tuple(name for name, _, added in TIMING.columns() if added == 3)
+
+
+def derive_older(meta: dict, rows: pd.DataFrame, samples: dict) -> pd.DataFrame:
+    """An older run's rows with what it measured but did not store: the
+    quartiles, 10th percentile and slowest sample (schema 3) from its samples,
+    by the same ``metrics.TIMING`` (only where the samples give the row's own
+    median: samples that are not the row's are never mixed in), and a CPU
+    row's fresh-output-aware floor (schema 5) from its bytes, ceiling, median
+    and the run's ``fresh_write_gbps`` (``stats.fresh_floor``). A run that
+    stored them is returned as read."""
+    if rows.empty:
+        return rows
+    quartiles_missing = rows[list(_FROM_SAMPLES)].isna().all(axis=1) & rows["median_s"].notna()
+    floors_missing = rows["fresh_floor_s"].isna() & (rows["device"] == "cpu") & bool(meta.get("fresh_write_gbps"))
+    if not (quartiles_missing.any() or floors_missing.any()):
+        return rows
+    import numpy
+
+    from harness.results import stats
+
+    rows = rows.copy()
+    for index in rows.index[quartiles_missing]:
+        found = samples.get(rows.at[index, "case_id"])
+        if not found:
+            continue
+        computed = TIMING.compute(numpy.asarray(found, dtype=float))
+        if math.isclose(computed["median_s"], rows.at[index, "median_s"], rel_tol=1e-9):
+            for name in _FROM_SAMPLES:
+                rows.at[index, name] = float(computed[name])
+    for index in rows.index[floors_missing]:
+        row = rows.loc[index]
+        mode = row.get("mode") or "forward"
+        rows.loc[index, ["fresh_floor_s", "pct_of_fresh_floor"]] = list(stats.fresh_floor(
+            row["op"], row["strategy"], json.loads(row["params"]), row["dtype"], row["device"], mode, row.to_dict(),
+            meta.get("fresh_write_gbps")).values())
+    return rows
 
 
 def find_runs(root, start_time=None) -> list[Path]:

@@ -1,3 +1,5 @@
+import csv
+import io
 import json
 import math
 
@@ -153,3 +155,41 @@ def test_a_resumed_run_forgets_the_stop_it_resumes_from(tmp_path):
     meta = read_meta(tmp_path)
     assert meta["status"] == "running" and "interrupted_by" not in meta and meta["resumed"] == ["later"]
     resumed.close()
+
+
+def test_an_older_run_reads_with_what_it_measured_but_did_not_store(tmp_path):
+    """A schema 2 run (the Zen 5 runs of docs/REPORT.md) stored its samples
+    but no quartiles, and its run's fresh-write bandwidth but no fresh floor:
+    its figures drew median ± IQR/2 under a "first to third quartile" caption,
+    and its tables had no % of fresh floor. Read now, its quartiles come from
+    its samples (never from samples that are not the row's) and each CPU row's
+    floor from its bytes, ceiling and the run's fresh-write bandwidth."""
+    from harness.results import stats
+    from impls.registry import get_operator
+
+    params = {"N": 2, "C": 3, "H": 8, "W": 8, "k": 2}
+    real = dict(strategy="numba_fused", params=json.dumps(params), bytes=2000.0, ceiling_gbps=10.0, median_s=3e-6)
+    writer = RunWriter(tmp_path, {"run_id": "r", "fresh_write_gbps": {"numpy": 5.0, "torch": 2.0}})
+    writer.append(row("a", **real), [1e-6, 2e-6, 3e-6, 4e-6, 5e-6])
+    writer.append(row("b", **dict(real, median_s=0.5)), [1e-6, 2e-6, 3e-6])  # samples that are not its own
+    writer.append(row("c", **dict(real, device="cuda")), [1e-6, 2e-6, 3e-6, 4e-6, 5e-6])
+    writer.close()
+    meta = json.loads((tmp_path / "meta.json").read_text())
+    (tmp_path / "meta.json").write_text(json.dumps(dict(meta, schema_version=2)))
+    # Its rows as a schema 2 run wrote them: without the columns of schemas 3 to 6.
+    newer = {name for version in range(3, store.SCHEMA_VERSION + 1) for name in store.COLUMNS_ADDED[version]}
+    records = list(csv.DictReader(io.StringIO((tmp_path / "rows.csv").read_text())))
+    with open(tmp_path / "rows.csv", "w", newline="") as handle:
+        old = csv.DictWriter(handle, [name for name in COLUMNS if name not in newer], extrasaction="ignore")
+        old.writeheader()
+        old.writerows(records)
+    _, rows, _ = read_run(tmp_path)
+    by_case = rows.set_index("case_id")
+    assert by_case.loc["a", "q1_s"] == pytest.approx(2e-6) and by_case.loc["a", "q3_s"] == pytest.approx(4e-6)
+    assert by_case.loc["a", "p10_s"] == pytest.approx(1.4e-6) and by_case.loc["a", "max_s"] == 5e-6
+    assert math.isnan(by_case.loc["b", "q1_s"]) and math.isnan(by_case.loc["b", "max_s"])
+    op = get_operator("maxpool2d")
+    floor = stats.fresh_floor_s(2000.0, op.bytes_written(params, 4, op.whole_output), 10.0, 5.0)
+    assert by_case.loc["a", "fresh_floor_s"] == pytest.approx(floor)
+    assert by_case.loc["a", "pct_of_fresh_floor"] == pytest.approx(100 * floor / 3e-6)
+    assert math.isnan(by_case.loc["c", "fresh_floor_s"])  # a GPU's floor is the copy's
