@@ -421,20 +421,47 @@ def known_defects() -> list:
     return list(defects.DEFECTS)
 
 
-def observability(defect, rows: pd.DataFrame) -> str:
-    """Why a defect shows in no row: these runs could not have seen it (none
-    ran on the device its condition needs, or ran the strategy at all), or
-    they could and did not."""
+def observability(defect, rows: pd.DataFrame, metas: list[dict] = ()) -> str:
+    """What these runs can say of a defect none of their rows records as
+    upstream-defect: that they could not have seen it (its condition's
+    device, dtype or training mode never ran the strategy here, or the
+    strategy never ran); that they recorded mismatches its condition now
+    covers (a run checked before the listing covered them); or that they
+    would not show it: a run records a strategy's adversarial verdict only
+    when it fails, so a defect its check excused leaves no row."""
     condition = getattr(defect, "condition", None)
+    op, _, name = str(getattr(defect, "strategy", "")).partition("/")
+    ran = rows[(rows["op"] == op) & (rows["strategy"] == name)]
     needs = tuple(getattr(condition, "devices", ()) or ())
     ran_on = set(rows["device"])
     if needs and not ran_on & set(needs):
         return (f"Not observable here: its condition needs {' or '.join(needs)}, and these runs ran on "
                 f"{', '.join(sorted(ran_on))} only.")
-    op, _, name = str(getattr(defect, "strategy", "")).partition("/")
-    if not ((rows["op"] == op) & (rows["strategy"] == name)).any():
+    if ran.empty:
         return "Not observable here: these runs did not run the strategy."
-    return "Not observed in these runs, though they could have shown it."
+    # The condition's device, dtype and training mode, where it names them (its other
+    # modes are the input generator's: an adversarial item's, not a row's).
+    for column, allowed in (("device", needs), ("dtype", tuple(getattr(condition, "dtypes", ()) or ())),
+                            ("mode", tuple(m for m in getattr(condition, "modes", ()) or () if m in MODES))):
+        if allowed and not ran[column].isin(allowed).any():
+            return (f"Not observable here: its condition needs {column} {' or '.join(allowed)}, and these runs ran "
+                    f"{name} in {', '.join(sorted(set(ran[column])))} only.")
+    covered = ran[ran["status"] == "mismatch"]
+    for column, allowed in (("device", needs), ("dtype", tuple(getattr(condition, "dtypes", ()) or ()))):
+        if allowed:
+            covered = covered[covered[column].isin(allowed)]
+    if len(covered):
+        run_ids = {m.get("directory"): f"{m.get('run_id', '?')} at {str(m.get('git_commit') or '?')[:7]}"
+                   for m in metas}
+        runs = sorted({run_ids.get(run_dir, "?") for run_dir in covered["run_dir"]}) if "run_dir" in covered \
+            else ["?"]
+        return (f"Recorded as mismatch, not as this defect, in {len(covered)} case(s) where its device and dtype "
+                f"hold (run {', '.join(runs)}): the check that recorded them did not excuse them under this listing "
+                f"(the listing or its condition is newer than that run, or their differences are not all of its "
+                f"kinds); their messages are in the case tables.")
+    return ("Not recorded in these runs' rows, which cannot show it: a run records a strategy's adversarial verdict "
+            "only when it fails, and a defect its check excused leaves no row (`scatterbench check` lists each "
+            "case it excuses); the timed inputs are random.")
 
 
 def defects_section(doc: Doc, rows: pd.DataFrame, metas: list[dict]) -> None:
@@ -466,7 +493,7 @@ def defects_section(doc: Doc, rows: pd.DataFrame, metas: list[dict]) -> None:
             doc.para(f"Reference: {reference}.")
         seen = observed[(observed["op"] + "/" + observed["strategy"]) == strategy]
         doc.para(f"Observed in {len(seen)} case(s) of these runs." if len(seen)
-                 else observability(defect, rows))
+                 else observability(defect, rows, metas))
         doc.para("Minimal reproduction:")
         doc.code(str(getattr(defect, "reproduction", "")).rstrip())
     if len(observed):

@@ -137,3 +137,41 @@ def test_no_defects_section_without_registry_or_such_rows(tmp_path, monkeypatch)
 def test_the_defect_registry_is_impls_defects():
     found = report_sections.known_defects()
     assert found and all(defect.strategy and defect.reproduction for defect in found)
+
+
+def _ran(*rows):
+    import pandas as pd
+
+    return pd.DataFrame([dict(zip(("op", "strategy", "device", "dtype", "mode", "status", "run_dir"), row))
+                         for row in rows])
+
+
+def _defect(**condition):
+    from impls.defects import Condition, KnownDefect
+
+    return KnownDefect(id="x", strategy="maxpool2d/torch_max_pool2d", library="torch", versions=">=1.0",
+                       condition=Condition(differences=frozenset({"neg-inf-window-index-0"}), **condition),
+                       description="d", reproduction="r")
+
+
+def test_a_defect_no_row_records_is_said_to_be_unseeable_unseen_or_recorded_as_mismatch():
+    """The published report said "not observed in these runs, though they
+    could have shown it" of a CUDA defect its GPU run had recorded eight times
+    as mismatch (checked before the defect's backward was listed), and of
+    defects whose dtype no row ran. Each case now reads as what it is."""
+    cpu = ("maxpool2d", "torch_max_pool2d", "cpu", "float32", "forward", "ok", "a")
+    cuda = ("maxpool2d", "torch_max_pool2d", "cuda", "float32", "backward", "mismatch", "g")
+    say = report_sections.observability
+    assert say(_defect(devices=("cuda",)), _ran(cpu)).startswith("Not observable here: its condition needs cuda")
+    assert say(_defect(), _ran(("maxpool2d", "seed_loops", "cpu", "float32", "forward", "ok", "a"))) == \
+        "Not observable here: these runs did not run the strategy."
+    assert say(_defect(dtypes=("bfloat16",)), _ran(cpu)) == ("Not observable here: its condition needs dtype "
+                                                             "bfloat16, and these runs ran torch_max_pool2d in "
+                                                             "float32 only.")
+    assert say(_defect(modes=("backward",)), _ran(cpu)).startswith("Not observable here: its condition needs mode")
+    recorded = say(_defect(devices=("cuda",)), _ran(cpu, cuda, cuda), [{"directory": "g", "run_id": "gpu-run",
+                                                                         "git_commit": "c9fb7fa0123"}])
+    assert recorded.startswith("Recorded as mismatch, not as this defect, in 2 case(s)") and \
+        "run gpu-run at c9fb7fa" in recorded
+    unseen = say(_defect(devices=("cpu",)), _ran(cpu))
+    assert unseen.startswith("Not recorded in these runs' rows, which cannot show it") and "could have" not in unseen
