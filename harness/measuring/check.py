@@ -71,6 +71,25 @@ STRATEGY_FAULTS = (Exception, SystemExit, timing.CaseTimeout)
 # (SWEEP_REPEAT_CALL): a call and a judgement of a big case can take seconds.
 REPEAT_CALL = 4
 SWEEP_REPEAT_CALL = 2
+# The check's rules that came after runs were stored (a run published beside
+# newer ones is named with the rules it predates), and the result schema of
+# the first runs all held to them: each call judged (call 1, REPEAT_CALL, the
+# call after timing) with its inputs compared, and subnormal values in the
+# adversarial sets, both landed while runs were written as schema 4 (commits
+# 11520f7 and 3bf2645), so a schema 4 run may predate them; every schema 5 run
+# was held to them.
+LATER_RULES = ("judged on their first call only (not on a later call, nor after their timing), without a check that "
+               "they left their inputs alone", "checked without subnormal values in the adversarial sets")
+LATER_RULES_SCHEMA = 5
+
+
+def rules_predated(schema_written: int | None) -> tuple[str, bool]:
+    """Of a run written as ``schema_written``: the check's rules it predates,
+    as one phrase ("" for none), and whether that is certain (a run written
+    as the schema they landed in may have been held to them)."""
+    if not isinstance(schema_written, int) or schema_written >= LATER_RULES_SCHEMA:
+        return "", True
+    return ", and ".join(LATER_RULES), schema_written < LATER_RULES_SCHEMA - 1
 
 
 @dataclass(frozen=True)

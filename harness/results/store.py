@@ -139,6 +139,9 @@ def _with_columns(rows: pd.DataFrame | None, columns) -> pd.DataFrame | None:
 def migrate(meta: dict, rows: pd.DataFrame | None = None):
     """A run as this schema has it: each step from its version up, in turn."""
     version = meta.get("schema_version", 1)
+    # What the run was written as, for what depends on it beyond columns (the
+    # check's rules a run was held to: harness/measuring/check.py).
+    meta.setdefault("schema_written", version)
     for step in range(version + 1, SCHEMA_VERSION + 1):
         meta, rows = MIGRATIONS[step](meta, rows)
         meta["schema_version"] = step

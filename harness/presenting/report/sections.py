@@ -460,7 +460,7 @@ def observability(defect, rows: pd.DataFrame, metas: list[dict] = ()) -> str:
                 f"(the listing or its condition is newer than that run, or their differences are not all of its "
                 f"kinds); their messages are in the case tables.")
     return ("Not recorded in these runs' rows, which cannot show it: a run records a strategy's adversarial verdict "
-            "only when it fails, and a defect its check excused leaves no row (`scatterbench check` lists each "
+            "only when it fails, and a defect its check excused leaves no row (scatterbench check lists each "
             "case it excuses); the timed inputs are random.")
 
 
@@ -527,14 +527,18 @@ def what_ran_where(rows: pd.DataFrame, metas: list[dict]) -> str:
     """The report's first paragraph: which devices and machines the numbers
     come from, which runs are fit to be judged, and what was not measured."""
     machines = []
+    operators = list(dict.fromkeys(rows["op"]))
     for machine, group in rows.groupby("machine", sort=False):
         run_dirs = set(group["run_dir"])
         runs = [m for m in metas if m["directory"] in run_dirs]
         fit = [m for m in runs if not m.get("unfit_reasons")]
-        machines.append(f"{machine} ({len(runs)} run{'s' if len(runs) != 1 else ''}, {len(fit)} fit to judge)")
+        absent = [op for op in operators if op not in set(group["op"])]
+        machines.append(f"{machine} ({len(runs)} run{'s' if len(runs) != 1 else ''}, {len(fit)} fit to judge"
+                        + (f"; {', '.join(absent)} not measured there" if absent else "") + ")")
     measured = set(rows["device"])
     missing = [device for device in devices() if device not in measured]
     text = "What ran where: " + "; ".join(machines) + "."
+    text += predated_sentence(metas, set(rows["run_dir"]))
     unfit = [m for m in metas if m.get("unfit_reasons")]
     if unfit:
         text += (f" {len(unfit)} run(s) failed the fitness rule ("
@@ -546,6 +550,27 @@ def what_ran_where(rows: pd.DataFrame, metas: list[dict]) -> str:
                  f"how fast any strategy is there" + (f", and {', '.join(never)} (which run only there) were not "
                                                       f"timed at all" if never else "") + ".")
     return text
+
+
+def predated_sentence(metas: list[dict], run_dirs: set) -> str:
+    """The runs shown that predate rules of the check (``check.rules_predated``,
+    by the schema each was written as), with their commits: their strategies
+    are ranked as that older check passed them."""
+    from harness.measuring import check
+
+    groups: dict[tuple, list[str]] = {}
+    for meta in metas:
+        if meta.get("directory") not in run_dirs:
+            continue
+        rules, certain = check.rules_predated(meta.get("schema_written"))
+        if rules:
+            key = (str(meta.get("git_commit") or "?")[:7], meta.get("schema_written"), rules, certain)
+            groups.setdefault(key, []).append(str(meta.get("run_id", "?")))
+    return "".join(
+        f" Run{'s' if len(ids) > 1 else ''} {', '.join(ids)} (commit {commit}, stored as result schema {schema}) "
+        f"{'predate' if certain else 'may predate'} rules the check has now: {'their' if len(ids) > 1 else 'its'} "
+        f"strategies were {rules}; {'their' if len(ids) > 1 else 'its'} rankings stand as that check passed them."
+        for (commit, schema, rules, certain), ids in groups.items())
 
 
 def _strategies_only_on(missing: list[str]):

@@ -150,3 +150,35 @@ def test_overlapping_spreads_are_a_tie_in_the_answer_table_named_with_both():
     # The conclusions and the flips use the same rule.
     assert not analysis.clearly_faster(tied.iloc[0], tied.iloc[1]) and analysis.clearly_faster(clear.iloc[0],
                                                                                                clear.iloc[1])
+
+
+def test_what_ran_where_names_the_operators_a_machine_missed_and_the_runs_older_checks_passed():
+    """The published paragraph said "cuda: NVIDIA H200 (1 run, 1 fit to
+    judge)" of a run that measured max-pool only, and nothing of the Zen 5
+    runs' being checked before each call was judged and subnormals were in
+    the adversarial sets (they were stored as schema 2)."""
+    rows = pd.DataFrame([
+        {"machine": "cpu: A", "device": "cpu", "op": "maxpool2d", "run_dir": "old"},
+        {"machine": "cpu: A", "device": "cpu", "op": "dispersion", "run_dir": "old"},
+        {"machine": "cpu: B", "device": "cpu", "op": "dispersion", "run_dir": "maybe"},
+        {"machine": "cuda: H", "device": "cuda", "op": "maxpool2d", "run_dir": "new"}])
+    metas = [{"directory": "old", "run_id": "zen5", "git_commit": "5f63bad0", "schema_written": 2},
+             {"directory": "maybe", "run_id": "mid", "git_commit": "1234567", "schema_written": 4},
+             {"directory": "new", "run_id": "gpu", "git_commit": "c9fb7fa", "schema_written": 6}]
+    text = sections.what_ran_where(rows, metas)
+    assert "cpu: A (1 run, 1 fit to judge)" in text
+    assert "cpu: B (1 run, 1 fit to judge; maxpool2d not measured there)" in text
+    assert "cuda: H (1 run, 1 fit to judge; dispersion not measured there)" in text
+    assert "Run zen5 (commit 5f63bad, stored as result schema 2) predate rules the check has now: its strategies " \
+           "were judged on their first call only" in text and "subnormal" in text
+    assert "Run mid (commit 1234567, stored as result schema 4) may predate" in text and "Run gpu" not in text
+
+
+def test_a_run_read_back_remembers_the_schema_it_was_written_as(tmp_path):
+    run = fixture_run(tmp_path / "run")
+    meta = json.loads((run / "meta.json").read_text())
+    (run / "meta.json").write_text(json.dumps(dict(meta, schema_version=2)))
+    from harness.results import store
+
+    written = store.read_meta(run)
+    assert written["schema_written"] == 2 and written["schema_version"] == store.SCHEMA_VERSION
