@@ -404,7 +404,11 @@ def section_intro(section: pd.DataFrame, metas: list[dict]) -> str:
     for run_dir, in_run in section.groupby("run_dir", sort=False):
         ceiling = in_run["ceiling_gbps"].dropna()
         if len(ceiling):
-            ceilings.append(f"{fmt_ratio(ceiling.iloc[0], ' GB/s')} (run {run_ids.get(run_dir, '?')})")
+            # A resumed run measured its ceiling again when it went on: each part's rows carry their own.
+            low, high = float(ceiling.min()), float(ceiling.max())
+            measured = fmt_ratio(low, " GB/s") if low == high else \
+                f"{fmt_ratio(low, '')} to {fmt_ratio(high, ' GB/s')} (measured again when resumed)"
+            ceilings.append(f"{measured} (run {run_ids.get(run_dir, '?')})")
     text = f"{machine}, {dtype}: copy ceiling " + (", ".join(ceilings) if ceilings else "not measured") + "."
     if section["host_s"].map(finite).any():
         text += " " + HOST_NOTE

@@ -2,6 +2,8 @@
 its history with warnings, and the hardware a run recorded (older runs, which
 lack those fields, still render)."""
 
+import math
+
 import report
 from harness.presenting.report import load as report_load
 from harness.presenting.report import sections as report_sections
@@ -136,3 +138,17 @@ def test_the_reproduce_line_keeps_the_options_that_chose_what_was_measured(tmp_p
                       light=True).read_text()
     assert ("make venv && .venv/bin/python -m harness run configs/x.yaml --op maxpool2d --strategy seed_loops "
             "--strategy numba_fused\n") in md
+
+
+def test_a_resumed_runs_two_ceilings_are_both_named_in_its_sections_intro():
+    """The H200 run, stopped and resumed, measured its ceiling twice (4,137
+    and 4,174 GB/s); its section named only the first row's."""
+    import pandas as pd
+
+    section = pd.DataFrame({"device": "cuda", "machine": "cuda: H200", "dtype": "float32", "run_dir": "g",
+                            "ceiling_gbps": [4136.9, 4174.5, 4136.9], "host_s": math.nan, "xcheck_s": math.nan})
+    intro = report_sections.section_intro(section, [{"directory": "g", "run_id": "gpu"}])
+    assert intro.startswith("cuda: H200, float32: copy ceiling 4,137 to 4,174 GB/s (measured again when resumed) "
+                            "(run gpu).")
+    one = report_sections.section_intro(section.assign(ceiling_gbps=4136.9), [{"directory": "g", "run_id": "gpu"}])
+    assert one.startswith("cuda: H200, float32: copy ceiling 4,137 GB/s (run gpu).")
