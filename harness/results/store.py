@@ -638,10 +638,12 @@ def derive_older(meta: dict, rows: pd.DataFrame, samples: dict) -> pd.DataFrame:
     median: samples that are not the row's are never mixed in), and a CPU
     row's fresh-output-aware floor (schema 5) from its bytes, ceiling, median
     and the run's ``fresh_write_gbps`` (``stats.fresh_floor``). A run that
-    stored them is returned as read."""
-    if rows.empty:
+    stored them (written as their schema or later) is returned as read: its
+    empty values are what it measured."""
+    written = meta.get("schema_written", SCHEMA_VERSION)
+    if rows.empty or not isinstance(written, int) or written >= 5:
         return rows
-    quartiles_missing = rows[list(_FROM_SAMPLES)].isna().all(axis=1) & rows["median_s"].notna()
+    quartiles_missing = rows[list(_FROM_SAMPLES)].isna().all(axis=1) & rows["median_s"].notna() & (written < 3)
     floors_missing = rows["fresh_floor_s"].isna() & (rows["device"] == "cpu") & bool(meta.get("fresh_write_gbps"))
     if not (quartiles_missing.any() or floors_missing.any()):
         return rows

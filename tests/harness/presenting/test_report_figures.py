@@ -133,10 +133,9 @@ def test_gbps_axis_holds_every_bar_and_the_ceiling(tmp_path, drawn):
 
 
 def test_rows_without_quartiles_fall_back_to_half_the_iqr_but_never_below_the_fastest_sample(tmp_path, drawn):
-    # rows written before the quartiles were stored, without their samples: median 20 ms, IQR 4 ms, fastest 10 ms
+    # rows written before the quartiles were stored: median 20 ms, IQR 4 ms, fastest sample 10 ms
     run = fixture_run(tmp_path / "run", row_fields={"seed_loops": {"median_s": 0.02, "iqr_s": 0.004},
                                                     "numpy_sliding_window": {"iqr_s": 0.01}})
-    (run / "samples.jsonl").unlink()  # with its samples, a run that stored no quartiles gets them from those
     # Drawn directly: a run this noisy is unfit, so the report draws no case figures for it.
     rows, _metas = report_load.load([run])
     for stem, (_, group) in enumerate(rows.groupby("params", sort=False)):
