@@ -193,3 +193,14 @@ def test_an_older_run_reads_with_what_it_measured_but_did_not_store(tmp_path):
     assert by_case.loc["a", "fresh_floor_s"] == pytest.approx(floor)
     assert by_case.loc["a", "pct_of_fresh_floor"] == pytest.approx(100 * floor / 3e-6)
     assert math.isnan(by_case.loc["c", "fresh_floor_s"])  # a GPU's floor is the copy's
+
+
+def test_a_run_written_with_the_columns_reads_as_it_stored_them(tmp_path):
+    """Its empty quartiles and floor are what it measured (no samples kept,
+    an operator that does not split its bytes): nothing is derived for it."""
+    params = json.dumps({"N": 2, "C": 3, "H": 8, "W": 8, "k": 2})
+    writer = RunWriter(tmp_path, {"run_id": "r", "fresh_write_gbps": {"numpy": 5.0}})
+    writer.append(row("a", strategy="numba_fused", params=params, ceiling_gbps=10.0), [1e-6, 2e-6, 3e-6])
+    writer.close()
+    _, rows, _ = read_run(tmp_path)
+    assert math.isnan(rows.loc[0, "q1_s"]) and math.isnan(rows.loc[0, "fresh_floor_s"])
