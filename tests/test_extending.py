@@ -88,9 +88,9 @@ def test_a_new_operator_works_end_to_end_from_one_plugin(tmp_path, tiny_config):
 def test_a_result_directory_from_before_the_schema_grew_is_still_read(tmp_path, monkeypatch):
     """A committed run written by schema 1 (no host_s, xcheck_s, load_avg,
     extra; threads keyed torch/blas/numba) reads as this schema, each
-    version's migration step in turn: the new columns empty, threads keyed by
-    backend, each backend's version text; and it still reads once the schema
-    gains yet another column."""
+    version's migration step in turn: the new columns empty (the quartiles
+    derived from its samples), threads keyed by backend, each backend's
+    version text; and it still reads once the schema gains yet another column."""
     old = tmp_path / "old"
     shutil.copytree(ROOT / "results" / "20261122T201450-vm-default-d598", old)
     assert json.loads((old / "meta.json").read_text())["schema_version"] == 1
@@ -99,8 +99,15 @@ def test_a_result_directory_from_before_the_schema_grew_is_still_read(tmp_path, 
     assert meta["threads"] == {"numpy": 2, "numba": 2, "torch": 2}
     assert meta["backend_versions"]["torch"] == "2.13.0+cpu" and meta["backend_versions"]["numba"] == "0.68.1"
     assert len(rows) > 0 and rows["host_s"].isna().all() and (rows["extra"] == "").all()
-    assert rows["p10_s"].isna().all() and rows["q3_s"].isna().all()
     assert set(samples) <= set(rows["case_id"])
+    # Schema 3's quartiles are derived from the samples the run kept, only
+    # where those samples give the row's own median; elsewhere they stay empty.
+    derived = rows["q3_s"].notna()
+    assert derived.any() and set(rows.loc[derived, "case_id"]) <= set(samples)
+    assert rows.loc[~rows["case_id"].isin(samples), "q3_s"].isna().all()
+    kept = rows[derived]
+    assert (kept["p10_s"] <= kept["q1_s"]).all() and (kept["q1_s"] <= kept["median_s"]).all()
+    assert (kept["median_s"] <= kept["q3_s"]).all() and (kept["q3_s"] <= kept["max_s"]).all()
     grown = store.COLUMN_KINDS + (("energy_j", "number"),)
     monkeypatch.setattr(store, "COLUMN_KINDS", grown)
     monkeypatch.setattr(store, "COLUMNS", tuple(name for name, _ in grown))
