@@ -66,8 +66,10 @@ report: $(STAMP)
 # docs/figures holds only the published report's figures: old ones would linger unreferenced.
 # A run the fitness rule refuses (busy machine, too many unstable cases) stops it;
 # ALLOW_UNFIT=1 publishes it anyway, in the report's appendix, judged nowhere.
+# docs/RUNS_LEFT_OUT: unfit runs left out, named in the report's first paragraph.
 publish: $(STAMP)
-	$(PY) report.py $$(cat docs/RUNS) -o docs --name REPORT --fresh-figures $(if $(ALLOW_UNFIT),,--fit-only)
+	$(PY) report.py $$(cat docs/RUNS) $$(sed 's/^/--left-out /' docs/RUNS_LEFT_OUT) \
+	  -o docs --name REPORT --fresh-figures $(if $(ALLOW_UNFIT),,--fit-only)
 
 dashboard: $(STAMP)
 	$(PY) -m harness dashboard results -o site

@@ -261,8 +261,12 @@ def _print_run_results(args, plan) -> None:
     from harness.presenting.tables import console, run_summary
     from harness.results import store
 
+    from harness.judging import analysis
+
     rows = store.read_rows(plan.out_dir)
-    for renderable in ([_counts_table(rows)] if args.instrument else run_summary(rows, grid=not args.tables)):
+    unfit = [] if args.instrument else analysis.run_unfit_reasons(store.read_meta(plan.out_dir), rows)
+    for renderable in ([_counts_table(rows)] if args.instrument else
+                       run_summary(rows, grid=not args.tables, unfit_reasons=unfit)):
         console().print(renderable)
     counts = rows["status"].value_counts().to_dict()
     print(f"results: {plan.out_dir}  ({', '.join(f'{n} {s}' for s, n in counts.items())})")

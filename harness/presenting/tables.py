@@ -191,17 +191,38 @@ def _mode_title(mode: str) -> str:
     return "" if mode == training.FORWARD else f"  {mode}"
 
 
-def case_tables(rows: pd.DataFrame) -> list:
+def _winners(case: pd.DataFrame, judged: bool) -> set:
+    """The strategies a table marks fastest in one case: the answer's winner,
+    or both strategies of a tie (`analysis.answer`, the report's rule); none
+    in a run that fails the fitness rule."""
+    found = analysis.answer(case) if judged else None
+    if found is None:
+        return set()
+    return {found.best["strategy"], found.runner_up["strategy"]} if found.tie else {found.best["strategy"]}
+
+
+def _tie_note(case: pd.DataFrame, judged: bool) -> str:
+    found = analysis.answer(case) if judged else None
+    return (f"{found.best['strategy']} and {found.runner_up['strategy']} tie: their Q1–Q3 ranges overlap"
+            if found is not None and found.tie else "")
+
+
+def case_tables(rows: pd.DataFrame, judged: bool = True) -> list:
     """One table per case group (`CASE_GROUP`): strategies sorted by median.
-    Narrow enough for 80 columns: messages go under the table, not in it."""
+    Narrow enough for 80 columns: messages go under the table, not in it.
+    ``judged=False`` (a run the fitness rule calls unfit): no strategy marked
+    fastest, no speed-ups."""
     rows = with_speedups(rows)
+    if not judged:
+        rows = rows.assign(speedup=math.nan)
     out = []
     for (op, device, dtype, params, mode), group in rows.groupby(CASE_GROUP, sort=False):
         baseline = OPERATORS[op].baseline if op in OPERATORS else "?"
         no_speedup = speedup_note(op, dict(zip(group["strategy"], group["status"])))
         table = Table(title=f"{op}  {params_label(params)}  {device} {dtype}" + _mode_title(mode),
                       title_justify="left",
-                      caption=(f"× blank: {no_speedup}" if no_speedup else f"×: speedup over {baseline}")
+                      caption=("no fastest marked, × blank: the run is unfit" if not judged else
+                               f"× blank: {no_speedup}" if no_speedup else f"×: speedup over {baseline}")
                               + f"; IQR as % of the median, {UNSTABLE_MARK}: unstable "
                               f"(> {100 * analysis.UNSTABLE_REL_IQR:.0f} %)", caption_justify="left")
         width = max(len(str(name)) for name in group["strategy"])
@@ -209,8 +230,8 @@ def case_tables(rows: pd.DataFrame) -> list:
         for column in ("status", "median", "IQR", "GB/s", "% ceil", "×"):
             table.add_column(column, justify="left" if column == "status" else "right", no_wrap=True)
         ordered = group.assign(_key=group["median_s"].fillna(math.inf)).sort_values("_key", kind="stable")
-        best = [analysis.fastest(group)]
-        notes = []
+        best = _winners(group, judged)
+        notes = [_tie_note(group, judged)] if _tie_note(group, judged) else []
         for _, r in ordered.iterrows():
             name = escape(r["strategy"])
             table.add_row(f"[bold]{name} {BEST_MARK}[/]" if r["strategy"] in best else name,
@@ -234,12 +255,16 @@ def _varying_label(params_json: str, varying: list[str]) -> str:
     return " ".join(f"{key}={params[key]}" for key in keys)
 
 
-def grid_tables(rows: pd.DataFrame) -> list:
+def grid_tables(rows: pd.DataFrame, judged: bool = True) -> list:
     """Strategies × sizes per (op, device, dtype, mode), as torch.utils.benchmark's
     Compare prints them: the median per cell (three significant figures),
-    the speedup over the baseline beside it, the column's best in bold green,
-    unstable cells marked. A training mode's table names its mode."""
+    the speedup over the baseline beside it, the column's best in bold green
+    (both, where the two fastest tie), unstable cells marked. A training
+    mode's table names its mode. ``judged=False`` (an unfit run): no best,
+    no speed-ups."""
     rows = with_speedups(rows)
+    if not judged:
+        rows = rows.assign(speedup=math.nan)
     if "mode" not in rows:
         rows = rows.assign(mode=training.FORWARD)
     out = []
@@ -254,17 +279,18 @@ def grid_tables(rows: pd.DataFrame) -> list:
         partial = [name for name in dict.fromkeys(group["strategy"]) if partial_output(op, name)]
         no_speedup = None if has_baseline else speedup_note(op, dict(zip(group["strategy"], group["status"])))
         table = Table(title=f"{op}  {device} {dtype}" + _mode_title(mode), title_justify="left",
-                      caption=f"median per call{f' (× {baseline})' if has_baseline else ''}; "
-                              + (f"no speedups: {no_speedup}; " if no_speedup else "")
-                              + f"{BEST_MARK} bold: fastest correct; "
-                              f"{UNSTABLE_MARK}: IQR > {100 * analysis.UNSTABLE_REL_IQR:.0f} % of the median"
+                      caption=f"median per call{f' (× {baseline})' if has_baseline and judged else ''}; "
+                              + (f"no speedups: {no_speedup}; " if no_speedup and judged else "")
+                              + (f"{BEST_MARK} bold: fastest correct (two where they tie); " if judged else
+                                 "no fastest marked: the run is unfit; ")
+                              + f"{UNSTABLE_MARK}: IQR > {100 * analysis.UNSTABLE_REL_IQR:.0f} % of the median"
                               + (f"; {PARTIAL_MARK}: returns less than {OPERATORS[op].whole_output}, not ranked"
                                  if partial else ""),
                       caption_justify="left")
         table.add_column("strategy", no_wrap=True)
         for p in columns:
             table.add_column(labels[p], justify="right")
-        best = {p: analysis.fastest(cell_group) for p, cell_group in group.groupby("params")}
+        best = {p: _winners(cell_group, judged) for p, cell_group in group.groupby("params")}
         for name, by_strategy in group.groupby("strategy", sort=False):
             cells = []
             for p in columns:
@@ -280,14 +306,21 @@ def grid_tables(rows: pd.DataFrame) -> list:
                 text = f"{fmt_time(r['median_s'])}{mark}"
                 if math.isfinite(r["speedup"]):
                     text += f" ({fmt_ratio(r['speedup'])})"
-                cells.append(f"[bold green]{text} {BEST_MARK}[/]" if best.get(p) == name else text)
+                cells.append(f"[bold green]{text} {BEST_MARK}[/]" if name in best.get(p, ()) else text)
             table.add_row(escape(name) + (f" {PARTIAL_MARK}" if name in partial else ""), *cells)
         out.append(table)
     return out
 
 
-def run_summary(rows: pd.DataFrame, grid: bool = True) -> list:
-    renderables = grid_tables(rows) if grid else case_tables(rows)
+def run_summary(rows: pd.DataFrame, grid: bool = True, unfit_reasons: list[str] = ()) -> list:
+    """The run's tables and warnings. A run that fails the fitness rule
+    (``analysis.run_unfit_reasons``: the report's and the dashboard's) marks
+    no strategy fastest and shows no speed-up, and says why first."""
+    judged = not unfit_reasons
+    renderables = [] if judged else [Text(
+        f"warning: this run fails the fitness rule ({'; '.join(unfit_reasons)}): its times are shown, but no "
+        f"strategy is marked fastest and no speed-up is given", style="yellow")]
+    renderables += grid_tables(rows, judged) if grid else case_tables(rows, judged)
     disagreeing = [r for _, r in rows.iterrows() if analysis.timers_disagree(r)]
     if grid and disagreeing:
         renderables.append(Text("\n".join(f"{r['op']}/{r['strategy']} {params_label(r['params'])}: "

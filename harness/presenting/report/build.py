@@ -255,7 +255,7 @@ def unfit_appendix(doc: Doc, rows, metas: list[dict]) -> None:
     if not unfit:
         return
     doc.heading(2, "Appendix: runs not fit to be judged")
-    doc.para(f"These runs fail the suite's one fitness rule (the dashboard's and the gate's): a 1-minute load at or "
+    doc.para(f"These runs fail the suite's one fitness rule (the dashboard's, `run`'s summary's and `make publish`'s): a 1-minute load at or "
              f"above the core count at the start, at the end or when a case finished, or more than "
              f"{100 * analysis.MAX_UNSTABLE_SHARE:.0f} % of the timed cases unstable. Their times are listed as "
              f"measured; nothing in the report above is drawn from them, and where a fit run measured the same "
@@ -275,18 +275,19 @@ def unfit_appendix(doc: Doc, rows, metas: list[dict]) -> None:
                 doc.para(note)
 
 
-def build(dirs, out, name: str = "report", light: bool = False, svg: bool | None = None) -> Path:
+def build(dirs, out, name: str = "report", light: bool = False, svg: bool | None = None, left_out=()) -> Path:
     """Writes ``OUT/<name>.md`` and ``.html``. ``light`` (the dashboard's
     per-run reports): no per-case figures, PNG only, the HTML links its
     figures instead of embedding them. ``svg``: an SVG beside each PNG
-    (default: unless ``light``)."""
+    (default: unless ``light``). ``left_out``: runs the publisher left out
+    for failing the fitness rule, named (with their machines) and not shown."""
     out = store.writable_dir(Path(out), "the report")  # before any work: one line if it cannot be written
     figures = FigureDir(out / "figures", svg=not light if svg is None else svg)
     rows, metas = load(dirs)
     fit = rows[rows["fit"]]
     doc = Doc()
     doc.heading(1, "scatterbench report")
-    doc.para(what_ran_where(rows, metas))
+    doc.para(what_ran_where(rows, metas, left_out_runs(left_out)))
     answer_section(doc, fit, metas)
     network_shapes_section(doc, fit, metas)
     doc.heading(2, "How to read it")
@@ -302,6 +303,20 @@ def build(dirs, out, name: str = "report", light: bool = False, svg: bool | None
     (out / f"{name}.md").write_text(render_markdown(doc, "figures"))
     (out / f"{name}.html").write_text(render_html(doc, figures.path, "scatterbench report", embed=not light))
     return out / f"{name}.md"
+
+
+def left_out_runs(dirs) -> list[dict]:
+    """Each left-out run's id, machines and reasons (`load`'s fitness rule).
+    A run the rule finds fit is refused: leaving it out would hide a
+    measurement the report could stand behind."""
+    found = []
+    for directory in dirs:
+        rows, (meta,) = load([directory])
+        if not meta["unfit_reasons"]:
+            raise ResultError(f"{directory}: --left-out names a run the fitness rule finds fit; publish it instead")
+        found.append({"run_id": meta.get("run_id", "?"), "machines": list(dict.fromkeys(rows["machine"])),
+                      "unfit_reasons": meta["unfit_reasons"]})
+    return found
 
 
 def refuse_unfit(dirs) -> None:
@@ -326,13 +341,17 @@ def main(argv=None) -> int:
     parser.add_argument("--fresh-figures", action="store_true",
                         help="empty OUT/figures first, once the runs are read (and found fit with --fit-only), so "
                              "no figure of an older report lingers there")
+    parser.add_argument("--left-out", action="append", default=[], metavar="DIR",
+                        help="a run left out for failing the fitness rule: named, with the machine it leaves "
+                             "missing, in the report's first paragraph (repeatable; make publish: docs/RUNS_LEFT_OUT)")
     args = parser.parse_args(argv)
     try:
         if args.fit_only:
             refuse_unfit([Path(d) for d in args.dirs])
         if args.fresh_figures:
             shutil.rmtree(Path(args.output) / "figures", ignore_errors=True)
-        written = build([Path(d) for d in args.dirs], Path(args.output), args.name, light=args.light)
+        written = build([Path(d) for d in args.dirs], Path(args.output), args.name, light=args.light,
+                        left_out=[Path(d) for d in args.left_out])
     except ResultError as error:
         print(f"report.py: error: {error}", file=sys.stderr)
         return 2

@@ -84,7 +84,8 @@ def case_table(group: pd.DataFrame, judged: bool = True) -> tuple[list[str], lis
         + ["rel err", "max abs err", "source", "message"]
     no_speedup = speedup_note(group["op"].iloc[0], dict(zip(group["strategy"], group["status"])))
     rows, best = [], None
-    fastest = analysis.fastest(group) if judged else None
+    found = analysis.answer(group) if judged else None
+    fastest = found.best["strategy"] if found is not None and not found.tie else None  # a tie bolds no row
     for index, (_, r) in enumerate(ordered.iterrows()):
         if best is None and r["strategy"] == fastest:
             best = index
@@ -106,6 +107,8 @@ def case_table(group: pd.DataFrame, judged: bool = True) -> tuple[list[str], lis
                              fmt_num(r["rel_err"], 2), fmt_num(r["max_abs_err"], 2), r["source"],
                              str(r["message"])])
     notes = [UNSTABLE_NOTE] if any(unstable(r) for _, r in ordered.iterrows()) else []
+    if found is not None and found.tie:
+        notes.append(f"No row is marked fastest: {winner_text(found)}.")
     if no_speedup and judged:
         notes.append(f"× seed is blank: {no_speedup}.")
     if with_xcheck and any(timers_disagree(r) for _, r in ordered.iterrows()):
@@ -205,11 +208,11 @@ def verdict(op: str, case: pd.DataFrame, where: str) -> str:
         if len(baseline) and baseline.index[0] not in (best.name, runner.name) \
                 and clearly_faster(best, baseline.iloc[0]):
             text += f", {fmt_ratio(baseline.iloc[0]['median_s'] / best['median_s'])} the seed's original"
-        builtins = ok[ok["strategy"].map(lambda name: analysis.is_builtin(op, name))]
-        if len(builtins) and builtins.index[0] not in (best.name, runner.name) \
-                and clearly_faster(best, builtins.iloc[0]):
-            text += (f", {fmt_ratio(builtins.iloc[0]['median_s'] / best['median_s'])} faster than the fastest "
-                     f"library built-in, {builtins.iloc[0]['strategy']}")
+        builtin = analysis.fastest_builtin(case)
+        if builtin is not None and builtin["strategy"] not in (best["strategy"], runner["strategy"]) \
+                and clearly_faster(best, builtin):
+            text += (f", {fmt_ratio(builtin['median_s'] / best['median_s'])} faster than the fastest "
+                     f"library built-in, {builtin['strategy']}")
     if finite(best.get("host_s")) and best["device"] != "cpu" and best["host_s"] > best["median_s"]:
         text += (f"; its host cost per call ({fmt_time(best['host_s'])}) exceeds its device time, so calls in a "
                  f"loop are bound by the host")
@@ -276,7 +279,10 @@ def ceiling_cell(meta: dict) -> str:
     for device, entry in runmeta.record(meta).ceiling_history.items():
         median, runs, deviation = (_number(entry.get(key)) for key in ("history_median_gbps", "runs", "deviation_pct"))
         if median is not None and deviation is not None:
-            cells.append(f"{device} {deviation:+.0f} % vs {median:.1f} GB/s ({int(runs or 0)} runs)")
+            runs = int(runs or 0)
+            # A deviation that rounds to nothing reads "±0 %", never "-0 %".
+            shown = f"{deviation:+.0f}" if round(deviation) else "±0"
+            cells.append(f"{device} {shown} % vs {median:.1f} GB/s ({runs} run{'' if runs == 1 else 's'})")
     return ", ".join(cells) or "–"
 
 
@@ -527,7 +533,7 @@ def commits_sentence(rows: pd.DataFrame, metas: list[dict]) -> str:
             "difference may be the code's, not the machine's.")
 
 
-def what_ran_where(rows: pd.DataFrame, metas: list[dict]) -> str:
+def what_ran_where(rows: pd.DataFrame, metas: list[dict], left_out: list[dict] = ()) -> str:
     """The report's first paragraph: which devices and machines the numbers
     come from, which runs are fit to be judged, and what was not measured."""
     machines = []
@@ -548,12 +554,28 @@ def what_ran_where(rows: pd.DataFrame, metas: list[dict]) -> str:
         text += (f" {len(unfit)} run(s) failed the fitness rule ("
                  + "; ".join(f"{m.get('run_id', '?')}: {', '.join(m['unfit_reasons'])}" for m in unfit)
                  + "): their tables are in the appendix and nothing above it is drawn from them.")
+    text += left_out_sentence(left_out, set(rows["machine"]))
     if missing:
         never = sorted({s.name for s in _strategies_only_on(missing)})
         text += (f" Not measured: {', '.join(missing)} (no run here had one), so nothing here says "
                  f"how fast any strategy is there" + (f", and {', '.join(never)} (which run only there) were not "
                                                       f"timed at all" if never else "") + ".")
     return text
+
+
+def left_out_sentence(left_out: list[dict], shown: set) -> str:
+    """The runs a publisher left out for failing the fitness rule (report.py
+    --left-out; each a dict of run_id, machines and unfit_reasons), and the
+    machines that leaves missing from the report."""
+    parts = []
+    for run in left_out:
+        machines = list(run.get("machines") or ["?"])
+        absent = [machine for machine in machines if machine not in shown]
+        parts.append(f"run {run.get('run_id', '?')} on {', '.join(machines)} "
+                     f"({', '.join(run.get('unfit_reasons') or ['fit'])})"
+                     + (f", so {', '.join(absent)} {'is' if len(absent) == 1 else 'are'} missing from this report"
+                        if absent else ""))
+    return f" Left out for failing the fitness rule, tables and all: {'; '.join(parts)}." if parts else ""
 
 
 def predated_sentence(metas: list[dict], run_dirs: set) -> str:
@@ -748,14 +770,25 @@ def machines_table(case: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
     return header, table
 
 
+def winner_text(found) -> str | None:
+    """An answer's winner as a sentence names it: the strategy, or both
+    strategies of a tie; None where nothing was rankable."""
+    if found is None:
+        return None
+    if found.tie:
+        return f"{found.best['strategy']} and {found.runner_up['strategy']} (a tie: their Q1–Q3 ranges overlap)"
+    return str(found.best["strategy"])
+
+
 def machines_sentence(case: pd.DataFrame) -> str:
     """Which strategy wins where, and where the ranking flips."""
     machines = machine_order(case)
     by_machine = {machine: case[case["machine"] == machine] for machine in machines}
-    winners = [(machine, analysis.fastest(rows)) for machine, rows in by_machine.items()]
+    # The answer table's winner, or its tie (`analysis.clearly_faster`, the one rule of "inconclusive").
+    winners = [(machine, winner_text(analysis.answer(rows))) for machine, rows in by_machine.items()]
     text = "Fastest: " + "; ".join(f"{name} on {machine}" if name else f"none passed on {machine}"
                                    for machine, name in winners) + "."
-    if len({name for _, name in winners if name}) == 1 and all(name for _, name in winners):
+    if len({name for _, name in winners}) == 1 and all(name for _, name in winners):
         text = f"Fastest on every machine: {winners[0][1]}."
     flips = analysis.rank_flips(by_machine)
     if flips:

@@ -134,6 +134,24 @@ def test_publishing_refuses_an_unfit_run_in_one_line_and_writes_nothing(tmp_path
     assert not (out / "figures" / "older.png").exists() and (out / "report.md").exists()
 
 
+def test_a_run_left_out_names_the_machine_it_leaves_missing(tmp_path, capsys):
+    """make publish leaves the Xeon's busy run out (docs/RUNS_LEFT_OUT): the
+    report's first paragraph names it, its reasons and the machine missing,
+    and shows none of its rows; a fit run cannot be left out this way."""
+    out = tmp_path / "out"
+    assert report.main([str(ZEN5), "--left-out", str(XEON), "-o", str(out), "--fit-only", "--light"]) == 0
+    md = (out / "report.md").read_text()
+    first = next(line for line in md.splitlines() if line.startswith("What ran where"))
+    assert ("Left out for failing the fitness rule, tables and all: run 20261125T111017-vm-default-ea9f on cpu: "
+            "Intel(R) Xeon(R) Processor (6-167) ×2 (load 8.1 on 2 cores, 47 of 93 unstable), so cpu: Intel(R) "
+            "Xeon(R) Processor (6-167) ×2 is missing from this report.") in first
+    assert "Xeon" not in md.replace(first, "") and "Appendix" not in md
+    capsys.readouterr()
+    assert report.main([str(ZEN5), "--left-out", str(ZEN5), "-o", str(out), "--light"]) == 2
+    error = capsys.readouterr().err.strip()
+    assert len(error.splitlines()) == 1 and "--left-out names a run the fitness rule finds fit" in error
+
+
 def test_overlapping_spreads_are_a_tie_in_the_answer_table_named_with_both():
     def row(name, median, q1, q3):
         return dict(op="maxpool2d", strategy=name, status="ok", median_s=median, iqr_s=q3 - q1, q1_s=q1, q3_s=q3,
@@ -150,6 +168,15 @@ def test_overlapping_spreads_are_a_tie_in_the_answer_table_named_with_both():
     # The conclusions and the flips use the same rule.
     assert not analysis.clearly_faster(tied.iloc[0], tied.iloc[1]) and analysis.clearly_faster(clear.iloc[0],
                                                                                                clear.iloc[1])
+    # So do the case's winner sentence and its table: the published report had said "Fastest:
+    # torch_scatter" of a case its answer table called a tie.
+    assert sections.machines_sentence(tied) == ("Fastest on every machine: numba_fused and numpy_sliding_window "
+                                                "(a tie: their Q1–Q3 ranges overlap).")
+    assert sections.machines_sentence(clear) == "Fastest on every machine: numba_fused."
+    tied = tied.assign(backend="numpy", n_samples=10, gbps=1.0, speedup=math.nan, rel_err=0.0, max_abs_err=0.0,
+                       source="", message="", host_s=math.nan, xcheck_s=math.nan, pct_of_fresh_floor=math.nan)
+    _, _, bold, notes = sections.case_table(tied)
+    assert bold is None and any("numba_fused and numpy_sliding_window (a tie" in note for note in notes)
 
 
 def test_what_ran_where_names_the_operators_a_machine_missed_and_the_runs_older_checks_passed():

@@ -82,6 +82,15 @@ def test_malformed_meta_fields_do_not_break_the_tables():
     assert len(rows) == 1 and len(rows[0]) == len(header)
 
 
+def test_the_ceiling_cell_reads_as_numbers_a_person_writes():
+    """The published Runs table read "cpu -0 % vs 34.1 GB/s (1 runs)"."""
+    def cell(deviation, runs):
+        return report_sections.ceiling_cell({"ceiling_history": {"cpu": {
+            "history_median_gbps": 34.1, "runs": runs, "deviation_pct": deviation}}})
+    assert cell(-0.3, 1) == "cpu ±0 % vs 34.1 GB/s (1 run)"
+    assert cell(-12.4, 3) == "cpu -12 % vs 34.1 GB/s (3 runs)" and cell(56.0, 2) == "cpu +56 % vs 34.1 GB/s (2 runs)"
+
+
 def test_two_cpus_sharing_a_model_name_stay_two_machines(tmp_path):
     """Every AMD EPYC VM reports "AMD EPYC": a Zen 3 and a Zen 4 run of the
     same cases must not collapse into one machine, and each machine's

@@ -25,3 +25,53 @@ def test_both_tables_say_why_there_are_no_speedups_without_the_seeds_original():
     dispersion = rows[rows["op"] == "dispersion"]  # its seed's original, seed_loop, is in quick.yaml
     assert "no speedups" not in rendered(tables.grid_tables(dispersion))
     assert "× blank" not in rendered(tables.case_tables(dispersion))
+
+
+def _maxpool_case(medians: dict, spread: float) -> "pd.DataFrame":
+    import json
+
+    import pandas as pd
+
+    params = json.dumps({"N": 1, "C": 1, "H": 8, "W": 8, "k": 2})
+    return pd.DataFrame([dict(op="maxpool2d", strategy=name, device="cpu", dtype="float32", params=params,
+                              status="ok", median_s=median, iqr_s=2 * spread * median, q1_s=median * (1 - spread),
+                              q3_s=median * (1 + spread), gbps=1.0, pct_of_ceiling=1.0, message="", case_id=name)
+                         for name, median in medians.items()])
+
+
+def _starred(text: str) -> set:
+    return {line.split()[1] for line in text.splitlines() if line.startswith("│") and tables.BEST_MARK in line}
+
+
+def test_the_terminal_tables_mark_a_tie_as_both_and_say_so():
+    """Two strategies whose Q1–Q3 ranges overlap: neither is the fastest
+    alone. Both tables star both and the case table names the tie, by the
+    report's rule (analysis.answer)."""
+    rows = _maxpool_case({"seed_loops": 1e-2, "numba_fused": 1.00e-4, "torch_max_pool2d_indices": 1.05e-4}, 0.1)
+    for render in (tables.grid_tables, tables.case_tables):
+        console = Console(width=200, record=True, color_system=None)
+        for item in render(rows):
+            console.print(item)
+        text = console.export_text()
+        assert _starred(text) == {"numba_fused", "torch_max_pool2d_indices"}, text
+    assert "numba_fused and torch_max_pool2d_indices tie" in rendered(tables.case_tables(rows))
+    clear = _maxpool_case({"seed_loops": 1e-2, "numba_fused": 1e-4, "torch_max_pool2d_indices": 3e-4}, 0.1)
+    console = Console(width=200, record=True, color_system=None)
+    for item in tables.grid_tables(clear):
+        console.print(item)
+    assert _starred(console.export_text()) == {"numba_fused"}
+
+
+def test_an_unfit_run_is_shown_without_a_winner_or_speedups():
+    """`run`'s summary of a run the fitness rule calls unfit (the rule the
+    report and the dashboard apply): a warning with the reasons first, no
+    strategy starred, no speed-up beside any time."""
+    rows = _maxpool_case({"seed_loops": 1e-2, "numba_fused": 1e-4, "torch_max_pool2d_indices": 3e-4}, 0.1)
+    console = Console(width=200, record=True, color_system=None)
+    for item in tables.run_summary(rows, unfit_reasons=["load 8.1 on 2 cores"]):
+        console.print(item)
+    text = console.export_text()
+    assert text.lstrip().startswith("warning: this run fails the fitness rule (load 8.1 on 2 cores)"), text
+    assert not _starred(text) and "100×" not in text and "(1×)" not in text, text
+    fit = rendered(tables.run_summary(rows))
+    assert "fitness rule" not in fit and "100×" in fit and tables.BEST_MARK in fit
