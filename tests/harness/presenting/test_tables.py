@@ -1,6 +1,8 @@
 """The CLI's tables say why a column is blank, as the report and bench() do."""
 
+import json
 
+import pandas as pd
 from rich.console import Console
 
 from harness.presenting import tables
@@ -27,11 +29,7 @@ def test_both_tables_say_why_there_are_no_speedups_without_the_seeds_original():
     assert "× blank" not in rendered(tables.case_tables(dispersion))
 
 
-def _maxpool_case(medians: dict, spread: float) -> "pd.DataFrame":
-    import json
-
-    import pandas as pd
-
+def _maxpool_case(medians: dict, spread: float) -> pd.DataFrame:
     params = json.dumps({"N": 1, "C": 1, "H": 8, "W": 8, "k": 2})
     return pd.DataFrame([dict(op="maxpool2d", strategy=name, device="cpu", dtype="float32", params=params,
                               status="ok", median_s=median, iqr_s=2 * spread * median, q1_s=median * (1 - spread),
