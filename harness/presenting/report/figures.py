@@ -563,6 +563,10 @@ def figure_scaling(rows: pd.DataFrame, figures: FigureDir, stem: str, title: str
                            layout="constrained")
     op = ok["op"].iloc[0]
     kinds = set()
+    floor = ok.groupby("x")["floor_s"].min().sort_index()
+    # The time axis holds the medians and the floor; a band (Q1–Q3) reaching
+    # past it is cut at the edge and marked there, as the bar charts' whiskers are.
+    bottom, top = axis_limits([v for _, line in strategies for v in line["median_s"]], floor.values)
     for name, line in strategies:
         kind = strategy_kind(op, name, line["source"].iloc[0])
         kinds.add(kind)
@@ -571,9 +575,14 @@ def figure_scaling(rows: pd.DataFrame, figures: FigureDir, stem: str, title: str
         ax.plot(line["x"], line["median_s"], marker="o", markersize=3, color=colour, linewidth=width,
                 label=label(f"{name} ({line['backend'].iloc[0]})"), linestyle=style)
         bounds = [quartiles(row) for _, row in line.iterrows()]
-        ax.fill_between(line["x"], [lo for lo, _ in bounds], [hi for _, hi in bounds], color=colour, alpha=0.15,
-                        linewidth=0)
-    floor = ok.groupby("x")["floor_s"].min().sort_index()
+        low = [min(max(lo, bottom), top) for lo, _ in bounds]
+        high = [max(min(hi, top), bottom) for _, hi in bounds]
+        ax.fill_between(line["x"], low, high, color=colour, alpha=0.15, linewidth=0)
+        for x, (lo, hi) in zip(line["x"], bounds):
+            for beyond, edge, marker in ((lo < bottom, bottom, "v"), (hi > top, top, "^")):
+                if beyond:
+                    ax.plot([x], [edge], linestyle="none", marker=marker, markersize=6, color=colour,
+                            clip_on=False, gid=CLIP_MARK, label="_clipped")
     ax.plot(floor.index, floor.values, color="black", linewidth=2, label="bandwidth floor")
     ax.set_xscale("log")
     ax.set_yscale("log")
@@ -583,6 +592,7 @@ def figure_scaling(rows: pd.DataFrame, figures: FigureDir, stem: str, title: str
     handles, texts = ax.get_legend_handles_labels()
     _legend(fig, handles, texts, line_legend_title(op, kinds), fontsize=7)
     log_axis(ax.xaxis, "count" if sweep_key else "bytes")
+    ax.set_ylim(bottom, top)
     log_axis(ax.yaxis, "time")
     ax.grid(True, alpha=0.3)
     return save(fig, figures, stem)

@@ -251,6 +251,31 @@ def test_a_far_off_whisker_neither_moves_the_axis_nor_goes_unmarked(tmp_path, dr
     assert any("whisker › " in note and "GB/s" in note for note in _notes(gbps))
 
 
+def test_a_far_off_band_does_not_stretch_a_scaling_figure(tmp_path, drawn):
+    """The scaling figure's Q1–Q3 bands: one whose Q3 sits at 100× its
+    median is cut at the axis's top and marked there; the axis is the one
+    the same runs draw without it."""
+    def sized(fields):
+        frames = []
+        for size in (16, 64, 256):
+            entries = [("seed_loops", "numpy", 1e-5 * size), ("numba_fused", "numba", 1e-7 * size)]
+            frame = _case("maxpool2d", entries, fields if size == 64 else None,
+                          params={"N": 1, "C": 1, "H": size, "W": size, "k": 2})
+            frames.append(frame.assign(bytes=1e4 * size, floor_s=5e-9 * size))
+        return pd.concat(frames, ignore_index=True)
+
+    where = report_figures.FigureDir(tmp_path, svg=False)
+    far = {"seed_loops": {"q3_s": 100 * 1e-5 * 64, "max_s": 200 * 1e-5 * 64}}
+    assert report_figures.figure_scaling(sized(None), where, "plain", "plain")
+    assert report_figures.figure_scaling(sized(far), where, "far", "far")
+    quiet, stretched = drawn[0].axes[0], drawn[1].axes[0]
+    assert stretched.get_ylim() == pytest.approx(quiet.get_ylim()) and not _clip_marks(quiet)
+    (mark,) = _clip_marks(stretched)
+    assert mark.get_marker() == "^" and mark.get_ydata()[0] == pytest.approx(stretched.get_ylim()[1])
+    top = max(path.vertices[:, 1].max() for band in stretched.collections for path in band.get_paths())
+    assert top <= stretched.get_ylim()[1] * (1 + 1e-9)
+
+
 def test_one_strategy_has_one_colour_in_two_operators_figures(tmp_path, drawn):
     where = report_figures.FigureDir(tmp_path, svg=False)
     maxpool = _case("maxpool2d", [("numba_fused", "numba", 1e-5), ("seed_loops", "numpy", 1e-2),
