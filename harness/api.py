@@ -134,8 +134,13 @@ def speedup_notes(rows: pd.DataFrame) -> list[str]:
 
 
 def _figure(rows: pd.DataFrame, op: str):
-
+    """Median time per call, with the report's colours (one per strategy) and
+    error bars (Q1 to Q3 of the samples, `figures.quartiles`), on an axis that
+    holds the medians: a bar past it is drawn to the edge and marked there."""
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import FuncFormatter
+
+    from harness.presenting.report.figures import CLIP_MARK, axis_limits, quartiles, strategy_colour
 
     timed = rows[rows["median_s"].notna()].copy()
     # Several modes: a strategy's line or bar per mode, named by both.
@@ -145,26 +150,47 @@ def _figure(rows: pd.DataFrame, op: str):
     keys = sorted({key for p in params for key in p})
     varying = [key for key in keys if params.map(lambda p: p.get(key)).nunique() > 1]
     fig, ax = plt.subplots(figsize=(8, 4.5), layout="constrained")
-    if len(varying) == 1 and len(timed):
+    low, high = axis_limits(timed["median_s"])
+    along_y = len(varying) == 1 and len(timed)
+
+    def bars(frame):
+        """Each row's error bar below and above its median, cut at the axis, and where it was cut."""
+        spread = [quartiles(row) for _, row in frame.iterrows()]
+        below = [median - max(lo, low) for median, (lo, _) in zip(frame["median_s"], spread)]
+        above = [min(hi, high) - median for median, (_, hi) in zip(frame["median_s"], spread)]
+        return [below, above], [hi > high for _, hi in spread]
+
+    if along_y:
         key = varying[0]
         timed["x"] = params.map(lambda p: p[key])
         for name, line in timed.groupby("label"):
             line = line.sort_values("x")
-            ax.errorbar(line["x"], line["median_s"], yerr=line["iqr_s"] / 2, marker="o", markersize=3,
-                        capsize=2, label=name)
+            colour = strategy_colour(line["strategy"].iloc[0])
+            error, cut = bars(line)
+            ax.errorbar(line["x"], line["median_s"], yerr=error, marker="o", markersize=3, capsize=2, label=name,
+                        color=colour)
+            for x, beyond in zip(line["x"], cut):
+                if beyond:
+                    ax.plot([x], [high], marker="^", color=colour, linestyle="none", clip_on=False, gid=CLIP_MARK)
         ax.set_xscale("log")
         ax.set_xlabel(key)
+        ax.set_yscale("log")
+        ax.set_ylim(low, high)
     else:
         ordered = timed.sort_values("median_s")
-        ax.barh(range(len(ordered)), ordered["median_s"], xerr=ordered["iqr_s"] / 2)
+        error, cut = bars(ordered)
+        ax.barh(range(len(ordered)), ordered["median_s"], xerr=error,
+                color=[strategy_colour(name) for name in ordered["strategy"]])
+        for position, beyond in enumerate(cut):
+            if beyond:
+                ax.plot([high], [position], marker=">", color="black", linestyle="none", clip_on=False, gid=CLIP_MARK)
         ax.set_yticks(range(len(ordered)), [str(n).replace("$", r"\$") for n in ordered["label"]], fontsize=8)
-    ax.set_yscale("log") if len(varying) == 1 else ax.set_xscale("log")
-    # Times in µs/ms, as the report prints them, not "4×10⁻⁵" seconds; bars span median ± IQR/2.
-    from matplotlib.ticker import FuncFormatter
-
-    (ax.yaxis if len(varying) == 1 else ax.xaxis).set_major_formatter(FuncFormatter(lambda s, _: fmt_time(s)))
-    ax.set_title(f"{op}: median time per call (bars: median ± IQR/2)", fontsize=10)
-    if len(varying) == 1:
+        ax.set_xscale("log")
+        ax.set_xlim(low, high)
+    # Times in µs/ms, as the report prints them, not "4×10⁻⁵" seconds.
+    (ax.yaxis if along_y else ax.xaxis).set_major_formatter(FuncFormatter(lambda s, _: fmt_time(s)))
+    ax.set_title(f"{op}: median time per call (bars: Q1 to Q3 of the samples; ▸ cut at the edge)", fontsize=10)
+    if along_y:
         ax.set_ylabel("median time per call")
         ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     ax.grid(True, alpha=0.3, which="both")

@@ -42,3 +42,34 @@ def test_bench_writes_a_result_directory_when_asked(tmp_path):
     # Its thread settings and its adversarial check's cost, as a run records them.
     assert {name: meta["threads"][name] for name in PINNED} == PINNED and meta["phase_s"]["adversarial"] > 0
     assert set(rows["run_id"]) == {meta["run_id"]}
+
+
+def test_bench_figure_draws_the_reports_quartiles_and_colours():
+    """bench()'s figure had median ± IQR/2 bars in matplotlib's default
+    colours: on a skewed sample the bar reached below the fastest sample.
+    It now draws Q1 to Q3 in each strategy's report colour, and a far-off Q3
+    is cut at the axis's edge and marked there."""
+    import numpy as np
+    import pandas as pd
+    from matplotlib.colors import to_rgba
+
+    from harness.api import _figure
+    from harness.presenting.report.figures import CLIP_MARK, strategy_colour
+    from harness.results import metrics
+
+    skewed = np.concatenate([np.full(40, 185e-6), 185e-6 * np.exp(np.random.default_rng(0).exponential(2.0, 60))])
+    params = json.dumps({"N": 1, "C": 1, "H": 8, "W": 8, "k": 2})
+    rows = pd.DataFrame([dict(op="maxpool2d", strategy="seed_loops", params=params, **metrics.TIMING.compute(skewed)),
+                         dict(op="maxpool2d", strategy="numba_fused", params=params,
+                              **dict(metrics.TIMING.compute(np.full(5, 2e-5)), q3_s=2e-1, max_s=3e-1))])
+    ax = _figure(rows, "maxpool2d").axes[0]
+    bars = sorted(ax.patches, key=lambda bar: bar.get_width())
+    assert [to_rgba(bar.get_facecolor()) for bar in bars] == [to_rgba(strategy_colour(name))
+                                                              for name in ("numba_fused", "seed_loops")]
+    (whiskers,) = [collection for collection in ax.collections]
+    ends = {round(segment[0][1]): (segment[0][0], segment[1][0]) for segment in whiskers.get_segments()}
+    seed = rows.iloc[0]
+    assert ends[1] == pytest.approx((seed["q1_s"], seed["q3_s"])) and ends[1][0] >= seed["min_s"]
+    left, right = ax.get_xlim()
+    assert ends[0][1] == pytest.approx(right) and right < 2e-1
+    assert [line.get_marker() for line in ax.get_lines() if line.get_gid() == CLIP_MARK] == [">"]
