@@ -72,6 +72,9 @@ def bench(op: str, strategies: list[str] | None = None, *, device: str = "cpu", 
     measured quiet, under the same threads, within the last hour when there
     is one (``result.notes`` says from when, and at what load), else
     measured now; one measured busy is not used (harness/measuring/ceilings.py).
+    The CPU's fresh-output write bandwidth is measured (or reused) with it,
+    so each CPU row carries its fresh-output-aware floor
+    (``fresh_floor_s``, ``pct_of_fresh_floor``), as a run's rows do.
     """
     plugins.load_plugins()  # the built-in strategies, and those SCATTERBENCH_PLUGINS names
     config = parse_config({
@@ -93,7 +96,7 @@ def bench(op: str, strategies: list[str] | None = None, *, device: str = "cpu", 
     with RunSession(out, run_id) as session:
         applied = session.pin_threads(config.threads)
         session.clock("ceilings")
-        measured = ceilings.measure_or_reuse((case.device for case in cases), config.threads)
+        measured = ceilings.measure_or_reuse((case.device for case in cases), config.threads, fresh=True)
         if out is not None:
             store.prepare_output_dir(out)
         writer = session.open(config, None, ["scatterbench.bench", op], **measured.meta(), status="running")

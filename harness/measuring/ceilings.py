@@ -70,7 +70,7 @@ class Measured:
     def meta(self) -> dict:
         """The fields meta.json records (see the module's docstring)."""
         return {"ceilings_gbps": self.ceilings, "ceiling_tries": self.tries, "ceiling_busy": self.busy,
-                "ceiling_reused_from": self.reused_from}
+                "ceiling_reused_from": self.reused_from, "fresh_write_gbps": self.fresh_writes}
 
     def lines(self) -> list[str]:
         """What a reader must be told: a busy ceiling, and a reused one."""
@@ -210,10 +210,19 @@ def _usable_entry(entry, now: float, max_age_s: float) -> bool:
     return _well_formed(entry) and 0 <= now - float(entry["measured_epoch"]) <= max_age_s
 
 
-def reuse(devices, threads=None, *, max_age_s: float = REUSE_MAX_AGE_S, now: Callable[[], float] = time.time,
-          on_warning: Callable[[str], None] = caches.warn) -> Measured | None:
+def _fresh_writes(entry) -> dict[str, float]:
+    """A stored CPU entry's fresh-write bandwidths per allocator ({} where it has none)."""
+    found = entry.get("fresh_writes") if isinstance(entry, dict) else None
+    return {str(name): float(gbps) for name, gbps in (found.items() if isinstance(found, dict) else ())
+            if isinstance(gbps, (int, float)) and math.isfinite(gbps) and gbps > 0}
+
+
+def reuse(devices, threads=None, *, fresh: bool = False, max_age_s: float = REUSE_MAX_AGE_S,
+          now: Callable[[], float] = time.time, on_warning: Callable[[str], None] = caches.warn) -> Measured | None:
     """The quiet ceilings of ``devices`` this machine measured under the same
-    threads within ``max_age_s``, or None when any device has none."""
+    threads within ``max_age_s``, or None when any device has none; with
+    ``fresh``, the CPU's fresh-write bandwidths measured with its ceiling
+    too (None when they were not)."""
     devices = sorted(set(devices))
     data = caches.read_json(_cache_path(), on_warning)
     if data is None or not devices:
@@ -234,10 +243,13 @@ def reuse(devices, threads=None, *, max_age_s: float = REUSE_MAX_AGE_S, now: Cal
     moment = now()
     if not all(_usable_entry(entries.get(device), moment, max_age_s) for device in devices):
         return None
+    fresh_writes = _fresh_writes(entries.get("cpu")) if fresh and "cpu" in devices else {}
+    if fresh and "cpu" in devices and not fresh_writes:
+        return None
     chosen = {device: entries[device] for device in devices}
     oldest = min(chosen.values(), key=lambda entry: float(entry["measured_epoch"]))
     return Measured({device: float(entry["gbps"]) for device, entry in chosen.items()},
-                    {device: entry["tries"] for device, entry in chosen.items()},
+                    {device: entry["tries"] for device, entry in chosen.items()}, fresh_writes=fresh_writes,
                     measured_at=oldest["measured_at"], measured_epoch=float(oldest["measured_epoch"]),
                     reused_from=oldest["measured_at"])
 
@@ -258,6 +270,8 @@ def remember(measured: Measured, threads=None, *, max_age_s: float = REUSE_MAX_A
         if math.isfinite(gbps) and gbps > 0:
             entries[device] = {"gbps": gbps, "tries": measured.tries.get(device, []),
                                "measured_at": measured.measured_at, "measured_epoch": measured.measured_epoch}
+            if device == "cpu" and measured.fresh_writes:  # measured with it: as quiet, as old
+                entries[device]["fresh_writes"] = dict(measured.fresh_writes)
     machines[key] = entries
     moment = time.time()
     machines = {name: {device: entry for device, entry in found.items()
@@ -268,9 +282,10 @@ def remember(measured: Measured, threads=None, *, max_age_s: float = REUSE_MAX_A
 
 def measure_or_reuse(devices, threads=None, *, fresh: bool = False, max_age_s: float = REUSE_MAX_AGE_S,
                      on_warning: Callable[[str], None] = caches.warn) -> Measured:
-    """``reuse``'s ceilings when every device has a recent quiet one (no
-    fresh-write bandwidth then: ``bench()`` has no use for it), else
-    ``measure`` them now and ``remember`` them."""
+    """``reuse``'s ceilings when every device has a recent quiet one (and,
+    with ``fresh``, the CPU's fresh-write bandwidths measured with it: what
+    ``bench()``'s CPU rows' fresh-output floor needs), else ``measure`` them
+    now and ``remember`` them."""
     devices = sorted(set(devices))  # read twice below: a generator would be empty the second time
     said: set[str] = set()
 
@@ -279,7 +294,7 @@ def measure_or_reuse(devices, threads=None, *, fresh: bool = False, max_age_s: f
             said.add(text)
             on_warning(text)
 
-    found = reuse(devices, threads, max_age_s=max_age_s, on_warning=once)
+    found = reuse(devices, threads, fresh=fresh, max_age_s=max_age_s, on_warning=once)
     if found is not None:
         return found
     measured = measure(devices, threads, fresh=fresh)

@@ -89,10 +89,12 @@ class PhaseClock:
 class MemoryWriter:
     """A run's rows kept in memory (``bench()`` without ``out``): nothing on
     disk for a later --resume, so no case in flight to record, no metadata to
-    update, nothing to close."""
+    update, nothing to close. ``meta``: the fields a run's meta.json would
+    hold that its cases read (the fresh-write bandwidths of the floor)."""
 
-    def __init__(self):
+    def __init__(self, meta: dict | None = None):
         self.rows: list[dict] = []
+        self.meta = dict(meta or {})
 
     @property
     def written(self) -> int:
@@ -178,7 +180,7 @@ class RunSession:
         in force, the config, the plugins loaded, status ``starting`` unless
         ``fields`` say otherwise) and opens the writer the cases go to."""
         if self.outcome.out_dir is None:
-            self.writer = MemoryWriter()
+            self.writer = MemoryWriter(fields)
             return self.writer
         meta = facts.run_metadata(self.threads if threads is None else threads, config_path, argv)
         meta.update(run_id=self.outcome.run_id, config=config.model_dump(), plugins=plugins.recorded(),

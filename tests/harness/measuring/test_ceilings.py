@@ -46,7 +46,7 @@ def test_every_try_is_recorded_with_its_load_and_the_best_is_the_ceiling(monkeyp
                                       {"gbps": 7.0, "load": 0.6}]}
     assert measured.ceilings == {"cpu": 9.0} and measured.busy == {}
     assert measured.meta() == {"ceilings_gbps": {"cpu": 9.0}, "ceiling_tries": measured.tries, "ceiling_busy": {},
-                               "ceiling_reused_from": None}
+                               "ceiling_reused_from": None, "fresh_write_gbps": {}}
     assert measured.lines() == []
 
 
@@ -118,6 +118,7 @@ def quiet(gbps=21.0, load=0.42, epoch=None):
     epoch = time.time() if epoch is None else epoch
     return ceilings.Measured({"cpu": gbps}, {"cpu": [{"gbps": gbps - 1, "load": load + 0.1},
                                                      {"gbps": gbps, "load": load}]},
+                             fresh_writes={"numpy": 9.0, "torch": 8.0},
                              measured_at="2030-01-02T03:04:05+00:00", measured_epoch=epoch)
 
 
@@ -144,6 +145,26 @@ def test_bench_twice_reuses_the_ceiling_the_second_time_and_says_so(monkeypatch)
     assert "copy ceiling reused from 2030-01-02T03:04:05+00:00, measured at load 0.42" in said
     assert "reused" in second._repr_html_()
     assert second.rows["ceiling_gbps"].iloc[0] == 21.0 and second.rows["pct_of_ceiling"].iloc[0] > 0
+    # The CPU rows' fresh-output floor, from the fresh-write bandwidth measured with the ceiling
+    # (the best allocator's), reused with it the second time.
+    for result in (first, second):
+        row = result.rows.iloc[0]
+        assert row["fresh_floor_s"] > row["floor_s"] > 0 and row["pct_of_fresh_floor"] > row["pct_of_ceiling"]
+    assert second.rows["fresh_floor_s"].iloc[0] == pytest.approx(first.rows["fresh_floor_s"].iloc[0])
+
+
+def test_a_stored_ceiling_without_fresh_writes_is_not_reused_where_they_are_asked_for(monkeypatch):
+    """bench() needs the CPU's fresh-write bandwidth for its floor: a stored
+    ceiling measured without it (an older cache) is measured again, once."""
+    calls = counting_measure(monkeypatch, lambda: ceilings.Measured(
+        {"cpu": 21.0}, {"cpu": [{"gbps": 21.0, "load": 0.4}]}, measured_at="2030-01-02T03:04:05+00:00",
+        measured_epoch=time.time()))
+    ceilings.measure_or_reuse(["cpu"], PINNED)
+    assert ceilings.reuse(["cpu"], PINNED) is not None and ceilings.reuse(["cpu"], PINNED, fresh=True) is None
+    counting_measure(monkeypatch, quiet)
+    ceilings.measure_or_reuse(["cpu"], PINNED, fresh=True)
+    assert ceilings.reuse(["cpu"], PINNED, fresh=True).fresh_writes == {"numpy": 9.0, "torch": 8.0}
+    assert len(calls) == 1
 
 
 def test_bench_records_the_reuse_in_its_result_directory(monkeypatch, tmp_path):
