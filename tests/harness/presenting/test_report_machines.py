@@ -209,3 +209,19 @@ def test_a_run_read_back_remembers_the_schema_it_was_written_as(tmp_path):
 
     written = store.read_meta(run)
     assert written["schema_written"] == 2 and written["schema_version"] == store.SCHEMA_VERSION
+
+
+def test_the_published_reports_first_paragraph_is_what_its_runs_say():
+    """docs/REPORT.md's "what ran where" is true of the runs `make publish`
+    reads (docs/RUNS) and leaves out (docs/RUNS_LEFT_OUT): a run added,
+    dropped or re-judged without publishing again fails here."""
+    from harness.presenting.report.build import left_out_runs
+    from harness.presenting.report.load import load
+
+    listed = (ROOT / "docs" / "RUNS").read_text().split()
+    left = (ROOT / "docs" / "RUNS_LEFT_OUT").read_text().split()
+    rows, metas = load([ROOT / run for run in listed])
+    text = sections.what_ran_where(rows, metas, left_out_runs([ROOT / run for run in left]))
+    published = (ROOT / "docs" / "REPORT.md").read_text()
+    assert text in published.splitlines(), text
+    assert "Intel(R) Xeon(R) Processor (6-167) ×2 is missing from this report" in text
