@@ -29,6 +29,7 @@ from harness.base.format import fmt_time
 from harness.measuring import ceilings, check, pinning, sweep
 from harness.measuring.session import RunSession, signal_again
 from harness.results import store
+from impls import training
 
 
 @dataclass
@@ -136,10 +137,14 @@ def speedup_notes(rows: pd.DataFrame) -> list[str]:
     return notes
 
 
+MODE_LINE_STYLE = dict(zip(training.MODES, ("-", "--", ":")))  # forward, backward, forward+backward
+
+
 def _figure(rows: pd.DataFrame, op: str):
     """Median time per call, with the report's colours (one per strategy) and
     error bars (Q1 to Q3 of the samples, `figures.quartiles`), on an axis that
-    holds the medians: a bar past it is drawn to the edge and marked there."""
+    holds the medians: a bar past it is drawn to the edge and marked there.
+    A strategy's modes share its colour and differ by line style."""
     import matplotlib.pyplot as plt
     from matplotlib.ticker import FuncFormatter
 
@@ -157,11 +162,11 @@ def _figure(rows: pd.DataFrame, op: str):
     along_y = len(varying) == 1 and len(timed)
 
     def bars(frame):
-        """Each row's error bar below and above its median, cut at the axis, and where it was cut."""
+        """Each row's error bar below and above its median, cut at the axis, and the sides cut (low, high)."""
         spread = [quartiles(row) for _, row in frame.iterrows()]
         below = [median - max(lo, low) for median, (lo, _) in zip(frame["median_s"], spread)]
         above = [min(hi, high) - median for median, (_, hi) in zip(frame["median_s"], spread)]
-        return [below, above], [hi > high for _, hi in spread]
+        return [below, above], [(lo < low, hi > high) for lo, hi in spread]
 
     if along_y:
         key = varying[0]
@@ -170,11 +175,15 @@ def _figure(rows: pd.DataFrame, op: str):
             line = line.sort_values("x")
             colour = strategy_colour(line["strategy"].iloc[0])
             error, cut = bars(line)
+            # One colour per strategy, as in the report; its modes apart by line style.
+            style = MODE_LINE_STYLE.get(line["mode"].iloc[0] if "mode" in line else "forward", "-")
             ax.errorbar(line["x"], line["median_s"], yerr=error, marker="o", markersize=3, capsize=2, label=name,
-                        color=colour)
-            for x, beyond in zip(line["x"], cut):
-                if beyond:
-                    ax.plot([x], [high], marker="^", color=colour, linestyle="none", clip_on=False, gid=CLIP_MARK)
+                        color=colour, linestyle=style)
+            for x, sides in zip(line["x"], cut):
+                for beyond, edge, marker in zip(sides, (low, high), ("v", "^")):
+                    if beyond:
+                        ax.plot([x], [edge], marker=marker, color=colour, linestyle="none", clip_on=False,
+                                gid=CLIP_MARK)
         ax.set_xscale("log")
         ax.set_xlabel(key)
         ax.set_yscale("log")
@@ -184,15 +193,18 @@ def _figure(rows: pd.DataFrame, op: str):
         error, cut = bars(ordered)
         ax.barh(range(len(ordered)), ordered["median_s"], xerr=error,
                 color=[strategy_colour(name) for name in ordered["strategy"]])
-        for position, beyond in enumerate(cut):
-            if beyond:
-                ax.plot([high], [position], marker=">", color="black", linestyle="none", clip_on=False, gid=CLIP_MARK)
+        for position, sides in enumerate(cut):
+            for beyond, edge, marker in zip(sides, (low, high), ("<", ">")):
+                if beyond:
+                    ax.plot([edge], [position], marker=marker, color="black", linestyle="none", clip_on=False,
+                            gid=CLIP_MARK)
         ax.set_yticks(range(len(ordered)), [str(n).replace("$", r"\$") for n in ordered["label"]], fontsize=8)
         ax.set_xscale("log")
         ax.set_xlim(low, high)
     # Times in µs/ms, as the report prints them, not "4×10⁻⁵" seconds.
     (ax.yaxis if along_y else ax.xaxis).set_major_formatter(FuncFormatter(lambda s, _: fmt_time(s)))
-    ax.set_title(f"{op}: median time per call (bars: Q1 to Q3 of the samples; ▸ cut at the edge)", fontsize=10)
+    ax.set_title(f"{op}: median time per call (bars: Q1 to Q3 of the samples; a mark at an edge: cut there)",
+                 fontsize=10)
     if along_y:
         ax.set_ylabel("median time per call")
         ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))

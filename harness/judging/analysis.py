@@ -250,12 +250,6 @@ def partial_rows(case: pd.DataFrame) -> pd.DataFrame:
         if len(timed) else timed
 
 
-def fastest(case: pd.DataFrame) -> str | None:
-    """The fastest rankable strategy of one case, or None."""
-    order = ranked(case)
-    return str(order["strategy"].iloc[0]) if len(order) else None
-
-
 def case_keys(rows: pd.DataFrame) -> list[str]:
     """What makes one case's group (`CASE_GROUP`), and the machine where rows come from several."""
     return CASE_GROUP + (["machine"] if "machine" in rows.columns else [])
@@ -349,6 +343,22 @@ def answer(case: pd.DataFrame) -> Answer | None:
     runner_up = order.iloc[1] if len(order) > 1 else None
     return Answer(best, over_seed, over_builtin, str(builtin["strategy"]) if builtin is not None else None,
                   runner_up, runner_up is not None and not clearly_faster(best, runner_up))
+
+
+def winners(found: Answer | None) -> list[str]:
+    """The strategies an answer calls fastest: its winner, or both strategies of a tie; none without an answer."""
+    if found is None:
+        return []
+    return [str(found.best["strategy"]), str(found.runner_up["strategy"])] if found.tie else [str(found.best["strategy"])]
+
+
+def winner_text(found: Answer | None) -> str | None:
+    """An answer's winner as a sentence names it: the strategy, or both
+    strategies of a tie and why; None where nothing was rankable."""
+    names = winners(found)
+    if not names:
+        return None
+    return f"{names[0]} and {names[1]} (a tie: their Q1–Q3 ranges overlap)" if len(names) == 2 else names[0]
 
 
 def fastest_builtin(case: pd.DataFrame) -> pd.Series | None:

@@ -21,8 +21,10 @@ What a run's meta.json holds of it (``Measured.meta``; harness/results/runmeta.p
 ``ceilings_gbps`` (device -> the ceiling used, quiet devices only),
 ``ceiling_tries`` (device -> [{"gbps", "load"}, ...] in the order tried),
 ``ceiling_busy`` (device -> "load 3.4 on 2 cores": measured busy, not used)
-and ``ceiling_reused_from`` (when the ceilings were measured, for ceilings
-reused from an earlier measurement; None when measured by this run).
+``ceiling_reused_from`` (when the ceilings were measured, for ceilings
+reused from an earlier measurement; None when measured by this run) and
+``fresh_write_gbps`` (allocator -> the CPU's fresh-output write bandwidth,
+measured, stored and reused with the CPU's ceiling; {} where not measured).
 """
 
 from __future__ import annotations

@@ -191,22 +191,6 @@ def _mode_title(mode: str) -> str:
     return "" if mode == training.FORWARD else f"  {mode}"
 
 
-def _winners(case: pd.DataFrame, judged: bool) -> set:
-    """The strategies a table marks fastest in one case: the answer's winner,
-    or both strategies of a tie (`analysis.answer`, the report's rule); none
-    in a run that fails the fitness rule."""
-    found = analysis.answer(case) if judged else None
-    if found is None:
-        return set()
-    return {found.best["strategy"], found.runner_up["strategy"]} if found.tie else {found.best["strategy"]}
-
-
-def _tie_note(case: pd.DataFrame, judged: bool) -> str:
-    found = analysis.answer(case) if judged else None
-    return (f"{found.best['strategy']} and {found.runner_up['strategy']} tie: their Q1–Q3 ranges overlap"
-            if found is not None and found.tie else "")
-
-
 def case_tables(rows: pd.DataFrame, judged: bool = True) -> list:
     """One table per case group (`CASE_GROUP`): strategies sorted by median.
     Narrow enough for 80 columns: messages go under the table, not in it.
@@ -230,8 +214,10 @@ def case_tables(rows: pd.DataFrame, judged: bool = True) -> list:
         for column in ("status", "median", "IQR", "GB/s", "% ceil", "×"):
             table.add_column(column, justify="left" if column == "status" else "right", no_wrap=True)
         ordered = group.assign(_key=group["median_s"].fillna(math.inf)).sort_values("_key", kind="stable")
-        best = _winners(group, judged)
-        notes = [_tie_note(group, judged)] if _tie_note(group, judged) else []
+        # The answer's winner, or both of a tie (the report's rule); none in an unfit run.
+        found = analysis.answer(group) if judged else None
+        best = set(analysis.winners(found))
+        notes = [f"both starred: {analysis.winner_text(found)}"] if len(best) > 1 else []
         for _, r in ordered.iterrows():
             name = escape(r["strategy"])
             table.add_row(f"[bold]{name} {BEST_MARK}[/]" if r["strategy"] in best else name,
@@ -290,7 +276,8 @@ def grid_tables(rows: pd.DataFrame, judged: bool = True) -> list:
         table.add_column("strategy", no_wrap=True)
         for p in columns:
             table.add_column(labels[p], justify="right")
-        best = {p: _winners(cell_group, judged) for p, cell_group in group.groupby("params")}
+        best = {p: set(analysis.winners(analysis.answer(cell_group) if judged else None))
+                for p, cell_group in group.groupby("params")}
         for name, by_strategy in group.groupby("strategy", sort=False):
             cells = []
             for p in columns:

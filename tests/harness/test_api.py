@@ -61,7 +61,8 @@ def test_bench_figure_draws_the_reports_quartiles_and_colours():
     params = json.dumps({"N": 1, "C": 1, "H": 8, "W": 8, "k": 2})
     rows = pd.DataFrame([dict(op="maxpool2d", strategy="seed_loops", params=params, **metrics.TIMING.compute(skewed)),
                          dict(op="maxpool2d", strategy="numba_fused", params=params,
-                              **dict(metrics.TIMING.compute(np.full(5, 2e-5)), q3_s=2e-1, max_s=3e-1))])
+                              **dict(metrics.TIMING.compute(np.full(5, 2e-5)), q3_s=2e-1, max_s=3e-1,
+                                     q1_s=1e-10, min_s=1e-10))])
     ax = _figure(rows, "maxpool2d").axes[0]
     bars = sorted(ax.patches, key=lambda bar: bar.get_width())
     assert [to_rgba(bar.get_facecolor()) for bar in bars] == [to_rgba(strategy_colour(name))
@@ -71,5 +72,25 @@ def test_bench_figure_draws_the_reports_quartiles_and_colours():
     seed = rows.iloc[0]
     assert ends[1] == pytest.approx((seed["q1_s"], seed["q3_s"])) and ends[1][0] >= seed["min_s"]
     left, right = ax.get_xlim()
-    assert ends[0][1] == pytest.approx(right) and right < 2e-1
-    assert [line.get_marker() for line in ax.get_lines() if line.get_gid() == CLIP_MARK] == [">"]
+    assert ends[0] == pytest.approx((left, right)) and right < 2e-1 and left > 1e-10
+    assert sorted(line.get_marker() for line in ax.get_lines() if line.get_gid() == CLIP_MARK) == ["<", ">"]
+
+
+def test_bench_figure_keeps_a_strategys_colour_and_tells_its_modes_apart():
+    import numpy as np
+    import pandas as pd
+    from matplotlib.colors import to_rgba
+
+    from harness.api import _figure
+    from harness.presenting.report.figures import strategy_colour
+    from harness.results import metrics
+
+    rows = pd.DataFrame([dict(op="maxpool2d", strategy="numba_fused", mode=mode, params=json.dumps({"N": n, "k": 2}),
+                              **metrics.TIMING.compute(np.full(5, 1e-5 * n * (1 + index))))
+                         for index, mode in enumerate(("forward", "backward", "forward+backward")) for n in (1, 4)])
+    ax = _figure(rows, "maxpool2d").axes[0]
+    handles, labels = ax.get_legend_handles_labels()
+    lines = {text: handle[0] for handle, text in zip(handles, labels)}  # an errorbar's data line
+    assert set(lines) == {"numba_fused (forward)", "numba_fused (backward)", "numba_fused (forward+backward)"}
+    assert {to_rgba(line.get_color()) for line in lines.values()} == {to_rgba(strategy_colour("numba_fused"))}
+    assert len({line.get_linestyle() for line in lines.values()}) == 3

@@ -275,19 +275,21 @@ def unfit_appendix(doc: Doc, rows, metas: list[dict]) -> None:
                 doc.para(note)
 
 
-def build(dirs, out, name: str = "report", light: bool = False, svg: bool | None = None, left_out=()) -> Path:
+def build(dirs, out, name: str = "report", light: bool = False, svg: bool | None = None,
+          left_out: list[dict] = ()) -> Path:
     """Writes ``OUT/<name>.md`` and ``.html``. ``light`` (the dashboard's
     per-run reports): no per-case figures, PNG only, the HTML links its
     figures instead of embedding them. ``svg``: an SVG beside each PNG
     (default: unless ``light``). ``left_out``: runs the publisher left out
-    for failing the fitness rule, named (with their machines) and not shown."""
+    for failing the fitness rule (`left_out_runs`), named with their
+    machines and not shown."""
     out = store.writable_dir(Path(out), "the report")  # before any work: one line if it cannot be written
     figures = FigureDir(out / "figures", svg=not light if svg is None else svg)
     rows, metas = load(dirs)
     fit = rows[rows["fit"]]
     doc = Doc()
     doc.heading(1, "scatterbench report")
-    doc.para(what_ran_where(rows, metas, left_out_runs(left_out)))
+    doc.para(what_ran_where(rows, metas, list(left_out)))
     answer_section(doc, fit, metas)
     network_shapes_section(doc, fit, metas)
     doc.heading(2, "How to read it")
@@ -348,10 +350,11 @@ def main(argv=None) -> int:
     try:
         if args.fit_only:
             refuse_unfit([Path(d) for d in args.dirs])
+        left_out = left_out_runs([Path(d) for d in args.left_out])  # before any figure is removed
         if args.fresh_figures:
             shutil.rmtree(Path(args.output) / "figures", ignore_errors=True)
         written = build([Path(d) for d in args.dirs], Path(args.output), args.name, light=args.light,
-                        left_out=[Path(d) for d in args.left_out])
+                        left_out=left_out)
     except ResultError as error:
         print(f"report.py: error: {error}", file=sys.stderr)
         return 2

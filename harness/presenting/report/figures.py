@@ -25,9 +25,15 @@ import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
+import os
+import sys
+
 import matplotlib
 
-matplotlib.use("Agg")
+# Headless by default (report.py, the dashboard, CI), but never over a backend
+# someone chose: bench() draws with these helpers in a notebook's own backend.
+if "MPLBACKEND" not in os.environ and "matplotlib.pyplot" not in sys.modules:
+    matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402

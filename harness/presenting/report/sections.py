@@ -108,7 +108,7 @@ def case_table(group: pd.DataFrame, judged: bool = True) -> tuple[list[str], lis
                              str(r["message"])])
     notes = [UNSTABLE_NOTE] if any(unstable(r) for _, r in ordered.iterrows()) else []
     if found is not None and found.tie:
-        notes.append(f"No row is marked fastest: {winner_text(found)}.")
+        notes.append(f"No row is marked fastest: {analysis.winner_text(found)}.")
     if no_speedup and judged:
         notes.append(f"× seed is blank: {no_speedup}.")
     if with_xcheck and any(timers_disagree(r) for _, r in ordered.iterrows()):
@@ -770,22 +770,12 @@ def machines_table(case: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
     return header, table
 
 
-def winner_text(found) -> str | None:
-    """An answer's winner as a sentence names it: the strategy, or both
-    strategies of a tie; None where nothing was rankable."""
-    if found is None:
-        return None
-    if found.tie:
-        return f"{found.best['strategy']} and {found.runner_up['strategy']} (a tie: their Q1–Q3 ranges overlap)"
-    return str(found.best["strategy"])
-
-
 def machines_sentence(case: pd.DataFrame) -> str:
     """Which strategy wins where, and where the ranking flips."""
     machines = machine_order(case)
     by_machine = {machine: case[case["machine"] == machine] for machine in machines}
     # The answer table's winner, or its tie (`analysis.clearly_faster`, the one rule of "inconclusive").
-    winners = [(machine, winner_text(analysis.answer(rows))) for machine, rows in by_machine.items()]
+    winners = [(machine, analysis.winner_text(analysis.answer(rows))) for machine, rows in by_machine.items()]
     text = "Fastest: " + "; ".join(f"{name} on {machine}" if name else f"none passed on {machine}"
                                    for machine, name in winners) + "."
     if len({name for _, name in winners}) == 1 and all(name for _, name in winners):

@@ -161,10 +161,11 @@ def test_a_stored_ceiling_without_fresh_writes_is_not_reused_where_they_are_aske
         measured_epoch=time.time()))
     ceilings.measure_or_reuse(["cpu"], PINNED)
     assert ceilings.reuse(["cpu"], PINNED) is not None and ceilings.reuse(["cpu"], PINNED, fresh=True) is None
-    counting_measure(monkeypatch, quiet)
-    ceilings.measure_or_reuse(["cpu"], PINNED, fresh=True)
+    again = counting_measure(monkeypatch, quiet)
+    for _ in range(2):
+        ceilings.measure_or_reuse(["cpu"], PINNED, fresh=True)
     assert ceilings.reuse(["cpu"], PINNED, fresh=True).fresh_writes == {"numpy": 9.0, "torch": 8.0}
-    assert len(calls) == 1
+    assert len(calls) == 1 and len(again) == 1  # measured again once, then reused with its fresh writes
 
 
 def test_bench_records_the_reuse_in_its_result_directory(monkeypatch, tmp_path):

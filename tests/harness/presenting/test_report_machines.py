@@ -147,9 +147,12 @@ def test_a_run_left_out_names_the_machine_it_leaves_missing(tmp_path, capsys):
             "Xeon(R) Processor (6-167) ×2 is missing from this report.") in first
     assert "Xeon" not in md.replace(first, "") and "Appendix" not in md
     capsys.readouterr()
-    assert report.main([str(ZEN5), "--left-out", str(ZEN5), "-o", str(out), "--light"]) == 2
+    (out / "figures").mkdir(parents=True, exist_ok=True)
+    (out / "figures" / "older.png").write_bytes(b"kept")
+    assert report.main([str(ZEN5), "--left-out", str(ZEN5), "-o", str(out), "--light", "--fresh-figures"]) == 2
     error = capsys.readouterr().err.strip()
     assert len(error.splitlines()) == 1 and "--left-out names a run the fitness rule finds fit" in error
+    assert (out / "figures" / "older.png").exists()  # refused before the figures were emptied
 
 
 def test_overlapping_spreads_are_a_tie_in_the_answer_table_named_with_both():
