@@ -19,14 +19,13 @@ from __future__ import annotations
 import functools
 import json
 import math
+import os
 import re
+import sys
 import textwrap
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
-
-import os
-import sys
 
 import matplotlib
 
