@@ -148,7 +148,7 @@ def _figure(rows: pd.DataFrame, op: str):
     import matplotlib.pyplot as plt
     from matplotlib.ticker import FuncFormatter
 
-    from harness.presenting.report.figures import CLIP_MARK, axis_limits, quartiles, strategy_colour
+    from harness.presenting.report.figures import CLIP_MARK, axis_limits, clip_spreads, quartiles, strategy_colour
 
     timed = rows[rows["median_s"].notna()].copy()
     # Several modes: a strategy's line or bar per mode, named by both.
@@ -163,10 +163,9 @@ def _figure(rows: pd.DataFrame, op: str):
 
     def bars(frame):
         """Each row's error bar below and above its median, cut at the axis, and the sides cut (low, high)."""
-        spread = [quartiles(row) for _, row in frame.iterrows()]
-        below = [median - max(lo, low) for median, (lo, _) in zip(frame["median_s"], spread)]
-        above = [min(hi, high) - median for median, (_, hi) in zip(frame["median_s"], spread)]
-        return [below, above], [(lo < low, hi > high) for lo, hi in spread]
+        shown_low, shown_high, cut = clip_spreads([quartiles(row) for _, row in frame.iterrows()], (low, high))
+        medians = list(frame["median_s"])
+        return [[m - lo for m, lo in zip(medians, shown_low)], [hi - m for m, hi in zip(medians, shown_high)]], cut
 
     if along_y:
         key = varying[0]

@@ -258,10 +258,9 @@ def _execute_with_progress(args, plan):
 
 def _print_run_results(args, plan) -> None:
     """The run's tables (counts, or the grid or per-case tables) and its status counts."""
+    from harness.judging import analysis
     from harness.presenting.tables import console, run_summary
     from harness.results import store
-
-    from harness.judging import analysis
 
     rows = store.read_rows(plan.out_dir)
     unfit = [] if args.instrument else analysis.run_unfit_reasons(store.read_meta(plan.out_dir), rows)

@@ -296,6 +296,15 @@ def axis_limits(values, references=(), log: bool = True) -> tuple[float, float]:
 CLIP_MARK = "whisker-clipped"  # the gid of the marks at the axis's edge, for whoever inspects a figure
 
 
+def clip_spreads(bounds, limits) -> tuple[list[float], list[float], list[tuple[bool, bool]]]:
+    """Each (low, high) spread cut to the axis's ``limits``: the lows, the
+    highs, and per spread whether it was cut below and above (to be marked
+    at that edge). The scaling figures' bands and bench()'s bars use it."""
+    bottom, top = limits
+    return ([min(max(lo, bottom), top) for lo, _ in bounds], [max(min(hi, top), bottom) for _, hi in bounds],
+            [(lo < bottom, hi > top) for lo, hi in bounds])
+
+
 def _bars(ax, group: pd.DataFrame, positions, values, low, high, limits, text) -> list[str]:
     """Horizontal bars in each strategy's colour, outlined in its backend's,
     hatched when inexact, with error bars from ``low`` to ``high`` clipped to
@@ -580,11 +589,10 @@ def figure_scaling(rows: pd.DataFrame, figures: FigureDir, stem: str, title: str
         ax.plot(line["x"], line["median_s"], marker="o", markersize=3, color=colour, linewidth=width,
                 label=label(f"{name} ({line['backend'].iloc[0]})"), linestyle=style)
         bounds = [quartiles(row) for _, row in line.iterrows()]
-        low = [min(max(lo, bottom), top) for lo, _ in bounds]
-        high = [max(min(hi, top), bottom) for _, hi in bounds]
+        low, high, cut = clip_spreads(bounds, (bottom, top))
         ax.fill_between(line["x"], low, high, color=colour, alpha=0.15, linewidth=0)
-        for x, (lo, hi) in zip(line["x"], bounds):
-            for beyond, edge, marker in ((lo < bottom, bottom, "v"), (hi > top, top, "^")):
+        for x, sides in zip(line["x"], cut):
+            for beyond, edge, marker in zip(sides, (bottom, top), ("v", "^")):
                 if beyond:
                     ax.plot([x], [edge], linestyle="none", marker=marker, markersize=6, color=colour,
                             clip_on=False, gid=CLIP_MARK, label="_clipped")
