@@ -23,7 +23,7 @@ from harness.base.errors import (
     ResultError,
     ScatterbenchError,
     UsageError,
-    retried_after_import,
+    retried_later,
 )
 from harness.results.metrics import COUNTS
 
@@ -663,7 +663,7 @@ def _terminate_like_interrupt():
     import signal
 
     def interrupt(signum, frame):
-        if retried_after_import(signum, frame):
+        if retried_later(signum, frame):
             return
         raise KeyboardInterrupt(signal.Signals(signum).name)
 

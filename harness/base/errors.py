@@ -51,19 +51,38 @@ class CacheWarning(UserWarning):
     ignored, and what it held is measured or checked again."""
 
 
-def retried_after_import(signum: int, frame) -> bool:
+# Where a signal handler must not raise: a process being started
+# (multiprocessing's, and a worker pool's until it lists the process), as
+# (file ending, function). What an import is, is told by its frames' file.
+_STARTING_A_PROCESS = (
+    ("/multiprocessing/process.py", "start"),
+    ("/concurrent/futures/process.py", "_spawn_process"),
+)
+
+
+def retried_later(signum: int, frame) -> bool:
     """Whether a signal handler about to raise (Ctrl-C, SIGTERM) caught the
-    process inside an import, and so has sent the signal again for 50 ms
-    later instead. An exception raised inside a library's import may be
-    swallowed by it (measured: ``import torch`` interrupted 0.35 s in went on
-    as if nothing had happened, and a `check` sent SIGTERM then ran to the
-    end with exit 0) or leave it half-imported ("cannot load module more than
-    once per process"). Plain standard library: callable from any handler."""
+    process where raising would do harm, and so has sent the signal again
+    for 50 ms later instead:
+    - inside an import: an exception raised there may be swallowed by the
+      library (measured: ``import torch`` interrupted 0.35 s in went on as if
+      nothing had happened, and a `check` sent SIGTERM then ran to the end
+      with exit 0) or leave it half-imported ("cannot load module more than
+      once per process");
+    - while starting a worker process: raised between the spawn and the
+      write of the worker's start-up data, it left a child nobody stops,
+      reading a closed pipe ("EOFError: Ran out of input" after `check`'s
+      "interrupted by SIGTERM", in CI); a moment later the pool lists it and
+      stops it with the others.
+    Plain standard library: callable from any handler."""
     import os
     import threading
 
     while frame is not None:
-        if frame.f_code.co_filename.startswith("<frozen importlib"):
+        code = frame.f_code
+        filename = code.co_filename.replace(os.sep, "/")
+        if filename.startswith("<frozen importlib") or any(
+                filename.endswith(ending) and code.co_name == name for ending, name in _STARTING_A_PROCESS):
             threading.Timer(0.05, os.kill, (os.getpid(), signum)).start()
             return True
         frame = frame.f_back

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness.base import plugins
-from harness.base.errors import ResultError, retried_after_import
+from harness.base.errors import ResultError, retried_later
 from harness.measuring import facts, pinning
 from harness.results import store
 
@@ -131,7 +131,7 @@ class _Signals:
 
     @staticmethod
     def _raise(signum, frame):
-        if retried_after_import(signum, frame):
+        if retried_later(signum, frame):
             return
         raise Interrupted(signal.Signals(signum).name)
 

@@ -524,6 +524,46 @@ def test_sigterm_during_check_is_one_line_and_130():
     assert "Traceback" not in result.stderr
 
 
+SIGTERM_WHILE_SPAWNING = """
+# Written by test_faults.py: a real SIGTERM, sent by the process to itself
+# just after it started its first worker process and before it wrote that
+# worker the data it starts from (the window a `timeout` hit in CI).
+import os
+import signal
+import time
+from multiprocessing import util
+
+_spawnv_passfds = util.spawnv_passfds
+
+
+def spawnv_passfds(path, args, passfds):
+    pid = _spawnv_passfds(path, args, passfds)
+    if any(b"spawn_main" in os.fsencode(arg) for arg in args) and os.environ.pop("SCATTERBENCH_TEST_SIGTERM_AT_SPAWN", None):
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(0.2)  # the handler runs here, inside the worker's launch
+    return pid
+
+
+util.spawnv_passfds = spawnv_passfds
+"""
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="the trap patches the POSIX spawn of multiprocessing")
+def test_sigterm_while_a_check_worker_starts_is_one_line_and_130(tmp_path):
+    """CI: a SIGTERM landing while `check` started its worker pool left a
+    worker half-launched, outside the pool's list, so never stopped: it read
+    its start-up data from a closed pipe and printed an EOFError traceback
+    after "interrupted by SIGTERM"."""
+    (tmp_path / "trap").mkdir()
+    (tmp_path / "trap" / "sitecustomize.py").write_text(SIGTERM_WHILE_SPAWNING)
+    env = plugin_env(SCATTERBENCH_TEST_SIGTERM_AT_SPAWN="1")
+    env["PYTHONPATH"] = os.pathsep.join([str(tmp_path / "trap"), env["PYTHONPATH"]])
+    result = finish(spawn("check", ROOT / "configs" / "default.yaml", "--no-progress", env=env))
+    assert result.returncode == 130, (result.returncode, result.stderr[-2000:])
+    assert "Traceback" not in result.stderr and "Error" not in result.stderr, result.stderr[-3000:]
+    assert stderr_lines(result.stderr)[-1] == "scatterbench: interrupted by SIGTERM", result.stderr[-2000:]
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
 def test_signal_mid_sweep_then_resume_runs_every_case_once(tmp_path, signum):
