@@ -10,6 +10,7 @@ import re
 import socket
 import subprocess
 import sys
+import time
 from importlib import metadata as importlib_metadata
 from pathlib import Path
 
@@ -44,6 +45,38 @@ def at_capacity(load: float | None, cores: int | None) -> bool:
     """Other work competes for the cores: a load at or above their count (the
     one rule for the unpinned-threads warning and for a run too busy to judge)."""
     return load is not None and cores is not None and load >= cores
+
+
+# The longest a run waits before its first case for the 1-minute load its own
+# adversarial workers left (one per core: harness/measuring/prefetch.py) to fall
+# below the core count. The average lags a minute behind work that has ended: a
+# cold `make bench` on the 2-core Xeon VM went from its workers straight to its
+# first cases at load 2.0, and the fitness rule refused the run for a load that
+# was its own. Sleeping, the average falls by e^(-t/60) a minute towards what
+# other work holds: from 2.3 to below 2 in ~8 s, from 3 in ~24 s.
+SETTLE_LIMIT_S = 60.0
+
+
+def settle(load_before: float | None, cores: int | None, *, on_wait=None, limit_s: float = SETTLE_LIMIT_S,
+           poll_s: float = 1.0, read=None, sleep=time.sleep, clock=time.monotonic) -> float:
+    """Waits, at most ``limit_s``, for the 1-minute load to fall below
+    ``cores`` again when the run's own work lifted it there: only when
+    ``load_before`` (the load before that work) was below (`at_capacity`); a
+    load that was already the machine's is no reason to wait, and is judged
+    as it stands. ``on_wait()`` once as the wait starts. Returns the seconds
+    waited (0.0: none). ``read``, ``sleep`` and ``clock`` are the load, the
+    pause and the time (tests pass their own)."""
+    read = read or (lambda: (load_average() or [None])[0])
+    if at_capacity(load_before, cores) or not at_capacity(read(), cores):
+        return 0.0
+    if on_wait:
+        on_wait()
+    start = clock()
+    while clock() - start < limit_s:
+        sleep(min(poll_s, max(0.0, limit_s - (clock() - start))))
+        if not at_capacity(read(), cores):
+            break
+    return clock() - start
 
 
 def cpu_model() -> str:

@@ -49,6 +49,8 @@ from impls.status import CORRECT, ERROR, SKIPPED, TIMEOUT
 # prepare/compile: harness/measuring/check.py). "adversarial": the strategy's adversarial
 # check, once per strategy, device and dtype in a run, before its first case is timed.
 PHASE_ADVERSARIAL, PHASE_TIME = "adversarial", "time"
+# Waiting for the load the adversarial workers left to fall (facts.settle).
+PHASE_SETTLE = "load settling"
 # --isolate: the parent's share of a case (starting the child process, importing);
 # the child's own phases are added to theirs.
 PHASE_ISOLATED = "isolated process"
@@ -532,8 +534,11 @@ def execute_run(plan: RunPlan, argv: list[str], *, isolate: bool = False, on_sta
                          f"before any case is timed"] if workers else []))
         try:
             if workers:
+                load_before = (facts.load_average() or [None])[0]
                 session.clock(PHASE_ADVERSARIAL)
                 prefetch.prefetch(adversarial, for_workers, session.threads, workers)
+                # Their load lingers in the average the fitness rule reads at each case's end.
+                facts.settle(load_before, os.cpu_count(), on_wait=lambda: session.clock(PHASE_SETTLE))
             run_sweep(plan.cases, plan.config, writer, plan.run_id, measured.ceilings, isolate=isolate,
                       on_case=on_case, on_phase=session.clock, adversarial=adversarial,
                       isolate_keys=frozenset(plan.crashed))

@@ -1,5 +1,6 @@
 """Facts about this machine a run records: load, CPU, commit, versions."""
 
+import math
 import os
 import subprocess
 
@@ -41,3 +42,44 @@ def test_a_copy_takes_the_commit_it_is_given_over_its_own_git(tmp_path, monkeypa
 def test_versions_of_installed_packages_and_none_for_missing_ones():
     assert facts.version("numpy") == __import__("numpy").__version__
     assert facts.version("no-such-package-xyz") is None
+
+
+class Machine:
+    """A 1-minute load average as the kernel keeps it (towards the runnable
+    count, by e^(-t/60)), on a clock that advances only when slept."""
+
+    def __init__(self, load: float, runnable: float):
+        self.load, self.runnable, self.now, self.slept = load, runnable, 0.0, []
+
+    def read(self) -> float:
+        return self.load
+
+    def sleep(self, seconds: float) -> None:
+        self.slept.append(seconds)
+        self.now += seconds
+        self.load = self.runnable + (self.load - self.runnable) * math.exp(-seconds / 60)
+
+    def clock(self) -> float:
+        return self.now
+
+
+def test_a_run_waits_until_the_load_its_own_work_left_falls_below_the_cores():
+    machine, waits = Machine(load=2.3, runnable=0.1), []
+    waited = facts.settle(0.4, 2, on_wait=lambda: waits.append(machine.load), read=machine.read,
+                          sleep=machine.sleep, clock=machine.clock)
+    assert waits == [2.3]  # said once, as the wait starts
+    assert 8 <= waited <= 10 and machine.load < 2  # 60 ln(2.2 / 1.9) = 8.8 s, polled each second
+    assert max(machine.slept) <= 1.0
+
+
+def test_no_wait_when_the_load_is_below_the_cores_or_was_the_machines_before():
+    for before, now in ((0.4, 1.9), (2.5, 3.0), (None, 1.0)):
+        machine = Machine(load=now, runnable=now)
+        assert facts.settle(before, 2, read=machine.read, sleep=machine.sleep, clock=machine.clock) == 0.0
+        assert machine.slept == []
+
+
+def test_a_load_that_does_not_fall_is_waited_for_no_longer_than_the_limit():
+    machine = Machine(load=3.0, runnable=2.5)  # other work came while the workers ran
+    waited = facts.settle(0.4, 2, limit_s=12.5, read=machine.read, sleep=machine.sleep, clock=machine.clock)
+    assert waited == 12.5 and machine.load >= 2 and machine.slept[-1] == 0.5

@@ -1,5 +1,7 @@
 """Faults, interruptions and bad configs: the sweep goes on, nothing measured is lost."""
 
+import math
+import os
 import re
 import signal
 import subprocess
@@ -289,3 +291,58 @@ def test_a_case_wrong_from_its_second_call_publishes_no_time(planted):
     assert result.row["message"].startswith("call 1 matched the oracle, the call after its "), result.row["message"]
     assert result.row["message"].endswith("; its timing is not published")
     assert clock.index("time") < len(clock) - 1 and clock[-1] == "check"  # timed, then judged again
+
+
+# Two quick strategies on one thread each, for runs whose machine a test plays.
+TWO_QUICK = """
+timing: {min_samples: 5, budget_s: 0.01, warmup_s: 0}
+threads: {torch: 1, numpy: 1}
+benchmarks:
+  - op: maxpool2d
+    strategies: [numpy_sliding_window, torch_max_pool2d_indices]
+    params: {N: 1, C: 1, H: 8, W: 8, k: 2}
+"""
+
+
+@pytest.mark.parametrize("load_before", ["quiet", "busy"])
+def test_a_run_waits_for_the_load_its_own_workers_left_and_not_for_the_machines(tiny_config, tmp_path,
+                                                                               monkeypatch, load_before):
+    """A cold `make bench` on 2 cores went from its adversarial workers to
+    its first cases with the load they left (2.0) still in the 1-minute
+    average, and the fitness rule refused it for a load that was its own.
+    Here the workers leave the load half a core above the core count,
+    falling fast: a run that started quiet waits (phase "load settling")
+    and every case records a load below the cores; a machine that was
+    already busy is not waited for, and its run is still called unfit."""
+    from harness.judging import analysis
+    from harness.measuring import ceilings, prefetch
+    from tests.harness.measuring.test_verdict_cache import quiet_machine
+
+    cores = os.cpu_count()
+    machine = {"base": 0.25 * cores if load_before == "quiet" else cores + 0.5, "workers_ended": None}
+
+    def getloadavg():
+        load, ended = machine["base"], machine["workers_ended"]
+        if ended is not None:  # their load decays towards the base, here in a fraction of a second
+            load += (cores + 0.5 - load) * math.exp(-(time.monotonic() - ended) / 0.3)
+        return (load, load, load)
+
+    def workers(adversarial, keys, threads, count):  # they answer nothing: the sweep asks in-process
+        machine["workers_ended"] = time.monotonic()
+        return 0
+
+    monkeypatch.setattr(os, "getloadavg", getloadavg)
+    monkeypatch.setattr(ceilings, "measure", quiet_machine)
+    monkeypatch.setattr(prefetch, "workers_for", lambda keys, cores=None: 2)
+    monkeypatch.setattr(prefetch, "prefetch", workers)
+    out = tmp_path / "run"
+    assert cli.main(["run", str(tiny_config(TWO_QUICK)), "-o", str(out), "--no-progress"]) == 0
+    meta, rows = read_meta(out), read_rows(out)
+    load_reasons = [reason for reason in analysis.run_unfit_reasons(meta, rows) if reason.startswith("load")]
+    if load_before == "quiet":
+        assert meta["phase_s"]["load settling"] > 0
+        assert (rows["load_avg"] < cores).all(), rows["load_avg"].tolist()
+        assert load_reasons == []
+    else:
+        assert "load settling" not in meta["phase_s"]
+        assert load_reasons == [f"load {cores + 0.5:.2g} on {cores} cores"]
