@@ -297,6 +297,7 @@ class Attempt:
     prepared: Prepared | None = None  # None when prepare or the first call failed
     setup_s: float = math.nan
     peak_mem_bytes: float = math.nan
+    first_call_s: float = 0.0  # how long call 1 took (0.0: not made): a warm-up already done
 
 
 def attempt(strat: Strategy, ref: Reference, dtype: str, device: str, layout: str = "contiguous", *,
@@ -314,10 +315,12 @@ def attempt(strat: Strategy, ref: Reference, dtype: str, device: str, layout: st
         prepared = prepare_case(strat, ref, ref.params, dtype, device, layout)
         setup_s = prepared.setup_s
         on_phase(PHASE_CHECK)
+        start = time.perf_counter()
         if peak:
             output, peak_bytes = memory.call_with_peak(prepared.run, get_backend(strat.backend), device)
         else:
             output, peak_bytes = prepared.run(), math.nan
+        first_call_s = time.perf_counter() - start
         verdict = judge(strat, output, ref, dtype, device, layout)
         del output  # the later calls allocate theirs as the timed ones do
         if repeat_call > 1:  # 1: the caller judges a later call itself (the sweep, after timing)
@@ -325,7 +328,7 @@ def attempt(strat: Strategy, ref: Reference, dtype: str, device: str, layout: st
                                   which=f"call {repeat_call}")
     except STRATEGY_FAULTS as error:
         return Attempt(failure_verdict(error, strat, device), setup_s=setup_s)
-    return Attempt(verdict, prepared, setup_s, peak_bytes)
+    return Attempt(verdict, prepared, setup_s, peak_bytes, first_call_s)
 
 
 def judge_again(strat: Strategy, prepared: Prepared, ref: Reference, dtype: str, device: str,

@@ -178,7 +178,7 @@ def execute_case(case: Case, config: Config, run_id: str, ceiling_gbps: float,
             if flush is None:  # made only now: an unavailable backend's flush may not even import
                 flush = backend.cache_flush(case.device)
             timed = timing.time_call(tried.prepared.run, backend, case.device, config.timing, flush,
-                                     cross_check=config.timing.cross_check)
+                                     cross_check=config.timing.cross_check, warmed_s=tried.first_call_s)
             # Every timed call must have computed the answer: the one after them is judged again
             # (and the inputs), and a case whose later answer is wrong publishes no time.
             on_phase(PHASE_CHECK)

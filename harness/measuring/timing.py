@@ -2,7 +2,8 @@
 strategy's backend needs.
 
 Host clock (the CPU, and any device without an event timer): warm-up by
-time, then ``perf_counter`` around each call *and the backend's
+time (at least one call; the calls the check just made count, so a call
+slower than the warm-up is not made once more for it), then ``perf_counter`` around each call *and the backend's
 synchronize*, so an asynchronous backend is timed to completion, not to
 dispatch; samples until both ``min_samples`` and ``budget_s`` are met
 (capped at ``max_samples``).
@@ -238,12 +239,18 @@ def _sample(fn: Callable[[], Any], timing, clock: Clock, delay_s: float = 0.0, h
             return _settled(samples, timing, host_s)
 
 
-def time_host(fn: Callable[[], Any], timing, clock: Clock | None = None) -> Timed:
+def time_host(fn: Callable[[], Any], timing, clock: Clock | None = None, warmed_s: float = 0.0) -> Timed:
     """Host clock around the call and the backend's synchronize (``clock``:
-    a host clock of a backend; without one, nothing to wait for)."""
+    a host clock of a backend; without one, nothing to wait for).
+    ``warmed_s``: how long the calls of ``fn`` already made took (the
+    check's call 1, just before); at least the warm-up's time, they are its
+    warm-up, and no further call is made for it: a seed taking 1.2 s a call
+    was called once more for nothing (the slow seeds' warm-ups were 5 s of a
+    `make bench`)."""
     clock = clock or Clock(_NOTHING_QUEUED, "cpu")
     with _collector_paused():
-        _warm_up(fn, clock, timing.warmup_s)
+        if warmed_s < timing.warmup_s:
+            _warm_up(fn, clock, timing.warmup_s)
         return _sample(fn, timing, clock)
 
 
@@ -273,11 +280,14 @@ def xcheck_s(fn: Callable[[], Any], device: str) -> float:
 
 
 def time_call(fn: Callable[[], Any], backend, device: str, timing, flush: Callable[[], None] | None = None,
-              cross_check: bool = True) -> Timed:
-    """Times ``fn`` with the timer its backend needs on ``device``."""
+              cross_check: bool = True, warmed_s: float = 0.0) -> Timed:
+    """Times ``fn`` with the timer its backend needs on ``device``;
+    ``warmed_s``: the host clock's (``time_host``). Device events always warm
+    up by time: the device's clocks ramp up under load, which a check's one
+    call need not have done."""
     clock = Clock(backend, device, flush)
     if not clock.has_events:
-        return time_host(fn, timing, clock)
+        return time_host(fn, timing, clock, warmed_s)
     timed = time_device(fn, timing, clock)
     if cross_check:
         return dataclasses.replace(timed, xcheck_s=xcheck_s(fn, device))

@@ -8,6 +8,7 @@ import subprocess
 import sys
 import time
 
+import numpy as np
 import pytest
 import yaml
 from hypothesis import HealthCheck, given, settings
@@ -346,3 +347,40 @@ def test_a_run_waits_for_the_load_its_own_workers_left_and_not_for_the_machines(
     else:
         assert "load settling" not in meta["phase_s"]
         assert load_reasons == [f"load {cores + 0.5:.2g} on {cores} cores"]
+
+
+@pytest.mark.parametrize("call_s,warm_up_calls", [(0.03, 0), (0.0, 1)])
+def test_the_checks_first_call_is_the_warm_up_of_a_call_slower_than_it(planted, call_s, warm_up_calls):
+    """A case is called: once by the check, then warmed up, sampled, and
+    called once more to be judged again. A call taking longer than the
+    warm-up's time (a 1.2 s seed) is not made again to warm up: the check's
+    call just made was that; a quicker one still warms up by time."""
+    from harness.base.config import Case
+    from harness.measuring.sweep import execute_case
+
+    calls = []
+
+    def prepare(inputs, params):
+        x = inputs["x"]
+        N, C, H, W = x.shape
+        windows = x.reshape(N, C, H // 2, 2, W // 2, 2).transpose(0, 1, 2, 4, 3, 5).reshape(N, C, H // 2, W // 2, 4)
+
+        def run():
+            calls.append(time.sleep(call_s))
+            first = np.argmax(windows, axis=-1)
+            rows, cols = np.arange(H // 2)[:, None] * 2 + first // 2, np.arange(W // 2)[None, :] * 2 + first % 2
+            return np.take_along_axis(windows, first[..., None], axis=-1)[..., 0], (rows * W + cols).astype(np.int64)
+        return run
+
+    planted("maxpool2d", "counted", prepare, returns="values+indices", ties="first")
+    config = parse_config({"timing": {"min_samples": 5, "budget_s": 0.001, "warmup_s": 0.02},
+                           "benchmarks": [{"op": "maxpool2d", "strategies": ["counted"],
+                                           "params": {"N": 1, "C": 2, "H": 8, "W": 8, "k": 2}}]})
+    params = (("C", 2), ("H", 8), ("N", 1), ("W", 8), ("k", 2))
+    result = execute_case(Case("maxpool2d", "counted", "cpu", "float32", params), config, "r", 30.0)
+    assert result.row["status"] == "ok", result.row["message"]
+    timed_calls = result.row["n_samples"] + result.row["slow_start"]
+    if warm_up_calls:
+        assert len(calls) >= 1 + warm_up_calls + timed_calls + 1
+    else:
+        assert len(calls) == 1 + timed_calls + 1

@@ -312,3 +312,15 @@ def test_few_samples_a_side_still_catch_a_3x_slowdown_and_not_noise():
     rng = np.random.default_rng(0)
     many = list(0.2 * (1 + 0.02 * rng.standard_normal(30)))
     assert regression.timing_change(many, [1.3 * s for s in many], rule).verdict == "regressed"
+
+
+def test_calls_already_made_for_at_least_the_warm_up_time_are_its_warm_up():
+    """The check's call 1 comes just before the timing: a call slower than
+    the warm-up (a seed's 1.2 s) was made once more for nothing."""
+    settings = Timing(min_samples=5, budget_s=0.001, warmup_s=0.02)
+    calls = []
+    timed = timing.time_host(lambda: calls.append(time.sleep(0.001)), settings, warmed_s=0.02)
+    assert len(calls) == len(timed.samples_s) + timed.slow_start  # no call but the samples
+    calls.clear()
+    timed = timing.time_host(lambda: calls.append(time.sleep(0.001)), settings, warmed_s=0.019)
+    assert len(calls) >= len(timed.samples_s) + timed.slow_start + 3  # short of it: warm up by time, as ever
