@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import html
 import json
+import math
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -42,6 +43,9 @@ class BenchResult:
     # What a reader must know: a copy ceiling reused from an earlier call (when,
     # at what load) or measured busy and left unused; why a column is blank.
     notes: list = field(default_factory=list)
+    # Why the fitness rule (analysis.run_unfit_reasons: the report's, the dashboard's,
+    # `run`'s) does not stand behind these times; empty when it does.
+    unfit_reasons: list = field(default_factory=list)
 
     def _repr_html_(self):  # a notebook shows the table, and why a column is blank
         table = self.rows[["strategy", "params", "status", "median_s", "iqr_s", "pct_of_ceiling",
@@ -76,6 +80,9 @@ def bench(op: str, strategies: list[str] | None = None, *, device: str = "cpu", 
     The CPU's fresh-output write bandwidth is measured (or reused) with it,
     so each CPU row carries its fresh-output-aware floor
     (``fresh_floor_s``, ``pct_of_fresh_floor``), as a run's rows do.
+    A measurement the fitness rule does not stand behind (load at the core
+    count, too many unstable cases: ``result.unfit_reasons``) gives its times
+    but no ``speedup``, and ``result.notes`` says why.
     """
     plugins.load_plugins()  # the built-in strategies, and those SCATTERBENCH_PLUGINS names
     config = parse_config({
@@ -111,16 +118,21 @@ def bench(op: str, strategies: list[str] | None = None, *, device: str = "cpu", 
     if outcome.disk_full:
         raise ResultError(f"{out}: {outcome.disk_full}; stopped with {outcome.cases_on_disk} cases safely on disk")
     rows = pd.DataFrame.from_records(writer.rows) if out is None else store.read_rows(out)
-    from harness.judging.analysis import with_speedups
+    from harness.judging.analysis import run_unfit_reasons, with_speedups
 
+    unfit = run_unfit_reasons(writer.meta if out is None else store.read_meta(out), rows)
     rows = with_speedups(rows)
+    notes = speedup_notes(rows)
+    if unfit:  # no speed-up from an unfit measurement, as `run`'s tables and the report give none
+        rows = rows.assign(speedup=math.nan)
+        notes = [f"this measurement fails the fitness rule ({'; '.join(unfit)}): its times are shown, but no "
+                 f"speed-up is given", *notes]
     figure = _figure(rows, op) if plot else None
     checks = pd.DataFrame.from_records(
         [{"strategy": r.item.strategy.name, "case": r.item.label, "dtype": r.item.dtype, "status": r.verdict.status,
           "message": r.verdict.message} for r in adversarial.results],
         columns=["strategy", "case", "dtype", "status", "message"])
-    return BenchResult(rows, figure, checks, applied, session.clock.totals(),
-                       measured.lines() + speedup_notes(rows))
+    return BenchResult(rows, figure, checks, applied, session.clock.totals(), measured.lines() + notes, unfit)
 
 
 def speedup_notes(rows: pd.DataFrame) -> list[str]:

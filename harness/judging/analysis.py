@@ -170,7 +170,7 @@ def run_unfit_reasons(meta: dict, rows: pd.DataFrame) -> list[str]:
     """Why one run's wall times cannot be stood behind, as short phrases;
     empty when it is fit. The one fitness rule of every judge of wall time
     (the dashboard's red, the report's answers, winners, speed-ups, flips and
-    % of ceiling, ``make publish``): a run is unfit when its peak 1-minute load
+    % of ceiling, ``make publish``, `run`'s tables, ``bench()``'s speed-ups): a run is unfit when its peak 1-minute load
     (at its start, at its end, or when any case finished) was at or above its
     core count (`busy`; a run that recorded no load is not known to be quiet),
     or when more than MAX_UNSTABLE_SHARE of its timed cases are unstable.

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import os
 import signal
 import threading
 import time
@@ -88,9 +89,10 @@ class PhaseClock:
 
 class MemoryWriter:
     """A run's rows kept in memory (``bench()`` without ``out``): nothing on
-    disk for a later --resume, so no case in flight to record, no metadata to
-    update, nothing to close. ``meta``: the fields a run's meta.json would
-    hold that its cases read (the fresh-write bandwidths of the floor)."""
+    disk for a later --resume, so no case in flight to record, nothing to
+    close. ``meta``: the fields of a run's meta.json that its cases and its
+    judges read (the fresh-write bandwidths of the floor; the core count and
+    the loads at start and end of the fitness rule), updated as a run's are."""
 
     def __init__(self, meta: dict | None = None):
         self.rows: list[dict] = []
@@ -110,7 +112,7 @@ class MemoryWriter:
         pass
 
     def update_meta(self, **fields) -> None:
-        pass
+        self.meta.update(fields)
 
     def close(self) -> None:
         pass
@@ -180,7 +182,8 @@ class RunSession:
         in force, the config, the plugins loaded, status ``starting`` unless
         ``fields`` say otherwise) and opens the writer the cases go to."""
         if self.outcome.out_dir is None:
-            self.writer = MemoryWriter(fields)
+            self.writer = MemoryWriter({"cpu_count": os.cpu_count(), "load_avg_start": facts.load_average(),
+                                        **fields})
             return self.writer
         meta = facts.run_metadata(self.threads if threads is None else threads, config_path, argv)
         meta.update(run_id=self.outcome.run_id, config=config.model_dump(), plugins=plugins.recorded(),
