@@ -66,7 +66,7 @@ def settle(load_before: float | None, cores: int | None, *, on_wait=None, limit_
     as it stands. ``on_wait()`` once as the wait starts. Returns the seconds
     waited (0.0: none). ``read``, ``sleep`` and ``clock`` are the load, the
     pause and the time (tests pass their own)."""
-    read = read or (lambda: (load_average() or [None])[0])
+    read = read or one_minute_load
     if at_capacity(load_before, cores) or not at_capacity(read(), cores):
         return 0.0
     if on_wait:
@@ -232,6 +232,11 @@ def load_average() -> list[float] | None:
         return [round(value, 2) for value in os.getloadavg()]
     except OSError:
         return None
+
+
+def one_minute_load() -> float | None:
+    """The 1-minute load average now; None where the system gives none."""
+    return (load_average() or [None])[0]
 
 
 def ceiling_history(out_dir, ceilings: dict, meta: dict) -> dict:

@@ -534,7 +534,7 @@ def execute_run(plan: RunPlan, argv: list[str], *, isolate: bool = False, on_sta
                          f"before any case is timed"] if workers else []))
         try:
             if workers:
-                load_before = (facts.load_average() or [None])[0]
+                load_before = facts.one_minute_load()
                 session.clock(PHASE_ADVERSARIAL)
                 prefetch.prefetch(adversarial, for_workers, session.threads, workers)
                 # Their load lingers in the average the fitness rule reads at each case's end.

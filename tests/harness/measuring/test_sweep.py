@@ -8,7 +8,6 @@ import subprocess
 import sys
 import time
 
-import numpy as np
 import pytest
 import yaml
 from hypothesis import HealthCheck, given, settings
@@ -294,17 +293,6 @@ def test_a_case_wrong_from_its_second_call_publishes_no_time(planted):
     assert clock.index("time") < len(clock) - 1 and clock[-1] == "check"  # timed, then judged again
 
 
-# Two quick strategies on one thread each, for runs whose machine a test plays.
-TWO_QUICK = """
-timing: {min_samples: 5, budget_s: 0.01, warmup_s: 0}
-threads: {torch: 1, numpy: 1}
-benchmarks:
-  - op: maxpool2d
-    strategies: [numpy_sliding_window, torch_max_pool2d_indices]
-    params: {N: 1, C: 1, H: 8, W: 8, k: 2}
-"""
-
-
 @pytest.mark.parametrize("load_before", ["quiet", "busy"])
 def test_a_run_waits_for_the_load_its_own_workers_left_and_not_for_the_machines(tiny_config, tmp_path,
                                                                                monkeypatch, load_before):
@@ -317,7 +305,7 @@ def test_a_run_waits_for_the_load_its_own_workers_left_and_not_for_the_machines(
     already busy is not waited for, and its run is still called unfit."""
     from harness.judging import analysis
     from harness.measuring import ceilings, prefetch
-    from tests.harness.measuring.test_verdict_cache import quiet_machine
+    from tests.harness.measuring.test_verdict_cache import TWO_STRATEGIES, quiet_machine
 
     cores = os.cpu_count()
     machine = {"base": 0.25 * cores if load_before == "quiet" else cores + 0.5, "workers_ended": None}
@@ -337,7 +325,7 @@ def test_a_run_waits_for_the_load_its_own_workers_left_and_not_for_the_machines(
     monkeypatch.setattr(prefetch, "workers_for", lambda keys, cores=None: 2)
     monkeypatch.setattr(prefetch, "prefetch", workers)
     out = tmp_path / "run"
-    assert cli.main(["run", str(tiny_config(TWO_QUICK)), "-o", str(out), "--no-progress"]) == 0
+    assert cli.main(["run", str(tiny_config(TWO_STRATEGIES)), "-o", str(out), "--no-progress"]) == 0
     meta, rows = read_meta(out), read_rows(out)
     load_reasons = [reason for reason in analysis.run_unfit_reasons(meta, rows) if reason.startswith("load")]
     if load_before == "quiet":
@@ -358,18 +346,16 @@ def test_the_checks_first_call_is_the_warm_up_of_a_call_slower_than_it(planted, 
     from harness.base.config import Case
     from harness.measuring.sweep import execute_case
 
+    from impls import maxpool2d
+
     calls = []
 
     def prepare(inputs, params):
-        x = inputs["x"]
-        N, C, H, W = x.shape
-        windows = x.reshape(N, C, H // 2, 2, W // 2, 2).transpose(0, 1, 2, 4, 3, 5).reshape(N, C, H // 2, W // 2, 4)
+        answer = maxpool2d.numpy_sliding_window(inputs, params)
 
         def run():
             calls.append(time.sleep(call_s))
-            first = np.argmax(windows, axis=-1)
-            rows, cols = np.arange(H // 2)[:, None] * 2 + first // 2, np.arange(W // 2)[None, :] * 2 + first % 2
-            return np.take_along_axis(windows, first[..., None], axis=-1)[..., 0], (rows * W + cols).astype(np.int64)
+            return answer()
         return run
 
     planted("maxpool2d", "counted", prepare, returns="values+indices", ties="first")
