@@ -1,6 +1,7 @@
 """docs/PLUGINS.md's worked example, run as its reader would: the plugin
 (docs/examples/plugin_avgpool2d.py, named by its file path) passes `check` and
-`run`; its run records the plugin, and `python report.py DIR` builds the same
+`run` in the three modes (forward, backward, forward+backward: its operator's
+backward, its strategies' explicit backwards and autograd's); its run records the plugin, and `python report.py DIR` builds the same
 report as `run --report`, or says what it lacks without the plugin; and every
 Python block of the guide is an excerpt of the plugin, so it cannot go stale."""
 
@@ -39,6 +40,23 @@ def test_the_guides_example_passes_check(example):
     assert " 0 failed" in checked.stdout
     for name in ("python_loops", "numpy_reshape_mean", "torch_avg_pool2d", "torch_unfold_max"):
         assert name in checked.stdout
+    # the training modes were checked too: autograd's strategies get their gradcheck line
+    assert "GRADCHECK avgpool2d/torch_avg_pool2d" in checked.stdout
+
+
+def test_the_guides_example_runs_in_the_three_modes(example):
+    root, _, ran, _ = example
+    assert ran.returncode == 0, ran.stderr
+    rows = read_rows(root / "run")
+    example_op = rows[rows["op"] == "avgpool2d"]
+    expected = {(name, mode) for name in ("python_loops", "numpy_reshape_mean", "torch_avg_pool2d")
+                for mode in ("forward", "backward", "forward+backward")}
+    assert set(zip(example_op["strategy"], example_op["mode"])) == expected
+    # each mode timed and checked: the explicit backwards and autograd's alike
+    assert set(example_op["status"]) == {"ok"} and example_op["median_s"].gt(0).all()
+    # the backward's bytes are the operator's Gradient formula: grad_output read, grad_x written
+    backward = example_op[(example_op["mode"] == "backward") & example_op["params"].map(lambda text: json.loads(text)["H"] == 16)]
+    assert set(backward["bytes"]) == {(2 * 8 * 8 * 32 + 2 * 8 * 16 * 64) * 4}
 
 
 def test_the_guides_example_runs_and_is_ranked(example, tmp_path):
@@ -48,6 +66,7 @@ def test_the_guides_example_runs_and_is_ranked(example, tmp_path):
     assert set(rows["status"]) == {"ok"} and rows["median_s"].gt(0).all()
     assert set(rows[rows["op"] == "avgpool2d"]["strategy"]) == {"python_loops", "numpy_reshape_mean",
                                                                 "torch_avg_pool2d"}
+    assert set(rows["mode"]) == {"forward", "backward", "forward+backward"}
     # The extra maxpool2d strategy declares no returns=: it is ranked with the others, not "(part)".
     # Only a fit run is ranked at all (its conclusions and machines table say "not ranked" of a
     # part): read the report of a copy the fitness rule admits, whatever this machine's load.
@@ -101,5 +120,6 @@ def test_every_python_block_of_the_guide_is_an_excerpt_of_the_example():
     for block in blocks:
         assert block in source, block[:200]
     for name in ("python_loops", "numpy_reshape_mean", "torch_avg_pool2d", "torch_unfold_max", "oracle",
-                 "generate", "bytes_moved", "compare", "check_cases", "validate"):
+                 "generate", "bytes_moved", "bytes_written", "compare", "check_cases", "validate", "grad_oracle",
+                 "generate_grad", "grad_bytes", "grad_compare", "loop_backward", "broadcast_backward"):
         assert f"def {name}(" in "".join(blocks), name

@@ -1,8 +1,9 @@
 """avgpool2d: average pooling, k x k windows, stride k, no padding.
 
 The worked example of docs/PLUGINS.md: a new operator with its oracle,
-generator, bytes formula, comparison and three strategies, and one more
-strategy for an existing operator (maxpool2d). Loaded with
+generator, bytes formula, comparison, backward (the training modes) and
+three strategies, and one more strategy for an existing operator
+(maxpool2d). Loaded with
 
     SCATTERBENCH_PLUGINS=docs/examples/plugin_avgpool2d.py scatterbench check docs/examples/avgpool2d.yaml
 
@@ -10,6 +11,8 @@ in:  x (N, C, H, W) float.
 out: (N, C, H//k, W//k), x's dtype: the mean of each window. Rows and
      columns past (H//k)*k and (W//k)*k are cropped, as maxpool2d crops them.
 bytes: x + the output.
+backward: grad_x (N, C, H, W) = each window's incoming gradient divided by
+     k*k, on every element of the window; cropped rows and columns get zero.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ from __future__ import annotations
 import numpy as np
 
 from impls import common
-from impls.registry import Operator, ParamSpec, register_operator, strategy
+from impls.registry import Gradient, Operator, ParamSpec, register_operator, strategy
 
 
 # ---------------------------------------------------------------- contract
@@ -54,6 +57,12 @@ def bytes_moved(params, itemsize: int, returns: str = "output") -> int:
     return (N * C * H * W + N * C * (H // k) * (W // k)) * itemsize
 
 
+def bytes_written(params, itemsize: int, returns: str = "output") -> int:
+    """The part of bytes_moved that every call writes afresh: the output."""
+    N, C, H, W, k = (params[key] for key in ("N", "C", "H", "W", "k"))
+    return N * C * (H // k) * (W // k) * itemsize
+
+
 def compare(out, expected, inputs, dtype: str, strat, params: dict):
     """An arithmetic operator: relative error against the dtype's bound
     (ok, then inexact, then mismatch), as dispersion is judged."""
@@ -67,15 +76,75 @@ def check_cases():
             dict(N=1, C=1, H=4, W=4, k=4), dict(N=1, C=2, H=10, W=11, k=3), dict(N=1, C=1, H=3, W=300, k=3)]
 
 
-register_operator(Operator(
+OP = register_operator(Operator(
     name="avgpool2d", doc=__doc__,
     params=(ParamSpec("N"), ParamSpec("C"), ParamSpec("H"), ParamSpec("W"), ParamSpec("k", doc="window and stride")),
-    generate=generate, oracle=oracle, bytes_moved=bytes_moved, compare=compare, validate=validate,
-    check_cases=check_cases, reference="numpy_reshape_mean", layout_keys=("x",)))
+    generate=generate, oracle=oracle, bytes_moved=bytes_moved, bytes_written=bytes_written, compare=compare,
+    validate=validate, check_cases=check_cases, reference="numpy_reshape_mean", layout_keys=("x",)))
+
+
+# ---------------------------------------------------------------- backward
+def grad_oracle(inputs, grad, params):
+    """float64 backward, the formula itself: every element of a window gets
+    the window's incoming gradient over k*k; cropped rows and columns, 0."""
+    x, k = inputs["x"], params["k"]
+    N, C, H, W = x.shape
+    h, w = H // k, W // k
+    grad_x = np.zeros((N, C, H, W))
+    grad_x[:, :, :h * k, :w * k] = np.repeat(np.repeat(grad / (k * k), k, axis=2), k, axis=3)
+    return grad_x
+
+
+def generate_grad(params, mode: str = "random", seed: int = 0):
+    """The incoming gradient, float64, the output's shape: standard normal, or
+    (adversarial) non-zero integers that differ between neighbours, so a
+    gradient spread over the wrong window shows."""
+    rng = np.random.default_rng((seed, 1))
+    shape = (params["N"], params["C"], params["H"] // params["k"], params["W"] // params["k"])
+    return common.gradient_values(rng, shape, mode)
+
+
+def grad_bytes(params, itemsize: int) -> int:
+    """The incoming gradient read, grad_x written (nothing saved is read)."""
+    N, C, H, W, k = (params[key] for key in ("N", "C", "H", "W", "k"))
+    return (N * C * (H // k) * (W // k) + N * C * H * W) * itemsize
+
+
+def grad_bytes_written(params, itemsize: int) -> int:
+    """grad_x, the size of x: written afresh by every call."""
+    return params["N"] * params["C"] * params["H"] * params["W"] * itemsize
+
+
+def grad_compare(out, expected, inputs, grad, dtype: str, strat, params: dict):
+    """A division by k*k: relative error against the dtype's bound, as the
+    forward is judged."""
+    return common.compare_relative("grad_x", out, expected, dtype)
+
+
+OP.gradient = Gradient(input="x", name="grad_output", generate=generate_grad, oracle=grad_oracle,
+                       bytes_moved=grad_bytes, compare=grad_compare, bytes_written=grad_bytes_written)
 
 
 # ------------------------------------------------------------- strategies
-@strategy("avgpool2d", backend="numpy", source="example: the naive original", baseline=True)
+def loop_backward(inputs, params):
+    """python_loops' explicit backward, in its style: one slice assignment
+    per window. ``saved`` (the forward's output) is not needed: a mean's
+    gradient does not depend on the values averaged."""
+    x, k = inputs["x"], params["k"]
+    h, w = x.shape[2] // k, x.shape[3] // k
+
+    def backward(saved, grad):
+        grad_x = np.zeros(x.shape, dtype=grad.dtype)
+        for i in range(h):
+            for j in range(w):
+                grad_x[:, :, i * k:(i + 1) * k, j * k:(j + 1) * k] = grad[:, :, i:i + 1, j:j + 1] / (k * k)
+        return grad_x
+
+    return backward
+
+
+@strategy("avgpool2d", backend="numpy", source="example: the naive original", baseline=True,
+          backward=loop_backward)
 def python_loops(inputs, params):
     """A Python loop over output positions, one numpy mean per window: the
     slow original every speedup is measured against."""
@@ -92,7 +161,24 @@ def python_loops(inputs, params):
     return run
 
 
-@strategy("avgpool2d", backend="numpy")
+def broadcast_backward(inputs, params):
+    """numpy_reshape_mean's explicit backward: the gradient over k*k,
+    broadcast over each window's two axes and written into the crop of a
+    zeroed grad_x in one assignment."""
+    N, C, H, W = inputs["x"].shape
+    k = params["k"]
+    h, w = H // k, W // k
+
+    def backward(saved, grad):
+        grad_x = np.zeros((N, C, H, W), dtype=grad.dtype)
+        spread = np.broadcast_to((grad / (k * k))[:, :, :, None, :, None], (N, C, h, k, w, k))
+        grad_x[:, :, :h * k, :w * k] = spread.reshape(N, C, h * k, w * k)
+        return grad_x
+
+    return backward
+
+
+@strategy("avgpool2d", backend="numpy", backward=broadcast_backward)
 def numpy_reshape_mean(inputs, params):
     """Every window on two axes of one reshape, one mean over both: a single
     pass, and the regression gate's reference for this operator."""
@@ -104,7 +190,8 @@ def numpy_reshape_mean(inputs, params):
 
 @strategy("avgpool2d", backend="torch", builtin=True, dtypes=("float32", "float64", "bfloat16"))
 def torch_avg_pool2d(inputs, params):
-    """PyTorch's own F.avg_pool2d: the built-in most users call."""
+    """PyTorch's own F.avg_pool2d: the built-in most users call. A torch
+    strategy needs no backward of its own: autograd differentiates it."""
     import torch.nn.functional as F
 
     x, k = inputs["x"], params["k"]
