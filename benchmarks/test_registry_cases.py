@@ -46,7 +46,7 @@ def test_case(benchmark, case):
     no_backward = training.applies(strat, case.mode, params)
     if no_backward:
         pytest.skip(no_backward)
-    ref = reference(case.op, params, case.dtype, "random", _config.seed, case.mode)  # the case's mode (SPEC 1.5)
+    ref = reference(case.op, params, case.dtype, "random", _config.seed, case.mode)  # the case's mode (docs/SPEC.md §1.5)
     tried = attempt(strat, ref, case.dtype, case.device)  # calls 1 and 4 judged, the inputs unchanged
     verdict, prepared = tried.verdict, tried.prepared
     assert verdict.status in CORRECT, verdict.message

@@ -61,7 +61,7 @@ def bench(op: str, strategies: list[str] | None = None, *, device: str = "cpu", 
 
     ``strategies``: names, or None for every strategy that runs on ``device``.
     ``mode``: ``forward`` (the default), ``backward`` or ``forward+backward``
-    (SPEC 1.5), or a list of them, as a config's ``modes``; each row says its
+    (docs/SPEC.md §1.5), or a list of them, as a config's ``modes``; each row says its
     ``mode``, and a strategy with no backward is ``skipped`` in the training
     modes with the reason.
     ``timing``: the config's timing keys (default: 5 samples, 0.2 s budget).

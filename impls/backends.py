@@ -161,7 +161,7 @@ class Backend:
     # LLVM cache. Counting pins it to the CPU valgrind emulates, so kernels
     # cached by the warm-up pass are found under Callgrind, not compiled again.
     llvm_target_env: Callable[[str, str], dict] | None = None
-    # How its strategies differentiate with no code of their own (SPEC 1.5,
+    # How its strategies differentiate with no code of their own (docs/SPEC.md §1.5,
     # impls/training.py): "autograd" (torch), "jax.vjp" (JAX); "" where a
     # strategy must declare an explicit backward or has none.
     differentiates: str = ""

@@ -1,5 +1,5 @@
 """Pieces every operator module shares: dtype rounding and the two
-comparison rules of SPEC 1 (bitwise, and relative error). Conversion between
+comparison rules of docs/SPEC.md §1 (bitwise, and relative error). Conversion between
 backends lives with the backends (impls/backends.py)."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import numpy as np
 
 from impls.backends import to_numpy  # noqa: F401  (operator modules use common.to_numpy)
 
-# SPEC 1.3: relative-error bounds per dtype.
+# docs/SPEC.md §1.3: relative-error bounds per dtype.
 REL_TOL = {"float64": 1e-12, "float32": 1e-5, "float16": 1e-2, "bfloat16": 1e-2}
 # Above this relative error a result is wrong, not rounded. One lost channel of
 # 512 is an error of about 1.5e-2 and one of 56 about 4.6e-2, so one bound for
@@ -110,7 +110,7 @@ GRADIENT_CYCLE = 251
 
 
 def gradient_values(rng, shape, mode: str) -> np.ndarray:
-    """An incoming gradient (SPEC 1.5): ``random``, standard normal;
+    """An incoming gradient (docs/SPEC.md §1.5): ``random``, standard normal;
     ``adversarial`` (and any other mode, e.g. maxunpool's ``scattered``), non-zero integers ±1..251 counting up along the flat
     order, so neighbours (and the gradients of neighbouring windows) differ
     and a gradient sent to the wrong place shows. No zeros: a library's
@@ -200,7 +200,7 @@ def merge_verdicts(*verdicts: Verdict) -> Verdict:
 
 
 def compare_bitwise(name: str, out: np.ndarray, ref64: np.ndarray, dtype: str) -> Verdict:
-    """Exact comparison for operators that only move values (SPEC 1.1, 1.2).
+    """Exact comparison for operators that only move values (docs/SPEC.md §1.1, 1.2).
 
     The float64 oracle is cast to ``dtype`` (exact: its values are inputs) and
     compared bit for bit; any NaN matches any NaN, since which NaN payload a
@@ -249,7 +249,7 @@ def _subnormal_or_zero(values: np.ndarray, dtype: str) -> np.ndarray:
 
 
 def compare_relative(name: str, out: np.ndarray, ref: np.ndarray, dtype: str) -> Verdict:
-    """SPEC 1.3: ‖out − ref‖ / ‖ref‖ against the dtype's bound."""
+    """docs/SPEC.md §1.3: ‖out − ref‖ / ‖ref‖ against the dtype's bound."""
     bad = check_shape_dtype(name, out, ref, dtype)
     if bad:
         return bad

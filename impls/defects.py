@@ -1,4 +1,4 @@
-"""Known upstream defects (SPEC 2, "Upstream defects").
+"""Known upstream defects (docs/SPEC.md §2, "Upstream defects").
 
 Where a library's own code breaks the contract, the suite keeps reporting it:
 the check's verdict becomes ``upstream-defect`` instead of ``mismatch``, with
@@ -78,7 +78,7 @@ _NUMPY_MAX_ZERO_SIGN = """\
 import numpy as np
 window = np.array([[-0.0, 0.0], [-1.0, -1.0]], dtype=np.float32)
 print(window.max())                       # 0.0: the later zero's sign
-print(window.flat[window.argmax()])       # -0.0: the first maximum, as SPEC 1.1 asks
+print(window.flat[window.argmax()])       # -0.0: the first maximum, as docs/SPEC.md §1.1 asks
 """
 
 _TORCH_CUDA_NHWC_NEG_INF = """\

@@ -1,4 +1,4 @@
-"""dispersion — shift each channel by i*S along W, then sum (SPEC 1.3, seed 001 ``A``).
+"""dispersion — shift each channel by i*S along W, then sum (docs/SPEC.md §1.3, seed 001 ``A``).
 
 in:  x (B, C, H, W) float, mask (H, W) float, step S >= 0.
 out: y (B, 1, H, W + (C-1)*S),
@@ -54,7 +54,7 @@ def generate(params, mode: str = "random", seed: int = 0):
     integers. Non-finite values are left out on purpose: the seed's own conv2d
     formulation multiplies by zero kernel taps, so NaN propagation is not part
     of this operator's contract. Subnormals too: dispersion's inputs are normal
-    numbers (SPEC 2; CUDA's float atomics flush them)."""
+    numbers (docs/SPEC.md §2; CUDA's float atomics flush them)."""
     rng = np.random.default_rng(seed)
     B, C, H, W = (params[key] for key in ("B", "C", "H", "W"))
     if mode == "random":
@@ -87,7 +87,7 @@ def check_cases():
             dict(B=1, C=40, H=3, W=100, S=3)]
 
 
-# Sums of hundreds of channels (SPEC 2): with S=1 and W >= 256, or S=0, about
+# Sums of hundreds of channels (docs/SPEC.md §2): with S=1 and W >= 256, or S=0, about
 # 300 terms land on one output, where a float16/bfloat16 accumulator loses
 # about 2 % (bfloat16) and a float32 one does not.
 MANY_CHANNELS = (dict(B=1, C=300, H=2, W=300, S=1), dict(B=2, C=300, H=3, W=5, S=0))
@@ -106,7 +106,7 @@ def extra_checks():
 
 
 def accumulator(dtype):
-    """float32 for the half types (SPEC 2: an added strategy sums wider, then
+    """float32 for the half types (docs/SPEC.md §2: an added strategy sums wider, then
     casts back), the dtype itself otherwise."""
     import torch
 
@@ -122,7 +122,7 @@ OP = register_operator(Operator(
     check_cases=check_cases, extra_checks=extra_checks))
 
 
-# ------------------------------------------------------------- gradient (SPEC 1.5)
+# ------------------------------------------------------------- gradient (docs/SPEC.md §1.5)
 def grad_oracle(inputs, grad, params):
     """float64 adjoint Aᵀ, the formula itself: ``grad_x[b,i,h,w] =
     grad_y[b,0,h,w+i*S] * mask[h,w]``, channel by channel."""
@@ -483,7 +483,7 @@ def triton_fused(inputs, params):
 
 
 def jax_accumulator(dtype):
-    """float32 for the half types (SPEC 2: an added strategy sums wider, then
+    """float32 for the half types (docs/SPEC.md §2: an added strategy sums wider, then
     casts back), the dtype itself otherwise (JAX)."""
     import jax.numpy as jnp
 

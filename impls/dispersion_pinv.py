@@ -1,4 +1,4 @@
-"""dispersion_pinv — shift back (SPEC 1.4, seed 001 ``A_pinv``).
+"""dispersion_pinv — shift back (docs/SPEC.md §1.4, seed 001 ``A_pinv``).
 
 in:  y (B, 1, H, W'), mask (H, W), S, C with W' = W + (C-1)*S.
 out: x (B, C, H, W), x[b,i,h,w] = y[b,0,h,w+i*S] / alpha[w+i*S] / mask[h,w],
@@ -37,7 +37,7 @@ def oracle(inputs, params):
 
 # A mode whose mask holds subnormals of the dtype it names: the mask is the
 # one input here whose small values the contract covers (y is in dispersion's
-# range, normal numbers, SPEC 2). Its mode names the dtype because another
+# range, normal numbers, docs/SPEC.md §2). Its mode names the dtype because another
 # type would round them to zero (a mask the entry point rejects) or to normal
 # numbers: each dtype gets its own extra check.
 SUBNORMAL_MASK = "subnormal-mask-"
@@ -121,7 +121,7 @@ OP = register_operator(Operator(
     check_cases=dispersion.check_cases, extra_checks=extra_checks))
 
 
-# ------------------------------------------------------------- gradient (SPEC 1.5)
+# ------------------------------------------------------------- gradient (docs/SPEC.md §1.5)
 def grad_oracle(inputs, grad, params):
     """float64 adjoint of the pseudo-inverse, the formula itself:
     ``grad_y[b,0,h,w'] = Σ_i grad_x[b,i,h,w'-i*S] / alpha[w'] / mask[h,w'-i*S]``

@@ -137,7 +137,7 @@ def dispersion(x, mask, S, y):
 
 @numba.njit(cache=True)
 def _coverage(C, W, S, out_W, dtype):
-    """How many channels cover each of the W' columns (alpha, SPEC 1.4): what
+    """How many channels cover each of the W' columns (alpha, docs/SPEC.md §1.4): what
     the pseudo-inverse and its adjoint both divide by."""
     coverage = np.zeros(out_W, dtype=dtype)
     for i in range(C):
@@ -170,7 +170,7 @@ def dispersion_pinv(y, mask, S, x):
 
 
 # ------------------------------------------------------------ backward kernels
-# SPEC 1.5: the explicit backwards of the numba strategies. Same shape as the
+# docs/SPEC.md §1.5: the explicit backwards of the numba strategies. Same shape as the
 # forwards: parallel over independent rows of the gradient they write, each
 # element of it written once, no separate zero fill.
 @numba.njit(**_JIT)

@@ -13,7 +13,7 @@ BLOCK_R = TILE // BLOCK_W. TILE, MAX_W and num_warps are autotuned on a GPU
 (`TUNING_CONFIGS`), keyed by the sizes; the strategies run each wrapper once
 in `prepare` (`prepared`), so tuning and compiling stay out of timed calls.
 
-Sizes past 2**31 (SPEC 2). Each wrapper works out from the sizes whether any
+Sizes past 2**31 (docs/SPEC.md §2). Each wrapper works out from the sizes whether any
 offset or index a kernel computes can pass int32 and passes WIDE: when set,
 the kernel widens its program id and every integer argument to int64 first,
 so all index arithmetic that follows is 64-bit; otherwise it stays in int32,
@@ -320,7 +320,7 @@ def _unpool_backward_kernel(grad_ptr, positions_ptr, grad_values_ptr, rows, L, P
 
 
 def unpool_backward(grad_out: torch.Tensor, positions: torch.Tensor, values_shape):
-    """maxunpool's backward (SPEC 1.5): grad_values = grad_out gathered at the
+    """maxunpool's backward (docs/SPEC.md §1.5): grad_values = grad_out gathered at the
     positions, one read per pooled element, grad_values written once. A
     strided gradient is copied first (the kernel reads rows of P)."""
     rows = values_shape[0] * values_shape[1]

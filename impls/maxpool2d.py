@@ -1,4 +1,4 @@
-"""maxpool2d — max-pooling with argmax indices (SPEC 1.1, seed 000).
+"""maxpool2d — max-pooling with argmax indices (docs/SPEC.md §1.1, seed 000).
 
 in:  x (N, C, H, W) float, window = stride = k, no padding.
 out: values (N, C, H//k, W//k), same dtype; indices, same shape, int64: the
@@ -35,7 +35,7 @@ def oracle(inputs, params):
     row-major order, all windows at once, a later element taking the place
     of the best so far only when it is greater, or NaN where the best is
     not: the first maximum, and the first NaN when there is one, which is
-    exactly SPEC 1.1's rule (and ``np.argmax``'s over the window laid out as
+    exactly docs/SPEC.md §1.1's rule (and ``np.argmax``'s over the window laid out as
     a row, what this oracle was first: at 64x32x128² that copied x and took
     0.4-1.3 s, this takes about 0.5 s, on the 2-core VM)."""
     x, k = inputs["x"], params["k"]
@@ -80,7 +80,7 @@ def generate(params, mode: str = "random", seed: int = 0):
 ZERO_TIES = ({0: -0.0, 1: 0.0}, {0: 0.0, -1: -0.0}, {-2: -0.0, -1: 0.0})
 
 
-# Windows of subnormals (SPEC 1.1 compares values bitwise, subnormals
+# Windows of subnormals (docs/SPEC.md §1.1 compares values bitwise, subnormals
 # included), as the first four elements of a k*k window in units of a type's
 # smallest subnormal (LARGEST: its largest), every other element -1. Each is
 # planted once per float type, so every dtype's check holds subnormals of its
@@ -293,7 +293,7 @@ OP = register_operator(Operator(
     check_cases=check_cases, outputs=("values+indices", "values")))
 
 
-# ------------------------------------------------------------- gradient (SPEC 1.5)
+# ------------------------------------------------------------- gradient (docs/SPEC.md §1.5)
 def grad_oracle(inputs, grad, params):
     """float64 backward: zeros, and each window's gradient written at the
     forward oracle's own index (the first maximum, the first NaN of a NaN
@@ -331,7 +331,7 @@ def _windows(a, k: int):
 def _gradient_where_it_may_land(out, ref, x, grad, ties: str, k: int):
     """The reference gradient, moved to where the strategy put it where the
     contract leaves the place open: a NaN window's gradient may sit on any
-    NaN of the window (the forward's index may point at any, SPEC 1.1), and
+    NaN of the window (the forward's index may point at any, docs/SPEC.md §1.1), and
     with ``ties="any"`` a tied window's on any of its maxima. Moved only when
     the window of ``out`` holds exactly one non-zero, equal to the window's
     gradient, on such an element; anything else is judged as it is."""
@@ -360,7 +360,7 @@ def _gradient_where_it_may_land(out, ref, x, grad, ties: str, k: int):
 
 
 def grad_compare(out, ref, inputs, grad, dtype: str, strat, params: dict) -> Verdict:
-    """grad_x bitwise (SPEC 1.5): a scatter moves values, it computes none.
+    """grad_x bitwise (docs/SPEC.md §1.5): a scatter moves values, it computes none.
     The gradient must land on the forward's index: the first maximum (or,
     with ``ties="any"``, any maximum), any NaN of a NaN window."""
     exact = common.compare_bitwise("grad_x", out, ref, dtype)
@@ -499,7 +499,7 @@ def triton_gather_backward(inputs, params):
 
 
 VALUES_ONLY = ("it returns the values only: no indices are saved for the backward to scatter the gradient to "
-               "(SPEC 1.5 scatters to the forward's indices)")
+               "(docs/SPEC.md §1.5 scatters to the forward's indices)")
 
 
 def _cropped(x, k):
@@ -515,7 +515,7 @@ def seed_loops(inputs, params):
     ``unravel_index(M.argmax())`` per window, the (row, col) pair stored into
     an int32 (N, C, h, w, 2) array as the seed does. One interpreted iteration
     per window (≈ N·C·H·W/k² numpy calls); after the loops, one vectorised
-    step turns the pairs into the flat ``row*W + col`` SPEC 1.1 asks for. The
+    step turns the pairs into the flat ``row*W + col`` docs/SPEC.md §1.1 asks for. The
     output takes x's dtype (the seed's ``np.zeros`` is float64)."""
     x, kernel = inputs["x"], params["k"]
 
@@ -750,7 +750,7 @@ def order_key(x):
     zero in float arithmetic and comparisons (by design, jax-ml/jax#16200):
     ``jax.jit(jnp.max)`` of [1e-323, 3e-323, 2e-323, 5e-324] is 0.0, and the
     argmax 0. Integer comparisons do not flush, and a max-pool only compares.
-    -0.0 and +0.0 get one key (they tie, SPEC 1.1); NaN the largest (it wins,
+    -0.0 and +0.0 get one key (they tie, docs/SPEC.md §1.1); NaN the largest (it wins,
     as in numpy's argmax); one bitcast and a few integer operations per element,
     fused with the comparison."""
     import jax.numpy as jnp
@@ -792,7 +792,7 @@ def jax_reshape_argmax(inputs, params):
 
 
 def _first_maximum(a, b):
-    """The SPEC's maximum of two: ``b`` only when strictly greater, or the
+    """docs/SPEC.md's maximum of two: ``b`` only when strictly greater, or the
     first NaN; a ±0.0 tie keeps the first zero's sign. Compared by
     ``order_key``, not as floats, which JAX's CPU backend flushes when
     subnormal."""

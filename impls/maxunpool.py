@@ -1,4 +1,4 @@
-"""maxunpool — put pooled values back at stored positions (SPEC 1.2, seed 002).
+"""maxunpool — put pooled values back at stored positions (docs/SPEC.md §1.2, seed 002).
 
 in:  values (..., L) float, positions (..., L) int64, size P: each position is
      a flat index into the last axis of an output of shape (..., P).
@@ -69,7 +69,7 @@ def generate(params, mode: str = "random", seed: int = 0):
     ±inf and subnormals of every float type (in 2d, the maxima of maxpool2d's
     subnormal windows). ``scattered`` (either form): adversarial values at distinct positions
     drawn anywhere in their row, mostly outside their own window or bin: what
-    SPEC 1.2 asks of every strategy that does not declare "positions-in-window"."""
+    docs/SPEC.md §1.2 asks of every strategy that does not declare "positions-in-window"."""
     rng = np.random.default_rng(seed)
     if mode == "scattered":
         return _scattered(params, rng)
@@ -91,7 +91,7 @@ def generate(params, mode: str = "random", seed: int = 0):
 
 def _adversarial_values(rng, shape):
     # -0.0 must arrive as -0.0: an output built by adding into zeros would lose
-    # its sign. Subnormals of every type must land bit for bit (SPEC 1.2
+    # its sign. Subnormals of every type must land bit for bit (docs/SPEC.md §1.2
     # compares bitwise): a backend that flushes them on the way is wrong.
     values = common.special_integers(rng, shape, (0.05, 0.1, 0.15))
     return common.sprinkle_subnormals(rng, values, 0.15)
@@ -128,7 +128,7 @@ def check_cases():
             dict(form="1d", B=2, F=2, L=100, f=3), dict(form="2d", N=1, C=2, H=4, W=301, k=2)]
 
 
-# SPEC 1.2: the precondition a gather formulation needs (Strategy.requires).
+# docs/SPEC.md §1.2: the precondition a gather formulation needs (Strategy.requires).
 POSITIONS_IN_WINDOW = "positions-in-window"
 
 
@@ -136,7 +136,7 @@ def extra_checks():
     """Distinct positions anywhere in their row (mode ``scattered``), both forms:
     every strategy must handle them, except those that declare they need
     positions inside their own window or bin."""
-    why = "distinct positions outside their own window or bin (SPEC 1.2)"
+    why = "distinct positions outside their own window or bin (docs/SPEC.md §1.2)"
     return [dict(params=params, modes=("scattered",), violates=(POSITIONS_IN_WINDOW,), why=why)
             for params in (dict(form="1d", B=2, F=3, L=7, f=3), dict(form="1d", B=2, F=2, L=9, f=1),
                            dict(form="2d", N=2, C=2, H=7, W=9, k=2))]
@@ -154,7 +154,7 @@ OP = register_operator(Operator(
     check_layouts=("contiguous", "noncontiguous")))
 
 
-# ------------------------------------------------------------- gradient (SPEC 1.5)
+# ------------------------------------------------------------- gradient (docs/SPEC.md §1.5)
 def grad_oracle(inputs, grad, params):
     """float64 backward: the gather ``grad_values[..., l] = grad_out[...,
     positions[..., l]]``, row by row."""
@@ -512,7 +512,7 @@ CUDA_INT32_ELEMENTS = 2**31
 
 def refuse_cuda_int32_overflow(device, params, what: str) -> None:
     """NotApplicable, before anything is launched, for a case whose output or
-    input has 2**31 elements or more on CUDA (SPEC 2, Size)."""
+    input has 2**31 elements or more on CUDA (docs/SPEC.md §2, Size)."""
     if getattr(device, "type", device) != "cuda":
         return
     pooled, out_shape = shapes(params)
@@ -704,7 +704,7 @@ def jax_at_set_fn(values, positions, P: int, out_shape: tuple):
 
     A, B, _ = values.shape
     out = jnp.zeros((A, B, P), dtype=values.dtype)
-    # Positions in a row are distinct (SPEC 1.2): the scatter may skip ordering.
+    # Positions in a row are distinct (docs/SPEC.md §1.2): the scatter may skip ordering.
     return out.at[jnp.arange(A)[:, None, None], jnp.arange(B)[None, :, None], positions].set(
         values, unique_indices=True).reshape(out_shape)
 

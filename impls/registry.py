@@ -7,10 +7,10 @@ backend, device, dtype and layout, and ``run`` is a zero-argument callable
 that computes the operator and returns its whole output, or the part it
 declares with ``returns=`` (one of ``Operator.outputs``). Everything built
 inside ``prepare`` (index tables, kernels, compiled functions) is a one-time
-constant, excluded from the timed region (SPEC 3); everything inside ``run``
+constant, excluded from the timed region (docs/SPEC.md §3); everything inside ``run``
 is timed, output allocation included.
 
-An *operator* bundles what SPEC 1 asks for: a float64 oracle, a seeded input
+An *operator* bundles what docs/SPEC.md §1 asks for: a float64 oracle, a seeded input
 generator, a bytes formula and a comparison rule, with the validation of its
 parameters and its adversarial check cases. The built-in operator modules
 register themselves when ``impls`` is imported, a plugin's operators and
@@ -58,12 +58,12 @@ class Strategy:
     # numpy's put_along_axis, JAX's .at[].set alike: one definition, whatever
     # the library): the report measures the winner against the fastest of these.
     builtin: bool = False
-    # Preconditions on the inputs beyond the operator's contract (SPEC 1.2), e.g.
+    # Preconditions on the inputs beyond the operator's contract (docs/SPEC.md §1.2), e.g.
     # "positions-in-window": every position lies inside its own window or bin, as
     # maxpool2d's indices do. ``list`` shows them; the check keeps the strategy
     # out of the cases whose inputs break one (an operator's ``extra_checks``).
     requires: tuple[str, ...] = ()
-    # How it differentiates in the training modes (SPEC 1.5, impls/training.py).
+    # How it differentiates in the training modes (docs/SPEC.md §1.5, impls/training.py).
     # ``backward``: an explicit backward, ``backward(inputs, params) -> apply``
     # with ``apply(saved, grad) -> the gradient of the operator's differentiated
     # input``, ``saved`` the strategy's own forward output (maxpool2d's indices
@@ -126,7 +126,7 @@ def whole_output(output):
 
 @dataclass(frozen=True)
 class Gradient:
-    """An operator's backward (SPEC 1.5): the vector-Jacobian product with
+    """An operator's backward (docs/SPEC.md §1.5): the vector-Jacobian product with
     respect to one float input, the integer and constant inputs held fixed.
     An operator without one (``Operator.gradient`` None, as a plugin's may
     be) has no training modes; impls/training.py runs and checks it."""
@@ -137,7 +137,7 @@ class Gradient:
     # non-zero integers, distinct along a row, so a misplaced gradient shows.
     generate: Callable[[Mapping[str, Any], str, int], Any]
     # (float64 inputs, float64 gradient, params) -> the float64 gradient of
-    # ``input``: the SPEC's formula, computed directly.
+    # ``input``: docs/SPEC.md's formula, computed directly.
     oracle: Callable[[Mapping[str, Any], Any, Mapping[str, Any]], Any]
     # (params, itemsize) -> bytes: the gradients read and written plus the
     # saved integers or mask read.
@@ -193,7 +193,7 @@ class Operator:
     #   compiled whether per-shape compiled strategies (quick_check) run it (default True);
     #   why      one line: what the case is for.
     extra_checks: Callable[[], list] = list
-    # Its backward (SPEC 1.5); None: no training modes. Operator modules set
+    # Its backward (docs/SPEC.md §1.5); None: no training modes. Operator modules set
     # it after registering (``OP.gradient = Gradient(...)``).
     gradient: Gradient | None = None
 
@@ -287,7 +287,7 @@ def strategy(op: str, *, backend: str, source: str = "added", devices=None,
     whole output (the check then holds it to all of it). ``backward``: its
     explicit backward (``Strategy.backward``); ``no_backward``: why it has
     none; ``no_backward_when``: the cases its backward cannot do (all three
-    SPEC 1.5, impls/training.py). Registering the same function again from
+    docs/SPEC.md §1.5, impls/training.py). Registering the same function again from
     the same module replaces it; another function under a name already taken
     is an error naming both."""
 

@@ -1,4 +1,4 @@
-"""The one status vocabulary of a checked or timed case (SPEC 4).
+"""The one status vocabulary of a checked or timed case (docs/SPEC.md §4).
 
 Every module that writes, reads, colours or counts a status imports it from
 here.
@@ -7,7 +7,7 @@ here.
 from __future__ import annotations
 
 OK = "ok"  # matches the oracle within the contract
-INEXACT = "inexact"  # over the dtype's rounding bound, under the "wrong" bound (SPEC 1.3)
+INEXACT = "inexact"  # over the dtype's rounding bound, under the "wrong" bound (docs/SPEC.md §1.3)
 MISMATCH = "mismatch"  # a wrong answer
 # Right on its first call, wrong on a later call on the same prepared inputs (a
 # state kept between calls: an accumulator zeroed once in prepare and added into
@@ -16,7 +16,7 @@ UNREPEATABLE = "unrepeatable"
 # Wrote into (or freed) one of its inputs: a caller's tensor is not the strategy's
 # scratch space, and every later call would be judged and timed on other inputs.
 INPUT_MODIFIED = "input-modified"
-UPSTREAM_DEFECT = "upstream-defect"  # a wrong answer a listed library defect explains (SPEC 2)
+UPSTREAM_DEFECT = "upstream-defect"  # a wrong answer a listed library defect explains (docs/SPEC.md §2)
 ERROR = "error"  # raised, crashed, or ran out of memory
 TIMEOUT = "timeout"  # exceeded the case's time limit
 SKIPPED = "skipped"  # not applicable by design, not installed, or too big for the memory

@@ -1,4 +1,4 @@
-"""Training modes (SPEC 1.5): one operator's backward, run, checked and
+"""Training modes (docs/SPEC.md §1.5): one operator's backward, run, checked and
 costed like its forward.
 
 Modes (``MODES``; not to be confused with the input generator's modes,
@@ -24,7 +24,7 @@ How a strategy differentiates (``Strategy.differentiation``):
   respect to its first argument, under ``jit``. backward computes the vjp
   function once (jitted) and calls a jitted application of it; forward+
   backward jits forward, vjp and its application together.
-- ``explicit``: the strategy's declared ``backward`` (numpy, numba; SPEC 1.5),
+- ``explicit``: the strategy's declared ``backward`` (numpy, numba; docs/SPEC.md §1.5),
   given the strategy's own forward output (its indices) as ``saved``.
 - ``none``: it declares why (``no_backward``), or its backend has no
   framework and it declares no backward; the training modes skip it with
@@ -300,7 +300,7 @@ def compare(strat: Strategy, output: Any, expected: Any, expected_grad: np.ndarr
 # ------------------------------------------------------------------ bytes
 def bytes_moved(op: Operator | str, params: Mapping[str, Any], itemsize: int, mode: str,
                 returns: str | None = None) -> int:
-    """SPEC 1.5's bytes of ``mode``: forward, the operator's formula for what
+    """docs/SPEC.md §1.5's bytes of ``mode``: forward, the operator's formula for what
     the strategy returns; backward, the gradients read and written plus the
     saved integers or mask read; forward+backward, both, with the forward's
     whole output (a training step saves the indices whatever it returns)."""

@@ -28,7 +28,7 @@ PLUGINS = ROOT / "tests" / "plugins"
 BASELINE_TIMING = {"min_samples": 100, "budget_s": 1.0, "warmup_s": 0.05}
 GATE_TIMING = {"min_samples": 20, "budget_s": 0.1, "warmup_s": 0.01}
 
-# A test config's defaults: the fewest samples SPEC 3 allows in a hundredth of
+# A test config's defaults: the fewest samples docs/SPEC.md §3 allows in a hundredth of
 # a second, no warm-up; and one thread for each library (unpinned threads on
 # a loaded machine warn, and make timings depend on the machine's load).
 FAST_TIMING = {"min_samples": 5, "budget_s": 0.01, "warmup_s": 0}

@@ -52,8 +52,8 @@ def _forward(x: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
 
 class NumbaMaxPool2d(torch.autograd.Function):
     """Max-pooling (window = stride = k, no padding) with argmax indices, the
-    gradient scattered to the forward's own indices (SPEC 1.5 of
-    docs/SPEC.md): what ``F.max_pool2d(x, k, return_indices=True)`` computes,
+    gradient scattered to the forward's own indices (docs/SPEC.md §1.5):
+    what ``F.max_pool2d(x, k, return_indices=True)`` computes,
     by the numba kernels that won the CPU measurements."""
 
     @staticmethod

@@ -15,7 +15,7 @@ one key. Concatenate them (``CASE_GROUP + ["machine"]``), never change them.
 from __future__ import annotations
 
 # In this order: a group's key, as groupby gives it, is unpacked as (op, device, dtype, params, mode).
-# ``mode`` (SPEC 1.5): forward, backward or forward+backward; a run before it is all forward.
+# ``mode`` (docs/SPEC.md §1.5): forward, backward or forward+backward; a run before it is all forward.
 CASE_GROUP = ["op", "device", "dtype", "params", "mode"]
 CASE_KEY = ["op", "strategy", "device", "dtype", "params", "mode"]  # the group's columns and the strategy
 
@@ -23,7 +23,7 @@ CASE_KEY = ["op", "strategy", "device", "dtype", "params", "mode"]  # the group'
 def with_mode(frame):
     """``frame`` (rows of any source: a store, a summary, a caller's own
     DataFrame) with the ``mode`` column a key needs; rows without one, or
-    with it left empty, were forward (SPEC 1.5: a run before modes timed
+    with it left empty, were forward (docs/SPEC.md §1.5: a run before modes timed
     nothing else)."""
     if "mode" not in frame.columns:
         return frame.assign(mode="forward")

@@ -37,7 +37,7 @@ class Strict(BaseModel):
 
 
 class Timing(Strict):
-    # SPEC 3: at least 5 samples, whatever the budget; a median and IQR of fewer say little.
+    # docs/SPEC.md §3: at least 5 samples, whatever the budget; a median and IQR of fewer say little.
     min_samples: int = Field(5, ge=5)
     max_samples: int = Field(2000, ge=5)
     budget_s: float = Field(0.5, gt=0, le=3600)
@@ -103,7 +103,7 @@ class Benchmark(Strict):
     devices: list[str] | None = None
     dtypes: list[str] | None = None
     params: dict[str, ParamValue | list[ParamValue]]
-    # SPEC 1.5: what each case times; forward alone unless asked, so every
+    # docs/SPEC.md §1.5: what each case times; forward alone unless asked, so every
     # older config keeps its meaning.
     modes: list[Literal[MODES]] = Field([FORWARD], min_length=1)
 
@@ -136,7 +136,7 @@ class Case:
     device: str
     dtype: str
     params: tuple  # sorted (name, value) pairs, hashable
-    mode: str = FORWARD  # SPEC 1.5: forward, backward or forward+backward
+    mode: str = FORWARD  # docs/SPEC.md §1.5: forward, backward or forward+backward
 
     @property
     def params_dict(self) -> dict:

@@ -1,4 +1,4 @@
-"""Correctness: a strategy's output against the float64 oracle (SPEC 1, 2).
+"""Correctness: a strategy's output against the float64 oracle (docs/SPEC.md §1, 2).
 
 The one path from a case to a verdict, used by ``check``, the sweep (before it
 times a case) and the pytest-benchmark view: ``reference`` makes a case's
@@ -12,7 +12,7 @@ verdict (``failure_verdict``). ``check_plan`` lists what ``scatterbench check`` 
 for a config, ``adversarial_items`` what one strategy is held to per device and
 dtype, and ``run_one_check`` runs one item of either.
 
-Training modes (SPEC 1.5, impls/training.py): a ``Reference`` made in
+Training modes (docs/SPEC.md §1.5, impls/training.py): a ``Reference`` made in
 ``backward`` or ``forward+backward`` also holds the case's incoming gradient
 and the oracle's gradient of the differentiated input; ``prepare_case``
 prepares the strategy's timed call in that mode (``training.prepare``),
@@ -98,7 +98,7 @@ class Reference:
     expected: object  # the oracle's output
     mode: str = ""  # the generator mode the inputs were drawn in
     params: dict = field(default_factory=dict)  # the case's parameters (the compare may need them)
-    training: str = FORWARD  # the training mode (SPEC 1.5) the case is run and judged in
+    training: str = FORWARD  # the training mode (docs/SPEC.md §1.5) the case is run and judged in
     grad: Any = None  # training modes: the incoming gradient, float64 holding what the dtype stores
     expected_grad: Any = None  # training modes: the oracle's gradient of the differentiated input
 
@@ -380,7 +380,7 @@ def known_defect(strat: Strategy, verdict: Verdict, *, device: str, dtype: str, 
                  mode: str) -> Verdict:
     """A mismatch that a listed upstream defect explains (impls/defects.py)
     becomes ``upstream-defect``: still reported, with the defect and the
-    differences in its message, but not a failure (SPEC 2). Anything else is
+    differences in its message, but not a failure (docs/SPEC.md §2). Anything else is
     returned unchanged."""
     from impls import defects
 
@@ -404,7 +404,7 @@ class CheckItem:
     mode: str
     layout: str
     skip: str = ""  # why the item is not run (a config point over check.max_bytes); "" runs it
-    training: str = FORWARD  # the training mode (SPEC 1.5); ``mode`` is the input generator's
+    training: str = FORWARD  # the training mode (docs/SPEC.md §1.5); ``mode`` is the input generator's
     # True: not a check but torch.autograd.gradcheck in float64 (``run_gradcheck``), informational
     gradcheck: bool = False
 

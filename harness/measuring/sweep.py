@@ -112,7 +112,7 @@ def execute_case(case: Case, config: Config, run_id: str, ceiling_gbps: float,
                  ref: Reference | None = None, flush=None,
                  on_phase: Callable[[str], None] = lambda phase: None,
                  adversarial: check.AdversarialCheck | None = None, measure=None) -> CaseResult:
-    """Checks, then times one case, in its mode (SPEC 1.5). Never raises for a strategy's fault
+    """Checks, then times one case, in its mode (docs/SPEC.md §1.5). Never raises for a strategy's fault
     (``Interrupted`` and ``KeyboardInterrupt`` do propagate). ``flush``: the
     backend's cache flush for the device, made here unless the caller passes
     the one it keeps (an isolated case's child has none to pass). ``adversarial``:

@@ -1,4 +1,4 @@
-"""Timers (SPEC 3): raw per-call samples in seconds, taken the way the
+"""Timers (docs/SPEC.md §3): raw per-call samples in seconds, taken the way the
 strategy's backend needs.
 
 Host clock (the CPU, and any device without an event timer): warm-up by
@@ -130,7 +130,7 @@ def _done(samples: list[float], elapsed_s: float, timing) -> bool:
 
 def _settled(samples: list[float], timing, host_s: float | None = None,
              xcheck: float = float("nan")) -> "Timed":
-    # A slow start is dropped like warm-up, but never below min_samples (SPEC 3: at least 5).
+    # A slow start is dropped like warm-up, but never below min_samples (docs/SPEC.md §3: at least 5).
     dropped = min(stats.slow_start(samples), max(0, len(samples) - timing.min_samples))
     kept = np.asarray(samples[dropped:])
     return Timed(kept, float(np.median(kept)) if host_s is None else host_s, xcheck, dropped)

@@ -2,7 +2,7 @@
 second ``make bench`` costs little more than its timing.
 
 A verdict (passed, or the first failure with its status and message) is kept
-per strategy, device, dtype, training mode (SPEC 1.5) and seed, in a file named by the digest of
+per strategy, device, dtype, training mode (docs/SPEC.md §1.5) and seed, in a file named by the digest of
 everything else it depends on (``fingerprint``): the source of every file
 under impls/, of the judging code (harness/measuring/check.py) and of each
 loaded plugin (``plugins.recorded``), the libraries' versions, Python, the

@@ -91,7 +91,7 @@ def fresh_floor_s(bytes_moved: float, bytes_written: float, ceiling_gbps: float,
     """The CPU floor that counts what a fresh output costs: the bytes read at
     the copy bandwidth plus the bytes written at the fresh-write bandwidth
     (a newly allocated buffer, its pages zeroed by the OS on first touch:
-    ``timing.fresh_write_gbps``), the rate every timed call's outputs pay (SPEC 3)."""
+    ``timing.fresh_write_gbps``), the rate every timed call's outputs pay (docs/SPEC.md §3)."""
     if not (ceiling_gbps > 0 and fresh_write_gbps > 0) or not 0 <= bytes_written <= bytes_moved:
         return float("nan")
     return (bytes_moved - bytes_written) / (ceiling_gbps * 1e9) + bytes_written / (fresh_write_gbps * 1e9)

@@ -1,4 +1,4 @@
-"""Result directories (SPEC 4): ``meta.json``, ``rows.csv``, ``samples.jsonl``.
+"""Result directories (docs/SPEC.md §4): ``meta.json``, ``rows.csv``, ``samples.jsonl``.
 
 Written so that a run killed at any moment leaves every finished case
 readable: the metadata is written first (atomically, by rename), and each case
@@ -59,7 +59,7 @@ KEY_COLUMNS = ("run_id", "case_id", "op", "strategy", "device", "dtype", "params
 COLUMN_SPECS = (
     ("run_id", "text", 1), ("case_id", "text", 1), ("op", "text", 1), ("strategy", "text", 1),
     ("backend", "text", 1), ("device", "text", 1), ("dtype", "text", 1), ("params", "text", 1),
-    ("mode", "text", 6),  # SPEC 1.5: forward, backward or forward+backward
+    ("mode", "text", 6),  # docs/SPEC.md §1.5: forward, backward or forward+backward
     ("status", "text", 1), ("message", "text", 1),
     *TIMING.columns(),  # the timing statistics (metrics.TIMING)
     ("bytes", "number", 1), ("gbps", "number", 1), ("ceiling_gbps", "number", 1), ("floor_s", "number", 1),
@@ -117,7 +117,7 @@ def update_to_3(meta: dict, rows: pd.DataFrame | None):
 
 
 def update_to_6(meta: dict, rows: pd.DataFrame | None):
-    """Schema 6 adds ``mode`` (SPEC 1.5): every case of an older run timed the forward."""
+    """Schema 6 adds ``mode`` (docs/SPEC.md §1.5): every case of an older run timed the forward."""
     if rows is not None:
         rows["mode"] = "forward"
     return meta, rows

@@ -1,4 +1,4 @@
-"""Known upstream defects (impls/defects.py, SPEC 2): a listed defect turns
+"""Known upstream defects (impls/defects.py, docs/SPEC.md §2): a listed defect turns
 exactly its own mismatch into ``upstream-defect``; nothing else is excused."""
 
 import numpy as np

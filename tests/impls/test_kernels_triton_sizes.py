@@ -1,5 +1,5 @@
 """The Triton kernels at sizes past 2**31 elements and past CUDA's grid limits
-(SPEC 2, "Size"), checked without a GPU where possible.
+(docs/SPEC.md §2, "Size"), checked without a GPU where possible.
 
 Without a GPU: each wrapper runs on meta tensors (shapes and strides, no
 memory) with its launch captured, which shows the integer width it picks and

@@ -81,7 +81,7 @@ def _windows(x, k):
                          ids=lambda p: "x".join(str(v) for v in p.values()))
 def test_adversarial_inputs_tie_zeros_of_both_signs_in_both_orders(params):
     """Windows whose maximum is zero with -0.0 first and +0.0 later, and the
-    reverse: the first maximum's own bits are the answer (SPEC 1.1)."""
+    reverse: the first maximum's own bits are the answer (docs/SPEC.md §1.1)."""
     x = maxpool2d.generate(params, "adversarial", 0)["x"]
     windows = _windows(x, params["k"]).reshape(-1, params["k"] ** 2)
     zero_max = windows[(np.nanmax(np.where(np.isnan(windows), -np.inf, windows), axis=1) == 0)

@@ -23,7 +23,7 @@ HALF = ("float16", "bfloat16")
 
 def acceptable(strat, dtype, status):
     """ok; a listed upstream defect; or, for a seed's own code in a half type,
-    inexact (SPEC 2: it may sum in that type, and is reported for it)."""
+    inexact (docs/SPEC.md §2: it may sum in that type, and is reported for it)."""
     return status == "ok" or status == UPSTREAM_DEFECT or (status == "inexact" and strat.seed and dtype in HALF)
 
 

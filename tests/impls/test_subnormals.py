@@ -201,7 +201,7 @@ def test_pinv_has_a_subnormal_mask_check_in_each_dtype(dtype):
     assert common.is_subnormal(mask, dtype).sum() == params["H"]  # one per row
     assert (mask > 0).all()
     assert np.isfinite(ref.expected).all()
-    # y stays in dispersion's range of normal numbers (SPEC 2)
+    # y stays in dispersion's range of normal numbers (docs/SPEC.md §2)
     assert not common.is_subnormal(ref.inputs["y"], dtype).any()
 
 
@@ -242,7 +242,7 @@ def test_relative_compare_of_values_near_float64s_largest():
 
 
 def test_dispersion_forward_inputs_stay_normal():
-    """SPEC 2: dispersion's inputs are normal numbers (flushing is outside its contract)."""
+    """docs/SPEC.md §2: dispersion's inputs are normal numbers (flushing is outside its contract)."""
     for params in dispersion.check_cases():
         for mode in MODES:
             for dtype in DTYPES:

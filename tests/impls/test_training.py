@@ -1,4 +1,4 @@
-"""Training modes (SPEC 1.5, impls/training.py): every strategy with a
+"""Training modes (docs/SPEC.md §1.5, impls/training.py): every strategy with a
 backward, in ``backward`` and ``forward+backward``, against the float64
 oracle of the backward on each operator's adversarial set (ties, NaN and
 all -inf windows, cropped rows and columns, strided and channels-last
@@ -48,7 +48,7 @@ def acceptable(strat, dtype, status):
     """ok, a listed upstream defect, or, in a half type, inexact for a
     backward that sums in its framework's accumulator (autograd, jax.vjp:
     torch's unfold backward sums 300 channels in bfloat16) or the seed's own
-    code (SPEC 2: it may sum in that type, and is reported for it)."""
+    code (docs/SPEC.md §2: it may sum in that type, and is reported for it)."""
     if status in ("ok", "upstream-defect"):
         return True
     framework = strat.differentiation in ("autograd", "jax.vjp")
@@ -396,7 +396,7 @@ def oracle_jacobian(op, inputs, params, out_shape):
 def test_autograd_agrees_with_the_oracle_jacobian(strat):
     """gradcheck (autograd against finite differences, float64) shows the
     strategy's autograd is its own function's derivative; its Jacobian then
-    equals the one built from SPEC 1.5's oracle. The oracle stays the judge."""
+    equals the one built from docs/SPEC.md §1.5's oracle. The oracle stays the judge."""
     import torch
 
     op = get_operator(strat.op)

@@ -297,7 +297,7 @@ def test_a_strategy_writing_into_its_inputs_cannot_corrupt_the_cached_reference(
 
 @pytest.mark.parametrize("ties", ["first", "any"])
 def test_an_index_to_a_nan_of_another_window_is_caught(planted, ties):
-    """A NaN window may point at any NaN of its own (SPEC 1.1), not at a NaN
+    """A NaN window may point at any NaN of its own (docs/SPEC.md §1.1), not at a NaN
     elsewhere in the plane."""
     def other_nan(values, indices, x):
         wrong = indices.copy()

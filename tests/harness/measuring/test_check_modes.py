@@ -1,4 +1,4 @@
-"""The check in training modes (issue 32, SPEC 1.5): a strategy whose forward
+"""The check in training modes (issue 32, docs/SPEC.md §1.5): a strategy whose forward
 is right and whose backward sends a tie's gradient to the last maximum is
 ``ok`` in forward and ``mismatch`` in backward and forward+backward; a
 strategy with no backward is skipped with its reason, never a failure; the

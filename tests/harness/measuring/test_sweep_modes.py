@@ -1,4 +1,4 @@
-"""The sweep in the training modes (SPEC 1.5, issue 32): every row says its
+"""The sweep in the training modes (docs/SPEC.md §1.5, issue 32): every row says its
 mode, a strategy with no backward is skipped with its reason, the backward
 is checked against the gradient oracle, timed and judged again after timing,
 and its bytes are the mode's."""

@@ -288,7 +288,7 @@ def test_a_triton_kernel_under_the_cpu_interpreter_is_checked_but_not_timed(monk
 
 
 def test_dropping_a_slow_start_never_leaves_fewer_than_min_samples():
-    """SPEC 3: at least 5 samples. Calls slower than the settling allowance
+    """docs/SPEC.md §3: at least 5 samples. Calls slower than the settling allowance
     end sampling at 5; the slow start dropped from them may not leave 3."""
     call = SlowStart(slow_calls=3, slow_s=0.05, fast_s=0.004)  # the warm-up takes one slow call
     timed = timing.time_host(call, Timing(min_samples=5, budget_s=0.01, warmup_s=0))

@@ -1,4 +1,4 @@
-"""The CUDA timer counts device time only, whatever the host does (SPEC 3):
+"""The CUDA timer counts device time only, whatever the host does (docs/SPEC.md §3):
 strategies with a deliberately slow host launch, timed inside a real sweep of
 several cases, agree with triton.testing.do_bench of the same kernel without
 the slow host (within 5 %). Needs a GPU: `pytest -m cuda` (`make gpu`)."""

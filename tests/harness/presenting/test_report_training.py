@@ -1,4 +1,4 @@
-"""The answer table's training step (SPEC 1.5), on committed runs: the H200
+"""The answer table's training step (docs/SPEC.md §1.5), on committed runs: the H200
 run trained maxpool2d at 64×32×128² only, the CPU run trained nothing."""
 
 from harness.presenting.report import load as report_load
