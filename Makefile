@@ -79,7 +79,7 @@ dashboard: $(STAMP)
 # faster or slower CI machine cancels out), failing only past REGRESS_FACTOR
 # and only when the suspect case regresses again when re-measured. Counts:
 # the same sweep counted under Callgrind against COUNTS_BASELINE, failing past
-# COUNTS_FACTOR (see README: "Regression gate" and "Counts").
+# COUNTS_FACTOR (see docs/REGRESSION.md and docs/COUNTING.md).
 REGRESS_FACTOR ?= 2.0
 COUNTS_FACTOR ?= 1.03
 COUNTS_BASELINE ?= results/baseline-counts
@@ -116,7 +116,7 @@ gpu: $(STAMP)
 clean-venv:
 	rm -rf $(VENV)
 
-# The suite's cache folder (README "Caches"): adversarial verdicts, bench()'s
+# The suite's cache folder (docs/CACHES.md): adversarial verdicts, bench()'s
 # copy ceilings, JAX's and Inductor's compiled kernels. Only time is lost.
 clean-cache: $(STAMP)
 	@dir=$$($(PY) -c 'from harness.base import caches; print(caches.cache_root())') && \

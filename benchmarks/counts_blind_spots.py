@@ -1,7 +1,7 @@
 """What instruction counts cannot see: ``python benchmarks/counts_blind_spots.py [-o DIR]``.
 
 Measures, with the suite's own commands, one example of each blind spot the
-README's "Counts" section names, on one maxpool2d case large enough to live in
+docs/COUNTING.md names, on one maxpool2d case large enough to live in
 DRAM (8×32×128×128 float32: 16.8 MB in, 4.2 MB of values and 8.4 MB of int64
 indices out per call), for a numpy and a torch strategy:
 

@@ -8,7 +8,7 @@ it when a run ends. Then measures ``scatterbench dashboard`` in a child
 process, without reports and with those of the newest 10 runs: a cold build
 (a new site), and a warm one after one more run was added; peak RSS of the
 cold build (``wait4``), the site's size and the history's size on disk.
-Prints a Markdown table (the README's).
+Prints a Markdown table (docs/DASHBOARD.md's).
 
 Not a timed test: numbers depend on the machine and on what else runs on it
 (the load average is printed with them). ``synthesise`` is also what the

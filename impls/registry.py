@@ -164,7 +164,7 @@ class Operator:
     validate: Callable  # (params) -> None, raises ValueError naming the problem
     check_cases: Callable  # () -> list of small adversarial parameter dicts
     # The strategy that regression checks normalise by: present on every
-    # machine the gate runs on, and stable (see README, "Regression gate").
+    # machine the gate runs on, and stable (see docs/REGRESSION.md).
     reference: str
     # The inputs a layout applies to (the big ones) and the layouts worth
     # checking for this operator; each backend narrows them to what it has.

@@ -1,4 +1,4 @@
-"""The layers the README promises, checked on every import statement (those
+"""The layers docs/EXTENDING.md promises, checked on every import statement (those
 inside functions too), and shown by harness/'s folders: impls at the ground;
 harness/base (errors, formatting, config, plugins); harness/results (what a
 run leaves on disk); harness/measuring (running strategies); harness/judging

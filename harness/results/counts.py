@@ -16,7 +16,7 @@ Per call, from one Callgrind run with cache simulation:
 
 Counts barely move between runs of the same code (within 0.1 %, whatever
 the load, est_cycles of the interpreter-bound seeds at quick.yaml's small
-sizes within 0.25 %; README, "Counts"), so no
+sizes within 0.25 %; docs/COUNTING.md), so no
 statistical test is needed: a count regresses when it grew by more than the
 factor (``metrics.COUNTS.factor``, 1.03), and improves when it shrank by as much. A case that was correct and now fails its check is broken, by the same
 rule as times (``regression.status_change``).
