@@ -128,6 +128,17 @@ def test_the_readme_is_short_and_links_every_docs_page():
     assert "make test" in readme and "make bench" in readme
 
 
+def test_every_written_page_links_the_contract():
+    """The report is generated (its owner is the report builder); every page
+    written by hand sends its reader to docs/SPEC.md."""
+    written = [path for path in documents() if path.parent.name != "report" and path.name not in ("REPORT.md",
+                                                                                                  "SPEC.md")]
+    missing = [path.name for path in written
+               if not any(Path(target.partition("#")[0]).name == "SPEC.md"
+                          for _, line in prose(path.read_text()) for target in LINK.findall(line))]
+    assert missing == []
+
+
 def stated_bounds() -> dict[str, tuple[float, float]]:
     """docs/PLUGINS.md's table: dtype -> (ok up to, inexact up to)."""
     guide = (ROOT / "docs" / "PLUGINS.md").read_text()
