@@ -44,7 +44,10 @@ class Strategy:
     # Which of the operator's outputs it returns (``Operator.outputs``); the
     # decorator's default is the whole output, so only a partial one is declared.
     returns: str = "output"  # maxpool2d: "values+indices" (whole) or "values"
-    ties: str = "n/a"  # maxpool2d: "first" (the contract) or "any"
+    # Which maximum an argmax index may point at: "first" (the contract) or "any".
+    # Any operator's strategy may declare it; the operator's compare and its
+    # Gradient.compare read it (maxpool2d's hold anything but "any" to "first").
+    ties: str = "n/a"
     seed: bool = False  # one of the seeds' own strategies
     doc: str = ""
     # Extra bytes of temporaries per byte of operator traffic, for the memory guard.
