@@ -139,8 +139,8 @@ def unfit_line(base_dir, base_meta: dict, base_rows: pd.DataFrame, new_dir, new_
                if (reasons := analysis.run_unfit_reasons(meta, rows))]
     if not refused:
         return ""
-    return (f"not judged: {' and '.join(refused)}: its times are shown, but times are compared only between runs "
-            f"the fitness rule admits")
+    return (f"not judged: {' and '.join(refused)}; times are shown, not judged: only runs the fitness rule "
+            f"admits are compared on wall time")
 
 
 def withhold_times(table: pd.DataFrame) -> pd.DataFrame:
