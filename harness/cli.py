@@ -5,7 +5,8 @@ This module parses and prints; the work is done by the module each command
 names (check.py, sweep.py, compare.py, ...). Every subcommand is declared
 once, with ``@command``. Exit status: 0 fine, 1 findings (a failed check, a
 regression), 2 bad input or data (one line on stderr, no traceback unless
-``--debug``), 130 interrupted.
+``--debug``), 3 `compare` of a pair the fitness rule refuses (one line on
+stderr: which run, why; nothing broke), 130 interrupted.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from harness.base.errors import (
     EXIT_FINDINGS,
     EXIT_INTERRUPTED,
     EXIT_OK,
+    EXIT_UNFIT,
     EXIT_USAGE,
     ResultError,
     ScatterbenchError,
@@ -27,7 +29,7 @@ from harness.base.errors import (
 )
 from harness.results.metrics import COUNTS
 
-__all__ = ["EXIT_FINDINGS", "EXIT_INTERRUPTED", "EXIT_OK", "EXIT_USAGE", "UsageError", "main"]
+__all__ = ["EXIT_FINDINGS", "EXIT_INTERRUPTED", "EXIT_OK", "EXIT_UNFIT", "EXIT_USAGE", "UsageError", "main"]
 
 
 def arg(*flags, **options) -> tuple:
@@ -290,7 +292,8 @@ def _counts_table(rows):
 
 
 # --------------------------------------------------------------------- compare
-@command("compare", "compare two result directories; exit 1 on a regression or breakage",
+@command("compare", "compare two result directories; exit 1 on a regression or breakage, 3 when a run is "
+                    "unfit (its times are then not judged; a breakage still exits 1)",
          arg("base", help="the earlier result directory"),
          arg("new", help="the later result directory"),
          arg("--factor", type=float, default=None,
@@ -318,7 +321,7 @@ def cmd_compare(args) -> int:
     if args.metric != "time":
         return _compare_counts(args)
     rule = _rule(args)
-    result = compare.compare_dirs(args.base, args.new, rule, args.relative_to, args.normalise)
+    result = compare.compare_dirs(args.base, args.new, rule, args.relative_to, args.normalise, fitness=True)
     for warning in result.warnings:
         print(warning, file=sys.stderr)
     table = result.table
@@ -328,27 +331,30 @@ def cmd_compare(args) -> int:
         console().print(compare_table(table, relative))
         print(compare.counts_line(table))
 
-    return _emit_comparison(args, table, lambda: compare.as_markdown(table, relative), show_table,
-                            f"factor {rule.factor}, alpha {rule.alpha}")
+    return _emit_comparison(args, table, lambda: compare.as_markdown(table, relative, result.unfit), show_table,
+                            f"factor {rule.factor}, alpha {rule.alpha}", result.unfit)
 
 
-def _emit_comparison(args, table, markdown, show_table, rule_text: str) -> int:
+def _emit_comparison(args, table, markdown, show_table, rule_text: str, unfit: str = "") -> int:
     """A comparison as --format asks (the Markdown also to --output), then its
-    exit status: 1 with one line on stderr when any case regressed."""
+    exit status: 1 with one line on stderr when any case regressed or broke,
+    else 3 with ``unfit`` (the line saying which run the fitness rule refuses)."""
     from harness.judging import compare
 
-    text = markdown() if args.format == "md" else compare.as_json(table) if args.format == "json" else None
+    text = markdown() if args.format == "md" else compare.as_json(table, unfit) if args.format == "json" else None
     if args.output:
         _write_text(args.output, text if text is not None else markdown())
     if text is not None:
         print(text)
     else:
         show_table()
+    if unfit:
+        print(unfit, file=sys.stderr)
     bad = compare.regressed(table)
     if len(bad):
-        print(f"{len(bad)} regressed ({rule_text})", file=sys.stderr)
+        print(f"{len(bad)} {'broken' if unfit else 'regressed'} ({rule_text})", file=sys.stderr)
         return EXIT_FINDINGS
-    return EXIT_OK
+    return EXIT_UNFIT if unfit else EXIT_OK
 
 
 def _compare_counts(args) -> int:
@@ -388,14 +394,14 @@ def _count_compare_table(table):
     from harness.presenting.tables import VERDICT_STYLE, Column, console, fitted_table
 
     metric = table["metric"].iloc[0] if len(table) else "count"
-    columns = [Column("op", 2), Column("strategy", 0), Column("device", 6), Column("dtype", 5),
+    columns = [Column("op", 2), Column("strategy", 0), Column("device", 6), Column("dtype", 5), Column("mode", 1),
                Column("params", 3, flexible=True), Column(f"base {metric}", 4, "right"),
                Column(f"new {metric}", 4, "right"), Column("ratio", 0, "right"), Column("verdict", 0)]
     cells = []
     for _, r in table.iterrows():
         style = VERDICT_STYLE.get(r["verdict"], "")
         shown = COUNTS[r["metric"]].format
-        cells.append([escape(r["op"]), escape(r["strategy"]), r["device"], r["dtype"],
+        cells.append([escape(r["op"]), escape(r["strategy"]), r["device"], r["dtype"], r["mode"],
                       escape(params_label(r["params"])), shown(r["base_count"]), shown(r["new_count"]),
                       fmt_num(r["ratio"], 4, "×"), f"[{style}]{escape(r['verdict'])}[/]" if style
                       else escape(r["verdict"])])

@@ -10,6 +10,7 @@ from __future__ import annotations
 EXIT_OK = 0
 EXIT_FINDINGS = 1  # the suite worked and found something: a mismatch, an error, a regression
 EXIT_USAGE = 2  # bad input: config, flag, result directory, output path
+EXIT_UNFIT = 3  # compare: a run of the pair fails the fitness rule, so its times are not judged
 EXIT_INTERRUPTED = 130  # Ctrl-C or SIGTERM; what finished is kept
 
 

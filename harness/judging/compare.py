@@ -11,6 +11,14 @@ the geometric mean of the other strategies both runs timed (reference "*"),
 so a slowdown of the reference is still seen and a strategy added to one run
 changes no other verdict. Each ``--relative-to`` name must be a strategy of
 one of the runs: a typo exits 2 instead of switching the gate off.
+
+Wall times are judged only between runs the one fitness rule admits
+(``analysis.run_unfit_reasons``): where either run is unfit, ``compare``
+says which and why in one line (``Comparison.unfit``) and gives no time
+verdict (``UNFIT``): no case is "regressed", "improved" or "same". A status
+change (broken, fixed) is still judged: the check's verdict does not depend
+on the machine's load. The CI gate (harness/judging/wall_gate.py) re-measures
+its suspects instead, and asks for no fitness here.
 """
 
 from __future__ import annotations
@@ -33,7 +41,7 @@ from harness.base.format import (
     md_escape,
     params_label,
 )
-from harness.judging import regression
+from harness.judging import analysis, regression
 from harness.results import metrics, runmeta, stats, store
 from impls.status import CORRECT
 
@@ -51,6 +59,8 @@ def references_for(op: str, relative_to: list[str] | None, normalise: bool) -> l
 
 
 OTHERS = "*"  # normalised by the geometric mean of the other strategies of the case
+UNFIT = "not judged: unfit"  # a time verdict withheld: a run of the pair fails the fitness rule
+TIME_VERDICTS = (regression.REGRESSED, regression.IMPROVED, regression.SAME)  # what load can fake
 
 
 def typical_by_group(rows: pd.DataFrame, samples: dict, statistic: str) -> dict:
@@ -116,10 +126,34 @@ class Comparison:
     table: pd.DataFrame
     normalised: bool
     warnings: list[str] = field(default_factory=list)
+    unfit: str = ""  # the one line naming the unfit run(s) and why, where the pair is unfit
+
+
+def unfit_line(base_dir, base_meta: dict, base_rows: pd.DataFrame, new_dir, new_meta: dict,
+               new_rows: pd.DataFrame) -> str:
+    """One line naming each run of the pair the fitness rule refuses and why,
+    or "" when both are fit."""
+    refused = [f"{label} run {where} is unfit ({'; '.join(reasons)})"
+               for label, where, meta, rows in (("the base", base_dir, base_meta, base_rows),
+                                                ("the new", new_dir, new_meta, new_rows))
+               if (reasons := analysis.run_unfit_reasons(meta, rows))]
+    if not refused:
+        return ""
+    return (f"not judged: {' and '.join(refused)}; times are shown, not judged: only runs the fitness rule "
+            f"admits are compared on wall time")
+
+
+def withhold_times(table: pd.DataFrame) -> pd.DataFrame:
+    """``table`` with every time verdict (``TIME_VERDICTS``) replaced by ``UNFIT``."""
+    if not len(table):
+        return table
+    return table.assign(verdict=table["verdict"].where(~table["verdict"].isin(TIME_VERDICTS), UNFIT))
 
 
 def compare_dirs(base_dir, new_dir, rule: regression.Rule = regression.Rule(),
-                 relative_to: list[str] | None = None, normalise: bool = False) -> Comparison:
+                 relative_to: list[str] | None = None, normalise: bool = False, fitness: bool = False) -> Comparison:
+    """The two runs' cases compared (module docstring). ``fitness``: apply
+    the fitness rule (``compare``'s; the gate re-measures instead)."""
     base_meta, base_rows, base_samples = store.read_run(Path(base_dir))
     new_meta, new_rows, new_samples = store.read_run(Path(new_dir))
     # The runs' plugins before the registry is asked for references (--normalise).
@@ -140,13 +174,16 @@ def compare_dirs(base_dir, new_dir, rule: regression.Rule = regression.Rule(),
         warnings.append(f"warning: {base_dir} ({runmeta.machine_label(base_meta)}) and {new_dir} "
                         f"({runmeta.machine_label(new_meta)}) were measured on different hardware: their absolute "
                         f"times differ by machine as much as by code; compare with --normalise")
-    return Comparison(table, normalised, warnings)
+    unfit = unfit_line(base_dir, base_meta, base_rows, new_dir, new_meta, new_rows) if fitness else ""
+    return Comparison(withhold_times(table) if unfit else table, normalised, warnings, unfit)
 
 
 def compare_runs(base_dir, new_dir, factor: float = regression.DEFAULT_FACTOR,
                  alpha: float = regression.DEFAULT_ALPHA, relative_to: list[str] | None = None,
                  statistic: str = "median") -> pd.DataFrame:
-    return compare_dirs(base_dir, new_dir, regression.Rule(factor, alpha, statistic), relative_to).table
+    """``scatterbench compare``'s table, the fitness rule applied."""
+    return compare_dirs(base_dir, new_dir, regression.Rule(factor, alpha, statistic), relative_to,
+                        fitness=True).table
 
 
 def compare_frames(base_rows, base_samples, new_rows, new_samples, rule=None, relative_to=None,
@@ -253,12 +290,12 @@ def count_verdict_line(r) -> str:
 
 def counts_markdown(table: pd.DataFrame) -> str:
     metric = table["metric"].iloc[0] if len(table) else "count"
-    lines = [f"| op | strategy | device | dtype | params | base {metric} | new {metric} | ratio | verdict |",
-             "|---|---|---|---|---|---|---|---|---|"]
+    lines = [f"| op | strategy | device | dtype | mode | params | base {metric} | new {metric} | ratio | verdict |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for _, r in table.iterrows():
         verdict = f"**{r['verdict']}**" if r["verdict"] in regression.FAILING else r["verdict"]
         shown = metrics.COUNTS[r["metric"]].format
-        cells = [md_escape(r["op"]), md_escape(r["strategy"]), r["device"], r["dtype"],
+        cells = [md_escape(r["op"]), md_escape(r["strategy"]), r["device"], r["dtype"], r["mode"],
                  md_escape(params_label(r["params"])), shown(r["base_count"]), shown(r["new_count"]),
                  fmt_num(r["ratio"], 4, "×"), verdict]
         lines.append("| " + " | ".join(cells) + " |")
@@ -280,19 +317,20 @@ def value_text(seconds: float, relative: bool) -> str:
     return fmt_num(seconds, 3, "×ref") if relative else fmt_time(seconds)
 
 
-def as_markdown(table: pd.DataFrame, relative: bool = False) -> str:
-    lines = ["| op | strategy | device | dtype | params | base | new | ratio | p | verdict |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+def as_markdown(table: pd.DataFrame, relative: bool = False, unfit: str = "") -> str:
+    lines = ["| op | strategy | device | dtype | mode | params | base | new | ratio | p | verdict |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for _, r in table.iterrows():
         verdict = f"**{r['verdict']}**" if r["verdict"] in regression.FAILING else r["verdict"]
-        cells = [md_escape(r["op"]), md_escape(r["strategy"]), r["device"], r["dtype"],
+        cells = [md_escape(r["op"]), md_escape(r["strategy"]), r["device"], r["dtype"], r["mode"],
                  md_escape(params_label(r["params"])), value_text(r["base_s"], relative),
                  value_text(r["new_s"], relative), fmt_ratio(r["ratio"]), fmt_p(r["p_value"]), verdict]
         lines.append("| " + " | ".join(cells) + " |")
-    lines += ["", counts_line(table)]
+    lines += ["", counts_line(table)] + (["", md_escape(unfit)] if unfit else [])
     return "\n".join(lines)
 
 
-def as_json(table: pd.DataFrame) -> str:
+def as_json(table: pd.DataFrame, unfit: str = "") -> str:
+    """The cases, how many regressed or broke, and the unfit line ("" for a fit pair)."""
     records = json.loads(table.to_json(orient="records"))
-    return json.dumps({"cases": records, "regressed": int(len(regressed(table)))}, indent=2)
+    return json.dumps({"cases": records, "regressed": int(len(regressed(table))), "unfit": unfit}, indent=2)

@@ -4,10 +4,13 @@ second ``make bench`` costs little more than its timing.
 A verdict (passed, or the first failure with its status and message) is kept
 per strategy, device, dtype, training mode (docs/SPEC.md §1.5) and seed, in a file named by the digest of
 everything else it depends on (``fingerprint``): the source of every file
-under impls/, of the judging code (harness/measuring/check.py) and of each
-loaded plugin (``plugins.recorded``), the libraries' versions, Python, the
-CPU, and the thread counts in force. Any change there names another file, so
-the strategies are checked again; nothing is ever invalidated by hand.
+under impls/, of the judging code (harness/measuring/check.py), of each
+loaded plugin (``plugins.recorded``) and of every other module loaded from
+outside the standard library, the installed packages and the harness
+(``loaded_modules``: a helper module a plugin imports, living beside it), the
+libraries' versions, Python, the CPU, and the thread counts in force. Any
+change there names another file, so the strategies are checked again;
+nothing is ever invalidated by hand.
 
 Only verdicts of code that fingerprint covers are kept: a strategy defined
 elsewhere (a notebook's cell, a test's planted strategy) is checked every
@@ -21,7 +24,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import site
 import sys
+import sysconfig
 from pathlib import Path
 from typing import Callable
 
@@ -46,6 +51,36 @@ def tree_digest(folder: Path) -> str:
     return digest.hexdigest()
 
 
+def _installed_roots() -> list[Path]:
+    """Where the standard library and the installed packages live (the
+    fingerprint's ``python`` and ``versions`` stand for their code), and the
+    virtual environment's own folder."""
+    paths = sysconfig.get_paths()
+    roots = [paths[key] for key in ("stdlib", "platstdlib", "purelib", "platlib") if paths.get(key)]
+    roots += list(getattr(site, "getsitepackages", list)()) + [site.getusersitepackages()]
+    if sys.prefix != sys.base_prefix:  # a virtual environment: everything under it was installed
+        roots.append(sys.prefix)
+    return [Path(root).resolve() for root in roots]
+
+
+def loaded_modules() -> list[tuple[str, Path]]:
+    """(name, file) of every module in sys.modules loaded from a file outside
+    the standard library, the installed packages, the virtual environment and
+    the harness, by name: the plugins, what they import beside them, a
+    script's own code. impls/ is left to ``tree_digest`` (all of it, loaded or
+    not) and the harness to ``check``'s own hash (its other code judges nothing)."""
+    skipped = _installed_roots() + [(ROOT / "impls").resolve(), (ROOT / "harness").resolve()]
+    found = {}
+    for name, module in list(sys.modules.items()):  # a copy: an import elsewhere may add to it meanwhile
+        file = getattr(module, "__file__", None)
+        if not isinstance(file, str):
+            continue  # built in, frozen, a namespace package, a notebook's cells
+        path = Path(file).resolve()
+        if path.is_file() and not any(path.is_relative_to(root) for root in skipped):
+            found[name] = path
+    return sorted(found.items())
+
+
 def fingerprint(threads: dict | None = None) -> dict:
     """What every kept verdict depends on besides its own key (see the module's docstring)."""
     from impls import backends
@@ -53,6 +88,7 @@ def fingerprint(threads: dict | None = None) -> dict:
     return {"impls": tree_digest(ROOT / "impls"),
             "check": plugins.sha256(check.__file__),
             "plugins": sorted((record["module"], record["sha256"]) for record in plugins.recorded()),
+            "modules": [(name, plugins.sha256(path)) for name, path in loaded_modules()],
             "versions": backends.versions(),
             "python": sys.version.split()[0],
             "cpu": [facts.cpu_model(), facts.cpu_family_model()],

@@ -40,6 +40,7 @@ from harness.base.format import (
 )
 from harness.judging import analysis, history, regression
 from harness.results import metrics, runmeta, store
+from impls import training
 
 ASSETS = Path(__file__).with_name("dashboard_assets")
 SITE_ASSETS = ("uPlot.iife.min.js", "uPlot.min.css", "uPlot-LICENSE", "dashboard.js")
@@ -354,14 +355,16 @@ def overview(cases: pd.DataFrame, changes: pd.DataFrame) -> list[str]:
             f"warns): the machine was busy or the case is noisy, so its value and trend are uncertain. "
             f"{unstable} of {len(latest)} cases are unstable.</p>",
             "<table id='overview'><tr><th>op</th><th>strategy</th><th>params</th><th>device</th><th>dtype</th>"
-            "<th>machine</th><th>latest</th><th>status</th><th>vs previous (median)</th>"
+            "<th>mode</th><th>machine</th><th>latest</th><th>status</th><th>vs previous (median)</th>"
             f"<th>trend (last {TREND_RUNS} runs)</th><th>runs</th></tr>"]
     rows = []
     for row in latest.itertuples(index=False):
         mark = row.mark if isinstance(row.mark, str) else ""
         params = json.loads(row.params)
         order = (mark != history.RED, row.op, tuple(params[k] for k in ordered_params(params)
-                                                    if isinstance(params[k], int)), row.strategy, str(row.machine))
+                                                    if isinstance(params[k], int)), row.strategy,
+                 training.MODES.index(row.mode) if row.mode in training.MODES else len(training.MODES), row.mode,
+                 str(row.machine))
         noisy = bool(row.unstable)
         cell = (f"<td class='num unstable' title='unstable: IQR above {100 * analysis.UNSTABLE_REL_IQR:.0f} % of the "
                 f"median'>{esc(fmt_time(row.median_s))} {UNSTABLE_MARK}</td>" if noisy else
@@ -370,7 +373,8 @@ def overview(cases: pd.DataFrame, changes: pd.DataFrame) -> list[str]:
         css = {history.RED: " class='regressed'", history.NOT_JUDGED: " class='not-judged'"}.get(mark, "")
         rows.append((order, f"<tr{css}><td><a href='{esc(slug(row.op))}.html'>{esc(row.op)}</a></td>"
                             f"<td>{esc(row.strategy)}</td><td>{esc(params_label(row.params))}</td>"
-                            f"<td>{esc(row.device)}</td><td>{esc(row.dtype)}</td><td>{esc(row.machine)}</td>{cell}"
+                            f"<td>{esc(row.device)}</td><td>{esc(row.dtype)}</td><td>{esc(row.mode)}</td>"
+                            f"<td>{esc(row.machine)}</td>{cell}"
                             f"<td>{esc(row.status)}</td><td class='num'>{esc(versus)}</td>"
                             f"<td>{esc(sparkline(trends[(row.case_id, row.machine)]))}</td>"
                             f"<td class='num'>{measured[(row.case_id, row.machine)]}</td></tr>"))

@@ -349,13 +349,13 @@ def check_table(results, width: int | None = None) -> Table:
 def compare_table(table: pd.DataFrame, relative: bool = False, width: int | None = None) -> Table:
     from harness.judging.compare import value_text
 
-    columns = [Column("op", 2), Column("strategy", 0), Column("device", 6), Column("dtype", 5),
+    columns = [Column("op", 2), Column("strategy", 0), Column("device", 6), Column("dtype", 5), Column("mode", 1),
                Column("params", 3, flexible=True), Column("base", 5, "right"), Column("new", 4, "right"),
                Column("ratio", 0, "right"), Column("p", 7, "right"), Column("verdict", 0)]
     rows = []
     for _, r in table.iterrows():
         style = VERDICT_STYLE.get(r["verdict"], "")
-        rows.append([escape(r["op"]), escape(r["strategy"]), r["device"], r["dtype"],
+        rows.append([escape(r["op"]), escape(r["strategy"]), r["device"], r["dtype"], escape(r["mode"]),
                      escape(params_label(r["params"])), value_text(r["base_s"], relative),
                      value_text(r["new_s"], relative), fmt_ratio(r["ratio"]), fmt_p(r["p_value"]),
                      f"[{style}]{escape(r['verdict'])}[/]" if style else escape(r["verdict"])])

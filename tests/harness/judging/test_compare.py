@@ -15,7 +15,7 @@ from harness.judging.compare import (
     regressed,
 )
 from harness.results.store import RunWriter
-from tests.helpers import benchmark, config_yaml, plugin_env, scatterbench
+from tests.helpers import as_quiet, benchmark, config_yaml, plugin_env, scatterbench
 
 SPIN_CONFIG = config_yaml(benchmark("maxpool2d", ["spin_steady", "spin_planted"], N=1, C=2, H=8, W=8, k=2),
                           name=None, timing={"min_samples": 30, "budget_s": 0.15, "warmup_s": 0.01},
@@ -124,6 +124,7 @@ def test_real_runs_planted_slowdown_then_a_a(tmp_path, tiny_config):
     for out, slowdown in ((base, 1.0), (slow, 1.5), (again, 1.0)):
         result = with_spin_plugin("run", config, "-o", out, "--no-progress", slowdown=slowdown)
         assert result.returncode == 0, result.stderr
+        as_quiet(out)  # compare judges only runs the fitness rule admits, whatever this machine's load
     # 10th percentiles: the spin is wall-clock time, and on a loaded machine a
     # preempted call ends late in every run alike, which moves the medians.
     flagged = regressed(compare_runs(base, slow, statistic="p10"))
@@ -229,3 +230,106 @@ def test_a_p_value_that_underflowed_is_shown_as_a_bound():
     from harness.base.format import fmt_p
 
     assert fmt_p(0.0) == "< 1e-300" and fmt_p(0.00123) == "0.0012" and fmt_p(float("nan")) == "–"
+
+
+# ------------------------------------------------ the fitness rule and the mode column
+def run_on_disk(directory: Path, samples: dict, statuses: dict | None = None, load: float = 0.1,
+                modes: dict | None = None) -> Path:
+    """A complete run on a 2-core machine (``as_quiet``'s quiet figures, then
+    its 1-minute loads set to ``load``): ``samples`` {case: seconds}, each
+    case a strategy of its own name (``modes``: a case's training mode,
+    forward where not given)."""
+    meta = {"run_id": directory.name, "status": "complete", "cpu_count": 2, "cpu_model": "AMD EPYC"}
+    writer = RunWriter(directory, meta)
+    modes = modes or {}
+    for row in with_rows(samples, statuses).to_dict("records"):
+        name = row["case_id"]
+        row.update(strategy=name.split("@")[0], mode=modes.get(name, "forward"), run_id=directory.name)
+        writer.append(row, samples[name])
+    writer.close()
+    as_quiet(directory)
+    if load != 0.1:
+        meta = json.loads((directory / "meta.json").read_text())
+        meta["load_avg_start"] = meta["load_avg_end"] = [load, load, load]
+        (directory / "meta.json").write_text(json.dumps(meta))
+    return directory
+
+
+def planted_pair(tmp_path, new_load: float, broken: bool = False):
+    """``a`` 1.3x slower in the new run (a regression on a fit pair), and
+    ``b`` a mismatch in it where ``broken``; the new run's load ``new_load``."""
+    _, base, _, new = synthetic(1.3, 21)
+    base_dir = run_on_disk(tmp_path / "base", base)
+    new_dir = run_on_disk(tmp_path / "new", new, {"b": "mismatch"} if broken else None, load=new_load)
+    return base_dir, new_dir
+
+
+def compare_cli(capsys, *args):
+    from harness import cli
+
+    status = cli.main(["compare", *map(str, args)])
+    out, err = capsys.readouterr()
+    return status, out, err
+
+
+def test_a_fit_pair_with_a_planted_slowdown_regresses(tmp_path, capsys):
+    """The pair the next test makes unfit, judged: the slowdown is found (so
+    the unfit pair's silence is the fitness rule's, not a blind comparison)."""
+    status, out, err = compare_cli(capsys, *planted_pair(tmp_path, new_load=0.1))
+    assert status == 1 and "1 regressed" in err and "not judged" not in out + err
+
+
+@pytest.mark.parametrize("fmt", ["table", "md", "json"])
+def test_an_unfit_pair_says_which_run_and_why_in_one_line_never_regressed_and_exits_3(tmp_path, capsys, fmt):
+    from harness.base.errors import EXIT_UNFIT
+
+    base_dir, new_dir = planted_pair(tmp_path, new_load=9.0)  # at or above 2 cores: busy
+    status, out, err = compare_cli(capsys, base_dir, new_dir, "--format", fmt)
+    assert status == EXIT_UNFIT == 3
+    (line,) = [line for line in err.splitlines() if line.strip()]
+    assert line.startswith("not judged: the new run ") and str(new_dir) in line and "load 9 on 2 cores" in line
+    assert "the base run" not in line  # the base is fit: only the unfit run is named
+    shown = out if fmt != "json" else json.dumps(json.loads(out)["cases"])
+    assert "regressed" not in shown and "improved" not in shown and "same" not in shown.replace("same_", "")
+    if fmt == "json":
+        assert json.loads(out)["unfit"] == line and json.loads(out)["regressed"] == 0
+    if fmt == "md":
+        assert "not judged: unfit |" in out and "not judged: the new run" in out
+
+
+def test_both_runs_unfit_are_named_in_the_one_line(tmp_path, capsys):
+    _, base, _, new = synthetic(1.3, 22)
+    base_dir, new_dir = run_on_disk(tmp_path / "base", base, load=4.0), run_on_disk(tmp_path / "new", new, load=9.0)
+    status, out, err = compare_cli(capsys, base_dir, new_dir)
+    (line,) = err.strip().splitlines()
+    assert status == 3 and "the base run" in line and "load 4 on 2 cores" in line and "load 9 on 2 cores" in line
+    assert "regressed" not in out + err
+
+
+def test_a_breakage_in_an_unfit_pair_is_still_a_finding(tmp_path, capsys):
+    """The check's verdict does not depend on the load: a case that broke
+    exits 1, named broken, never regressed, and the times stay unjudged."""
+    status, out, err = compare_cli(capsys, *planted_pair(tmp_path, new_load=9.0, broken=True))
+    assert status == 1 and "1 broken" in err and "not judged: the new run" in err
+    assert "regressed" not in out + err and "broken" in out
+
+
+def test_mode_is_a_column_of_compares_table_and_markdown(tmp_path, capsys):
+    """A case timed forward and backward: two rows told apart by their mode."""
+    samples = {"a": [1e-3] * 9, "a@backward": [2e-3] * 9}
+    modes = {"a@backward": "backward"}
+    base_dir = run_on_disk(tmp_path / "base", samples, modes=modes)
+    new_dir = run_on_disk(tmp_path / "new", samples, modes=modes)
+    table = compare_runs(base_dir, new_dir)
+    assert sorted(zip(table["strategy"], table["mode"])) == [("a", "backward"), ("a", "forward")]
+    lines = as_markdown(table).splitlines()
+    header = [cell.strip() for cell in lines[0].strip("|").split("|")]
+    rows = [[cell.strip() for cell in line.strip("|").split("|")] for line in lines[2:4]]
+    assert header[4] == "mode" and sorted(row[4] for row in rows) == ["backward", "forward"]
+    assert len({tuple(row) for row in rows}) == 2
+    status, drawn, _ = compare_cli(capsys, base_dir, new_dir)
+    (header,) = [line for line in drawn.splitlines() if " strategy " in line]
+    assert status == 0 and " mode " in header
+    assert {mode for mode in ("forward", "backward") if f" {mode} " in drawn} == {"forward", "backward"}
+    status, out, _ = compare_cli(capsys, base_dir, new_dir, "--format", "md")
+    assert status == 0 and "| mode |" in out and "| backward |" in out

@@ -4,6 +4,7 @@ damaged file is a warning, never a crash."""
 
 import json
 import os
+import sys
 import time
 
 import pytest
@@ -96,6 +97,27 @@ def test_a_plugin_edited_since_checks_again(tmp_path, monkeypatch):
     VerdictCache(0, THREADS, folder=tmp_path / "cache").save(asked({"numpy_sliding_window": None}), cases)
     assert VerdictCache(0, THREADS, folder=tmp_path / "cache").preload(check.AdversarialCheck(0), cases) == (1, 1)
     plugin.write_text("VALUE = 2\n")
+    assert VerdictCache(0, THREADS, folder=tmp_path / "cache").preload(check.AdversarialCheck(0), cases) == (0, 1)
+
+
+def test_the_digest_covers_loaded_modules_outside_the_standard_library_the_packages_and_the_harness(
+        tmp_path, monkeypatch):
+    import importlib
+
+    import numpy
+
+    (tmp_path / "beside_a_plugin.py").write_text("VALUE = 1\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "beside_a_plugin", raising=False)
+    importlib.import_module("beside_a_plugin")
+    loaded = dict(verdict_cache.loaded_modules())
+    assert loaded["beside_a_plugin"] == (tmp_path / "beside_a_plugin.py").resolve()
+    assert not {"json", "numpy", "harness.measuring.check", "impls.maxpool2d"} & set(loaded)  # json: the stdlib
+    assert numpy.__name__ in sys.modules and verdict_cache.__name__ not in loaded
+    cases = [case()]
+    VerdictCache(0, THREADS, folder=tmp_path / "cache").save(asked({"numpy_sliding_window": None}), cases)
+    assert VerdictCache(0, THREADS, folder=tmp_path / "cache").preload(check.AdversarialCheck(0), cases) == (1, 1)
+    (tmp_path / "beside_a_plugin.py").write_text("VALUE = 2\n")
     assert VerdictCache(0, THREADS, folder=tmp_path / "cache").preload(check.AdversarialCheck(0), cases) == (0, 1)
 
 
@@ -235,3 +257,80 @@ def test_a_checks_verdicts_are_kept_under_the_code_it_started_with(tmp_path, mon
     assert verdict_cache.keep_from_check(cache, results, [case()]) == 1
     assert [path.name for path in tmp_path.glob("*.json")] == [cache.path.name]
     assert VerdictCache(0, THREADS, folder=tmp_path).path != cache.path
+
+
+# ------------------------------------------------- a helper module a plugin imports
+# A plugin whose backward lives in a module beside it (issue 40): the digest
+# covers that module too, so editing it alone checks the strategy again.
+HELPER_PLUGIN = """
+from impls.registry import get_operator, strategy
+from tie_helper import tie_backward  # the helper beside this file
+
+SLIDING = get_operator("maxpool2d").strategies["numpy_sliding_window"]
+
+
+@strategy("maxpool2d", backend="numpy", dtypes=("float32",), returns="values+indices", ties="first",
+          source="test: its backward in a helper module", backward=tie_backward)
+def helper_backward_max_pool(inputs, params):
+    return SLIDING.prepare(inputs, params)
+"""
+TIE_HELPER = """
+import numpy as np
+
+
+def tie_backward(inputs, params):
+    x, k = inputs["x"], params["k"]
+    N, C, H, W = x.shape
+    h, w = H // k, W // k
+    windows = x[:, :, :h * k, :w * k].reshape(N, C, h, k, w, k).transpose(0, 1, 2, 4, 3, 5).reshape(N, C, h, w, -1)
+
+    def backward(saved, grad):
+        chosen = {chosen}
+        rows, cols = np.arange(h)[:, None] * k + chosen // k, np.arange(w)[None, :] * k + chosen % k
+        grad_x = np.zeros((N, C, H * W), dtype=grad.dtype)
+        np.put_along_axis(grad_x, (rows * W + cols).reshape(N, C, -1), grad.reshape(N, C, -1), axis=-1)
+        return grad_x.reshape(N, C, H, W)
+
+    return backward
+"""
+FIRST_TIE = "windows.argmax(axis=-1)"
+LAST_TIE = "k * k - 1 - windows[..., ::-1].argmax(axis=-1)"  # the planted mistake
+FIXED = "windows.argmax(axis=-1)  # fixed: the forward's tie, the first maximum"
+
+
+def test_editing_a_helper_module_a_plugin_imports_checks_again_both_ways(tmp_path):
+    """Each run a process of its own, as an author's runs are: the first
+    checks, an unchanged second takes every verdict from the cache, the
+    helper edited to send ties to the last maximum is checked again and
+    found wrong, and the fix is checked again and found right (the cached
+    mismatch does not stay)."""
+    from tests.helpers import benchmark, config_yaml, plugin_env, scatterbench
+
+    (tmp_path / "helper_plugin.py").write_text(HELPER_PLUGIN)
+    helper = tmp_path / "tie_helper.py"
+    config = tmp_path / "tiny.yaml"
+    config.write_text(config_yaml({**benchmark("maxpool2d", ["helper_backward_max_pool"], N=1, C=2, H=8, W=8, k=2),
+                                   "modes": ["forward", "backward"]}))
+    env = plugin_env("quick_ceilings_plugin", "quiet_machine_plugin", str(tmp_path / "helper_plugin.py"))
+    env["PYTHONPATH"] = os.pathsep.join([str(tmp_path), env["PYTHONPATH"]])  # the helper's folder, as its author's
+
+    def run(chosen, name):
+        helper.write_text(TIE_HELPER.format(chosen=chosen))
+        done = scatterbench("run", config, "-o", tmp_path / name, "--no-progress", env=env, timeout=300)
+        assert done.returncode == 0, done.stdout + done.stderr
+        said = [line for line in done.stderr.splitlines() if "verdicts from the cache" in line]
+        statuses = read_rows(tmp_path / name).set_index("mode")["status"].to_dict()
+        return said, statuses
+
+    said, statuses = run(FIRST_TIE, "first")
+    assert "0 of 2 verdicts from the cache" in said[0] and statuses == {"forward": "ok", "backward": "ok"}
+    said, statuses = run(FIRST_TIE, "unchanged")
+    assert "2 of 2 verdicts from the cache" in said[0] and statuses == {"forward": "ok", "backward": "ok"}
+    said, statuses = run(LAST_TIE, "edited")
+    assert "0 of 2 verdicts from the cache" in said[0], said
+    assert statuses == {"forward": "ok", "backward": "mismatch"}
+    message = read_rows(tmp_path / "edited").set_index("mode").loc["backward", "message"]
+    assert "adversarial check backward" in message
+    said, statuses = run(FIXED, "fixed")
+    assert "0 of 2 verdicts from the cache" in said[0], said
+    assert statuses == {"forward": "ok", "backward": "ok"}

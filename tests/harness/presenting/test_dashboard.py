@@ -309,3 +309,26 @@ def test_a_chart_groups_its_legend_by_machine_and_its_time_ticks_differ(tmp_path
         assert len(ticks) >= 3 and len(set(ticks)) == len(ticks), ticks
     legend = re.search(r'<div class="legend">(.*?)</div></div>', result.stdout, re.S).group(1)
     assert html.unescape(legend).count("Other CPU") == 1
+
+
+def test_the_overview_tells_a_cases_training_modes_apart(tmp_path):
+    """A case timed forward and backward: two rows in the overview, each
+    naming its mode (issue 40: the same op, strategy and params three times
+    with nothing to tell them apart)."""
+    scale = _scale_module()
+    meta, records, samples = scale.read_source(
+        keep=lambda row: row["params"] == MAXPOOL and row["strategy"] in STRATEGIES[:2], max_samples=10)
+    backward = [dict(record, mode="backward", case_id=record["case_id"] + "|backward",
+                     median_s=2 * record["median_s"]) for record in records]
+    samples = dict(samples, **{record["case_id"]: [2 * value for value in samples[record["case_id"].rsplit("|", 1)[0]]]
+                               for record in backward})
+    scale.synthesise(tmp_path / "results", 2, source=(meta, records + backward, samples))
+    index = dashboard.build_dashboard(tmp_path / "results", tmp_path / "site", with_reports=False).read_text()
+    table = index.split("<table id='overview'>", 1)[1].split("</table>", 1)[0]
+    header = re.findall(r"<th>([^<]*)</th>", table.split("</tr>", 1)[0])
+    rows = [re.findall(r"<td[^>]*>(.*?)</td>", row) for row in table.split("</tr>")[1:] if "<td" in row]
+    assert len(rows) == 2 * len(STRATEGIES[:2]) and header.index("mode") == header.index("dtype") + 1
+    mode, strategy = header.index("mode"), header.index("strategy")
+    for name in STRATEGIES[:2]:
+        assert sorted(row[mode] for row in rows if row[strategy] == name) == ["backward", "forward"]
+    assert len({tuple(row) for row in rows}) == len(rows)
