@@ -23,7 +23,7 @@ from harness.judging.analysis import (
     xcheck_ratio,
 )
 from harness.presenting.report.document import Doc
-from harness.results import metrics, runmeta, stats
+from harness.results import floors, metrics, runmeta, stats
 from harness.results.runmeta import Gpu
 from impls.backends import BACKENDS, devices, threads_text
 from impls.defects import for_operators
@@ -76,11 +76,13 @@ def case_table(group: pd.DataFrame, judged: bool = True) -> tuple[list[str], lis
     ordered = group.assign(_k=key.fillna(math.inf)).sort_values("_k")
     with_host = bool(ordered["host_s"].map(finite).any())
     with_fresh = "pct_of_fresh_floor" in ordered and bool(ordered["pct_of_fresh_floor"].map(finite).any())
+    with_floor = "pct_of_floor" in ordered and bool(ordered["pct_of_floor"].map(finite).any())
     with_xcheck = bool((ordered["device"] == "cuda").any() and ordered["xcheck_s"].map(finite).any())
     header = ["strategy", "backend", "status", "median", "IQR", "n"] + [f"{name}/call" for name in counted] \
         + (["host/call"] if with_host else []) \
         + (["do_bench", "ours / do_bench"] if with_xcheck else []) \
-        + ["GB/s"] + (["% of ceiling"] + (["% of fresh floor"] if with_fresh else []) + ["× seed"] if judged else []) \
+        + ["GB/s"] + (["% of ceiling"] + (["% of fresh floor"] if with_fresh else [])
+                      + (["% of floor"] if with_floor else []) + ["× seed"] if judged else []) \
         + ["rel err", "max abs err", "source", "message"]
     no_speedup = speedup_note(group["op"].iloc[0], dict(zip(group["strategy"], group["status"])))
     rows, best = [], None
@@ -102,6 +104,7 @@ def case_table(group: pd.DataFrame, judged: bool = True) -> tuple[list[str], lis
             cells += [fmt_time(r["xcheck_s"]),
                       fmt_num(ratio, 3) + (f" {TIMERS_DISAGREE.mark}" if timers_disagree(r) else "")]
         judging = [fmt_pct(r["pct_of_ceiling"]), *([fmt_pct(r["pct_of_fresh_floor"])] if with_fresh else []),
+                   *([floors.floor_cell(r["pct_of_floor"])] if with_floor else []),
                    "" if no_speedup else fmt_ratio(r["speedup"])] if judged else []
         rows.append(cells + [fmt_num(r["gbps"]), *judging,
                              fmt_num(r["rel_err"], 2), fmt_num(r["max_abs_err"], 2), r["source"],
@@ -117,6 +120,8 @@ def case_table(group: pd.DataFrame, judged: bool = True) -> tuple[list[str], lis
         notes.append(counts_note(counted))
     if with_fresh and judged:
         notes.append(FRESH_FLOOR_NOTE)
+    if with_floor and judged:
+        notes.append(floors.floor_note() + ".")
     return header, rows, best, notes
 
 
@@ -318,6 +323,15 @@ def run_warnings(meta: dict, cases_done: int | None = None) -> list[str]:
                             + f", {-deviation:.0f} % below the median of earlier runs on this machine"
                             + (f" ({median:.1f} GB/s)" if median is not None else "")
                             + ": the machine was busy or throttled, and its % of ceiling read high.")
+        elif analysis.ceiling_rose(entry):
+            deviation = _number(entry.get("deviation_pct"))
+            median = _number(entry.get("history_median_gbps"))
+            now = _number(record.ceilings_gbps.get(device))
+            warnings.append(f"Warning: run {run} measured its {device} copy ceiling"
+                            + (f" at {now:.1f} GB/s" if now is not None else "")
+                            + f", {deviation:.0f} % above the median of earlier runs on this machine"
+                            + (f" ({median:.1f} GB/s)" if median is not None else "")
+                            + ": its % of ceiling read low.")
     return warnings
 
 
