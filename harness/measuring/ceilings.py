@@ -240,7 +240,8 @@ def measure_here(request: dict) -> dict:
             tries[device].append({"gbps": timing.copy_ceiling_gbps(device, repeats=TRY_REPEATS), "load": load})
     fresh = ({allocator: timing.fresh_write_gbps(allocator) for allocator in fresh_allocators()}
              if request.get("fresh", True) and "cpu" in devices else {})
-    curves = {device: measure_curves_here(device) for device in request.get("curves", [])}
+    settings = request.get("curve_settings") or {}
+    curves = {device: measure_curves_here(device, **settings) for device in request.get("curves", [])}
     return {"tries": tries, "fresh_writes": fresh, "curves": curves, "cores": os.cpu_count(),
             "measured_epoch": started,
             "measured_at": dt.datetime.fromtimestamp(started, dt.timezone.utc).isoformat(timespec="seconds")}
@@ -269,22 +270,28 @@ def _cache_size_bytes(text: str) -> int:
         return 0
 
 
-def curve_sizes(last_level_cache: int) -> list[int]:
+def curve_settings() -> dict:
+    """What the measuring child's curves are measured with: this process's
+    settings (a test that shrinks them shrinks the child's too)."""
+    return {"points": CURVE_POINTS, "smallest": CURVE_MIN_BYTES, "top_bounds": [CURVE_TOP_MIN_BYTES,
+                                                                                CURVE_TOP_MAX_BYTES],
+            "tries": CURVE_TRIES, "pass_bytes": CURVE_PASS_BYTES}
+
+
+def curve_sizes(last_level_cache: int, points: int | None = None, smallest: int | None = None,
+                top_bounds=None) -> list[int]:
     """``CURVE_POINTS`` sizes, evenly spaced in log-size, from
     ``CURVE_MIN_BYTES`` to ``CURVE_LLC_MULTIPLE`` times the last-level cache
     (within ``CURVE_TOP_MIN_BYTES`` and ``CURVE_TOP_MAX_BYTES``), each a
     whole number of 4 KiB pages."""
     import numpy as np
 
-    top = min(max(CURVE_LLC_MULTIPLE * last_level_cache, CURVE_TOP_MIN_BYTES), CURVE_TOP_MAX_BYTES)
-    top = max(top, CURVE_MIN_BYTES)
+    low, high = top_bounds or (CURVE_TOP_MIN_BYTES, CURVE_TOP_MAX_BYTES)
+    smallest = smallest or CURVE_MIN_BYTES
+    top = max(min(max(CURVE_LLC_MULTIPLE * last_level_cache, low), high), smallest)
     page = 4 << 10
     return sorted({max(page, int(round(size / page)) * page)
-                   for size in np.geomspace(CURVE_MIN_BYTES, top, CURVE_POINTS)})
-
-
-def _passes(nbytes: int) -> int:
-    return max(1, -(-CURVE_PASS_BYTES // nbytes))
+                   for size in np.geomspace(smallest, top, points or CURVE_POINTS)})
 
 
 def _rate(clock, call, moved: int) -> float:
@@ -292,7 +299,9 @@ def _rate(clock, call, moved: int) -> float:
     return moved / seconds / 1e9 if seconds > 0 else math.nan
 
 
-def measure_curves_here(device: str, sizes: list[int] | None = None, tries: int | None = None) -> dict:
+def measure_curves_here(device: str, sizes: list[int] | None = None, tries: int | None = None,
+                        pass_bytes: int | None = None, points: int | None = None, smallest: int | None = None,
+                        top_bounds=None) -> dict:
     """The device's bandwidth curves (the module's docstring), through torch
     tensors on ``device``: at each size the median of ``tries`` tries of
 
@@ -312,8 +321,9 @@ def measure_curves_here(device: str, sizes: list[int] | None = None, tries: int 
 
     from impls.backends import get_backend
 
-    sizes = sizes or curve_sizes(last_level_cache_bytes(device))
+    sizes = sizes or curve_sizes(last_level_cache_bytes(device), points, smallest, top_bounds)
     tries = tries or CURVE_TRIES
+    pass_bytes = pass_bytes or CURVE_PASS_BYTES
     started = time.time()
     clock = timing.Clock(get_backend("torch"), device)
     whole = torch.ones(max(sizes) // 4, dtype=torch.float32, device=device)
@@ -325,7 +335,7 @@ def measure_curves_here(device: str, sizes: list[int] | None = None, tries: int 
     for _ in range(tries):
         loads.append({"load": _load_now()})
         for size in sizes:
-            passes, buffer = _passes(size), whole[: size // 4]
+            passes, buffer = max(1, -(-pass_bytes // size)), whole[: size // 4]
             seen_again = buffer.view(1, -1).expand(passes, -1)
             read[size].append(_rate(clock, lambda: torch.sum(seen_again, dim=1), passes * size))
             writers = [lambda: [buffer.fill_(1.0) for _ in range(passes)]]
@@ -397,7 +407,7 @@ def measure(devices, threads=None, fresh: bool = True) -> Measured:
         return Measured({}, {}, measured_at=facts.now_iso(), measured_epoch=time.time())
     kept, reused = reuse_curves(devices, threads)
     request = {"devices": devices, "threads": dict(threads or {}), "fresh": fresh,
-               "curves": [device for device in devices if device not in kept]}
+               "curves": [device for device in devices if device not in kept], "curve_settings": curve_settings()}
     measured = judged(_run_child(request))
     remember_curves(measured.curves, threads)
     measured.curves, measured.curves_reused = {**kept, **measured.curves}, reused
@@ -414,7 +424,7 @@ def measure_curves(devices, threads=None) -> tuple[dict, dict]:
     if not missing:
         return kept, reused
     measured = judged(_run_child({"devices": [], "threads": dict(threads or {}), "fresh": False,
-                                  "curves": missing}))
+                                  "curves": missing, "curve_settings": curve_settings()}))
     remember_curves(measured.curves, threads)
     return {**kept, **measured.curves}, reused
 
