@@ -83,9 +83,10 @@ COLUMN_SPECS = (
 COLUMN_KINDS = tuple((name, kind) for name, kind, _ in COLUMN_SPECS)
 COLUMNS = tuple(name for name, _ in COLUMN_KINDS)
 NUMERIC = tuple(name for name, kind in COLUMN_KINDS if kind == "number")
-# The columns each schema version after the first added.
+# The columns each schema version after the first added (none, for a version whose
+# step changed something else: its step is written out in MIGRATIONS).
 COLUMNS_ADDED = {version: tuple(name for name, _, added in COLUMN_SPECS if added == version)
-                 for version in sorted({added for _, _, added in COLUMN_SPECS} - {1})}
+                 for version in range(2, max(added for _, _, added in COLUMN_SPECS) + 1)}
 # This schema: the newest version a column names (so far every version added
 # columns; one that changed only the metadata would have to raise it by hand).
 SCHEMA_VERSION = max(COLUMNS_ADDED)
@@ -96,8 +97,7 @@ def _add_columns(version: int):
     """The migration step to a schema ``version`` that only added columns:
     a run before them did not measure them (empty)."""
 
-    # A version that added no column here (one whose step another change writes out) is no step.
-    added = COLUMNS_ADDED.get(version, ())
+    added = COLUMNS_ADDED[version]
 
     def update(meta: dict, rows: pd.DataFrame | None):
         return meta, _with_columns(rows, added)
