@@ -675,14 +675,18 @@ def derive_older(meta: dict, rows: pd.DataFrame, samples: dict) -> pd.DataFrame:
             for name in _FROM_SAMPLES:
                 rows.at[index, name] = float(computed[name])
     ceilings = meta.get("ceilings_gbps") if isinstance(meta.get("ceilings_gbps"), dict) else {}
-    for index in rows.index[rows["device"] == "cpu"]:
-        row = rows.loc[index]
-        same_attempt = row["ceiling_gbps"] == ceilings.get(row["device"])
-        derived = stats.fresh_floor(row["op"], row["strategy"], json.loads(row["params"]), row["dtype"],
-                                    row["device"], row.get("mode") or "forward", row.to_dict(),
-                                    meta.get("fresh_write_gbps") if same_attempt else None)
-        rows.loc[index, ["fresh_floor_s", "pct_of_fresh_floor"]] = [derived["fresh_floor_s"],
-                                                                     derived["pct_of_fresh_floor"]]
+    fresh = stats.best_fresh_write_gbps(meta.get("fresh_write_gbps"))
+    cpu = rows.index[rows["device"] == "cpu"]
+    floors, pcts = [], []
+    for row in rows.loc[cpu, ["op", "strategy", "params", "dtype", "mode", "bytes", "ceiling_gbps",
+                              "median_s"]].itertuples(index=False):
+        written = stats.case_bytes_written(row.op, row.strategy, row.params, row.dtype, row.mode or "forward") \
+            if row.ceiling_gbps == ceilings.get("cpu") and math.isfinite(fresh) else None
+        floor = math.nan if written is None else stats.fresh_floor_s(row.bytes, written, row.ceiling_gbps, fresh)
+        floors.append(floor)
+        pcts.append(stats.pct_of_floor(floor, row.median_s))
+    rows.loc[cpu, "fresh_floor_s"] = floors
+    rows.loc[cpu, "pct_of_fresh_floor"] = pcts
     return rows
 
 
