@@ -100,8 +100,8 @@ def over_floor_line(name: str, pct: float) -> str | None:
     """The line under a table for a row over its floor (None for one that is not)."""
     if not over_floor(pct):
         return None
-    return (f"{name}: {OVER_FLOOR_MARK} {OVER_FLOOR_TEXT} (its median is {_number(pct) / 100:.2g}× faster than its "
-            f"bytes can move at this machine's measured rates)")
+    return (f"{name}: {OVER_FLOOR_MARK} {OVER_FLOOR_TEXT} (its bytes take {_number(pct) / 100:.2g}× its median at "
+            f"this machine's measured rates)")
 
 
 def floor_note() -> str:

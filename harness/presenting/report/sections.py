@@ -103,7 +103,7 @@ def case_table(group: pd.DataFrame, judged: bool = True) -> tuple[list[str], lis
             ratio = xcheck_ratio(r)
             cells += [fmt_time(r["xcheck_s"]),
                       fmt_num(ratio, 3) + (f" {TIMERS_DISAGREE.mark}" if timers_disagree(r) else "")]
-        judging = [fmt_pct(r["pct_of_ceiling"]), *([fmt_pct(r["pct_of_fresh_floor"])] if with_fresh else []),
+        judging = [fmt_pct(r["pct_of_ceiling"]), *([floors.floor_cell(r["pct_of_fresh_floor"])] if with_fresh else []),
                    *([floors.floor_cell(r["pct_of_floor"])] if with_floor else []),
                    "" if no_speedup else fmt_ratio(r["speedup"])] if judged else []
         rows.append(cells + [fmt_num(r["gbps"]), *judging,
@@ -127,8 +127,9 @@ def case_table(group: pd.DataFrame, judged: bool = True) -> tuple[list[str], lis
 
 FRESH_FLOOR_NOTE = ("% of fresh floor: the floor counting what the call's fresh outputs cost on this CPU: bytes read "
                    "at the copy ceiling plus bytes written at the run's fresh-output write bandwidth (first-touch page "
-                   "faults included), the best of its allocators; a strategy at 100 % runs as fast as memory and the "
-                   "OS allow.")
+                   "faults included), the best of its allocators. It prices every size at one large buffer's rates, "
+                   f"so a case that fits in a cache can pass it: past {floors.OVER_FLOOR_PCT:.0f} % it is flagged, "
+                   "as % of floor (by size) is.")
 
 
 def counts_note(counted: list[str]) -> str:
