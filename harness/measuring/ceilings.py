@@ -314,7 +314,9 @@ def measure_curves_here(device: str, sizes: list[int] | None = None, tries: int 
       allocated and filled, ``passes`` times, freed each time as a strategy's
       output is.
 
-    Each try records the 1-minute load it started under. Every size is one
+    Each try records the 1-minute load it started under; one that started
+    with the machine at capacity is recorded and skipped (the curve is then
+    refused where half or more were: ``busy_reason``). Every size is one
     prefix of one buffer, allocated once."""
     import numpy as np
     import torch
@@ -333,7 +335,13 @@ def measure_curves_here(device: str, sizes: list[int] | None = None, tries: int 
     fresh: dict[str, dict[int, list[float]]] = {name: {size: [] for size in sizes} for name in allocators}
     loads = []
     for _ in range(tries):
-        loads.append({"load": _load_now()})
+        load = _load_now()
+        loads.append({"load": load})
+        if facts.at_capacity(load, os.cpu_count()):
+            # Recorded, not measured: a busy try is not a rate, and under load every thread
+            # of a parallel call waits for the slowest (a 2-thread curve took 16 s at load 9).
+            loads[-1]["skipped"] = True
+            continue
         for size in sizes:
             passes, buffer = max(1, -(-pass_bytes // size)), whole[: size // 4]
             seen_again = buffer.view(1, -1).expand(passes, -1)
@@ -348,8 +356,9 @@ def measure_curves_here(device: str, sizes: list[int] | None = None, tries: int 
                                              for writer in _fresh_writers(allocate, size, passes)))
     del whole
 
-    def medians(found: dict[int, list[float]]) -> list[float]:
-        return [float(np.median(found[size])) for size in sizes]
+    def medians(found: dict[int, list[float]]) -> list[float | None]:
+        # None, not NaN, where every try was busy: meta.json stays JSON a browser reads.
+        return [float(np.median(found[size])) if found[size] else None for size in sizes]
 
     return {"sizes_bytes": list(sizes), "read_gbps": medians(read), "write_gbps": medians(write),
             "fresh_write_gbps": {name: medians(found) for name, found in fresh.items()}, "tries": loads,

@@ -20,7 +20,8 @@ SMALL = {"points": 3, "smallest": 4 << 10, "top_bounds": [1 << 20, 1 << 20], "tr
 PINNED = {"torch": 1, "numpy": 1, "numba": 1}
 
 
-def test_curves_are_measured_through_torch_tensors_at_every_size_for_every_allocator():
+def test_curves_are_measured_through_torch_tensors_at_every_size_for_every_allocator(monkeypatch):
+    monkeypatch.setattr(ceilings, "_load_now", lambda: 0.25)  # this machine may be busy: its tries would be skipped
     curve = ceilings.measure_curves_here("cpu", **SMALL)
     sizes = curve["sizes_bytes"]
     assert sizes == ceilings.curve_sizes(0, 3, 4 << 10, [1 << 20, 1 << 20]) == [4096, 65536, 1 << 20]
@@ -57,6 +58,8 @@ def test_a_curve_measured_under_load_is_refused_never_kept_and_gives_no_floor(mo
                                                       "curves": ["cpu"], "curve_settings": SMALL}))
     curve = measured.curves["cpu"]
     assert curve["busy"] == "load 3.5 on 2 cores" and [one["load"] for one in curve["tries"]] == [3.5] * 3
+    # each busy try was recorded and skipped: no rate from a busy machine, and no time spent on one
+    assert all(one["skipped"] for one in curve["tries"]) and curve["read_gbps"] == [None] * 3
     assert any("cpu bandwidth curves measured busy (load 3.5 on 2 cores): not used" in line
                for line in measured.lines())
     ceilings.remember_curves(measured.curves, {})
@@ -66,6 +69,17 @@ def test_a_curve_measured_under_load_is_refused_never_kept_and_gives_no_floor(mo
     params = {"N": 1, "C": 1, "H": 64, "W": 64, "k": 2}
     assert math.isnan(floors.case_floor("maxpool2d", "numpy_sliding_window", params, "float32", "cpu", "forward",
                                         row, measured.meta()[floors.CURVES])["floor_by_size_s"])
+
+
+def test_a_quiet_majority_of_tries_gives_a_curve_from_its_quiet_tries(monkeypatch):
+    loads = iter([3.5, 0.5, 0.6])
+    monkeypatch.setattr(ceilings, "_load_now", lambda: next(loads))
+    monkeypatch.setattr(ceilings.os, "cpu_count", lambda: 2)
+    measured = ceilings.judged({"tries": {}, "cores": 2, "curves": {"cpu": ceilings.measure_curves_here("cpu",
+                                                                                                       **SMALL)}})
+    curve = measured.curves["cpu"]
+    assert curve["busy"] is None and [one.get("skipped", False) for one in curve["tries"]] == [True, False, False]
+    assert all(rate > 0 for rate in curve["read_gbps"]) and floors.usable_curve(measured.curves, "cpu") is curve
 
 
 def quiet_curve(epoch=None):
