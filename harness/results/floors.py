@@ -195,3 +195,22 @@ def recomputed(row) -> tuple[float, float]:
     floor = floor_from_rates(_number(row.get("bytes")), written if math.isfinite(written) else 0.0,
                              _number(row.get("read_gbps_used")), _number(row.get("write_gbps_used")))
     return floor, pct_of_floor(floor, _number(row.get("median_s")))
+
+
+def curves_cell(meta: dict) -> str:
+    """What a run's floors by size rest on, per device, for the report's run
+    table: the curves measured by the run (when), reused from the cache
+    (from when), or measured busy and not used; "–" for a run without any."""
+    curves = meta.get(CURVES) if isinstance(meta.get(CURVES), dict) else {}
+    reused = meta.get(f"{CURVES}_reused") if isinstance(meta.get(f"{CURVES}_reused"), dict) else {}
+    cells = []
+    for device, curve in sorted(curves.items()):
+        if not isinstance(curve, dict):
+            continue
+        if curve.get("busy"):
+            cells.append(f"{device} measured busy ({curve['busy']}), not used")
+        elif device in reused:
+            cells.append(f"{device} reused from {reused[device]}")
+        else:
+            cells.append(f"{device} measured {curve.get('measured_at', '?')}")
+    return ", ".join(cells) or "–"

@@ -349,7 +349,7 @@ def environment_table(metas: list[dict], rows: pd.DataFrame | None = None) -> tu
     backends = [name for name in known + list(dict.fromkeys(recorded)) if ran is None or name in ran]
     header = ["run", "machine", "start", "commit", "python", *backends,
               "threads", "ceilings (GB/s)", "ceiling vs history", "load 1/5/15 min (start → end)",
-              "fresh output (GB/s)", "fit to judge"]
+              "fresh output (GB/s)", "bandwidth curves", "fit to judge"]
     rows = []
     for meta, record in zip(metas, records):
         ceilings, fresh = record.ceilings_gbps, record.fresh_write_gbps
@@ -360,6 +360,7 @@ def environment_table(metas: list[dict], rows: pd.DataFrame | None = None) -> tu
                      ", ".join(f"{d} {fmt_ratio(_number(g), '')}" for d, g in ceilings.items()),
                      ceiling_cell(meta), load_cell(meta),
                      ", ".join(f"{a} {fmt_ratio(_number(g), '')}" for a, g in fresh.items()) or "–",
+                     floors.curves_cell(meta),
                      "no: " + "; ".join(meta["unfit_reasons"]) if meta.get("unfit_reasons") else "yes"])
     return header, rows
 

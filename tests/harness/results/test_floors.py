@@ -112,3 +112,14 @@ def test_over_the_floor_is_flagged_never_a_plain_percentage():
         "maxunpool/numba_fused: ⚠ over the floor: bytes formula or curve wrong")
     assert floors.over_floor_line("x", 90.0) is None and floors.floor_cell(math.nan) == "–"
     assert f"{floors.OVER_FLOOR_PCT:.0f} %" in floors.floor_note()
+
+
+def test_the_reports_run_table_says_which_curves_a_run_used():
+    meta = {floors.CURVES: {"cpu": {**CURVE, "measured_at": "2030-01-02T03:04:05+00:00"},
+                            "cuda": {**CURVE, "busy": "load 3 on 2 cores"}},
+            f"{floors.CURVES}_reused": {"cpu": "2030-01-02T03:04:05+00:00"}}
+    assert floors.curves_cell(meta) == ("cpu reused from 2030-01-02T03:04:05+00:00, "
+                                        "cuda measured busy (load 3 on 2 cores), not used")
+    del meta[f"{floors.CURVES}_reused"]
+    assert floors.curves_cell(meta).startswith("cpu measured 2030-01-02T03:04:05+00:00")
+    assert floors.curves_cell({}) == "–"
