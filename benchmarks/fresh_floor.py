@@ -8,8 +8,10 @@ the run's fresh-write bandwidth, the OS zeroing each new output page on first
 touch included). This runs the large default shapes (and the CASSI training
 size) in forward and backward with the candidate fastest CPU strategies,
 through ``scatterbench run`` in a child process, and prints, per operator and
-mode, the fastest correct strategy's median, % of copy ceiling and % of fresh
-floor, with the load the run saw. Given result directories instead, it reads
+mode, the fastest correct strategy's median, % of copy ceiling, % of fresh
+floor and % of its floor by size (the cache-aware roofline,
+harness/results/floors.py: flagged, never a number, past 110 %), with the
+load the run saw. Given result directories instead, it reads
 them (any run: the default sweep's, the models sweep's).
 
 Not a timed test: the numbers depend on the machine and its load, printed with
@@ -27,9 +29,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from harness.base import plugins  # noqa: E402
 from harness.base.format import fmt_pct, fmt_time, params_label  # noqa: E402
 from harness.judging import analysis  # noqa: E402
-from harness.results import store  # noqa: E402
+from harness.results import floors, store  # noqa: E402
 
 # The large shapes of configs/default.yaml and the CASSI training size of
 # configs/models.yaml, with the strategies that lead them on the CPU.
@@ -70,8 +73,9 @@ def measure(out: Path, budget: float) -> Path:
 
 
 def table(run_dirs) -> str:
-    lines = ["| run | operator | size | mode | fastest | median | % of ceiling | % of fresh floor | load |",
-             "|---|---|---|---|---|---|---|---|---|"]
+    plugins.load_plugins()  # a plugin's rows: their bytes written come from its operator
+    lines = ["| run | operator | size | mode | fastest | median | % of ceiling | % of fresh floor | % of floor by size "
+             "| load |", "|---|---|---|---|---|---|---|---|---|---|"]
     for directory in run_dirs:
         meta, rows, _ = store.read_run(Path(directory))
         rows = rows[rows["device"] == "cpu"]
@@ -82,8 +86,8 @@ def table(run_dirs) -> str:
             best = found.best
             lines.append(f"| {meta.get('run_id', directory)} | {op} | {params_label(params)} | {mode} | "
                          f"{best['strategy']}{' (tie)' if found.tie else ''} | {fmt_time(best['median_s'])} | "
-                         f"{fmt_pct(best['pct_of_ceiling'])} | {fmt_pct(best.get('pct_of_fresh_floor'))} | "
-                         f"{best['load_avg']:.2g} |")
+                         f"{fmt_pct(best['pct_of_ceiling'])} | {floors.floor_cell(best.get('pct_of_fresh_floor'))} | "
+                         f"{floors.floor_cell(best.get('pct_of_floor'))} | {best['load_avg']:.2g} |")
     return "\n".join(lines)
 
 

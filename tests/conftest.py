@@ -28,6 +28,15 @@ SESSION_CACHE = tempfile.mkdtemp(prefix="scatterbench-test-cache-")
 os.environ[caches.ENV] = SESSION_CACHE
 atexit.register(shutil.rmtree, SESSION_CACHE, ignore_errors=True)
 
+# A run in a test measures its bandwidth curves (each test has its own cache) on
+# three small sizes, three tries each: the tests need curves, not accurate ones
+# (the measuring child is handed these: ceilings.curve_settings). The curves'
+# own tests set theirs.
+from harness.measuring import ceilings  # noqa: E402
+
+ceilings.CURVE_POINTS, ceilings.CURVE_TRIES, ceilings.CURVE_PASS_BYTES = 3, 3, 1 << 20
+ceilings.CURVE_TOP_MIN_BYTES = ceilings.CURVE_TOP_MAX_BYTES = 1 << 20
+
 # Checking a strategy that compiles (a backend that compiles per shape:
 # numba, Triton's interpreter, PyTensor, JAX; or torch.compile, quick_check)
 # takes seconds per case: such parametrisations are slow, and `make

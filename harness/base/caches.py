@@ -1,6 +1,8 @@
 """Where the suite keeps what a later run may reuse, and how it reads and
-writes it: the copy ceiling ``bench()`` reuses for an hour
-(harness/measuring/ceilings.py), the adversarial verdicts of unchanged code
+writes it: the copy ceiling ``bench()`` reuses for an hour and the
+bandwidth curves ``run`` and ``bench()`` reuse for a day (``ceilings.json``
+and ``bandwidth_curves.json``, per machine and thread setting:
+harness/measuring/ceilings.py), the adversarial verdicts of unchanged code
 (harness/measuring/verdict_cache.py) and the libraries' own compile caches
 (``Backend.compile_cache``, impls/backends.py).
 

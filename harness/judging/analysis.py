@@ -57,7 +57,8 @@ UNSTABLE_REL_IQR = 0.10
 # Our device-timer median against an independent timer's (CUDA: triton's do_bench):
 # beyond this relative difference the case's time is uncertain beyond its IQR.
 XCHECK_TOLERANCE = 0.05
-# A run's ceiling this far below the median of earlier runs on the machine: busy or throttled.
+# A run's ceiling this far below the median of earlier runs on the machine: busy or throttled;
+# this far above: a lucky try, or not the machine its history is (ceiling_rose).
 CEILING_DROP_PCT = 20.0
 
 UNSTABLE = Flag("unstable", "⚠", "!",
@@ -198,6 +199,14 @@ def ceiling_dropped(entry) -> bool:
     """A ceiling-history entry (meta ``ceiling_history[device]``) more than CEILING_DROP_PCT below its history."""
     deviation = entry.get("deviation_pct") if isinstance(entry, dict) else None
     return finite(deviation) and deviation < -CEILING_DROP_PCT
+
+
+def ceiling_rose(entry) -> bool:
+    """A ceiling-history entry more than CEILING_DROP_PCT above its history:
+    a lucky try, or another machine under the same name (run 450c's 52.5 GB/s,
+    +56 %, priced its rows 36 % below rows measured beside them)."""
+    deviation = entry.get("deviation_pct") if isinstance(entry, dict) else None
+    return finite(deviation) and deviation > CEILING_DROP_PCT
 
 
 # ------------------------------------------------------------------ ranking

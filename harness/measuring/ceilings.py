@@ -1,16 +1,30 @@
-"""The machine a sweep measures against: each device's copy ceiling and the
-CPU's fresh-output write bandwidth, measured so that load cannot pass for a
-slow machine, and reused by ``bench()`` for an hour.
+"""The machine a sweep measures against: each device's copy ceiling, the
+CPU's fresh-output write bandwidth and each device's bandwidth curves by
+size (the cache-aware roofline, harness/results/floors.py), measured so that
+load cannot pass for a slow machine; ``bench()`` reuses the ceilings for an
+hour, and ``run`` and ``bench()`` reuse the curves for a day.
 
 ``measure`` runs ``measure_here`` in a child process (its 256 MiB buffers
 would raise glibc's mmap threshold in the measuring one, docs/TIMING.md):
 ``TRIES`` tries per device, ``TRY_GAP_S`` apart, each recorded with the
-1-minute load it started under; the best is the ceiling. A device whose
-every try started with the machine at capacity (``facts.at_capacity``: other
-work competing for every core) is *busy*: its best may be other work's
-share of the memory bus, not the machine's, so it is flagged and no row's
-``floor_s`` or ``pct_of_ceiling`` uses it (one quiet try is enough: the best
-is then at least what a quiet machine gave).
+1-minute load it started under; the median is the ceiling (the luckiest try
+priced a whole run's rows 36 % below rows measured beside them: issue 40).
+A device whose tries started, half or more of them, with the machine at
+capacity (``facts.at_capacity``: other work competing for every core) is
+*busy*: its median may be other work's share of the memory bus, not the
+machine's, so it is flagged and no row's ``floor_s`` or ``pct_of_ceiling``
+uses it. The same rule refuses a curve measured busy.
+
+The curves (``measure_curves_here``): per device, ``CURVE_POINTS`` sizes
+from ``CURVE_MIN_BYTES`` to ``CURVE_LLC_MULTIPLE`` times the last-level cache
+(the GPU's L2), at each the median of ``CURVE_TRIES`` tries of reading a
+buffer, writing into it again, and (CPU) allocating one afresh from each
+allocator and writing it. A small size is read or written many times in one
+timed sample, so that a call's fixed cost does not pass for bandwidth. They
+are kept per machine and thread setting in the cache (``CURVES_FILE``) for
+``CURVES_REUSE_MAX_AGE_S``, and a run says whether it measured or reused
+them (``Measured.lines``); deleting the file (or ``make clean-cache``)
+measures them again.
 
 ``measure_or_reuse`` (``bench()``) takes a quiet ceiling this machine measured
 with the same thread settings less than ``REUSE_MAX_AGE_S`` ago from the
@@ -22,9 +36,13 @@ What a run's meta.json holds of it (``Measured.meta``; harness/results/runmeta.p
 ``ceiling_tries`` (device -> [{"gbps", "load"}, ...] in the order tried),
 ``ceiling_busy`` (device -> "load 3.4 on 2 cores": measured busy, not used)
 ``ceiling_reused_from`` (when the ceilings were measured, for ceilings
-reused from an earlier measurement; None when measured by this run) and
+reused from an earlier measurement; None when measured by this run),
 ``fresh_write_gbps`` (allocator -> the CPU's fresh-output write bandwidth,
-measured, stored and reused with the CPU's ceiling; {} where not measured).
+measured, stored and reused with the CPU's ceiling; {} where not measured),
+``bandwidth_curves`` (device -> its curves, each with the loads its tries
+saw, when it was measured and ``busy`` where refused) and
+``bandwidth_curves_reused`` (device -> when the curves reused from the cache
+were measured; absent for curves this run measured).
 """
 
 from __future__ import annotations
@@ -42,58 +60,112 @@ from typing import Callable
 
 from harness.base import caches
 from harness.measuring import facts, pinning, timing
+from harness.results.floors import CURVES
 from impls.backends import fresh_allocators
 
-TRIES = 3  # tries per device; the best is kept
+TRIES = 3  # tries per device; the median is kept
 TRY_GAP_S = 0.5  # between tries, so that one burst of other work does not meet them all
 TRY_REPEATS = 4  # copies per try, after its warm-up (the best of them is the try's)
 REUSE_MAX_AGE_S = 3600.0  # how long bench() reuses a quiet ceiling of this machine
 CACHE_FILE = "ceilings.json"
 
+# The bandwidth curves (the module's docstring).
+CURVE_POINTS = 12
+CURVE_MIN_BYTES = 4 << 10
+CURVE_LLC_MULTIPLE = 4  # the largest size: this many times the last-level cache, within the two bounds below
+CURVE_TOP_MIN_BYTES = 64 << 20
+CURVE_TOP_MAX_BYTES = 256 << 20
+CURVE_TRIES = 5  # per size and curve; the median is kept
+# Each timed sample moves at least this many bytes: a 4 KiB buffer is read 2048 times in
+# one torch.sum, written 2048 times in a loop, so the call's fixed cost is spread thin.
+CURVE_PASS_BYTES = 8 << 20
+# Up to this size numpy's fill (the cheapest call there is) writes beside torch's fill_
+# (which uses torch's threads): the faster of the two is the write rate.
+CURVE_SMALL_WRITE_BYTES = 1 << 20
+CURVES_REUSE_MAX_AGE_S = 86400.0  # a machine's caches and memory do not change within a day
+CURVES_FILE = "bandwidth_curves.json"
+
 
 @dataclass
 class Measured:
-    """The machine as measured (or reused): per device its best copy
-    bandwidth, its tries and, when busy, why."""
-    best_gbps: dict[str, float]  # device -> best of its tries (busy devices included)
+    """The machine as measured (or reused): per device its median copy
+    bandwidth, its tries and, when busy, why; its bandwidth curves."""
+    median_gbps: dict[str, float]  # device -> median of its tries (busy devices included)
     tries: dict[str, list[dict]]  # device -> [{"gbps": float, "load": float | None}, ...]
     busy: dict[str, str] = field(default_factory=dict)  # device -> "load 3.4 on 2 cores"
     fresh_writes: dict[str, float] = field(default_factory=dict)  # allocator -> GB/s
     measured_at: str = ""  # ISO time of the measurement
     measured_epoch: float = math.nan
     reused_from: str | None = None  # measured_at of the measurement reused, or None
+    curves: dict[str, dict] = field(default_factory=dict)  # device -> its bandwidth curves (busy ones included)
+    curves_reused: dict[str, str] = field(default_factory=dict)  # device -> measured_at, for curves from the cache
 
     @property
     def ceilings(self) -> dict[str, float]:
         """The ceilings to judge with: quiet devices only. A busy device is
         absent, so its rows' ``floor_s`` and ``pct_of_ceiling`` stay NaN."""
-        return {device: gbps for device, gbps in self.best_gbps.items() if device not in self.busy}
+        return {device: gbps for device, gbps in self.median_gbps.items() if device not in self.busy}
 
     def meta(self) -> dict:
         """The fields meta.json records (see the module's docstring)."""
         return {"ceilings_gbps": self.ceilings, "ceiling_tries": self.tries, "ceiling_busy": self.busy,
-                "ceiling_reused_from": self.reused_from, "fresh_write_gbps": self.fresh_writes}
+                "ceiling_reused_from": self.reused_from, "fresh_write_gbps": self.fresh_writes,
+                CURVES: self.curves, f"{CURVES}_reused": self.curves_reused}
 
     def lines(self) -> list[str]:
-        """What a reader must be told: a busy ceiling, and a reused one."""
+        """What a reader must be told: a busy ceiling, and a reused one; the
+        curves the floors by size use, measured now or reused (from when)."""
         said = []
         for device, reason in self.busy.items():
-            said.append(f"{device} copy ceiling measured busy ({reason}; best of {len(self.tries.get(device, []))} "
-                        f"tries {self.best_gbps.get(device, math.nan):.1f} GB/s): not used, so no floor and no "
+            said.append(f"{device} copy ceiling measured busy ({reason}; median of {len(self.tries.get(device, []))} "
+                        f"tries {self.median_gbps.get(device, math.nan):.1f} GB/s): not used, so no floor and no "
                         f"% of ceiling for {device}")
         if self.reused_from:
             for device, gbps in self.ceilings.items():
                 said.append(f"{device} copy ceiling reused from {self.reused_from}, measured at load "
-                            f"{_load_text(best_try(self.tries.get(device, [])))}: {gbps:.1f} GB/s "
+                            f"{_load_text(median_try(self.tries.get(device, [])))}: {gbps:.1f} GB/s "
                             f"(reused for up to {REUSE_MAX_AGE_S / 3600:g} h on this machine)")
-        return said
+        return said + curve_lines(self.curves, self.curves_reused)
+
+
+def curve_lines(curves: dict, reused: dict) -> list[str]:
+    """One line per device's bandwidth curves: refused (busy), reused from
+    the cache (from when), or measured now."""
+    said = []
+    for device, curve in sorted(curves.items()):
+        sizes = curve.get("sizes_bytes") or [0]
+        span = f"{len(sizes)} sizes, {_size_text(min(sizes))} to {_size_text(max(sizes))}"
+        if curve.get("busy"):
+            said.append(f"{device} bandwidth curves measured busy ({curve['busy']}): not used, so no floor by size "
+                        f"for {device}")
+        elif device in reused:
+            said.append(f"{device} bandwidth curves ({span}) reused from {reused[device]} (kept for up to "
+                        f"{CURVES_REUSE_MAX_AGE_S / 3600:g} h on this machine; delete {_curves_path()} to measure "
+                        f"them again)")
+        else:
+            said.append(f"{device} bandwidth curves ({span}) measured now, at load {_loads_text(curve)}")
+    return said
+
+
+def _size_text(nbytes: float) -> str:
+    for unit, shift in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
+        if nbytes >= 1 << shift:
+            return f"{nbytes / (1 << shift):g} {unit}"
+    return f"{nbytes:g} B"
+
+
+def _loads_text(curve: dict) -> str:
+    loads = [one.get("load") for one in curve.get("tries", []) if isinstance(one.get("load"), (int, float))]
+    return f"{min(loads):.2f}-{max(loads):.2f}" if loads else "unknown"
 
 
 def meta_after(meta: dict, measured: Measured) -> dict:
     """meta.json's ceiling fields once ``measured`` is in: the devices it
     measured take its values (a resumed run's earlier ones go, a busy device
     leaves ``ceilings_gbps``), the others keep theirs; its fresh-write
-    bandwidths, when it measured any."""
+    bandwidths, when it measured any; its curves, the others' kept (each
+    row stores the rates its floor used, so a resumed run's earlier rows
+    keep theirs)."""
     def earlier(name: str) -> dict:
         found = meta.get(name)
         return {device: value for device, value in (found.items() if isinstance(found, dict) else ())
@@ -103,13 +175,17 @@ def meta_after(meta: dict, measured: Measured) -> dict:
             "ceiling_tries": {**earlier("ceiling_tries"), **measured.tries},
             "ceiling_busy": {**earlier("ceiling_busy"), **measured.busy},
             "ceiling_reused_from": measured.reused_from,
-            "fresh_write_gbps": measured.fresh_writes or meta.get("fresh_write_gbps") or {}}
+            "fresh_write_gbps": measured.fresh_writes or meta.get("fresh_write_gbps") or {},
+            CURVES: {**(meta.get(CURVES) if isinstance(meta.get(CURVES), dict) else {}), **measured.curves},
+            f"{CURVES}_reused": measured.curves_reused}
 
 
-def best_try(tries: list[dict]) -> dict:
-    """The try a ceiling is (the fastest); {} when none ran."""
-    finite = [one for one in tries if isinstance(one.get("gbps"), (int, float)) and math.isfinite(one["gbps"])]
-    return max(finite, key=lambda one: one["gbps"], default={})
+def median_try(tries: list[dict]) -> dict:
+    """The try a ceiling is (the median; of an even count, the lower middle
+    one: a ceiling a try reached); {} when none ran."""
+    finite = sorted((one for one in tries if isinstance(one.get("gbps"), (int, float)) and math.isfinite(one["gbps"])),
+                    key=lambda one: one["gbps"])
+    return finite[(len(finite) - 1) // 2] if finite else {}
 
 
 def _load_text(one: dict) -> str:
@@ -118,21 +194,26 @@ def _load_text(one: dict) -> str:
 
 
 def busy_reason(tries: list[dict], cores: int | None) -> str | None:
-    """"load X on N cores" when every try started with the machine at
-    capacity (X: the lowest load any try saw), else None."""
+    """"load X on N cores" when half or more of the tries started with the
+    machine at capacity, so that the median may be a busy one (X: the lowest
+    load a busy try saw), else None. One rule for ceilings and curves."""
     loads = [one.get("load") for one in tries]
-    if not tries or not all(facts.at_capacity(load, cores) for load in loads):
+    busy = [load for load in loads if facts.at_capacity(load, cores)]
+    if not tries or 2 * len(busy) < len(tries):
         return None
-    return f"load {min(loads):.2g} on {cores} cores"
+    return f"load {min(busy):.2g} on {cores} cores"
 
 
 def judged(answer: dict) -> Measured:
-    """The child's answer (``measure_here``) with each device's best and busy flag."""
+    """The child's answer (``measure_here``) with each device's median, busy
+    flag and curves (each curve refused by ``busy_reason`` too)."""
     tries, cores = answer["tries"], answer.get("cores")
-    best = {device: best_try(found).get("gbps", math.nan) for device, found in tries.items()}
+    median = {device: median_try(found).get("gbps", math.nan) for device, found in tries.items()}
     busy = {device: reason for device, found in tries.items() if (reason := busy_reason(found, cores))}
-    return Measured(best, tries, busy, answer.get("fresh_writes", {}), answer.get("measured_at", ""),
-                    answer.get("measured_epoch", math.nan))
+    curves = {device: dict(curve, busy=busy_reason(curve.get("tries", []), cores))
+              for device, curve in answer.get("curves", {}).items()}
+    return Measured(median, tries, busy, answer.get("fresh_writes", {}), answer.get("measured_at", ""),
+                    answer.get("measured_epoch", math.nan), curves=curves)
 
 
 def _load_now() -> float | None:
@@ -145,7 +226,8 @@ def _load_now() -> float | None:
 def measure_here(request: dict) -> dict:
     """In the measuring child: ``TRIES`` rounds over the devices, each try's
     load read just before it (its own copies then weigh least in it), then
-    the fresh-write bandwidth per allocator when the CPU is used and asked."""
+    the fresh-write bandwidth per allocator when the CPU is used and asked,
+    then the bandwidth curves of the devices in ``request["curves"]``."""
     pinning.apply_threads(request["threads"])
     devices = request["devices"]
     started = time.time()
@@ -158,8 +240,152 @@ def measure_here(request: dict) -> dict:
             tries[device].append({"gbps": timing.copy_ceiling_gbps(device, repeats=TRY_REPEATS), "load": load})
     fresh = ({allocator: timing.fresh_write_gbps(allocator) for allocator in fresh_allocators()}
              if request.get("fresh", True) and "cpu" in devices else {})
-    return {"tries": tries, "fresh_writes": fresh, "cores": os.cpu_count(), "measured_epoch": started,
+    settings = request.get("curve_settings") or {}
+    curves = {device: measure_curves_here(device, **settings) for device in request.get("curves", [])}
+    return {"tries": tries, "fresh_writes": fresh, "curves": curves, "cores": os.cpu_count(),
+            "measured_epoch": started,
             "measured_at": dt.datetime.fromtimestamp(started, dt.timezone.utc).isoformat(timespec="seconds")}
+
+
+# ------------------------------------------------------------------ curves
+def last_level_cache_bytes(device: str) -> int:
+    """The device's last-level cache: the CPU's largest (sysfs, ``facts.hardware``),
+    the GPU's L2 (torch); 0 where it cannot be told."""
+    if device != "cpu":
+        import torch
+
+        return int(getattr(torch.cuda.get_device_properties(torch.device(device)), "L2_cache_size", 0) or 0)
+    sizes = [_cache_size_bytes(text) for name, text in facts.hardware().get("caches", {}).items()
+             if not name.endswith("i")]
+    return max(sizes, default=0)
+
+
+def _cache_size_bytes(text: str) -> int:
+    """sysfs's cache size ("32768K", "2M") in bytes; 0 where unreadable."""
+    text = str(text).strip().upper().rstrip("B").rstrip("I")
+    scale = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[-1:], 1)
+    try:
+        return int(float(text.rstrip("KMG")) * scale)
+    except ValueError:
+        return 0
+
+
+def curve_settings() -> dict:
+    """What the measuring child's curves are measured with: this process's
+    settings (a test that shrinks them shrinks the child's too)."""
+    return {"points": CURVE_POINTS, "smallest": CURVE_MIN_BYTES, "top_bounds": [CURVE_TOP_MIN_BYTES,
+                                                                                CURVE_TOP_MAX_BYTES],
+            "tries": CURVE_TRIES, "pass_bytes": CURVE_PASS_BYTES}
+
+
+def curve_sizes(last_level_cache: int, points: int | None = None, smallest: int | None = None,
+                top_bounds=None) -> list[int]:
+    """``CURVE_POINTS`` sizes, evenly spaced in log-size, from
+    ``CURVE_MIN_BYTES`` to ``CURVE_LLC_MULTIPLE`` times the last-level cache
+    (within ``CURVE_TOP_MIN_BYTES`` and ``CURVE_TOP_MAX_BYTES``), each a
+    whole number of 4 KiB pages."""
+    import numpy as np
+
+    low, high = top_bounds or (CURVE_TOP_MIN_BYTES, CURVE_TOP_MAX_BYTES)
+    smallest = smallest or CURVE_MIN_BYTES
+    top = max(min(max(CURVE_LLC_MULTIPLE * last_level_cache, low), high), smallest)
+    page = 4 << 10
+    return sorted({max(page, int(round(size / page)) * page)
+                   for size in np.geomspace(smallest, top, points or CURVE_POINTS)})
+
+
+def _rate(clock, call, moved: int) -> float:
+    seconds = clock.sample_s(call)
+    return moved / seconds / 1e9 if seconds > 0 else math.nan
+
+
+def measure_curves_here(device: str, sizes: list[int] | None = None, tries: int | None = None,
+                        pass_bytes: int | None = None, points: int | None = None, smallest: int | None = None,
+                        top_bounds=None) -> dict:
+    """The device's bandwidth curves (the module's docstring), through torch
+    tensors on ``device``: at each size the median of ``tries`` tries of
+
+    - read: ``torch.sum`` of the buffer seen ``passes`` times (a stride-0
+      outer dimension: one call reads it again and again);
+    - write: the buffer, already touched, filled ``passes`` times (torch's
+      ``fill_``, and numpy's ``fill`` up to ``CURVE_SMALL_WRITE_BYTES`` on the
+      CPU: the faster);
+    - fresh write (CPU), per allocator (``Backend.fresh_buffer``): a buffer
+      allocated and filled, ``passes`` times, freed each time as a strategy's
+      output is.
+
+    Each try records the 1-minute load it started under; one that started
+    with the machine at capacity is recorded and skipped (the curve is then
+    refused where half or more were: ``busy_reason``). Every size is one
+    prefix of one buffer, allocated once."""
+    import numpy as np
+    import torch
+
+    from impls.backends import get_backend
+
+    sizes = sizes or curve_sizes(last_level_cache_bytes(device), points, smallest, top_bounds)
+    tries = tries or CURVE_TRIES
+    pass_bytes = pass_bytes or CURVE_PASS_BYTES
+    started = time.time()
+    clock = timing.Clock(get_backend("torch"), device)
+    whole = torch.ones(max(sizes) // 4, dtype=torch.float32, device=device)
+    allocators = {name: get_backend(name).fresh_buffer for name in fresh_allocators()} if device == "cpu" else {}
+    read: dict[int, list[float]] = {size: [] for size in sizes}
+    write: dict[int, list[float]] = {size: [] for size in sizes}
+    fresh: dict[str, dict[int, list[float]]] = {name: {size: [] for size in sizes} for name in allocators}
+    loads = []
+    for _ in range(tries):
+        load = _load_now()
+        loads.append({"load": load})
+        if facts.at_capacity(load, os.cpu_count()):
+            # Recorded, not measured: a busy try is not a rate, and under load every thread
+            # of a parallel call waits for the slowest (a 2-thread curve took 16 s at load 9).
+            loads[-1]["skipped"] = True
+            continue
+        for size in sizes:
+            passes, buffer = max(1, -(-pass_bytes // size)), whole[: size // 4]
+            seen_again = buffer.view(1, -1).expand(passes, -1)
+            read[size].append(_rate(clock, lambda: torch.sum(seen_again, dim=1), passes * size))
+            writers = [lambda: [buffer.fill_(1.0) for _ in range(passes)]]
+            if device == "cpu" and size <= CURVE_SMALL_WRITE_BYTES:
+                array = buffer.numpy()
+                writers.append(lambda: [array.fill(1.0) for _ in range(passes)])
+            write[size].append(max(_rate(clock, writer, passes * size) for writer in writers))
+            for name, allocate in allocators.items():
+                fresh[name][size].append(max(_rate(clock, writer, passes * size)
+                                             for writer in _fresh_writers(allocate, size, passes)))
+    del whole
+
+    def medians(found: dict[int, list[float]]) -> list[float | None]:
+        # None, not NaN, where every try was busy: meta.json stays JSON a browser reads.
+        return [float(np.median(found[size])) if found[size] else None for size in sizes]
+
+    return {"sizes_bytes": list(sizes), "read_gbps": medians(read), "write_gbps": medians(write),
+            "fresh_write_gbps": {name: medians(found) for name, found in fresh.items()}, "tries": loads,
+            "measured_epoch": started,
+            "measured_at": dt.datetime.fromtimestamp(started, dt.timezone.utc).isoformat(timespec="seconds")}
+
+
+def _fresh_writers(allocate, size: int, passes: int) -> list:
+    """Calls that allocate ``size`` bytes from ``allocate`` and fill them,
+    ``passes`` times: torch's ``fill_`` (its threads), and numpy's ``fill``
+    for a small buffer (the cheaper call)."""
+    import numpy as np
+    import torch
+
+    def with_torch():
+        for _ in range(passes):
+            buffer = torch.as_tensor(allocate(size))
+            buffer.fill_(1.0)
+            del buffer
+
+    def with_numpy():
+        for _ in range(passes):
+            buffer = np.asarray(allocate(size))
+            buffer.fill(1.0)
+            del buffer
+
+    return [with_torch, with_numpy] if size <= CURVE_SMALL_WRITE_BYTES else [with_torch]
 
 
 _CHILD = ("import json, sys\n"
@@ -170,20 +396,46 @@ _CHILD = ("import json, sys\n"
           "print(json.dumps(ceilings.measure_here(request)))\n")
 
 
-def measure(devices, threads=None, fresh: bool = True) -> Measured:
-    """Each device's copy ceiling and, with ``fresh`` and the CPU among the
-    devices, the fresh-output write bandwidth per allocator, measured in a
-    child process (see the module's docstring)."""
-    devices = sorted(set(devices))
-    if not devices:
-        return Measured({}, {}, measured_at=facts.now_iso(), measured_epoch=time.time())
-    request = {"devices": devices, "threads": dict(threads or {}), "fresh": fresh}
+def _run_child(request: dict) -> dict:
     child = subprocess.run([sys.executable, "-c", _CHILD], input=json.dumps(request), capture_output=True,
                            text=True, timeout=600)
     if child.returncode != 0:
         tail = (child.stderr.strip().splitlines() or ["no output"])[-1]
         raise RuntimeError(f"measuring the copy ceiling failed: {tail}")
-    return judged(json.loads(child.stdout.strip().splitlines()[-1]))
+    return json.loads(child.stdout.strip().splitlines()[-1])
+
+
+def measure(devices, threads=None, fresh: bool = True) -> Measured:
+    """Each device's copy ceiling and, with ``fresh`` and the CPU among the
+    devices, the fresh-output write bandwidth per allocator, measured in a
+    child process (see the module's docstring); each device's bandwidth
+    curves reused from the cache (``reuse_curves``), or measured in the same
+    child and kept there (``remember_curves``)."""
+    devices = sorted(set(devices))
+    if not devices:
+        return Measured({}, {}, measured_at=facts.now_iso(), measured_epoch=time.time())
+    kept, reused = reuse_curves(devices, threads)
+    request = {"devices": devices, "threads": dict(threads or {}), "fresh": fresh,
+               "curves": [device for device in devices if device not in kept], "curve_settings": curve_settings()}
+    measured = judged(_run_child(request))
+    remember_curves(measured.curves, threads)
+    measured.curves, measured.curves_reused = {**kept, **measured.curves}, reused
+    return measured
+
+
+def measure_curves(devices, threads=None) -> tuple[dict, dict]:
+    """Each device's bandwidth curves, reused from the cache or measured now
+    (in the child, alone) and kept; returns (curves, device -> when the
+    reused ones were measured)."""
+    devices = sorted(set(devices))
+    kept, reused = reuse_curves(devices, threads)
+    missing = [device for device in devices if device not in kept]
+    if not missing:
+        return kept, reused
+    measured = judged(_run_child({"devices": [], "threads": dict(threads or {}), "fresh": False,
+                                  "curves": missing, "curve_settings": curve_settings()}))
+    remember_curves(measured.curves, threads)
+    return {**kept, **measured.curves}, reused
 
 
 # ------------------------------------------------------------------ reuse
@@ -282,12 +534,64 @@ def remember(measured: Measured, threads=None, *, max_age_s: float = REUSE_MAX_A
     caches.write_json(path, {"machines": {name: found for name, found in machines.items() if found}}, on_warning)
 
 
+def _curves_path():
+    return caches.cache_root() / CURVES_FILE
+
+
+def _usable_curve(curve, now: float, max_age_s: float) -> bool:
+    """A stored curve that can be reused: quiet, complete, young enough."""
+    if not isinstance(curve, dict) or curve.get("busy"):
+        return False
+    try:
+        sizes, epoch = curve["sizes_bytes"], float(curve["measured_epoch"])
+        lengths = {len(curve["read_gbps"]), len(curve["write_gbps"]),
+                   *(len(found) for found in curve.get("fresh_write_gbps", {}).values())}
+    except (KeyError, TypeError, ValueError):
+        return False
+    return (isinstance(sizes, list) and bool(sizes) and lengths == {len(sizes)}
+            and isinstance(curve.get("measured_at"), str) and 0 <= now - epoch <= max_age_s)
+
+
+def reuse_curves(devices, threads=None, *, max_age_s: float = CURVES_REUSE_MAX_AGE_S,
+                 now: Callable[[], float] = time.time,
+                 on_warning: Callable[[str], None] = caches.warn) -> tuple[dict, dict]:
+    """The quiet curves of ``devices`` this machine measured under the same
+    threads within ``max_age_s`` (those it has): (device -> curve, device ->
+    when it was measured)."""
+    data = caches.read_json(_curves_path(), on_warning) or {}
+    machines = data.get("machines") if isinstance(data.get("machines"), dict) else {}
+    stored = machines.get(machine_key(threads))
+    stored = stored if isinstance(stored, dict) else {}
+    moment = now()
+    kept = {device: stored[device] for device in sorted(set(devices))
+            if _usable_curve(stored.get(device), moment, max_age_s)}
+    return kept, {device: curve["measured_at"] for device, curve in kept.items()}
+
+
+def remember_curves(curves: dict, threads=None, *, max_age_s: float = CURVES_REUSE_MAX_AGE_S,
+                    on_warning: Callable[[str], None] = caches.warn) -> None:
+    """Keeps the quiet ``curves`` for ``reuse_curves`` (busy ones never);
+    entries past ``max_age_s`` are dropped."""
+    moment = time.time()
+    quiet = {device: curve for device, curve in curves.items() if _usable_curve(curve, moment, max_age_s)}
+    if not quiet:
+        return
+    path = _curves_path()
+    data = caches.read_json(path, on_warning) or {}
+    machines = data.get("machines") if isinstance(data.get("machines"), dict) else {}
+    key = machine_key(threads)
+    machines[key] = {**(machines.get(key) if isinstance(machines.get(key), dict) else {}), **quiet}
+    machines = {name: {device: curve for device, curve in found.items() if _usable_curve(curve, moment, max_age_s)}
+                for name, found in machines.items() if isinstance(found, dict)}
+    caches.write_json(path, {"machines": {name: found for name, found in machines.items() if found}}, on_warning)
+
+
 def measure_or_reuse(devices, threads=None, *, fresh: bool = False, max_age_s: float = REUSE_MAX_AGE_S,
                      on_warning: Callable[[str], None] = caches.warn) -> Measured:
     """``reuse``'s ceilings when every device has a recent quiet one (and,
     with ``fresh``, the CPU's fresh-write bandwidths measured with it: what
-    ``bench()``'s CPU rows' fresh-output floor needs), else ``measure`` them
-    now and ``remember`` them."""
+    ``bench()``'s CPU rows' fresh-output floor needs), with the curves
+    ``measure_curves`` gives, else ``measure`` them now and ``remember`` them."""
     devices = sorted(set(devices))  # read twice below: a generator would be empty the second time
     said: set[str] = set()
 
@@ -298,6 +602,7 @@ def measure_or_reuse(devices, threads=None, *, fresh: bool = False, max_age_s: f
 
     found = reuse(devices, threads, fresh=fresh, max_age_s=max_age_s, on_warning=once)
     if found is not None:
+        found.curves, found.curves_reused = measure_curves(devices, threads)
         return found
     measured = measure(devices, threads, fresh=fresh)
     remember(measured, threads, max_age_s=max_age_s, on_warning=once)

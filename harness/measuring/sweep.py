@@ -38,7 +38,7 @@ from harness.measuring import ceilings as machine_ceilings
 from harness.measuring import check, facts, memory, pinning, prefetch, timing, verdict_cache
 from harness.measuring.check import PHASE_CHECK, Reference, reference
 from harness.measuring.session import Interrupted, PhaseClock, RunOutcome, RunSession  # noqa: F401 - Interrupted: sweep's public name
-from harness.results import stats, store
+from harness.results import floors, stats, store
 from impls import training
 from impls.backends import NotApplicable, device_present, get_backend, itemsize
 from impls.common import Verdict
@@ -324,6 +324,8 @@ def run_sweep(cases: list[Case], config: Config, writer, run_id: str, ceilings: 
                 flushes[key] = backend.cache_flush(case.device)
             result = execute_case(case, config, run_id, ceiling, ref, flushes[key], on_phase, adversarial, measure)
         result.row.update(fresh_floor(case, result.row, getattr(writer, "meta", {}).get("fresh_write_gbps")))
+        result.row.update(floors.case_floor(case.op, case.strategy, case.params_dict, case.dtype, case.device,
+                                            case.mode, result.row, getattr(writer, "meta", {}).get(floors.CURVES)))
         writer.append(result.row, result.samples_s)
         rows.append(result.row)
         if on_case:

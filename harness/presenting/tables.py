@@ -44,7 +44,7 @@ from harness.judging.analysis import (
     partial_output,
     with_speedups,
 )
-from harness.results import stats
+from harness.results import floors, stats
 from impls import training
 from impls.registry import OPERATORS, speedup_note
 from impls.status import (
@@ -185,6 +185,13 @@ def _iqr_text(row) -> str:
     return f"[yellow]{text}{UNSTABLE_MARK}[/]" if analysis.unstable(row) else text
 
 
+def _floor_text(row) -> str:
+    """A row's % of floor by size: the percentage, or the flag in yellow (``floors.floor_cell``)."""
+    pct = row.get("pct_of_floor")
+    text = floors.floor_cell(pct, short=True)
+    return f"[yellow]{escape(text)}[/]" if floors.over_floor(pct) else text
+
+
 def _mode_title(mode: str) -> str:
     """What a table's title adds for its mode: nothing for forward (titles
     read as before modes existed), the mode otherwise."""
@@ -209,9 +216,12 @@ def case_tables(rows: pd.DataFrame, judged: bool = True) -> list:
                                f"× blank: {no_speedup}" if no_speedup else f"×: speedup over {baseline}")
                               + f"; IQR as % of the median, {UNSTABLE_MARK}: unstable "
                               f"(> {100 * analysis.UNSTABLE_REL_IQR:.0f} %)", caption_justify="left")
+        with_floor = "pct_of_floor" in group and bool(group["pct_of_floor"].map(math.isfinite).any())
+        if with_floor:
+            table.caption += f"; % floor: of the floor by size, past {floors.OVER_FLOOR_PCT:.0f} % flagged"
         width = max(len(str(name)) for name in group["strategy"])
         table.add_column("strategy", no_wrap=True, min_width=min(width, 40))
-        for column in ("status", "median", "IQR", "GB/s", "% ceil", "×"):
+        for column in ("status", "median", "IQR", "GB/s", "% ceil", *(["% floor"] if with_floor else []), "×"):
             table.add_column(column, justify="left" if column == "status" else "right", no_wrap=True)
         ordered = group.assign(_key=group["median_s"].fillna(math.inf)).sort_values("_key", kind="stable")
         # The answer's winner, or both of a tie (the report's rule); none in an unfit run.
@@ -220,10 +230,14 @@ def case_tables(rows: pd.DataFrame, judged: bool = True) -> list:
         notes = [f"both starred: {analysis.winner_text(found)}"] if len(best) > 1 else []
         for _, r in ordered.iterrows():
             name = escape(r["strategy"])
+            floor = [_floor_text(r)] if with_floor else []
             table.add_row(f"[bold]{name} {BEST_MARK}[/]" if r["strategy"] in best else name,
                           f"[{STATUS_STYLE.get(r['status'], '')}]{escape(r['status'])}[/]",
                           fmt_time(r["median_s"]), _iqr_text(r), fmt_num(r["gbps"]),
-                          fmt_num(r["pct_of_ceiling"], 3), fmt_ratio(r["speedup"]))
+                          fmt_num(r["pct_of_ceiling"], 3), *floor, fmt_ratio(r["speedup"]))
+            over = floors.over_floor_line(r["strategy"], r.get("pct_of_floor"))
+            if over:
+                notes.append(over)
             if r["message"] and r["status"] != OK:
                 notes.append(f"{r['strategy']}: {shorten(r['message'], 200)}")
             disagreement = analysis.timer_disagreement(r)
@@ -270,6 +284,9 @@ def grid_tables(rows: pd.DataFrame, judged: bool = True) -> list:
                               + (f"{BEST_MARK} bold: fastest correct (two where they tie); " if judged else
                                  "no fastest marked: the run is unfit; ")
                               + f"{UNSTABLE_MARK}: IQR > {100 * analysis.UNSTABLE_REL_IQR:.0f} % of the median"
+                              + (f"; {floors.OVER_FLOOR_MARK}: {floors.OVER_FLOOR_TEXT} (listed below)"
+                                 if group.get("pct_of_floor", pd.Series(dtype=float)).map(floors.over_floor).any()
+                                 else "")
                               + (f"; {PARTIAL_MARK}: returns less than {OPERATORS[op].whole_output}, not ranked"
                                  if partial else ""),
                       caption_justify="left")
@@ -289,7 +306,8 @@ def grid_tables(rows: pd.DataFrame, judged: bool = True) -> list:
                 if r["status"] not in CORRECT or not math.isfinite(r["median_s"]):
                     cells.append(f"[{STATUS_STYLE.get(r['status'], '')}]{escape(r['status'])}[/]")
                     continue
-                mark = UNSTABLE_MARK if analysis.unstable(r) else ""
+                mark = (UNSTABLE_MARK if analysis.unstable(r) else "") \
+                    + (f" {floors.OVER_FLOOR_MARK}" if floors.over_floor(r.get("pct_of_floor")) else "")
                 text = f"{fmt_time(r['median_s'])}{mark}"
                 if math.isfinite(r["speedup"]):
                     text += f" ({fmt_ratio(r['speedup'])})"
@@ -312,6 +330,11 @@ def run_summary(rows: pd.DataFrame, grid: bool = True, unfit_reasons: list[str] 
     if grid and disagreeing:
         renderables.append(Text("\n".join(f"{r['op']}/{r['strategy']} {params_label(r['params'])}: "
                                           f"{analysis.timer_disagreement(r)}" for r in disagreeing), style="yellow"))
+    over = [line for _, r in rows.iterrows()
+            if (line := floors.over_floor_line(f"{r['op']}/{r['strategy']} {params_label(r['params'])}"
+                                               f"{_mode_title(r.get('mode', training.FORWARD))}", r.get("pct_of_floor")))]
+    if grid and over:
+        renderables.append(Text("\n".join(over), style="yellow"))
     failed = rows[~rows["status"].isin(CORRECT)] if len(rows) else rows
     if grid and len(failed):
         renderables.append(Text("\n".join(f"{r['op']}/{r['strategy']} {r['device']} {r['dtype']} "

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import asdict, make_dataclass
 
@@ -97,31 +98,54 @@ def fresh_floor_s(bytes_moved: float, bytes_written: float, ceiling_gbps: float,
     return (bytes_moved - bytes_written) / (ceiling_gbps * 1e9) + bytes_written / (fresh_write_gbps * 1e9)
 
 
-def fresh_floor(op_name: str, strategy: str, params: dict, dtype: str, device: str, mode: str, row,
-                fresh_write_gbps: dict | None) -> dict:
-    """A CPU row's fresh-output-aware floor and the median's % of it
-    (``fresh_floor_s``), at the best fresh-write bandwidth the run measured
-    over the allocators (a floor is the least time the case could take), in
-    the case's mode (``training.bytes_written``: the outputs, the gradient,
-    or both); NaN on other devices (their floor is the copy's), where the
-    operator does not split its bytes, where nothing was measured, and for an
-    operator or strategy this checkout does not know (an older run's, a
-    plugin not loaded). The sweep stores it with each row; a run from before
-    the column gets it when read (store.read_run), from what it measured."""
-    empty = {"fresh_floor_s": math.nan, "pct_of_fresh_floor": math.nan}
-    fresh = max((g for g in (fresh_write_gbps or {}).values() if isinstance(g, (int, float)) and g > 0),
-                default=math.nan)
-    if device != "cpu" or not math.isfinite(fresh):
-        return empty
+def best_fresh_write_gbps(fresh_write_gbps: dict | None) -> float:
+    """The fastest fresh-write bandwidth a run measured over the allocators
+    (a floor is the least time the case could take); NaN where none."""
+    return max((g for g in (fresh_write_gbps or {}).values() if isinstance(g, (int, float)) and g > 0),
+               default=math.nan)
+
+
+def case_bytes_written(op_name: str, strategy: str, params_json: str, dtype: str, mode: str) -> int | None:
+    """The bytes a case writes in its mode (``training.bytes_written``: the
+    outputs, the gradient, or both); None where the operator does not split
+    its bytes, or this checkout does not know the operator or strategy (an
+    older run's, a plugin not loaded)."""
+    return _bytes_written(op_name, strategy, params_json, dtype, mode)
+
+
+@functools.lru_cache(maxsize=4096)  # a report reads thousands of rows of a few hundred cases
+def _bytes_written(op_name: str, strategy: str, params_json: str, dtype: str, mode: str) -> int | None:
+    import json
+
     from impls import training
     from impls.backends import itemsize
     from impls.registry import get_operator
 
     try:
         op = get_operator(op_name)
-        written = training.bytes_written(op, params, itemsize(dtype), mode, op.strategies[strategy].returns)
+        return training.bytes_written(op, json.loads(params_json), itemsize(dtype), mode,
+                                      op.strategies[strategy].returns)
     except (KeyError, ValueError):
+        return None
+
+
+def fresh_floor(op_name: str, strategy: str, params: dict, dtype: str, device: str, mode: str, row,
+                fresh_write_gbps: dict | None) -> dict:
+    """A CPU row's fresh-output-aware floor and the median's % of it
+    (``fresh_floor_s``), at the best fresh-write bandwidth the run measured
+    over the allocators (``best_fresh_write_gbps``), in the case's mode
+    (``case_bytes_written``); NaN on other devices (their floor is the
+    copy's), where the operator does not split its bytes, where nothing was
+    measured, and for an operator or strategy this checkout does not know.
+    The sweep stores it with each row; a run read back gets it again from
+    its stored figures (store.derive_older)."""
+    empty = {"fresh_floor_s": math.nan, "pct_of_fresh_floor": math.nan}
+    fresh = best_fresh_write_gbps(fresh_write_gbps)
+    if device != "cpu" or not math.isfinite(fresh):
         return empty
+    import json
+
+    written = case_bytes_written(op_name, strategy, json.dumps(params, sort_keys=True), dtype, mode)
     if written is None:
         return empty
     # An isolated case's row comes back through JSON: its empty numbers are None.

@@ -66,6 +66,11 @@ COLUMN_SPECS = (
     ("pct_of_ceiling", "number", 1),
     # CPU: the floor with fresh outputs' first-touch cost (stats.fresh_floor_s) and the median's % of it
     ("fresh_floor_s", "number", 5), ("pct_of_fresh_floor", "number", 5),
+    # The floor by size (harness/results/floors.py): the bytes written, the read and write rates
+    # it used (interpolated on the machine's curves), the write curve they came from, the floor
+    # and the median's % of it. The rates are the row's own: its floor recomputes from the row.
+    ("bytes_written", "number", 8), ("read_gbps_used", "number", 8), ("write_gbps_used", "number", 8),
+    ("floor_write_curve", "text", 8), ("floor_by_size_s", "number", 8), ("pct_of_floor", "number", 8),
     ("max_abs_err", "number", 1), ("rel_err", "number", 1),
     ("peak_mem_bytes", "number", 1), ("setup_s", "number", 1), ("source", "text", 1),
     ("host_s", "number", 2),  # median host cost of one call, without synchronising
@@ -78,9 +83,10 @@ COLUMN_SPECS = (
 COLUMN_KINDS = tuple((name, kind) for name, kind, _ in COLUMN_SPECS)
 COLUMNS = tuple(name for name, _ in COLUMN_KINDS)
 NUMERIC = tuple(name for name, kind in COLUMN_KINDS if kind == "number")
-# The columns each schema version after the first added.
+# The columns each schema version after the first added (none, for a version whose
+# step changed something else: its step is written out in MIGRATIONS).
 COLUMNS_ADDED = {version: tuple(name for name, _, added in COLUMN_SPECS if added == version)
-                 for version in sorted({added for _, _, added in COLUMN_SPECS} - {1})}
+                 for version in range(2, max(added for _, _, added in COLUMN_SPECS) + 1)}
 # This schema: the newest version a column names (so far every version added
 # columns; one that changed only the metadata would have to raise it by hand).
 SCHEMA_VERSION = max(COLUMNS_ADDED)
@@ -91,11 +97,13 @@ def _add_columns(version: int):
     """The migration step to a schema ``version`` that only added columns:
     a run before them did not measure them (empty)."""
 
+    added = COLUMNS_ADDED[version]
+
     def update(meta: dict, rows: pd.DataFrame | None):
-        return meta, _with_columns(rows, COLUMNS_ADDED[version])
+        return meta, _with_columns(rows, added)
 
     update.__name__ = update.__qualname__ = f"update_to_{version}"
-    update.__doc__ = f"Schema {version} added {', '.join(COLUMNS_ADDED[version])}: a run before them did not " \
+    update.__doc__ = f"Schema {version} added {', '.join(added) or 'no column'}: a run before them did not " \
                      f"measure them (empty)."
     return update
 
@@ -632,26 +640,32 @@ _FROM_SAMPLES = tuple(name for name, _, added in TIMING.columns() if added == 3)
 
 
 def derive_older(meta: dict, rows: pd.DataFrame, samples: dict) -> pd.DataFrame:
-    """An older run's rows with what it measured but did not store: the
-    quartiles, 10th percentile and slowest sample (schema 3) from its samples,
-    by the same ``metrics.TIMING`` (only where the samples give the row's own
-    median: samples that are not the row's are never mixed in), and a CPU
-    row's fresh-output-aware floor (schema 5) from its bytes, ceiling, median
-    and the run's ``fresh_write_gbps`` (``stats.fresh_floor``). A run that
-    stored them (written as their schema or later) is returned as read: its
-    empty values are what it measured."""
+    """A run's rows with what derives from its stored figures, and nothing
+    they cannot give (issue 40, item 3):
+
+    - an older run's quartiles, 10th percentile and slowest sample (schema
+      3) from its samples, by the same ``metrics.TIMING`` (only where the
+      samples give the row's own median: samples that are not the row's are
+      never mixed in);
+    - every CPU row's fresh-output floor (schema 5) from its bytes, ceiling
+      and median and the run's ``fresh_write_gbps`` (``stats.fresh_floor``),
+      where the row's ceiling is the one meta.json holds for its device (the
+      rates were measured together). A row measured under other rates (an
+      earlier attempt of a resumed run, another shard) left no record of
+      them: its fresh floor is left empty, never computed from rates it was
+      not measured with.
+
+    The floor by size (schema 8) needs nothing from meta: each row stores
+    the rates it used (``floors.recomputed``); an older run has none."""
     written = meta.get("schema_written", SCHEMA_VERSION)
-    if rows.empty or not isinstance(written, int) or written >= 5:
-        return rows
-    quartiles_missing = rows[list(_FROM_SAMPLES)].isna().all(axis=1) & rows["median_s"].notna() & (written < 3)
-    floors_missing = rows["fresh_floor_s"].isna() & (rows["device"] == "cpu") & bool(meta.get("fresh_write_gbps"))
-    if not (quartiles_missing.any() or floors_missing.any()):
+    if rows.empty or not isinstance(written, int):
         return rows
     import numpy
 
     from harness.results import stats
 
     rows = rows.copy()
+    quartiles_missing = rows[list(_FROM_SAMPLES)].isna().all(axis=1) & rows["median_s"].notna() & (written < 3)
     for index in rows.index[quartiles_missing]:
         found = samples.get(rows.at[index, "case_id"])
         if not found:
@@ -660,12 +674,19 @@ def derive_older(meta: dict, rows: pd.DataFrame, samples: dict) -> pd.DataFrame:
         if math.isclose(computed["median_s"], rows.at[index, "median_s"], rel_tol=1e-9):
             for name in _FROM_SAMPLES:
                 rows.at[index, name] = float(computed[name])
-    for index in rows.index[floors_missing]:
-        row = rows.loc[index]
-        mode = row.get("mode") or "forward"
-        rows.loc[index, ["fresh_floor_s", "pct_of_fresh_floor"]] = list(stats.fresh_floor(
-            row["op"], row["strategy"], json.loads(row["params"]), row["dtype"], row["device"], mode, row.to_dict(),
-            meta.get("fresh_write_gbps")).values())
+    ceilings = meta.get("ceilings_gbps") if isinstance(meta.get("ceilings_gbps"), dict) else {}
+    fresh = stats.best_fresh_write_gbps(meta.get("fresh_write_gbps"))
+    cpu = rows.index[rows["device"] == "cpu"]
+    floors, pcts = [], []
+    for row in rows.loc[cpu, ["op", "strategy", "params", "dtype", "mode", "bytes", "ceiling_gbps",
+                              "median_s"]].itertuples(index=False):
+        written = stats.case_bytes_written(row.op, row.strategy, row.params, row.dtype, row.mode or "forward") \
+            if row.ceiling_gbps == ceilings.get("cpu") and math.isfinite(fresh) else None
+        floor = math.nan if written is None else stats.fresh_floor_s(row.bytes, written, row.ceiling_gbps, fresh)
+        floors.append(floor)
+        pcts.append(stats.pct_of_floor(floor, row.median_s))
+    rows.loc[cpu, "fresh_floor_s"] = floors
+    rows.loc[cpu, "pct_of_fresh_floor"] = pcts
     return rows
 
 

@@ -133,8 +133,9 @@ def test_bench_applies_records_and_restores_thread_settings(planted):
     # No seed's original among the strategies: speedup is NaN, and the result says why.
     assert result.rows["speedup"].isna().all()
     # (a ceiling measured busy on a loaded machine is a note too: harness/measuring/ceilings.py,
-    # and so is a measurement the fitness rule does not stand behind)
-    assert [note for note in result.notes if "copy ceiling" not in note and "fitness rule" not in note] == [
+    # so are the bandwidth curves measured or reused, and a measurement the fitness rule does not stand behind)
+    assert [note for note in result.notes if "copy ceiling" not in note and "fitness rule" not in note
+            and "bandwidth curves" not in note] == [
         "speedup is blank for maxpool2d: the seed's original, seed_loops, was not among the strategies run"]
     assert "<p>speedup is blank for maxpool2d: the seed&#x27;s original" in result._repr_html_()
     assert torch.get_num_threads() == 2

@@ -50,7 +50,7 @@ def load(dirs) -> tuple[pd.DataFrame, list[dict]]:
     # An unfit run's times are shown, never judged: no speed-up (over the
     # seed's time in a fit run or its own), no % of ceiling.
     unfit = rows[~rows["fit"]].assign(speedup=float("nan"), pct_of_ceiling=float("nan"),
-                                      pct_of_fresh_floor=float("nan"))
+                                      pct_of_fresh_floor=float("nan"), pct_of_floor=float("nan"))
     rows = pd.concat([with_speedups(rows[rows["fit"]]), unfit]).sort_index()
     return rows, metas
 

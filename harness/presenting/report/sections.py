@@ -23,7 +23,7 @@ from harness.judging.analysis import (
     xcheck_ratio,
 )
 from harness.presenting.report.document import Doc
-from harness.results import metrics, runmeta, stats
+from harness.results import floors, metrics, runmeta, stats
 from harness.results.runmeta import Gpu
 from impls.backends import BACKENDS, devices, threads_text
 from impls.defects import for_operators
@@ -76,11 +76,13 @@ def case_table(group: pd.DataFrame, judged: bool = True) -> tuple[list[str], lis
     ordered = group.assign(_k=key.fillna(math.inf)).sort_values("_k")
     with_host = bool(ordered["host_s"].map(finite).any())
     with_fresh = "pct_of_fresh_floor" in ordered and bool(ordered["pct_of_fresh_floor"].map(finite).any())
+    with_floor = "pct_of_floor" in ordered and bool(ordered["pct_of_floor"].map(finite).any())
     with_xcheck = bool((ordered["device"] == "cuda").any() and ordered["xcheck_s"].map(finite).any())
     header = ["strategy", "backend", "status", "median", "IQR", "n"] + [f"{name}/call" for name in counted] \
         + (["host/call"] if with_host else []) \
         + (["do_bench", "ours / do_bench"] if with_xcheck else []) \
-        + ["GB/s"] + (["% of ceiling"] + (["% of fresh floor"] if with_fresh else []) + ["× seed"] if judged else []) \
+        + ["GB/s"] + (["% of ceiling"] + (["% of fresh floor"] if with_fresh else [])
+                      + (["% of floor"] if with_floor else []) + ["× seed"] if judged else []) \
         + ["rel err", "max abs err", "source", "message"]
     no_speedup = speedup_note(group["op"].iloc[0], dict(zip(group["strategy"], group["status"])))
     rows, best = [], None
@@ -101,7 +103,8 @@ def case_table(group: pd.DataFrame, judged: bool = True) -> tuple[list[str], lis
             ratio = xcheck_ratio(r)
             cells += [fmt_time(r["xcheck_s"]),
                       fmt_num(ratio, 3) + (f" {TIMERS_DISAGREE.mark}" if timers_disagree(r) else "")]
-        judging = [fmt_pct(r["pct_of_ceiling"]), *([fmt_pct(r["pct_of_fresh_floor"])] if with_fresh else []),
+        judging = [fmt_pct(r["pct_of_ceiling"]), *([floors.floor_cell(r["pct_of_fresh_floor"])] if with_fresh else []),
+                   *([floors.floor_cell(r["pct_of_floor"])] if with_floor else []),
                    "" if no_speedup else fmt_ratio(r["speedup"])] if judged else []
         rows.append(cells + [fmt_num(r["gbps"]), *judging,
                              fmt_num(r["rel_err"], 2), fmt_num(r["max_abs_err"], 2), r["source"],
@@ -117,13 +120,16 @@ def case_table(group: pd.DataFrame, judged: bool = True) -> tuple[list[str], lis
         notes.append(counts_note(counted))
     if with_fresh and judged:
         notes.append(FRESH_FLOOR_NOTE)
+    if with_floor and judged:
+        notes.append(floors.floor_note() + ".")
     return header, rows, best, notes
 
 
 FRESH_FLOOR_NOTE = ("% of fresh floor: the floor counting what the call's fresh outputs cost on this CPU: bytes read "
                    "at the copy ceiling plus bytes written at the run's fresh-output write bandwidth (first-touch page "
-                   "faults included), the best of its allocators; a strategy at 100 % runs as fast as memory and the "
-                   "OS allow.")
+                   "faults included), the best of its allocators. It prices every size at one large buffer's rates, "
+                   f"so a case that fits in a cache can pass it: past {floors.OVER_FLOOR_PCT:.0f} % it is flagged, "
+                   "as % of floor (by size) is.")
 
 
 def counts_note(counted: list[str]) -> str:
@@ -318,6 +324,15 @@ def run_warnings(meta: dict, cases_done: int | None = None) -> list[str]:
                             + f", {-deviation:.0f} % below the median of earlier runs on this machine"
                             + (f" ({median:.1f} GB/s)" if median is not None else "")
                             + ": the machine was busy or throttled, and its % of ceiling read high.")
+        elif analysis.ceiling_rose(entry):
+            deviation = _number(entry.get("deviation_pct"))
+            median = _number(entry.get("history_median_gbps"))
+            now = _number(record.ceilings_gbps.get(device))
+            warnings.append(f"Warning: run {run} measured its {device} copy ceiling"
+                            + (f" at {now:.1f} GB/s" if now is not None else "")
+                            + f", {deviation:.0f} % above the median of earlier runs on this machine"
+                            + (f" ({median:.1f} GB/s)" if median is not None else "")
+                            + ": its % of ceiling read low.")
     return warnings
 
 
@@ -334,7 +349,7 @@ def environment_table(metas: list[dict], rows: pd.DataFrame | None = None) -> tu
     backends = [name for name in known + list(dict.fromkeys(recorded)) if ran is None or name in ran]
     header = ["run", "machine", "start", "commit", "python", *backends,
               "threads", "ceilings (GB/s)", "ceiling vs history", "load 1/5/15 min (start → end)",
-              "fresh output (GB/s)", "fit to judge"]
+              "fresh output (GB/s)", "bandwidth curves", "fit to judge"]
     rows = []
     for meta, record in zip(metas, records):
         ceilings, fresh = record.ceilings_gbps, record.fresh_write_gbps
@@ -345,6 +360,7 @@ def environment_table(metas: list[dict], rows: pd.DataFrame | None = None) -> tu
                      ", ".join(f"{d} {fmt_ratio(_number(g), '')}" for d, g in ceilings.items()),
                      ceiling_cell(meta), load_cell(meta),
                      ", ".join(f"{a} {fmt_ratio(_number(g), '')}" for a, g in fresh.items()) or "–",
+                     floors.curves_cell(meta),
                      "no: " + "; ".join(meta["unfit_reasons"]) if meta.get("unfit_reasons") else "yes"])
     return header, rows
 

@@ -1,6 +1,6 @@
-"""The copy ceiling: several tries, each with its load, the best kept; one
+"""The copy ceiling: several tries, each with its load, the median kept; one
 measured busy is flagged and never judged with; bench() reuses a recent
-quiet one of this machine and says so."""
+quiet one of this machine and says so. (The bandwidth curves: test_curves.py.)"""
 
 import json
 import math
@@ -39,29 +39,42 @@ def measured_here(devices=("cpu",)):
     return ceilings.judged(ceilings.measure_here({"devices": list(devices), "threads": {}, "fresh": False}))
 
 
-def test_every_try_is_recorded_with_its_load_and_the_best_is_the_ceiling(monkeypatch):
+def test_every_try_is_recorded_with_its_load_and_the_median_is_the_ceiling(monkeypatch):
+    """Not the luckiest try: run 450c's best of 52.5, 30.0 and 27.6 GB/s was
+    +56 % over the machine's history (issue 40, item 4)."""
     fake_machine(monkeypatch, [5.0, 9.0, 7.0], [0.4, 0.5, 0.6])
     measured = measured_here()
     assert measured.tries == {"cpu": [{"gbps": 5.0, "load": 0.4}, {"gbps": 9.0, "load": 0.5},
                                       {"gbps": 7.0, "load": 0.6}]}
-    assert measured.ceilings == {"cpu": 9.0} and measured.busy == {}
-    assert measured.meta() == {"ceilings_gbps": {"cpu": 9.0}, "ceiling_tries": measured.tries, "ceiling_busy": {},
-                               "ceiling_reused_from": None, "fresh_write_gbps": {}}
+    assert measured.ceilings == {"cpu": 7.0} and measured.busy == {}
+    assert measured.meta() == {"ceilings_gbps": {"cpu": 7.0}, "ceiling_tries": measured.tries, "ceiling_busy": {},
+                               "ceiling_reused_from": None, "fresh_write_gbps": {}, "bandwidth_curves": {},
+                               "bandwidth_curves_reused": {}}
     assert measured.lines() == []
+
+
+def test_the_median_of_an_even_count_is_a_try_that_ran():
+    assert ceilings.median_try([{"gbps": 52.5}, {"gbps": 30.0}, {"gbps": 27.6}, {"gbps": 29.0}]) == {"gbps": 29.0}
+    assert ceilings.median_try([{"gbps": math.nan}, {"gbps": 4.0}]) == {"gbps": 4.0}
+    assert ceilings.median_try([]) == {}
 
 
 def test_a_ceiling_whose_every_try_was_at_capacity_is_flagged_and_not_used(monkeypatch):
     fake_machine(monkeypatch, [6.09, 5.5, 6.0], [3.4, 3.6, 3.5])
     measured = measured_here()
     assert measured.busy == {"cpu": "load 3.4 on 2 cores"}
-    assert measured.ceilings == {} and measured.best_gbps == {"cpu": 6.09}
+    assert measured.ceilings == {} and measured.median_gbps == {"cpu": 6.0}
     assert len(measured.tries["cpu"]) == 3  # still recorded, for whoever asks why
     assert any("busy" in line and "not used" in line and "load 3.4 on 2 cores" in line for line in measured.lines())
 
 
-def test_one_quiet_try_is_enough(monkeypatch):
-    fake_machine(monkeypatch, [6.0, 20.0, 7.0], [3.0, 1.2, 3.0])
+def test_a_median_needs_a_quiet_majority_of_tries(monkeypatch):
+    """The median is kept, so one quiet try no longer vouches for the rest:
+    half or more of the tries at capacity and the median may be a busy one."""
+    fake_machine(monkeypatch, [6.0, 20.0, 7.0], [3.0, 1.2, 1.0])
     assert measured_here().busy == {}
+    fake_machine(monkeypatch, [6.0, 20.0, 7.0], [3.0, 1.2, 3.1])
+    assert measured_here().busy == {"cpu": "load 3 on 2 cores"}
 
 
 def test_busy_is_decided_by_the_one_rule_of_facts(monkeypatch):
@@ -117,7 +130,8 @@ def test_a_resumed_run_keeps_the_ceilings_of_devices_it_did_not_measure_again():
 def quiet(gbps=21.0, load=0.42, epoch=None):
     epoch = time.time() if epoch is None else epoch
     return ceilings.Measured({"cpu": gbps}, {"cpu": [{"gbps": gbps - 1, "load": load + 0.1},
-                                                     {"gbps": gbps, "load": load}]},
+                                                     {"gbps": gbps, "load": load},
+                                                     {"gbps": gbps + 1, "load": load + 0.2}]},
                              fresh_writes={"numpy": 9.0, "torch": 8.0},
                              measured_at="2030-01-02T03:04:05+00:00", measured_epoch=epoch)
 
@@ -130,6 +144,8 @@ def counting_measure(monkeypatch, result):
         return result() if callable(result) else result
 
     monkeypatch.setattr(ceilings, "measure", measure)
+    # The curves a reused ceiling is given (test_curves.py tests them): none here.
+    monkeypatch.setattr(ceilings, "measure_curves", lambda devices, threads=None: ({}, {}))
     return calls
 
 
@@ -175,7 +191,7 @@ def test_bench_records_the_reuse_in_its_result_directory(monkeypatch, tmp_path):
     scatterbench.bench("maxpool2d", ["numpy_sliding_window"], out=tmp_path / "run", **arguments)
     meta = read_meta(tmp_path / "run")
     assert meta["ceiling_reused_from"] == "2030-01-02T03:04:05+00:00" and meta["ceilings_gbps"] == {"cpu": 21.0}
-    assert [one["load"] for one in meta["ceiling_tries"]["cpu"]] == [0.52, 0.42]
+    assert [one["load"] for one in meta["ceiling_tries"]["cpu"]] == [0.52, 0.42, 0.62]
 
 
 def test_a_busy_ceiling_is_never_stored_so_never_reused(monkeypatch):

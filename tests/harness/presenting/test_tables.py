@@ -74,3 +74,26 @@ def test_an_unfit_run_is_shown_without_a_winner_or_speedups():
     assert not _starred(text) and "100×" not in text and "(1×)" not in text, text
     fit = rendered(tables.run_summary(rows))
     assert "fitness rule" not in fit and "100×" in fit and tables.BEST_MARK in fit
+
+
+def test_a_row_over_its_floor_is_flagged_in_both_tables_never_shown_as_a_percentage():
+    """One threshold and one wording (harness/results/floors.py): past 110 %
+    of its floor by size a row's formula or curve is wrong, and neither table
+    prints its percentage; a row under it shows its % of floor."""
+    from harness.results import floors
+
+    rows = _maxpool_case({"seed_loops": 1e-2, "numba_fused": 1e-4, "torch_max_pool2d_indices": 3e-4}, 0.01)
+    rows["pct_of_floor"] = [0.3, 560.0, 87.5]
+    rows["mode"] = "forward"
+    case = rendered(tables.case_tables(rows))
+    assert "% floor" in case and "87.5 %" in case and "560" not in case
+    assert f"{floors.OVER_FLOOR_MARK} over the floor" in case
+    assert f"numba_fused: {floors.OVER_FLOOR_MARK} {floors.OVER_FLOOR_TEXT} (its bytes take 5.6× its median" in case
+    summary = rendered(tables.run_summary(rows, grid=True))
+    assert f"{floors.OVER_FLOOR_MARK}: {floors.OVER_FLOOR_TEXT} (listed below)" in summary
+    assert f"maxpool2d/numba_fused N=1 C=1 H=8 W=8 k=2: {floors.OVER_FLOOR_MARK} {floors.OVER_FLOOR_TEXT}" in summary
+    assert "560" not in summary
+    # at the threshold, not past it: a percentage, and no flag
+    rows["pct_of_floor"] = [0.3, floors.OVER_FLOOR_PCT, 87.5]
+    assert floors.OVER_FLOOR_TEXT not in rendered(tables.run_summary(rows, grid=True))
+    assert "110 %" in rendered(tables.case_tables(rows))

@@ -114,10 +114,12 @@ def test_every_column_belongs_to_a_schema_version_with_its_migration_step():
     assert set(TIMING.names) | set(COUNTS.names) <= set(COLUMNS)
     # What each version added, as committed runs were written: a column added since
     # belongs to a newer version (a metric's `schema`), never to one runs already carry.
-    assert store.SCHEMA_VERSION == 6
+    assert store.SCHEMA_VERSION == 8
     assert store.COLUMNS_ADDED == {2: ("host_s", "xcheck_s", "load_avg", "extra", "slow_start"),
                                    3: ("q1_s", "q3_s", "p10_s", "max_s"), 4: ("instructions", "est_cycles"),
-                                   5: ("fresh_floor_s", "pct_of_fresh_floor"), 6: ("mode",)}
+                                   5: ("fresh_floor_s", "pct_of_fresh_floor"), 6: ("mode",), 7: (),
+                                   8: ("bytes_written", "read_gbps_used", "write_gbps_used", "floor_write_curve",
+                                       "floor_by_size_s", "pct_of_floor")}
     schema_1 = ("run_id", "case_id", "op", "strategy", "backend", "device", "dtype", "params", "status", "message",
                 "median_s", "iqr_s", "min_s", "mean_s", "n_samples", "bytes", "gbps", "ceiling_gbps", "floor_s",
                 "pct_of_ceiling", "max_abs_err", "rel_err", "peak_mem_bytes", "setup_s", "source")
@@ -169,7 +171,8 @@ def test_an_older_run_reads_with_what_it_measured_but_did_not_store(tmp_path):
 
     params = {"N": 2, "C": 3, "H": 8, "W": 8, "k": 2}
     real = dict(strategy="numba_fused", params=json.dumps(params), bytes=2000.0, ceiling_gbps=10.0, median_s=3e-6)
-    writer = RunWriter(tmp_path, {"run_id": "r", "fresh_write_gbps": {"numpy": 5.0, "torch": 2.0}})
+    writer = RunWriter(tmp_path, {"run_id": "r", "fresh_write_gbps": {"numpy": 5.0, "torch": 2.0},
+                                  "ceilings_gbps": {"cpu": 10.0}})
     writer.append(row("a", **real), [1e-6, 2e-6, 3e-6, 4e-6, 5e-6])
     writer.append(row("b", **dict(real, median_s=0.5)), [1e-6, 2e-6, 3e-6])  # samples that are not its own
     writer.append(row("c", **dict(real, device="cuda")), [1e-6, 2e-6, 3e-6, 4e-6, 5e-6])

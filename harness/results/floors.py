@@ -1,0 +1,216 @@
+"""The cache-aware roofline (SPEC 3, "Floors by size"): a case's floor from
+bandwidth curves measured over working-set sizes, not from one large copy.
+
+A machine's curves (measured by harness/measuring/ceilings.py, stored in a
+run's meta.json as ``bandwidth_curves``, kept per machine in the suite's
+cache) give, per device and at each size in ``sizes_bytes``, the median rate
+of reading a buffer of that size (``read_gbps``), of writing into one already
+touched (``write_gbps``: a buffer reused), and, on the CPU, of allocating a
+buffer from each allocator and writing it (``fresh_write_gbps[allocator]``:
+the first-touch faults a fresh output pays; a small buffer comes back from
+the allocator's free list, a large one from the OS, as a strategy's does).
+
+A row's floor is ``bytes_read / read(working set) + bytes_written /
+write(output size)``, each rate interpolated on its curve in log-size
+(``rate_at``): the working set is everything the call touches (its bytes
+moved), the output size its bytes written, and the write curve the one its
+strategy allocates through (``write_curve``). The row stores the two rates
+it used, so its floor recomputes from the row alone (``floor_from_rates``),
+whatever the run's meta later holds. A row more than ``OVER_FLOOR_PCT`` % of
+its floor ran faster than the machine can move its bytes: its bytes formula
+(or the curve) is wrong, and it is flagged, never shown as a plain
+percentage (``floor_cell``: the one wording every table and the report use).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from harness.base.format import fmt_pct
+
+# A median this far past its floor (in %) moved fewer bytes than its formula says, or
+# the curve is wrong: 10 % leaves room for the curves' own noise (their tries' spread).
+OVER_FLOOR_PCT = 110.0
+OVER_FLOOR_TEXT = "over the floor: bytes formula or curve wrong"
+OVER_FLOOR_MARK = "⚠"  # a table cell too narrow for the wording: the mark, and the wording under the table
+REUSED = "reused"  # the write curve of a buffer already touched
+CURVES = "bandwidth_curves"  # the meta.json field holding them
+
+# The columns a row's floor by size fills (store.COLUMN_SPECS, schema 8).
+EMPTY = {"bytes_written": math.nan, "read_gbps_used": math.nan, "write_gbps_used": math.nan,
+         "floor_write_curve": "", "floor_by_size_s": math.nan, "pct_of_floor": math.nan}
+
+
+def _number(value) -> float:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else math.nan
+
+
+def rate_at(sizes_bytes, rates_gbps, nbytes: float) -> float:
+    """The curve's rate at ``nbytes``, interpolated linearly in log-size
+    between its two nearest sizes; beyond its ends, the end's rate (past the
+    last-level cache the rate stays memory's). NaN without a usable curve."""
+    sizes = np.asarray(sizes_bytes, dtype=float)
+    rates = np.asarray(rates_gbps, dtype=float)
+    usable = (sizes > 0) & np.isfinite(sizes) & (rates > 0) & np.isfinite(rates) if sizes.shape == rates.shape \
+        else np.zeros(0, bool)
+    if not usable.any() or not (nbytes > 0 and math.isfinite(nbytes)):
+        return math.nan
+    order = np.argsort(sizes[usable])
+    return float(np.interp(math.log(nbytes), np.log(sizes[usable][order]), rates[usable][order]))
+
+
+def floor_from_rates(bytes_moved: float, bytes_written: float, read_gbps: float, write_gbps: float) -> float:
+    """The floor of a call that moves ``bytes_moved``, ``bytes_written`` of
+    them written: the rest read at ``read_gbps``, the written at ``write_gbps``
+    (no bytes written: no write rate needed). NaN when a needed rate is not
+    known or the bytes do not add up."""
+    moved, written = _number(bytes_moved), _number(bytes_written)
+    if not (math.isfinite(moved) and 0 <= written <= moved):
+        return math.nan
+    read_part = (moved - written) / (read_gbps * 1e9) if read_gbps > 0 else (0.0 if moved == written else math.nan)
+    write_part = written / (write_gbps * 1e9) if write_gbps > 0 else (0.0 if written == 0 else math.nan)
+    return read_part + write_part
+
+
+def pct_of_floor(floor: float, median_s: float) -> float:
+    """How close a median came to its floor, in % (100: at the floor)."""
+    floor, median_s = _number(floor), _number(median_s)
+    return 100.0 * floor / median_s if median_s > 0 and math.isfinite(floor) else math.nan
+
+
+def over_floor(pct: float) -> bool:
+    """Whether a row's % of floor says its bytes formula or the curve is wrong."""
+    pct = _number(pct)
+    return math.isfinite(pct) and pct > OVER_FLOOR_PCT
+
+
+def floor_cell(pct: float, short: bool = False) -> str:
+    """A % of floor as every table and the report show it: the percentage,
+    or, past ``OVER_FLOOR_PCT``, the flag instead of a number a reader would
+    take for a speed (``short``: the mark and "over the floor", for a
+    narrow column, with ``over_floor_line`` under the table)."""
+    if not over_floor(pct):
+        return fmt_pct(pct)
+    return f"{OVER_FLOOR_MARK} over the floor" if short else f"{OVER_FLOOR_MARK} {OVER_FLOOR_TEXT}"
+
+
+def over_floor_line(name: str, pct: float) -> str | None:
+    """The line under a table for a row over its floor (None for one that is not)."""
+    if not over_floor(pct):
+        return None
+    return (f"{name}: {OVER_FLOOR_MARK} {OVER_FLOOR_TEXT} (its bytes take {_number(pct) / 100:.2g}× its median at "
+            f"this machine's measured rates)")
+
+
+def floor_note() -> str:
+    """The sentence under a table with a % of floor column."""
+    return (f"% of floor: the median against the time the call's bytes take at this machine's measured read and "
+            f"write rates for its sizes (100 %: at the floor); past {OVER_FLOOR_PCT:.0f} %, "
+            f"'{OVER_FLOOR_TEXT}'")
+
+
+def allocator_of(backend_name: str) -> str:
+    """The allocator a strategy's CPU outputs come from: its backend's own
+    (``Backend.fresh_buffer``), numpy's for a backend whose arrays are numpy's
+    (numba, PyTensor), else "" (its own pool, JAX's: not measured)."""
+    from impls.backends import BACKENDS
+
+    backend = BACKENDS.get(backend_name)
+    if backend is None:
+        return ""
+    if backend.fresh_buffer is not None:
+        return backend.name
+    numpy_backend = BACKENDS.get("numpy")
+    return "numpy" if numpy_backend is not None and backend.to_native is numpy_backend.to_native else ""
+
+
+def write_curve(curve: dict, allocator: str) -> tuple[str, list]:
+    """The write curve an output from ``allocator`` pays on a device's
+    ``curve``: that allocator's fresh-write curve where measured, else the
+    reused one (a pool that keeps its buffers, as CUDA's caching allocator
+    does, writes into touched memory: and the fastest write keeps a floor a floor)."""
+    fresh = curve.get("fresh_write_gbps") if isinstance(curve.get("fresh_write_gbps"), dict) else {}
+    if allocator and isinstance(fresh.get(allocator), list):
+        return f"fresh {allocator}", fresh[allocator]
+    return REUSED, curve.get("write_gbps") or []
+
+
+def usable_curve(curves: dict | None, device: str) -> dict | None:
+    """A device's curve from meta's ``bandwidth_curves``, or None where it
+    has none or it was measured busy (never used, as a busy ceiling is not)."""
+    curve = (curves or {}).get(device) if isinstance(curves, dict) else None
+    if not isinstance(curve, dict) or curve.get("busy") or not curve.get("sizes_bytes"):
+        return None
+    return curve
+
+
+def row_floor(bytes_moved: float, bytes_written: float | None, median_s: float, curve: dict | None,
+              allocator: str) -> dict:
+    """A row's floor by size (the module's docstring) and what it rests on,
+    as the row's columns (``EMPTY``'s keys). An operator that does not split
+    its bytes (``bytes_written`` None) is charged everything at the read rate."""
+    if curve is None or not math.isfinite(_number(bytes_moved)):
+        return dict(EMPTY)
+    split = bytes_written is not None
+    written = float(bytes_written) if split else 0.0
+    sizes = curve["sizes_bytes"]
+    read = rate_at(sizes, curve.get("read_gbps") or [], bytes_moved)
+    name, rates = write_curve(curve, allocator)
+    write = rate_at(sizes, rates, written) if written > 0 else math.nan
+    floor = floor_from_rates(bytes_moved, written, read, write)
+    return {"bytes_written": written if split else math.nan, "read_gbps_used": read, "write_gbps_used": write,
+            "floor_write_curve": name if split else "unsplit: all bytes at the read rate",
+            "floor_by_size_s": floor, "pct_of_floor": pct_of_floor(floor, median_s)}
+
+
+def case_floor(op_name: str, strategy: str, params: dict, dtype: str, device: str, mode: str, row,
+               curves: dict | None) -> dict:
+    """``row_floor`` for one case of this checkout's registry (its bytes
+    written in its mode, its strategy's allocator); empty for an operator or
+    strategy this checkout does not know, or a device without a quiet curve."""
+    from impls import training
+    from impls.backends import NotApplicable, itemsize
+    from impls.registry import get_operator
+
+    curve = usable_curve(curves, device)
+    if curve is None:
+        return dict(EMPTY)
+    try:
+        op = get_operator(op_name)
+        strat = op.strategies[strategy]
+        written = training.bytes_written(op, params, itemsize(dtype), mode, strat.returns)
+    except (KeyError, ValueError, NotApplicable):
+        return dict(EMPTY)
+    return row_floor(_number(row.get("bytes")), written, _number(row.get("median_s")), curve,
+                     allocator_of(strat.backend) if device == "cpu" else "")
+
+
+def recomputed(row) -> tuple[float, float]:
+    """A stored row's floor by size and % of it, from its own columns alone
+    (bytes, bytes_written, the rates it used, its median): what a reader of
+    the files can check."""
+    written = _number(row.get("bytes_written"))
+    floor = floor_from_rates(_number(row.get("bytes")), written if math.isfinite(written) else 0.0,
+                             _number(row.get("read_gbps_used")), _number(row.get("write_gbps_used")))
+    return floor, pct_of_floor(floor, _number(row.get("median_s")))
+
+
+def curves_cell(meta: dict) -> str:
+    """What a run's floors by size rest on, per device, for the report's run
+    table: the curves measured by the run (when), reused from the cache
+    (from when), or measured busy and not used; "–" for a run without any."""
+    curves = meta.get(CURVES) if isinstance(meta.get(CURVES), dict) else {}
+    reused = meta.get(f"{CURVES}_reused") if isinstance(meta.get(f"{CURVES}_reused"), dict) else {}
+    cells = []
+    for device, curve in sorted(curves.items()):
+        if not isinstance(curve, dict):
+            continue
+        if curve.get("busy"):
+            cells.append(f"{device} measured busy ({curve['busy']}), not used")
+        elif device in reused:
+            cells.append(f"{device} reused from {reused[device]}")
+        else:
+            cells.append(f"{device} measured {curve.get('measured_at', '?')}")
+    return ", ".join(cells) or "–"

@@ -1,0 +1,150 @@
+"""The bandwidth curves by size (harness/measuring/ceilings.py): measured
+through torch tensors (the GPU's path, exercised here on the CPU), refused
+when measured under load, kept per machine and thread setting in the cache,
+reused by the next run with its date said; and a ceiling that rose against
+its machine's history is flagged as one that dropped is."""
+
+import math
+import time
+
+import pytest
+
+from harness.base import caches
+from harness.judging import analysis
+from harness.measuring import ceilings
+from harness.presenting.report import sections
+from harness.results import floors
+from impls.backends import fresh_allocators
+
+SMALL = {"points": 3, "smallest": 4 << 10, "top_bounds": [1 << 20, 1 << 20], "tries": 3, "pass_bytes": 1 << 20}
+PINNED = {"torch": 1, "numpy": 1, "numba": 1}
+
+
+def test_curves_are_measured_through_torch_tensors_at_every_size_for_every_allocator(monkeypatch):
+    monkeypatch.setattr(ceilings, "_load_now", lambda: 0.25)  # this machine may be busy: its tries would be skipped
+    curve = ceilings.measure_curves_here("cpu", **SMALL)
+    sizes = curve["sizes_bytes"]
+    assert sizes == ceilings.curve_sizes(0, 3, 4 << 10, [1 << 20, 1 << 20]) == [4096, 65536, 1 << 20]
+    assert set(curve["fresh_write_gbps"]) == set(fresh_allocators())
+    for rates in (curve["read_gbps"], curve["write_gbps"], *curve["fresh_write_gbps"].values()):
+        assert len(rates) == len(sizes) and all(0 < rate < 1e5 for rate in rates)
+    assert len(curve["tries"]) == 3 and all("load" in one for one in curve["tries"])
+    assert isinstance(curve["measured_at"], str) and curve["measured_epoch"] <= time.time()
+
+
+def test_the_sizes_reach_well_past_the_last_level_cache_within_their_bounds():
+    sizes = ceilings.curve_sizes(32 << 20)  # the VM's 32 MiB L3
+    assert len(sizes) == ceilings.CURVE_POINTS == 3  # the test session's (tests/conftest.py)
+    assert ceilings.curve_sizes(32 << 20, 12, 4 << 10, [64 << 20, 256 << 20])[-1] == 128 << 20
+    assert ceilings.curve_sizes(0, 12, 4 << 10, [64 << 20, 256 << 20])[-1] == 64 << 20
+    assert ceilings.curve_sizes(1 << 30, 12, 4 << 10, [64 << 20, 256 << 20])[-1] == 256 << 20
+    assert all(size % 4096 == 0 for size in ceilings.curve_sizes(60 << 20, 12, 4 << 10, [64 << 20, 256 << 20]))
+
+
+@pytest.mark.parametrize("text, expected", [("32768K", 32 << 20), ("2M", 2 << 20), ("48 KiB", 48 << 10),
+                                            ("junk", 0)])
+def test_sysfs_cache_sizes_are_read(text, expected):
+    assert ceilings._cache_size_bytes(text) == expected
+
+
+def busy_child(monkeypatch, load=3.5, cores=2):
+    monkeypatch.setattr(ceilings, "_load_now", lambda: load)
+    monkeypatch.setattr(ceilings.os, "cpu_count", lambda: cores)
+
+
+def test_a_curve_measured_under_load_is_refused_never_kept_and_gives_no_floor(monkeypatch):
+    busy_child(monkeypatch)
+    measured = ceilings.judged(ceilings.measure_here({"devices": [], "threads": {}, "fresh": False,
+                                                      "curves": ["cpu"], "curve_settings": SMALL}))
+    curve = measured.curves["cpu"]
+    assert curve["busy"] == "load 3.5 on 2 cores" and [one["load"] for one in curve["tries"]] == [3.5] * 3
+    # each busy try was recorded and skipped: no rate from a busy machine, and no time spent on one
+    assert all(one["skipped"] for one in curve["tries"]) and curve["read_gbps"] == [None] * 3
+    assert any("cpu bandwidth curves measured busy (load 3.5 on 2 cores): not used" in line
+               for line in measured.lines())
+    ceilings.remember_curves(measured.curves, {})
+    assert not (caches.cache_root() / ceilings.CURVES_FILE).exists()
+    assert floors.usable_curve(measured.curves, "cpu") is None
+    row = {"bytes": 1 << 20, "median_s": 1e-3}
+    params = {"N": 1, "C": 1, "H": 64, "W": 64, "k": 2}
+    assert math.isnan(floors.case_floor("maxpool2d", "numpy_sliding_window", params, "float32", "cpu", "forward",
+                                        row, measured.meta()[floors.CURVES])["floor_by_size_s"])
+
+
+def test_a_quiet_majority_of_tries_gives_a_curve_from_its_quiet_tries(monkeypatch):
+    loads = iter([3.5, 0.5, 0.6])
+    monkeypatch.setattr(ceilings, "_load_now", lambda: next(loads))
+    monkeypatch.setattr(ceilings.os, "cpu_count", lambda: 2)
+    measured = ceilings.judged({"tries": {}, "cores": 2, "curves": {"cpu": ceilings.measure_curves_here("cpu",
+                                                                                                       **SMALL)}})
+    curve = measured.curves["cpu"]
+    assert curve["busy"] is None and [one.get("skipped", False) for one in curve["tries"]] == [True, False, False]
+    assert all(rate > 0 for rate in curve["read_gbps"]) and floors.usable_curve(measured.curves, "cpu") is curve
+
+
+def quiet_curve(epoch=None):
+    epoch = time.time() if epoch is None else epoch
+    return {"sizes_bytes": [4096, 1 << 20], "read_gbps": [90.0, 20.0], "write_gbps": [40.0, 15.0],
+            "fresh_write_gbps": {"numpy": [8.0, 5.0]}, "tries": [{"load": 0.3}] * 3,
+            "measured_at": "2030-01-02T03:04:05+00:00", "measured_epoch": epoch}
+
+
+def fake_child(monkeypatch):
+    """The measuring child, answering with a quiet ceiling and quiet curves
+    for the devices it is asked to measure; returns the requests it got."""
+    requests = []
+
+    def run_child(request):
+        requests.append(request)
+        return {"tries": {device: [{"gbps": 20.0, "load": 0.3}] * 3 for device in request["devices"]},
+                "fresh_writes": {}, "curves": {device: quiet_curve() for device in request["curves"]},
+                "cores": 2, "measured_at": "2030-01-02T03:04:05+00:00", "measured_epoch": time.time()}
+
+    monkeypatch.setattr(ceilings, "_run_child", run_child)
+    return requests
+
+
+def test_quiet_curves_are_kept_and_the_next_run_reuses_them_saying_from_when(monkeypatch):
+    requests = fake_child(monkeypatch)
+    first = ceilings.measure(["cpu"], PINNED)
+    second = ceilings.measure(["cpu"], PINNED)
+    assert [request["curves"] for request in requests] == [["cpu"], []]  # the ceiling is measured each time
+    assert requests[0]["curve_settings"] == ceilings.curve_settings()
+    assert first.curves_reused == {} and any("bandwidth curves (2 sizes, 4 KiB to 1 MiB) measured now, at load 0.30"
+                                             in line for line in first.lines())
+    assert second.curves["cpu"]["read_gbps"] == [90.0, 20.0]
+    assert second.curves_reused == {"cpu": "2030-01-02T03:04:05+00:00"}
+    assert second.meta()["bandwidth_curves_reused"] == {"cpu": "2030-01-02T03:04:05+00:00"}
+    assert any("cpu bandwidth curves (2 sizes, 4 KiB to 1 MiB) reused from 2030-01-02T03:04:05+00:00" in line
+               for line in second.lines())
+    # bench()'s reused ceiling is given the same curves, from the cache, with no child
+    assert ceilings.measure_curves(["cpu"], PINNED) == (second.curves, second.curves_reused) and len(requests) == 2
+
+
+def test_old_curves_or_other_threads_are_measured_again(monkeypatch):
+    fake_child(monkeypatch)
+    ceilings.measure(["cpu"], PINNED)
+    assert ceilings.reuse_curves(["cpu"], PINNED)[0]
+    assert ceilings.reuse_curves(["cpu"], {**PINNED, "torch": 2}) == ({}, {})
+    later = time.time() + ceilings.CURVES_REUSE_MAX_AGE_S + 1
+    assert ceilings.reuse_curves(["cpu"], PINNED, now=lambda: later) == ({}, {})
+
+
+def test_a_resumed_run_keeps_the_curves_of_devices_it_did_not_measure_again():
+    measured = ceilings.Measured({"cpu": 6.0}, {"cpu": []}, curves={"cpu": quiet_curve()})
+    after = ceilings.meta_after({"bandwidth_curves": {"cuda": {"sizes_bytes": [1]}, "cpu": {"old": True}}}, measured)
+    assert after["bandwidth_curves"] == {"cuda": {"sizes_bytes": [1]}, "cpu": quiet_curve() | {
+        "measured_epoch": after["bandwidth_curves"]["cpu"]["measured_epoch"]}}
+
+
+# ------------------------------------------------------------------ history
+def test_a_ceiling_above_its_history_is_flagged_as_one_below_it_is():
+    assert analysis.ceiling_rose({"deviation_pct": 56.0}) and not analysis.ceiling_rose({"deviation_pct": 15.0})
+    assert not analysis.ceiling_rose({"deviation_pct": -56.0}) and not analysis.ceiling_rose("garbage")
+    meta = {"run_id": "450c", "ceilings_gbps": {"cpu": 52.5},
+            "ceiling_history": {"cpu": {"history_median_gbps": 33.6, "runs": 5, "deviation_pct": 56.25}}}
+    said = " ".join(sections.run_warnings(meta))
+    assert "measured its cpu copy ceiling at 52.5 GB/s, 56 % above the median of earlier runs" in said
+    assert "read low" in said
+    meta["ceiling_history"]["cpu"]["deviation_pct"] = 5.0
+    assert sections.run_warnings(meta) == []
