@@ -44,23 +44,6 @@ from harness.results import store
 DOC = """The comparison report: ``python report.py RESULT_DIR [RESULT_DIR ...] [-o OUT]``."""
 
 
-INTRO = ("Every number below was measured by scatterbench on the machine named beside it: the median "
-         "of per-call timings (SPEC 3), % of ceiling = bytes the operator must move / that device's "
-         "measured copy bandwidth / median time. Strategies that failed the float64-oracle check are "
-         "listed with their status, never dropped; inexact ones are hatched in the figures. % of ceiling "
-         "above 100 means the case's working set stayed in cache (the ceiling is a DRAM copy), or, on a "
-         "GPU, that a kernel which mostly reads outran a copy, whose rate counts equal reads and writes. A case "
-         "measured by several runs on one machine shows the latest run's measurement. The timed call "
-         "allocates its outputs afresh, as a user's call does: on the CPU the OS zeroes a fresh output's "
-         "pages on first touch, which the copy ceiling (measured into a buffer already touched) does not "
-         "pay, so strategies with outputs of tens of MB stay well below 100 % even when their loop runs at "
-         "the copy bandwidth. The runs table gives that cost as each run measured it: 'fresh output' is "
-         "the write bandwidth into a newly allocated 256 MiB buffer, from numpy's allocator (which asks "
-         "for huge pages) and from torch's.")
-TRAINING_NOTE = ("Training step: the fastest correct strategy for one training step of the operator "
-                 "(forward+backward, SPEC 1.5; backward alone where only it ran), its median, and how many times "
-                 "faster than the seed's own strategy with its plain-loop backward in the seed's style (or the "
-                 "seed's torch code differentiated by autograd, where the seed is torch code).")
 LIGHT_NOTE = ("This is the light version the dashboard keeps per run: tables, conclusions and scaling plots, "
               "without the per-case figures; python report.py RESULT_DIR writes the full report.")
 RUNS_NOTE = ("Ceiling vs history: each device's copy ceiling against the median of the earlier runs on the same "
@@ -208,7 +191,9 @@ def network_shapes_section(doc: Doc, rows, metas: list[dict]) -> None:
              "the fastest correct strategy (two where they tie), its median and its lead over the seed; a training "
              "step is forward+backward. Their case tables are on the operators' pages, without figures.")
     doc.table(*summary.network_table(shapes, summary.shape_cell))
-    doc.para("Sources: " + "; ".join(summary.network_sources(shapes)) + ".")
+    sources = summary.network_sources(shapes)
+    if sources:
+        doc.para("Sources: " + "; ".join(sources) + ".")
     training = training_sentence(shapes)
     if training:
         doc.para(training)
@@ -299,7 +284,7 @@ ANSWER_LEGEND = ("Answer tables: per operator, size and dtype, the fastest strat
                  "check exactly and returns the operator's whole output; its median time per call and its % of that "
                  "machine's copy ceiling. × seed: how many times faster than the seed's original strategy. A "
                  "'tie' names the two leaders where the first does not beat the second beyond their spreads "
-                 "(`analysis.clearly_faster`, the rule the conclusions and the ranking flips use too); its numbers "
+                 "(analysis.clearly_faster, the rule the conclusions and the ranking flips use too); its numbers "
                  "are the first's. A faster strategy that is only inexact is named beside it. Training step: the "
                  "fastest for one training step (forward+backward, SPEC 1.5; backward alone where only it ran) and "
                  "its lead over the seed's strategy with its plain-loop backward (or the seed's torch code "
@@ -310,7 +295,10 @@ CASE_LEGEND = ("Case tables (on the operators' pages): every strategy of the cas
                "(above 100 where the working set stayed in cache, or on a GPU where a kernel that mostly reads "
                "outran a copy); × seed as above; rel err and max abs err against the float64 oracle. Strategies "
                "that failed the check keep their row with their status; inexact ones are hatched in the figures. "
-               "A case measured by several published runs on one machine shows the latest run's measurement.")
+               "A case measured by several published runs on one machine shows the latest run's measurement. The "
+               "timed call allocates its outputs afresh, as a user's call does: on the CPU the OS zeroes a fresh "
+               "output's pages on first touch, which the copy ceiling (a buffer already touched) does not pay; the "
+               "runs table's 'fresh output' is that write bandwidth into a new 256 MiB buffer, per allocator.")
 
 
 def legend_section(doc: Doc, rows) -> None:

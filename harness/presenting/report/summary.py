@@ -45,7 +45,7 @@ def _ratio_range(values: list[float]) -> str:
     values = sorted(v for v in values if analysis.finite(v))
     if not values:
         return ""
-    if len(values) == 1:
+    if fmt_ratio(values[0]) == fmt_ratio(values[-1]):
         return fmt_ratio(values[0])
     return f"{fmt_ratio(values[0], '')}–{fmt_ratio(values[-1])} (median {fmt_ratio(statistics.median(values))})"
 
