@@ -95,13 +95,13 @@ def backend_colour(name: str) -> str:
 # ------------------------------------------------------------------ colours
 # One colour per strategy in every figure of the report and the dashboard.
 # Qualitative, distinguishable on white, no black (the floor and ceiling lines
-# are black): tab20 ordered dark hues first, then four more. 24 colours:
+# are black): tab10, then Dark2 and deeper hues, no pale one. 24 colours:
 # more than the strategies of any one operator (19 at most today), so the
 # strategies drawn together always get distinct ones.
-PALETTE = (  # tab20's ten dark hues, then its ten light ones, then four more: hues apart first
+PALETTE = (  # tab10's hues, then Dark2's and deeper ones: every colour reads on white beside any other
     "#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf",
-    "#aec7e8", "#ffbb78", "#98df8a", "#ff9896", "#c5b0d5", "#c49c94", "#f7b6d2", "#c7c7c7", "#dbdb8d", "#9edae5",
-    "#000075", "#800000", "#469990", "#f032e6")
+    "#1b9e77", "#d95f02", "#7570b3", "#e7298a", "#66a61e", "#e6ab02", "#a6761d", "#000075", "#800000", "#469990",
+    "#f032e6", "#4d4d4d", "#0b6e4f", "#b8860b")
 
 
 def _hashed(name: str) -> int:
@@ -595,7 +595,7 @@ def figure_scaling(rows: pd.DataFrame, figures: FigureDir, stem: str, title: str
         kinds.add(kind)
         style, width = LINE_STYLE[kind]
         colour = strategy_colour(name)
-        ax.plot(line["x"], line["median_s"], marker="o", markersize=3, color=colour, linewidth=width,
+        ax.plot(line["x"], line["median_s"], marker="o", markersize=5, color=colour, linewidth=width,
                 label=label(f"{name} ({line['backend'].iloc[0]})"), linestyle=style)
         bounds = [quartiles(row) for _, row in line.iterrows()]
         low, high, cut = clip_spreads(bounds, (bottom, top))
