@@ -206,15 +206,16 @@ def models_directories(metas: list[dict]) -> set[str]:
 
 def machines_section(doc: Doc, op: str, op_rows, metas: list[dict]) -> None:
     """Where an operator ran on several machines (or devices): each size's strategies side by side."""
+    # What a cell holds and which commits the machines ran: said once for the operator, not under every case.
+    commits = commits_sentence(op_rows, metas)
+    doc.para("Each cell: median · % of that machine's copy ceiling · rank on that machine among the exact "
+             "strategies returning the whole output." + (f" {commits}" if commits else ""))
     for (params, dtype, mode), case in op_rows.groupby(["params", "dtype", "mode"], sort=False):
         if case["machine"].nunique() < 2:
             continue
         doc.heading(4, f"{op} {params_label(params)} {dtype}{mode_suffix(mode)} · machines side by side")
         doc.table(*machines_table(case))
-        commits = commits_sentence(case, metas)
-        doc.para(machines_sentence(case) + " Each cell: median · % of that machine's copy ceiling · rank on "
-                 "that machine among the exact strategies returning the whole output." + (f" {commits}" if commits
-                                                                                            else ""))
+        doc.para(machines_sentence(case))
 
 
 def operator_section(doc: Doc, op: str, op_rows, metas: list[dict], figures: FigureDir, light: bool,
