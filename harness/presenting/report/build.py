@@ -323,11 +323,14 @@ def runs_list_section(doc: Doc, rows, metas: list[dict], left_out: list[dict]) -
     doc.table(["left out", "reason"], [[run["run_id"], run["reason"]] for run in left_out])
 
 
-def page_links(ops: list[str], here: str, main: str, prefix: str) -> list[tuple[str, str]]:
-    """The navigation line: the main page and every operator's page, relative to the page ``here`` is on."""
-    return [("Report", f"{'../' if prefix else ''}{main}.md")] + [
-        (op, f"{'' if prefix else 'report/'}{op}.md") for op in ops] + [
-        ("defects", f"{'' if prefix else 'report/'}defects.md")]
+def page_links(ops: list[str], main: str, sub_page: bool) -> list[tuple[str, str]]:
+    """The navigation line: the main page (and, from a sub-page, its legend),
+    every operator's page and the defects page, relative to the main page or
+    to a sub-page (in the folder ``main.lower()``, `build`'s)."""
+    up, into = ("../", "") if sub_page else ("", f"{main.lower()}/")
+    return [("Report", f"{up}{main}.md")] + ([("legend", f"{up}{main}.md#how-to-read-the-tables")] if sub_page
+                                            else []) + [
+        (page, f"{into}{page}.md") for page in [*ops, "defects"]]
 
 
 def build(dirs, out, name: str = "report", light: bool = False, svg: bool | None = None,
@@ -350,7 +353,7 @@ def build(dirs, out, name: str = "report", light: bool = False, svg: bool | None
     doc.heading(1, "scatterbench report")
     doc.para(what_ran_where(rows, metas, left_out))
     if pages:
-        doc.links(page_links(ops, "", name, ""), "Per operator (case tables, figures, conclusions):")
+        doc.links(page_links(ops, name, sub_page=False), "Per operator (case tables, figures, conclusions):")
     answer_section(doc, fit, metas, models_directories(metas))
     network_shapes_section(doc, fit, metas)
     legend_section(doc, rows)
@@ -364,14 +367,14 @@ def build(dirs, out, name: str = "report", light: bool = False, svg: bool | None
     for op, op_rows in fit.groupby("op", sort=False):
         if pages:
             page = Doc()
-            page.links(page_links(ops, op, name, "report"), "Pages:")
+            page.links(page_links(ops, name, sub_page=True), "Pages:")
             operator_section(page, op, op_rows, metas, figures, light, level=1)
             details.append((op, page))
         else:
             operator_section(doc, op, op_rows, metas, figures, light)
     defects = Doc()
     if pages:
-        defects.links(page_links(ops, "defects", name, "report"), "Pages:")
+        defects.links(page_links(ops, name, sub_page=True), "Pages:")
     defects_section(defects, rows, metas, level=1 if pages else 2)
     if pages:
         details.append(("defects", defects))

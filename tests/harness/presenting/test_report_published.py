@@ -21,6 +21,8 @@ DOCS = ROOT / "docs"
 MAX_MAIN_LINES = 400
 MAX_FIGURES_BYTES = 8 * 2**20
 MAX_HTML_BYTES = 3 * 2**20
+# Building the report from the committed runs takes minutes; reading a dozen runs, seconds: `make test` runs them.
+SLOW = pytest.mark.slow
 
 
 def published_runs() -> list[Path]:
@@ -50,6 +52,7 @@ def tables(markdown: str) -> list[list[list[str]]]:
     return found
 
 
+@SLOW
 def test_the_first_40_lines_name_the_strategy_to_use_on_every_fit_machine_and_mode(built):
     main, fit = built
     first = main.read_text().splitlines()[:40]
@@ -70,6 +73,7 @@ def test_the_first_40_lines_name_the_strategy_to_use_on_every_fit_machine_and_mo
             assert counts[named.group(1)] == max(counts.values()) == int(named.group(2)), (line, counts)
 
 
+@SLOW
 def test_the_main_page_is_short_and_no_answer_row_is_a_wall_of_not_run(built):
     main, _fit = built
     text = main.read_text()
@@ -80,6 +84,7 @@ def test_the_main_page_is_short_and_no_answer_row_is_a_wall_of_not_run(built):
             assert sum(cell == "not run" for cell in row) < len(row) - 1, row
 
 
+@SLOW
 def test_the_operator_pages_hold_every_case_table_and_link_back(built):
     main, fit = built
     folder = main.parent / "report"
@@ -94,6 +99,7 @@ def test_the_operator_pages_hold_every_case_table_and_link_back(built):
     assert (main.parent / "REPORT.html").stat().st_size <= MAX_HTML_BYTES
 
 
+@SLOW
 def test_dispersion_and_pinv_have_a_built_in_on_every_cpu_row(built):
     main, _fit = built
     checked = 0
@@ -109,6 +115,7 @@ def test_dispersion_and_pinv_have_a_built_in_on_every_cpu_row(built):
     assert checked
 
 
+@SLOW
 def test_the_published_docs_are_what_the_build_writes(built):
     """make publish reproduces docs/ byte for byte: a code change that moves
     the report, or a run list edited without publishing, fails here."""
@@ -126,6 +133,7 @@ def test_docs_figures_stay_within_their_budget_in_one_format():
     assert {path.suffix for path in files} == {".png"}
 
 
+@SLOW
 def test_every_committed_run_is_published_or_left_out_with_its_reason():
     """Issue 40 item 4. results/baseline-* are the regression gate's
     baselines (make regress, make counts), not runs of a config: never
@@ -153,6 +161,7 @@ def test_a_left_out_line_without_a_reason_is_refused_in_one_line(tmp_path):
         left_out_runs([(ROOT / "results" / "20261126T051852-vm-default-b021", "unfit: busy")])
 
 
+@SLOW
 def test_a_fit_repeat_that_names_another_winner_is_reported_as_a_disagreement():
     """The published default run and a repeat on the same VM: the report
     names the case where their clear winners differ (issue 40 item 1's
