@@ -171,3 +171,24 @@ def test_a_fit_repeat_that_names_another_winner_is_reported_as_a_disagreement():
     found = summary.disagreements(published, repeat)
     assert ("dispersion_pinv B=4 C=28 H=128 W=128 S=2 float32", "torch_unfold_view", "numba_fused") in found
     assert summary.disagreements(published, published) == []
+
+
+def test_pages_move_the_case_tables_off_the_main_page_and_link_both_ways(tmp_path):
+    """build(pages=True), make publish's: the operator's page holds its case
+    tables and figures, the main page only the answer and the legend, each
+    page's links resolve (Markdown to .md, HTML to .html); one page holds it
+    all otherwise (run --report, the dashboard)."""
+    from tests.harness.presenting.test_report import fixture_run
+
+    run = fixture_run(tmp_path / "run")
+    main = build([run], tmp_path / "paged", "REPORT", pages=True)
+    page = tmp_path / "paged" / "report" / "maxpool2d.md"
+    assert "#### " not in main.read_text() and "#### maxpool2d" in page.read_text()
+    assert "![median time" in page.read_text() and "](../figures/" in page.read_text()
+    for markdown in [main, page, tmp_path / "paged" / "report" / "defects.md"]:
+        for target in re.findall(r"\]\(([^)#]+\.md)(?:#[^)]*)?\)", markdown.read_text()):
+            assert (markdown.parent / target).is_file(), (markdown.name, target)
+            assert (markdown.parent / target).with_suffix(".html").is_file(), (markdown.name, target)
+    assert "src='../figures/" in page.with_suffix(".html").read_text()
+    single = build([run], tmp_path / "single").read_text()
+    assert "#### maxpool2d" in single and not (tmp_path / "single" / "report").exists()
