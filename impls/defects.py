@@ -47,6 +47,9 @@ class Condition:
         return "; ".join(parts)
 
 
+DEFECT, DOCUMENTED = "defect", "documented behaviour"
+
+
 @dataclass(frozen=True)
 class KnownDefect:
     id: str
@@ -57,6 +60,11 @@ class KnownDefect:
     description: str  # one line
     reproduction: str  # a minimal snippet that shows it
     reference: str = ""  # upstream issue or source line, where known
+    # DEFECT, or DOCUMENTED where the library documents the behaviour (or its
+    # maintainers closed the report as intended): listed apart in the report.
+    kind: str = DEFECT
+    seen: str = ""  # the versions it was measured with ("numpy 2.4.6"): the report prints these, not ``versions``
+
 
     def affects(self, version: str | None) -> bool:
         if version is None:
@@ -125,8 +133,9 @@ DEFECTS: tuple[KnownDefect, ...] = tuple(
         description="ndarray.max keeps no particular one of equal elements: over -0.0 and +0.0 "
                     "(SIMD float32/float64 loops) it returns the later zero's sign, not the first maximum's",
         reproduction=_NUMPY_MAX_ZERO_SIGN,
-        reference="seen with numpy 2.4.6; numpy documents NaN propagation for max, no rule for which "
-                  "of equal elements it returns")
+        reference="numpy documents NaN propagation for max, no rule for which of equal elements it returns "
+                  "(numpy.maximum, numpy.amax reference pages)",
+        kind=DOCUMENTED, seen="numpy 2.4.6")
     for key in ("maxpool2d/seed_loops", "maxpool2d/seed_loop_max", "maxpool2d/seed_reshape_max")
 ) + tuple(
     KnownDefect(
@@ -138,7 +147,7 @@ DEFECTS: tuple[KnownDefect, ...] = tuple(
                     "gradient there; contiguous tensors and the CPU are right",
         reproduction=_TORCH_CUDA_NHWC_NEG_INF,
         reference="aten/src/ATen/native/cuda/DilatedMaxPool2d.cu, the NHWC forward kernel; the backward "
-                  "seen on an H200 with torch 2.11.0+cu130 (results/20261126T045242-vm-gpu-1067)")
+                  "seen on an H200 (results/20261126T045242-vm-gpu-1067)", seen="torch 2.11.0+cu130")
     # torch_max_pool2d returns the values only, but autograd saves the same indices
     for key in ("maxpool2d/torch_max_pool2d_indices", "maxpool2d/torch_max_pool2d")
 ) + tuple(
@@ -151,7 +160,7 @@ DEFECTS: tuple[KnownDefect, ...] = tuple(
                     "by design: dividing by a subnormal (non-zero) mask entry gives inf, or NaN for 0/0",
         reproduction=_JAX_CPU_FLUSHES_SUBNORMALS,
         reference="https://github.com/jax-ml/jax/issues/16200 (closed as intended behaviour; JAX's "
-                  "\"sharp bits\" page says the CPU backend flushes denormals); seen with jax 0.10.2")
+                  "\"sharp bits\" page says the CPU backend flushes denormals)", kind=DOCUMENTED, seen="jax 0.10.2")
     for key in ("dispersion_pinv/jax_gather", "dispersion_pinv/jax_conv_adjoint")
 ) + (
     # Triton strategies reach the CPU only through the interpreter (CI's
@@ -165,7 +174,7 @@ DEFECTS: tuple[KnownDefect, ...] = tuple(
                     "(renormalised, then clamped: 1.0e-39 becomes 4.4e-39, 9.2e-41 becomes 0), so the kernel, "
                     "which compares in float32, returns changed subnormals and picks wrong elements among them",
         reproduction=_TRITON_INTERPRETER_BF16_SUBNORMALS,
-        reference="triton/runtime/interpreter.py, _convert_float; seen with triton 3.9.0"),
+        reference="triton/runtime/interpreter.py, _convert_float", seen="triton 3.9.0 (the interpreter, CI)"),
 )
 
 

@@ -325,7 +325,7 @@ def _conv2d(inputs, params, tf32: bool):
     return run
 
 
-@strategy("dispersion", backend="torch", source=f"{SEED} A_fast")
+@strategy("dispersion", backend="torch", source=f"{SEED} A_fast", builtin=True)
 def seed_conv2d(inputs, params):
     """The question's ``A_fast``: conv2d with the one-hot (1, C, 1, (C-1)S+1)
     kernel over the padded, (C-1)S wider output: C·((C-1)S+1) taps per output
@@ -335,7 +335,7 @@ def seed_conv2d(inputs, params):
     return _conv2d(inputs, params, tf32=True)
 
 
-@strategy("dispersion", backend="torch", source=f"{SEED} A_fast, TF32 off")
+@strategy("dispersion", backend="torch", source=f"{SEED} A_fast, TF32 off", builtin=True)
 def seed_conv2d_no_tf32(inputs, params):
     """``A_fast`` with cuDNN's TF32 switched off: the accurate float32
     convolution, beside the default one for comparison (same on CPU)."""
@@ -353,7 +353,7 @@ def scatter_indices(B: int, C: int, H: int, W: int, S: int, device):
     return x_list + i_list.view(C, 1, 1) * S + y_list.view(1, H, 1) * out_W
 
 
-@strategy("dispersion", backend="torch", source=f"{SEED} A_faster (answer)")
+@strategy("dispersion", backend="torch", source=f"{SEED} A_faster (answer)", builtin=True)
 def seed_scatter_add(inputs, params):
     """The answer's ``A_faster``: ``scatter_add_`` of the masked x through a
     precomputed (B, C·H·W) int64 index table — atomics on CUDA, and the table
@@ -373,7 +373,7 @@ def seed_scatter_add(inputs, params):
     return run
 
 
-@strategy("dispersion", backend="torch")
+@strategy("dispersion", backend="torch", builtin=True)
 def torch_index_add(inputs, params):
     """Added: ``index_add_`` along the flattened plane with a (C·H·W) index
     vector shared by the batch (the table is B× smaller than scatter_add_'s).
@@ -415,7 +415,7 @@ def torch_shift_then_sum(inputs, params):
     return run
 
 
-@strategy("dispersion", backend="torch")
+@strategy("dispersion", backend="torch", builtin=True)
 def torch_fold(inputs, params):
     """Added: the forward as the adjoint of the pseudo-inverse's unfold view —
     ``F.fold`` with a (1, W) block at stride (1, S) sums the C shifted copies;
@@ -501,7 +501,7 @@ def jax_at_add_fn(x, mask, index, S: int):
     return y.reshape(B, 1, H, out_W).astype(x.dtype)
 
 
-@strategy("dispersion", backend="jax")
+@strategy("dispersion", backend="jax", builtin=True)
 def jax_at_add(inputs, params):
     """Added: the answer's ``A_faster`` in JAX, jitted:
     ``zeros.at[:, index].add(x * mask)`` through a (C·H·W) int64 index table
@@ -541,7 +541,7 @@ def jax_conv_fn(x, mask, kernel, S: int):
     return y.astype(x.dtype)
 
 
-@strategy("dispersion", backend="jax")
+@strategy("dispersion", backend="jax", builtin=True)
 def jax_conv(inputs, params):
     """Added: the seed's ``A_fast`` as one ``lax.conv_general_dilated``,
     jitted: the one-hot (1, C, 1, (C-1)S+1) kernel over the padded output,

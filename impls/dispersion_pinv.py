@@ -341,7 +341,7 @@ def _conv_transpose2d(inputs, params, tf32: bool):
     return run
 
 
-@strategy("dispersion_pinv", backend="torch", source=f"{SEED} A_pinv_fast")
+@strategy("dispersion_pinv", backend="torch", source=f"{SEED} A_pinv_fast", builtin=True)
 def seed_conv_transpose2d(inputs, params):
     """The question's ``A_pinv_fast``: conv_transpose2d with the one-hot kernel:
     (C-1)S+1 taps per input column for each of C outputs, C of them non-zero,
@@ -350,7 +350,7 @@ def seed_conv_transpose2d(inputs, params):
     return _conv_transpose2d(inputs, params, tf32=True)
 
 
-@strategy("dispersion_pinv", backend="torch", source=f"{SEED} A_pinv_fast, TF32 off")
+@strategy("dispersion_pinv", backend="torch", source=f"{SEED} A_pinv_fast, TF32 off", builtin=True)
 def seed_conv_transpose2d_no_tf32(inputs, params):
     """``A_pinv_fast`` with cuDNN's TF32 off, for comparison with the default."""
     return _conv_transpose2d(inputs, params, tf32=False)
@@ -371,7 +371,7 @@ def unfold_denominator(y, mask, S: int, C: int):
     return coverage_per_channel * mask
 
 
-@strategy("dispersion_pinv", backend="torch")
+@strategy("dispersion_pinv", backend="torch", builtin=True)
 def torch_unfold_view(inputs, params):
     """Added: one gather through a zero-copy view — ``y.unfold(-1, W, S)`` is
     (B, 1, H, C, W) without copying; a single broadcast division by the
@@ -381,7 +381,7 @@ def torch_unfold_view(inputs, params):
     return lambda: unfold_view_fn(y, denominator, S, C)
 
 
-@strategy("dispersion_pinv", backend="numpy", backward=window_view_backward)
+@strategy("dispersion_pinv", backend="numpy", backward=window_view_backward, builtin=True)
 def numpy_window_view(inputs, params):
     """Added: numpy's ``sliding_window_view`` strided by S — the same zero-copy
     gather as the torch unfold, one division pass."""
@@ -476,7 +476,7 @@ def _jax_tables(y, mask, S: int, C: int):
     return jnp.asarray(index, dtype=jnp.int64), jnp.asarray(coverage, dtype=wide)
 
 
-@strategy("dispersion_pinv", backend="jax")
+@strategy("dispersion_pinv", backend="jax", builtin=True)
 def jax_gather(inputs, params):
     """Added: the adjoint of ``jax_at_add`` — a gather ``y[:, index]`` through
     the same (C·H·W) index table — divided by each pixel's coverage and the
@@ -498,7 +498,7 @@ def jax_conv_adjoint_fn(y, mask, kernel, coverage):
     return (x / coverage / mask.astype(wide)).astype(y.dtype)
 
 
-@strategy("dispersion_pinv", backend="jax")
+@strategy("dispersion_pinv", backend="jax", builtin=True)
 def jax_conv_adjoint(inputs, params):
     """Added: the adjoint of ``jax_conv`` — its one-hot kernel flipped along W
     with input and output channels swapped, correlated over y without padding

@@ -810,7 +810,7 @@ def jax_reduce_window_fn(x, k: int):
 
 @strategy("maxpool2d", backend="jax", returns="values",
           no_backward="lax.reduce_window with a reducer of its own (the first-maximum select) has no "
-                      "differentiation rule in JAX: jax.vjp fails to linearize it")
+                      "differentiation rule in JAX: jax.vjp fails to linearize it", builtin=True)
 def jax_reduce_window(inputs, params):
     """Added: ``lax.reduce_window`` over k×k windows, stride k, jitted —
     XLA's pooling primitive, values only: reads x once, writes the values.

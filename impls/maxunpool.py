@@ -369,7 +369,7 @@ def numpy_seed_row_loop(inputs, params):
 
 
 @strategy("maxunpool", backend="numpy", source=f"{SEED} upsamplecode2 (flattened indices + row offsets)",
-          backward=seed_flat_backward)
+          backward=seed_flat_backward, builtin=True)
 def numpy_seed_flat_set(inputs, params):
     """The question's update: one set on the flattened output, positions plus a
     precomputed per-row offset table (the seed's shared variable, built once).
@@ -387,7 +387,7 @@ def numpy_seed_flat_set(inputs, params):
 
 
 @strategy("maxunpool", backend="numpy", source=f"{SEED} answer (advanced-index broadcast, numpy)",
-          backward=seed_broadcast_backward)
+          backward=seed_broadcast_backward, builtin=True)
 def numpy_seed_broadcast(inputs, params):
     """The answer: ``out[arange(A)[:,None,None], arange(B)[None,:,None], pos] = v``.
     One scatter; numpy broadcasts three index arrays to compute each offset."""
@@ -434,7 +434,7 @@ def torch_seed_row_loop(inputs, params):
     return run
 
 
-@strategy("maxunpool", backend="torch", source=f"{SEED} upsamplecode2 (flattened indices, torch)")
+@strategy("maxunpool", backend="torch", source=f"{SEED} upsamplecode2 (flattened indices, torch)", builtin=True)
 def torch_seed_flat_set(inputs, params):
     """The question's flattened single set in torch, offsets precomputed once."""
     import torch
@@ -452,7 +452,7 @@ def torch_seed_flat_set(inputs, params):
     return run
 
 
-@strategy("maxunpool", backend="torch", source=f"{SEED} answer (advanced-index broadcast, torch)")
+@strategy("maxunpool", backend="torch", source=f"{SEED} answer (advanced-index broadcast, torch)", builtin=True)
 def torch_seed_broadcast(inputs, params):
     """The answer's broadcast index in torch: ``index_put_`` with three
     broadcast index tensors (aranges built once)."""
@@ -486,7 +486,7 @@ def torch_scatter(inputs, params):
     return run
 
 
-@strategy("maxunpool", backend="torch")
+@strategy("maxunpool", backend="torch", builtin=True)
 def torch_index_put(inputs, params):
     """Added: ``index_put_`` on the flat output with flat indices built in-call
     (``positions + row*P``) — the accumulate-free flat write."""

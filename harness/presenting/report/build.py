@@ -15,16 +15,12 @@ from harness.base.errors import ResultError
 from harness.base.format import params_label, slug
 from harness.judging import analysis
 from harness.presenting.report.document import Doc, render_html, render_markdown
-from harness.presenting.report.figures import (
-    FigureDir,
-    figure_gbps,
-    figure_speedup,
-    figure_times,
-    scaling_figures,
-)
+from harness.presenting.report import summary
+from harness.presenting.report.figures import FigureDir, figure_times, scaling_figures
 from harness.presenting.report.load import case_title, load
 from harness.presenting.report.sections import (
-    ANSWER_NOTE,
+    legend_notes,
+    machine_order,
     UNSTABLE_MARK,
     answer_table,
     case_table,
@@ -48,23 +44,6 @@ from harness.results import store
 DOC = """The comparison report: ``python report.py RESULT_DIR [RESULT_DIR ...] [-o OUT]``."""
 
 
-INTRO = ("Every number below was measured by scatterbench on the machine named beside it: the median "
-         "of per-call timings (SPEC 3), % of ceiling = bytes the operator must move / that device's "
-         "measured copy bandwidth / median time. Strategies that failed the float64-oracle check are "
-         "listed with their status, never dropped; inexact ones are hatched in the figures. % of ceiling "
-         "above 100 means the case's working set stayed in cache (the ceiling is a DRAM copy), or, on a "
-         "GPU, that a kernel which mostly reads outran a copy, whose rate counts equal reads and writes. A case "
-         "measured by several runs on one machine shows the latest run's measurement. The timed call "
-         "allocates its outputs afresh, as a user's call does: on the CPU the OS zeroes a fresh output's "
-         "pages on first touch, which the copy ceiling (measured into a buffer already touched) does not "
-         "pay, so strategies with outputs of tens of MB stay well below 100 % even when their loop runs at "
-         "the copy bandwidth. The runs table gives that cost as each run measured it: 'fresh output' is "
-         "the write bandwidth into a newly allocated 256 MiB buffer, from numpy's allocator (which asks "
-         "for huge pages) and from torch's.")
-TRAINING_NOTE = ("Training step: the fastest correct strategy for one training step of the operator "
-                 "(forward+backward, SPEC 1.5; backward alone where only it ran), its median, and how many times "
-                 "faster than the seed's own strategy with its plain-loop backward in the seed's style (or the "
-                 "seed's torch code differentiated by autograd, where the seed is torch code).")
 LIGHT_NOTE = ("This is the light version the dashboard keeps per run: tables, conclusions and scaling plots, "
               "without the per-case figures; python report.py RESULT_DIR writes the full report.")
 RUNS_NOTE = ("Ceiling vs history: each device's copy ceiling against the median of the earlier runs on the same "
@@ -143,7 +122,9 @@ def reproduce_line(meta: dict) -> str:
 
 
 def case_section(doc: Doc, group, figures: FigureDir | None) -> None:
-    """One case: its table, the notes its marks need, and (full report) its three figures."""
+    """One case: its table, its own note (a tie), and (full report) its time
+    figure: the GB/s and speed-up figures said again what its table's
+    columns say, so they are no longer drawn."""
     first = group.iloc[0]
     title = case_title(first)
     doc.heading(4, title)
@@ -156,28 +137,39 @@ def case_section(doc: Doc, group, figures: FigureDir | None) -> None:
     mode = first.get("mode", "forward")
     stem = slug(f"{first['op']}-{params_label(first['params'])}-{first['machine']}-{first['dtype']}"
                 + ("" if mode == "forward" else f"-{mode}"))  # forward keeps its published figure names
-    baseline = analysis.baseline_name(first["op"]) or "seed"
     doc.figure(figure_times(group, figures, stem + "-time"), f"median time, {title}")
-    doc.figure(figure_gbps(group, figures, stem + "-gbps"), f"achieved GB/s against the ceiling, {title}")
-    speed = figure_speedup(group, figures, stem + "-speedup", baseline)
-    if speed:
-        doc.figure(speed, f"speedup over {baseline}, {title}")
 
 
-def answer_section(doc: Doc, rows, metas: list[dict]) -> None:
-    """The answer first: per operator and size, per machine side by side, the
-    fastest correct strategy, from fit runs only."""
+def answer_cell_text(found: list[str], step: str | None) -> str:
+    """sections._answer_cells' five quantities in words, for one machine's column."""
+    name, median, pct, seed, builtin = found
+    return name if median == "–" else (
+        f"{name}: {median}, {pct} of ceiling, " + ("seed not timed" if seed == "–" else f"{seed} the seed") + ", "
+        + ("the fastest built-in" if builtin == "is one" else "no built-in timed" if builtin == "–"
+           else f"{builtin} the best built-in")) + (f"; training step: {step}" if step else "")
+
+
+def answer_section(doc: Doc, rows, metas: list[dict], shapes_dirs: set[str]) -> None:
+    """The answer first: a paragraph per machine and mode naming the strategy
+    to use, the coverage table, then each machine's answer table (the
+    network shapes' cases have their own table)."""
     doc.heading(2, "The answer")
     if rows.empty:
         doc.para("No run here is fit to be judged, so there is no answer: every run's tables are in the appendix, "
                  "headed with the reasons.")
         return
-    doc.table(*answer_table(rows))
-    doc.para(ANSWER_NOTE)
-    training = training_sentence(rows)
+    for paragraph in summary.answer_paragraphs(rows):
+        doc.para(paragraph)
+    doc.heading(3, "What was measured where")
+    doc.table(*summary.coverage_table(rows, list(dict.fromkeys(rows["op"]))))
+    tables = rows[~rows["run_dir"].isin(shapes_dirs)]
+    for machine in machine_order(tables):
+        doc.heading(3, f"Answer table · {machine}")
+        doc.table(*answer_table(tables[tables["machine"] == machine]))
+    training = training_sentence(tables)
     if training:
-        doc.para(TRAINING_NOTE + " " + training)
-    commits = commits_sentence(rows, metas)
+        doc.para(training)
+    commits = commits_sentence(tables, metas)
     if commits:
         doc.para(commits)
 
@@ -186,20 +178,22 @@ MODELS_CONFIG = "models"  # configs/models.yaml's name: the shapes of published 
 
 
 def network_shapes_section(doc: Doc, rows, metas: list[dict]) -> None:
-    """The models sweep's own answer (SPEC 1.5): at the shapes real networks
-    give these layers, the fastest strategy for inference and for a training
-    step side by side, from fit runs of configs/models.yaml only."""
+    """The models sweep's own answer (docs/SPEC.md §1.5): at the shapes real networks
+    give these layers, named with their network, layer, source and any
+    change from the paper, the fastest strategy for inference and for a
+    training step side by side, from fit runs of configs/models.yaml only."""
     shapes = rows[rows["run_dir"].isin(models_directories(metas))]
     if shapes.empty:
         return
     doc.heading(2, "Network shapes: inference and training")
-    ops = ", ".join(dict.fromkeys(shapes["op"]))
-    doc.para(f"configs/models.yaml puts each operator at the shapes its layers have in published networks (each "
-             f"entry names the network, the layer and where the shape was verified). Measured here: {ops}. Each "
-             f"of its cases has its table in its operator's section below, without the per-case figures (three "
-             f"figures for each of its {shapes.groupby(['op', 'params', 'mode']).ngroups} cases would add tens of "
-             f"MB to every published report).")
-    doc.table(*answer_table(shapes))
+    doc.para("configs/models.yaml puts each operator at the shapes its layers have in published networks; each "
+             "entry's network, layer, source and change from the paper are its \"# shape:\" line there. Each cell: "
+             "the fastest correct strategy (two where they tie), its median and its lead over the seed; a training "
+             "step is forward+backward. Their case tables are on the operators' pages, without figures.")
+    doc.table(*summary.network_table(shapes, summary.shape_cell))
+    sources = summary.network_sources(shapes)
+    if sources:
+        doc.para("Sources: " + "; ".join(sources) + ".")
     training = training_sentence(shapes)
     if training:
         doc.para(training)
@@ -212,26 +206,29 @@ def models_directories(metas: list[dict]) -> set[str]:
 
 def machines_section(doc: Doc, op: str, op_rows, metas: list[dict]) -> None:
     """Where an operator ran on several machines (or devices): each size's strategies side by side."""
+    # What a cell holds and which commits the machines ran: said once for the operator, not under every case.
+    commits = commits_sentence(op_rows, metas)
+    doc.para("Each cell: median · % of that machine's copy ceiling · rank on that machine among the exact "
+             "strategies returning the whole output." + (f" {commits}" if commits else ""))
     for (params, dtype, mode), case in op_rows.groupby(["params", "dtype", "mode"], sort=False):
         if case["machine"].nunique() < 2:
             continue
         doc.heading(4, f"{op} {params_label(params)} {dtype}{mode_suffix(mode)} · machines side by side")
         doc.table(*machines_table(case))
-        commits = commits_sentence(case, metas)
-        doc.para(machines_sentence(case) + " Each cell: median · % of that machine's copy ceiling · rank on "
-                 "that machine among the exact strategies returning the whole output." + (f" {commits}" if commits
-                                                                                            else ""))
+        doc.para(machines_sentence(case))
 
 
-def operator_section(doc: Doc, op: str, op_rows, metas: list[dict], figures: FigureDir, light: bool) -> None:
+def operator_section(doc: Doc, op: str, op_rows, metas: list[dict], figures: FigureDir, light: bool,
+                     level: int = 2) -> None:
     """Machines side by side, then per machine and dtype: where the numbers
-    come from, the conclusion, each case, the scaling figures."""
-    doc.heading(2, op)
+    come from, the conclusion, each case, the scaling figures. ``level``:
+    the operator's heading (1 on a page of its own)."""
+    doc.heading(level, op)
     if op_rows["machine"].nunique() > 1:
-        doc.heading(3, f"{op} across machines")
+        doc.heading(level + 1, f"{op} across machines")
         machines_section(doc, op, op_rows, metas)
     for (machine, dtype, mode), section in sections(op_rows):
-        doc.heading(3, f"{op} · {machine} · {dtype}{mode_suffix(mode)}")
+        doc.heading(level + 1, f"{op} · {machine} · {dtype}{mode_suffix(mode)}")
         doc.para(section_intro(section, metas))
         verdict_text, *failures = conclusion(op, section)
         doc.para("Conclusion: " + verdict_text)
@@ -275,49 +272,165 @@ def unfit_appendix(doc: Doc, rows, metas: list[dict]) -> None:
                 doc.para(note)
 
 
+BUILTIN_RULE = ("× best built-in: how many times faster the fastest strategy is than the fastest built-in of its "
+                "case. A built-in is a strategy whose operation (the scatter, gather, fold, convolution, unpool or "
+                "pool) is one call of its library's API, declared builtin=True on the strategy (impls/*.py): "
+                "numpy's and torch's indexed assignment (index_put_), scatter_, scatter_add_, index_add_, F.fold, "
+                "conv2d, conv_transpose2d, max_pool2d, max_unpool, put_along_axis, a zero-copy unfold or "
+                "sliding_window_view, JAX's .at[] and lax convolutions; an elementwise multiply or division by the "
+                "mask or coverage, a zero-filled output and layout views around the call are allowed. Loops, chains "
+                "of slice operations, torch.compile or PyTensor graphs and hand-written kernels (numba, Triton) are "
+                "not built-ins. 'is one' where the fastest is itself that built-in; – where none was timed.")
+ANSWER_LEGEND = ("Answer tables: per operator, size and dtype, the fastest strategy that passed the float64-oracle "
+                 "check exactly and returns the operator's whole output; its median time per call and its % of that "
+                 "machine's copy ceiling. × seed: how many times faster than the seed's original strategy. A "
+                 "'tie' names the two leaders where the first does not beat the second beyond their spreads "
+                 "(analysis.clearly_faster, the rule the conclusions and the ranking flips use too); its numbers "
+                 "are the first's. A faster strategy that is only inexact is named beside it. Training step: the "
+                 "fastest for one training step (forward+backward, docs/SPEC.md §1.5; backward alone where only it ran) and "
+                 "its lead over the seed's strategy with its plain-loop backward (or the seed's torch code "
+                 "differentiated by autograd).")
+CASE_LEGEND = ("Case tables (on the operators' pages): every strategy of the case fastest first, the fastest in bold "
+               "(none in a tie). median and IQR of the per-call times, n the samples they rest on; GB/s = the bytes "
+               "the operator must move / median; % of ceiling = that over the device's measured copy bandwidth "
+               "(above 100 where the working set stayed in cache, or on a GPU where a kernel that mostly reads "
+               "outran a copy); × seed as above; rel err and max abs err against the float64 oracle. Strategies "
+               "that failed the check keep their row with their status; inexact ones are hatched in the figures. "
+               "A case measured by several published runs on one machine shows the latest run's measurement. The "
+               "timed call allocates its outputs afresh, as a user's call does: on the CPU the OS zeroes a fresh "
+               "output's pages on first touch, which the copy ceiling (a buffer already touched) does not pay; the "
+               "runs table's 'fresh output' is that write bandwidth into a new 256 MiB buffer, per allocator.")
+
+
+def legend_section(doc: Doc, rows) -> None:
+    """Each column and mark of every table explained once."""
+    doc.heading(2, "How to read the tables")
+    for text in (ANSWER_LEGEND, BUILTIN_RULE, CASE_LEGEND, *legend_notes(rows)):
+        doc.para(text)
+
+
+def runs_list_section(doc: Doc, rows, metas: list[dict], left_out: list[dict]) -> None:
+    """How many fit runs of each config and machine are committed, which are
+    published, and where the others' clear winners differ (issue 40 item 4)."""
+    doc.heading(2, "Runs and their agreement")
+    fit_extra = [(run["meta"], run["rows"]) for run in left_out if not run["unfit_reasons"]]
+    doc.para(f"Every run committed under results/ is listed in docs/RUNS (published here) or docs/RUNS_LEFT_OUT "
+             f"(with its reason): {len(metas)} published, {len(left_out)} left out. Per config and machine, the fit "
+             f"runs committed, and for each fit run left out the cases measured by both where its clear winner "
+             f"(no tie on either side) differs from the published one: in parentheses its winner, then the "
+             f"published one.")
+    doc.table(*summary.agreement_table(rows[rows["fit"]], metas, fit_extra))
+    doc.table(["left out", "reason"], [[run["run_id"], run["reason"]] for run in left_out])
+
+
+def page_links(ops: list[str], main: str, sub_page: bool) -> list[tuple[str, str]]:
+    """The navigation line: the main page (and, from a sub-page, its legend),
+    every operator's page and the defects page, relative to the main page or
+    to a sub-page (in the folder ``main.lower()``, `build`'s)."""
+    up, into = ("../", "") if sub_page else ("", f"{main.lower()}/")
+    return [("Report", f"{up}{main}.md")] + ([("legend", f"{up}{main}.md#how-to-read-the-tables")] if sub_page
+                                            else []) + [
+        (page, f"{into}{page}.md") for page in [*ops, "defects"]]
+
+
 def build(dirs, out, name: str = "report", light: bool = False, svg: bool | None = None,
-          left_out: list[dict] = ()) -> Path:
+          left_out: list[dict] = (), pages: bool = False) -> Path:
     """Writes ``OUT/<name>.md`` and ``.html``. ``light`` (the dashboard's
     per-run reports): no per-case figures, PNG only, the HTML links its
     figures instead of embedding them. ``svg``: an SVG beside each PNG
-    (default: unless ``light``). ``left_out``: runs the publisher left out
-    for failing the fitness rule (`left_out_runs`), named with their
-    machines and not shown."""
+    (default: no). ``left_out``: committed runs the publisher left out
+    (`left_out_runs`), counted and compared, not shown. ``pages`` (make
+    publish): the operators' sections and the defects on pages of their own,
+    ``OUT/report/<op>.md`` and ``.html``, linked both ways, their HTML
+    linking the figures; else one page holds everything."""
     out = store.writable_dir(Path(out), "the report")  # before any work: one line if it cannot be written
-    figures = FigureDir(out / "figures", svg=not light if svg is None else svg)
+    figures = FigureDir(out / "figures", svg=bool(svg))
     rows, metas = load(dirs)
+    left_out = list(left_out)
     fit = rows[rows["fit"]]
+    ops = list(dict.fromkeys(fit["op"]))
     doc = Doc()
     doc.heading(1, "scatterbench report")
-    doc.para(what_ran_where(rows, metas, list(left_out)))
-    answer_section(doc, fit, metas)
+    doc.para(what_ran_where(rows, metas, left_out))
+    if pages:
+        doc.links(page_links(ops, name, sub_page=False), "Per operator (case tables, figures, conclusions):")
+    answer_section(doc, fit, metas, models_directories(metas))
     network_shapes_section(doc, fit, metas)
-    doc.heading(2, "How to read it")
-    doc.para(INTRO)
+    legend_section(doc, rows)
     if light:
         doc.para(LIGHT_NOTE)
+    if left_out:
+        runs_list_section(doc, rows, metas, left_out)
     runs_section(doc, rows, metas)
-    for op, op_rows in fit.groupby("op", sort=False):
-        operator_section(doc, op, op_rows, metas, figures, light)
-    defects_section(doc, rows, metas)
-    unfit_appendix(doc, rows[~rows["fit"]], metas)
     out.mkdir(parents=True, exist_ok=True)
+    details = []
+    for op, op_rows in fit.groupby("op", sort=False):
+        if pages:
+            page = Doc()
+            page.links(page_links(ops, name, sub_page=True), "Pages:")
+            operator_section(page, op, op_rows, metas, figures, light, level=1)
+            details.append((op, page))
+        else:
+            operator_section(doc, op, op_rows, metas, figures, light)
+    defects = Doc()
+    if pages:
+        defects.links(page_links(ops, name, sub_page=True), "Pages:")
+    defects_section(defects, rows, metas, level=1 if pages else 2)
+    if pages:
+        details.append(("defects", defects))
+    else:
+        doc.blocks += defects.blocks
+    unfit_appendix(doc, rows[~rows["fit"]], metas)
     (out / f"{name}.md").write_text(render_markdown(doc, "figures"))
-    (out / f"{name}.html").write_text(render_html(doc, figures.path, "scatterbench report", embed=not light))
+    (out / f"{name}.html").write_text(render_html(doc, figures.path, "scatterbench report", embed=not light and not pages))
+    if pages:
+        folder = out / name.lower()
+        shutil.rmtree(folder, ignore_errors=True)
+        folder.mkdir()
+        for page_name, page in details:
+            (folder / f"{page_name}.md").write_text(render_markdown(page, "../figures"))
+            (folder / f"{page_name}.html").write_text(render_html(page, figures.path, f"scatterbench report: {page_name}",
+                                                                  embed=False, figure_prefix="../figures"))
     return out / f"{name}.md"
 
 
-def left_out_runs(dirs) -> list[dict]:
-    """Each left-out run's id, machines and reasons (`load`'s fitness rule).
-    A run the rule finds fit is refused: leaving it out would hide a
-    measurement the report could stand behind."""
+UNFIT_REASON = "unfit"  # the word a docs/RUNS_LEFT_OUT reason starts with when the fitness rule refuses the run
+
+
+def read_left_out(path) -> list[tuple[Path, str]]:
+    """docs/RUNS_LEFT_OUT: one committed run a line, its directory then why it
+    is left out ("unfit: ..." where the fitness rule refuses it; any other
+    reason for a fit run). Blank lines and # comments are skipped."""
+    entries = []
+    for number, line in enumerate(Path(path).read_text().splitlines(), start=1):
+        text = line.split("#", 1)[0].strip() if line.lstrip().startswith("#") else line.strip()
+        if not text:
+            continue
+        directory, _, reason = text.partition(" ")
+        if not reason.strip():
+            raise ResultError(f"{path}:{number}: {directory} is left out without a reason")
+        entries.append((Path(directory), reason.strip()))
+    return entries
+
+
+def left_out_runs(entries) -> list[dict]:
+    """Each left-out run's id, machines, fitness (`load`'s rule), reason,
+    meta and rows. ``entries``: directories, or (directory, reason) pairs. A
+    run left out as unfit must fail the rule, and a run the rule finds fit
+    needs a reason of another kind: leaving a measurement out unsaid would
+    hide what the report could stand behind."""
     found = []
-    for directory in dirs:
+    for entry in entries:
+        directory, reason = (entry, "") if isinstance(entry, (str, Path)) else entry
         rows, (meta,) = load([directory])
-        if not meta["unfit_reasons"]:
-            raise ResultError(f"{directory}: --left-out names a run the fitness rule finds fit; publish it instead")
+        unfit = meta["unfit_reasons"]
+        if not unfit and (not reason or reason.startswith(UNFIT_REASON)):
+            raise ResultError(f"{directory}: --left-out names a run the fitness rule finds fit; publish it instead, "
+                              f"or give the reason it is left out")
+        if unfit and not reason:
+            reason = f"{UNFIT_REASON}: {', '.join(unfit)}"
         found.append({"run_id": meta.get("run_id", "?"), "machines": list(dict.fromkeys(rows["machine"])),
-                      "unfit_reasons": meta["unfit_reasons"]})
+                      "unfit_reasons": unfit, "reason": reason, "meta": meta, "rows": rows})
     return found
 
 
@@ -345,16 +458,24 @@ def main(argv=None) -> int:
                              "no figure of an older report lingers there")
     parser.add_argument("--left-out", action="append", default=[], metavar="DIR",
                         help="a run left out for failing the fitness rule: named, with the machine it leaves "
-                             "missing, in the report's first paragraph (repeatable; make publish: docs/RUNS_LEFT_OUT)")
+                             "missing, in the report's first paragraph (repeatable)")
+    parser.add_argument("--left-out-list", metavar="FILE",
+                        help="a file of committed runs left out, each line a directory and its reason (make "
+                             "publish: docs/RUNS_LEFT_OUT); a fit run may be left out with a reason, and the report "
+                             "compares its winners with the published ones")
+    parser.add_argument("--pages", action="store_true",
+                        help="the operators' sections and the defects on pages of their own, OUT/<name>/<op>.md "
+                             "(make publish)")
     args = parser.parse_args(argv)
     try:
         if args.fit_only:
             refuse_unfit([Path(d) for d in args.dirs])
-        left_out = left_out_runs([Path(d) for d in args.left_out])  # before any figure is removed
+        listed = read_left_out(args.left_out_list) if args.left_out_list else []
+        left_out = left_out_runs([Path(d) for d in args.left_out] + listed)  # before any figure is removed
         if args.fresh_figures:
             shutil.rmtree(Path(args.output) / "figures", ignore_errors=True)
         written = build([Path(d) for d in args.dirs], Path(args.output), args.name, light=args.light,
-                        left_out=left_out)
+                        left_out=left_out, pages=args.pages)
     except ResultError as error:
         print(f"report.py: error: {error}", file=sys.stderr)
         return 2

@@ -30,6 +30,11 @@ class Doc:
     def code(self, text: str):
         self.blocks.append(("code", text))
 
+    def links(self, items: list[tuple[str, str]], lead: str = ""):
+        """A line of links, ``items`` (text, target .md path relative to the
+        page); the HTML rendering points at the .html beside each."""
+        self.blocks.append(("links", lead, items))
+
 
 def render_markdown(doc: Doc, figure_dir: str) -> str:
     lines: list[str] = []
@@ -54,6 +59,10 @@ def render_markdown(doc: Doc, figure_dir: str) -> str:
         elif kind == "fig":
             _, stem, caption = block
             lines += [f"![{md_escape(caption)}]({figure_dir}/{stem}.png)", ""]
+        elif kind == "links":
+            _, lead, items = block
+            lines += [(md_escape(lead) + " " if lead else "")
+                      + " · ".join(f"[{md_escape(text)}]({target})" for text, target in items), ""]
     return "\n".join(lines)
 
 
@@ -92,7 +101,13 @@ def table_of_contents(doc: Doc, anchors: dict[int, str]) -> str:
     return "".join(items)
 
 
-def render_html(doc: Doc, figures: Path, title: str, embed: bool = True) -> str:
+def html_target(target: str) -> str:
+    """A link's Markdown target as the HTML page beside it (an anchor kept)."""
+    path, hash_, anchor = target.partition("#")
+    return (path[:-3] + ".html" if path.endswith(".md") else path) + hash_ + anchor
+
+
+def render_html(doc: Doc, figures: Path, title: str, embed: bool = True, figure_prefix: str | None = None) -> str:
     """One HTML page; figures embedded as data: URIs (a self-contained file),
     or linked relatively (``embed=False``: smaller, beside its figures)."""
     esc = html.escape
@@ -115,6 +130,10 @@ def render_html(doc: Doc, figures: Path, title: str, embed: bool = True) -> str:
             parts.append(f"<p>{esc(block[1])}</p>")
         elif kind == "code":
             parts.append(f"<pre>{esc(block[1])}</pre>")
+        elif kind == "links":
+            _, lead, items = block
+            parts.append("<p>" + (esc(lead) + " " if lead else "") + " · ".join(
+                f"<a href='{esc(html_target(target))}'>{esc(text)}</a>" for text, target in items) + "</p>")
         elif kind == "table":
             _, header, rows, bold = block
             # A wide table scrolls in its own box instead of pushing the page sideways.
@@ -128,7 +147,7 @@ def render_html(doc: Doc, figures: Path, title: str, embed: bool = True) -> str:
             if embed:
                 source = "data:image/png;base64," + base64.b64encode((figures / f"{stem}.png").read_bytes()).decode()
             else:
-                source = f"{figures.name}/{stem}.png"
+                source = f"{figure_prefix if figure_prefix is not None else figures.name}/{stem}.png"
             parts.append(f"<figure><img alt='{esc(caption)}' src='{esc(source)}'>"
                          f"<figcaption>{esc(caption)}</figcaption></figure>")
     parts.append("</body></html>")

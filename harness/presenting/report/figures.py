@@ -95,12 +95,13 @@ def backend_colour(name: str) -> str:
 # ------------------------------------------------------------------ colours
 # One colour per strategy in every figure of the report and the dashboard.
 # Qualitative, distinguishable on white, no black (the floor and ceiling lines
-# are black): tab10, then darker and lighter hues unlike any of it. 24 colours:
+# are black): tab10, then Dark2 and deeper hues, no pale one. 24 colours:
 # more than the strategies of any one operator (19 at most today), so the
 # strategies drawn together always get distinct ones.
-PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
-           "#bcbd22", "#17becf", "#000075", "#800000", "#469990", "#f032e6", "#9dcc00", "#c9a000",
-           "#a6cee3", "#fb9a99", "#cab2d6", "#fdbf6f", "#b2df8a", "#4d4d4d", "#ffd8b1", "#aaffc3")
+PALETTE = (  # tab10's hues, then Dark2's and deeper ones: every colour reads on white beside any other
+    "#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf",
+    "#1b9e77", "#d95f02", "#7570b3", "#e7298a", "#66a61e", "#e6ab02", "#a6761d", "#000075", "#800000", "#469990",
+    "#f032e6", "#4d4d4d", "#0b6e4f", "#b8860b")
 
 
 def _hashed(name: str) -> int:
@@ -559,6 +560,9 @@ def line_legend_title(op: str, kinds) -> str:
     return "; ".join(parts) + "; band: first to third quartile"
 
 
+MAX_SERIES = 8  # lines a scaling figure draws: more cannot be told apart
+
+
 def figure_scaling(rows: pd.DataFrame, figures: FigureDir, stem: str, title: str) -> str | None:
     """Time against problem size per strategy, log-log, with the bandwidth floor."""
     ok = rows[rows["status"].isin(CORRECT) & rows["median_s"].notna()].copy()
@@ -568,16 +572,21 @@ def figure_scaling(rows: pd.DataFrame, figures: FigureDir, stem: str, title: str
     varying = [key for key in params.iloc[0] if params.map(lambda p: p.get(key)).nunique() > 1]
     if not varying:
         return None
-    # Against the parameter when only one varies (C for dispersion), else against the bytes moved.
+    # Against the parameter when only one varies (C for dispersion), else against the case's size: the
+    # most bytes any of its strategies moves, so a values-only strategy sits at its case's x, not left of it.
     sweep_key = varying[0] if len(varying) == 1 else None
-    ok["x"] = params.map(lambda p: p[sweep_key]) if sweep_key else ok["bytes"]
-    strategies = [(name, line.sort_values("x")) for name, line in ok.groupby("strategy")]
-    strategies = [(name, line) for name, line in strategies if len(line) >= 2]
+    ok["x"] = params.map(lambda p: p[sweep_key]) if sweep_key else ok.groupby("params")["bytes"].transform("max")
+    # A strategy timed at one size only is drawn as its point. At most MAX_SERIES lines: the fastest at the
+    # largest size each reached; the others are in the case tables beside the figure.
+    lines = {name: line.sort_values("x") for name, line in ok.groupby("strategy")}
+    order = sorted(lines, key=lambda name: (-lines[name]["x"].iloc[-1], lines[name]["median_s"].iloc[-1], name))
+    strategies = [(name, lines[name]) for name in order[:MAX_SERIES]]
+    left = len(order) - len(strategies)
     fig, ax = plt.subplots(figsize=(FIGURE_WIDTH_IN, 4.6 + 0.2 * ((len(strategies) + 1) // 2)),
                            layout="constrained")
     op = ok["op"].iloc[0]
     kinds = set()
-    floor = ok.groupby("x")["floor_s"].min().sort_index()
+    floor = ok.groupby("x")["floor_s"].max().sort_index()  # the whole output's floor, at its size
     # The time axis holds the medians and the floor; a band (Q1–Q3) reaching
     # past it is cut at the edge and marked there, as the bar charts' whiskers are.
     bottom, top = axis_limits([v for _, line in strategies for v in line["median_s"]], floor.values)
@@ -586,7 +595,7 @@ def figure_scaling(rows: pd.DataFrame, figures: FigureDir, stem: str, title: str
         kinds.add(kind)
         style, width = LINE_STYLE[kind]
         colour = strategy_colour(name)
-        ax.plot(line["x"], line["median_s"], marker="o", markersize=3, color=colour, linewidth=width,
+        ax.plot(line["x"], line["median_s"], marker="o", markersize=5, color=colour, linewidth=width,
                 label=label(f"{name} ({line['backend'].iloc[0]})"), linestyle=style)
         bounds = [quartiles(row) for _, row in line.iterrows()]
         low, high, cut = clip_spreads(bounds, (bottom, top))
@@ -603,7 +612,8 @@ def figure_scaling(rows: pd.DataFrame, figures: FigureDir, stem: str, title: str
     ax.set_ylabel("median time per call", fontsize=9)
     set_title(ax, title)
     handles, texts = ax.get_legend_handles_labels()
-    _legend(fig, handles, texts, line_legend_title(op, kinds), fontsize=7)
+    more = f"; {left} slower strategies are in the case tables" if left else ""
+    _legend(fig, handles, texts, line_legend_title(op, kinds) + more, fontsize=7)
     log_axis(ax.xaxis, "count" if sweep_key else "bytes")
     ax.set_ylim(bottom, top)
     log_axis(ax.yaxis, "time")

@@ -15,7 +15,6 @@ from harness.judging import analysis
 from harness.judging.analysis import (
     TIMERS_DISAGREE,
     UNSTABLE,
-    XCHECK_TOLERANCE,
     clearly_faster,
     finite,
     timers_disagree,
@@ -59,7 +58,8 @@ def iqr_cell(row) -> str:
     return f"{fmt_time(row['iqr_s'])} ({fmt_pct(100 * rel, 2)})" + (f" {UNSTABLE_MARK}" if unstable(row) else "")
 
 
-XCHECK_NOTE = f"{TIMERS_DISAGREE.mark} in ours / do_bench: {TIMERS_DISAGREE.meaning}."
+XCHECK_NOTE = (f"do_bench: triton.testing.do_bench's median for the same call, an independent timer; "
+               f"{TIMERS_DISAGREE.mark} in ours / do_bench: {TIMERS_DISAGREE.meaning}.")
 HOST_NOTE = ("host/call: the host's median cost of one call without waiting for the device (Python, dispatch, "
              "launch). Where it exceeds the device time, back-to-back calls are bound by the host, not the device.")
 
@@ -109,20 +109,39 @@ def case_table(group: pd.DataFrame, judged: bool = True) -> tuple[list[str], lis
         rows.append(cells + [fmt_num(r["gbps"]), *judging,
                              fmt_num(r["rel_err"], 2), fmt_num(r["max_abs_err"], 2), r["source"],
                              str(r["message"])])
-    notes = [UNSTABLE_NOTE] if any(unstable(r) for _, r in ordered.iterrows()) else []
-    if found is not None and found.tie:
-        notes.append(f"No row is marked fastest: {analysis.winner_text(found)}.")
-    if no_speedup and judged:
-        notes.append(f"× seed is blank: {no_speedup}.")
-    if with_xcheck and any(timers_disagree(r) for _, r in ordered.iterrows()):
+    # The notes every table shares (marks, columns) are the legend's (`legend_notes`), said once.
+    notes = [f"No row is marked fastest: {analysis.winner_text(found)}."] if found is not None and found.tie else []
+    return header, rows, best, notes
+
+
+def legend_notes(rows: pd.DataFrame) -> list[str]:
+    """What the case tables' marks and optional columns mean, each said once
+    for all the tables built from ``rows``: the unstable mark, × seed left
+    blank (and why), the timers' disagreement, the counts, the fresh floor,
+    host/call."""
+    notes = []
+    timed = rows[rows["median_s"].map(finite)] if len(rows) else rows
+    if any(unstable(r) for _, r in timed.iterrows()):
+        notes.append(UNSTABLE_NOTE)
+    blank = {}
+    for (op, _params, _dtype, _mode, _machine), group in with_mode(rows).groupby(
+            ["op", "params", "dtype", "mode", "machine"], sort=False):
+        note = speedup_note(op, dict(zip(group["strategy"], group["status"])))
+        if note:
+            blank.setdefault(note, None)
+    notes += [f"× seed is blank: {note}." for note in blank]
+    if (rows["device"] == "cuda").any() and rows["xcheck_s"].map(finite).any():
         notes.append(XCHECK_NOTE)
+    counted = counted_metrics(rows)
     if counted:
         notes.append(counts_note(counted))
-    if with_fresh and judged:
+    if "pct_of_fresh_floor" in rows and rows["pct_of_fresh_floor"].map(finite).any():
         notes.append(FRESH_FLOOR_NOTE)
-    if with_floor and judged:
+    if "pct_of_floor" in rows and rows["pct_of_floor"].map(finite).any():
         notes.append(floors.floor_note() + ".")
-    return header, rows, best, notes
+    if rows["host_s"].map(finite).any():
+        notes.append(HOST_NOTE)
+    return notes
 
 
 FRESH_FLOOR_NOTE = ("% of fresh floor: the floor counting what the call's fresh outputs cost on this CPU: bytes read "
@@ -140,7 +159,7 @@ def counts_note(counted: list[str]) -> str:
             + "; ".join(f"{metric.name}: {metric.description}" for metric in found)
             + ". Two runs of the same code and library versions agree within 0.1 %, whatever the load (est_cycles "
               "of Python-loop seeds at small sizes within 0.25 %); they do not see memory bandwidth, page faults "
-              "or other threads (README, \"Counts\").")
+              "or other threads (docs/COUNTING.md).")
 
 
 def count_verdict_sentence(case: pd.DataFrame, where: str) -> str:
@@ -154,7 +173,7 @@ def count_verdict_sentence(case: pd.DataFrame, where: str) -> str:
     first = correct.iloc[0]
     others = "; ".join(f"{row['strategy']} {row[name] / first[name]:.2f}× as many"
                        for _, row in correct.iloc[1:].iterrows())
-    return (f"{where}: counted, not timed ({unit} are not time: README, \"Counts\"): {first['strategy']} "
+    return (f"{where}: counted, not timed ({unit} are not time: docs/COUNTING.md): {first['strategy']} "
             f"executes the fewest {unit} per call ({headline.format(first[name])})"
             + (f"; {others}." if others else "."))
 
@@ -402,7 +421,7 @@ def _device_rank(device: str) -> int:
 
 def sections(op_rows: pd.DataFrame) -> list[tuple[tuple[str, str, str], pd.DataFrame]]:
     """The operator's rows per (machine, dtype, mode): CPU before GPU, float32
-    first, forward before the training modes (SPEC 1.5)."""
+    first, forward before the training modes (docs/SPEC.md §1.5)."""
     def order(item):
         (machine, dtype, mode), section = item
         device = section["device"].iloc[0]
@@ -420,7 +439,7 @@ def mode_suffix(mode: str) -> str:
 
 def section_intro(section: pd.DataFrame, metas: list[dict]) -> str:
     """Where the section's numbers come from: the device, its measured ceiling per run."""
-    device, machine, dtype = section["device"].iloc[0], section["machine"].iloc[0], section["dtype"].iloc[0]
+    machine, dtype = section["machine"].iloc[0], section["dtype"].iloc[0]
     run_ids = {m["directory"]: str(m.get("run_id", "?")) for m in metas}
     ceilings = []
     for run_dir, in_run in section.groupby("run_dir", sort=False):
@@ -431,13 +450,8 @@ def section_intro(section: pd.DataFrame, metas: list[dict]) -> str:
             measured = fmt_ratio(low, " GB/s") if low == high else \
                 f"{fmt_ratio(low, '')} to {fmt_ratio(high, ' GB/s')} (measured again when resumed)"
             ceilings.append(f"{measured} (run {run_ids.get(run_dir, '?')})")
-    text = f"{machine}, {dtype}: copy ceiling " + (", ".join(ceilings) if ceilings else "not measured") + "."
-    if section["host_s"].map(finite).any():
-        text += " " + HOST_NOTE
-    if device == "cuda" and section["xcheck_s"].map(finite).any():
-        text += (f" do_bench: triton.testing.do_bench's median for the same call, an independent timer; "
-                 f"ours / do_bench beyond 1 ± {XCHECK_TOLERANCE:g} is flagged.")
-    return text
+    # host/call and do_bench are explained once, in the legend (`legend_notes`).
+    return f"{machine}, {dtype}: copy ceiling " + (", ".join(ceilings) if ceilings else "not measured") + "."
 
 
 def known_defects() -> list:
@@ -490,44 +504,71 @@ def observability(defect, rows: pd.DataFrame, metas: list[dict] = ()) -> str:
             "case it excuses); the timed inputs are random.")
 
 
-def defects_section(doc: Doc, rows: pd.DataFrame, metas: list[dict]) -> None:
-    """Every known library defect with its condition, the affected and the
-    installed versions, a description and a minimal reproduction; then the
-    rows these runs recorded as upstream-defect, with their messages."""
+def measured_versions(library: str, strategies: list[str], rows: pd.DataFrame, metas: list[dict]) -> str:
+    """The versions of ``library`` the runs that ran any of ``strategies`` recorded (their meta), with the runs."""
+    ran = set(rows.loc[(rows["op"] + "/" + rows["strategy"]).isin(strategies), "run_dir"]) if len(rows) else set()
+    found: dict[str, list[str]] = {}
+    for meta in metas:
+        if meta.get("directory") not in ran:
+            continue
+        version = runmeta.record(meta).versions.get(library)
+        if version:
+            found.setdefault(str(version), []).append(str(meta.get("run_id", "?"))[-4:])
+    return "; ".join(f"{library} {version} (run{'s' if len(ids) > 1 else ''} {', '.join(ids)})"
+                     for version, ids in found.items()) or "none of these runs ran it"
+
+
+def defects_section(doc: Doc, rows: pd.DataFrame, metas: list[dict], level: int = 2) -> None:
+    """The known library defects, then the documented behaviours the check
+    excuses (impls/defects.py ``kind``), one entry per listing (its
+    strategies together): the condition, the versions it was seen with and
+    the versions these runs measured (never a range nobody measured), a
+    description and a minimal reproduction; then the rows these runs
+    recorded as upstream-defect, with their messages."""
+    from impls.defects import DOCUMENTED
+
     registry = for_operators(set(rows["op"]), known_defects() or [])
     observed = rows[rows["status"] == UPSTREAM_DEFECT]
     if not registry and observed.empty:
         return
-    doc.heading(2, "Defects found in libraries")
-    doc.para("Wrong answers the check traced to a listed defect of a library itself, not to the suite's call of "
-             "it: such a case is reported as upstream-defect instead of mismatch, and excused only under the "
-             "defect's condition and versions.")
+    doc.heading(level, "Defects and documented behaviour of libraries")
+    doc.para("Wrong answers the check traced to a library itself, not to the suite's call of it: such a case is "
+             "reported as upstream-defect instead of mismatch, and excused only under the listing's condition. A "
+             "defect is a bug; documented behaviour is what the library's documentation allows or its maintainers "
+             "closed as intended, listed apart with that source.")
+    merged: dict[str, list] = {}
     for defect in registry:
-        strategy = str(getattr(defect, "strategy", "?"))
-        library = str(getattr(defect, "library", "?"))
-        versions = str(getattr(defect, "versions", "") or "every version")
-        doc.heading(3, f"{strategy}: {library} {versions}")
-        doc.para(str(getattr(defect, "description", "")))
-        doc.para(f"Condition: {getattr(defect, 'condition', '?')}.")
-        recorded = [runmeta.record(m).versions.get(library) for m in metas]
-        installed = sorted({str(version) for version in recorded if version})
-        doc.para(f"Affected versions: {library} {versions}; in these runs: "
-                 + (", ".join(f"{library} {v}" for v in installed) if installed else f"{library} not recorded")
-                 + ".")
-        reference = getattr(defect, "reference", "")
-        if reference:
-            doc.para(f"Reference: {reference}.")
-        seen = observed[(observed["op"] + "/" + observed["strategy"]) == strategy]
-        doc.para(f"Observed in {len(seen)} case(s) of these runs." if len(seen)
-                 else observability(defect, rows, metas))
-        doc.para("Minimal reproduction:")
-        doc.code(str(getattr(defect, "reproduction", "")).rstrip())
+        merged.setdefault(str(getattr(defect, "id", "?")), []).append(defect)
+    for kind_title, documented in (("Defects", False), ("Documented behaviour", True)):
+        entries = [group for group in merged.values()
+                   if (getattr(group[0], "kind", "") == DOCUMENTED) == documented]
+        if not entries:
+            continue
+        doc.heading(level + 1, kind_title)
+        for group in entries:
+            defect = group[0]
+            strategies = [str(getattr(item, "strategy", "?")) for item in group]
+            library = str(getattr(defect, "library", "?"))
+            doc.heading(level + 2, f"{getattr(defect, 'id', '?')}: {library}, {', '.join(strategies)}")
+            doc.para(str(getattr(defect, "description", "")))
+            doc.para(f"Condition: {getattr(defect, 'condition', '?')}.")
+            seen = getattr(defect, "seen", "")
+            doc.para((f"Seen with {seen} when listed; " if seen else "")
+                     + f"measured in these runs: {measured_versions(library, strategies, rows, metas)}.")
+            reference = getattr(defect, "reference", "")
+            if reference:
+                doc.para(f"{'Source' if documented else 'Reference'}: {reference}.")
+            seen_rows = observed[(observed["op"] + "/" + observed["strategy"]).isin(strategies)]
+            # Each listed strategy's observability; said once where they agree.
+            doc.para(f"Observed in {len(seen_rows)} case(s) of these runs." if len(seen_rows)
+                     else " ".join(dict.fromkeys(observability(item, rows, metas) for item in group)))
+            doc.para("Minimal reproduction:")
+            doc.code(str(getattr(defect, "reproduction", "")).rstrip())
     if len(observed):
-        doc.heading(3, "Cases recorded as upstream-defect")
+        doc.heading(level + 1, "Cases recorded as upstream-defect")
         doc.table(["op", "strategy", "params", "machine", "dtype", "message"],
                   [[r["op"], r["strategy"], params_label(r["params"]), r["machine"], r["dtype"],
                     shorten(r["message"], 300)] for _, r in observed.iterrows()])
-
 
 
 # ------------------------------------------------------------------ where the numbers come from
@@ -580,18 +621,30 @@ def what_ran_where(rows: pd.DataFrame, metas: list[dict], left_out: list[dict] =
 
 
 def left_out_sentence(left_out: list[dict], shown: set) -> str:
-    """The runs a publisher left out for failing the fitness rule (report.py
-    --left-out; each a dict of run_id, machines and unfit_reasons), and the
-    machines that leaves missing from the report."""
-    parts = []
+    """The runs a publisher left out (report.py --left-out or
+    --left-out-list; each a dict of run_id, machines, unfit_reasons and
+    reason): named, with their reasons, where they leave a machine missing
+    from the report; the others counted (their reasons are in the runs
+    section)."""
+    missing: dict[tuple[str, ...], list[str]] = {}  # the machines left missing -> their runs, with reasons
+    counted = {"unfit": 0, "other": 0}
     for run in left_out:
         machines = list(run.get("machines") or ["?"])
-        absent = [machine for machine in machines if machine not in shown]
-        parts.append(f"run {run.get('run_id', '?')} on {', '.join(machines)} "
-                     f"({', '.join(run.get('unfit_reasons') or ['fit'])})"
-                     + (f", so {', '.join(absent)} {'is' if len(absent) == 1 else 'are'} missing from this report"
-                        if absent else ""))
-    return f" Left out for failing the fitness rule, tables and all: {'; '.join(parts)}." if parts else ""
+        absent = tuple(machine for machine in machines if machine not in shown)
+        if not absent:
+            counted["unfit" if run.get("unfit_reasons") else "other"] += 1
+            continue
+        missing.setdefault(absent, []).append(
+            f"{run.get('run_id', '?')} ({', '.join(run.get('unfit_reasons') or [run.get('reason') or 'fit'])})")
+    parts = [f"run{'s' if len(runs) > 1 else ''} {'; '.join(runs)} on {', '.join(absent)}, so "
+             f"{', '.join(absent)} {'is' if len(absent) == 1 else 'are'} missing from this report"
+             for absent, runs in missing.items()]
+    text = f" Left out for failing the fitness rule, tables and all: {'; '.join(parts)}." if parts else ""
+    if counted["unfit"] or counted["other"]:
+        text += (f" {counted['unfit'] + counted['other']} more committed runs are left out ({counted['unfit']} unfit, "
+                 f"{counted['other']} fit: repeats compared with the published runs), each with its reason in "
+                 f"docs/RUNS_LEFT_OUT and in \"Runs and their agreement\".")
+    return text
 
 
 def predated_sentence(metas: list[dict], run_dirs: set) -> str:
@@ -697,7 +750,7 @@ def answer_table(rows: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
     """The suite's question answered in one table: per operator and size, and
     per machine side by side, the fastest correct strategy for inference (the
     forward) and by how much, and, where the rows hold a training mode, the
-    fastest for a training step beside it (SPEC 1.5)."""
+    fastest for a training step beside it (docs/SPEC.md §1.5)."""
     rows = with_mode(rows)
     machines = machine_order(rows)
     training = bool((rows["mode"] != FORWARD).any())

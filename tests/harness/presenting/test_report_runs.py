@@ -58,14 +58,14 @@ def test_older_runs_without_load_history_or_hardware_still_render(tmp_path):
     assert cells["fit to judge"] == "no: load not recorded"
     assert "## Appendix: runs not fit to be judged" in md
     assert "Warning:" not in md
-    hardware = _table(md, "machine")
+    hardware = _table(md, "machine | runs")
     assert "Fixture CPU" in hardware[2] and "| 2 |" in hardware[2]  # meta cpu_model and cpu_count
 
 
 def test_hardware_table_lists_cpu_caches_memory_and_gpu_once_per_machine(tmp_path):
     runs = [fixture_run(tmp_path / "a", meta=QUIET), fixture_run(tmp_path / "b", meta=QUIET)]
     md = report.build(runs, tmp_path / "out").read_text()
-    hardware = _table(md, "machine")
+    hardware = _table(md, "machine | runs")
     assert len(hardware) == 3  # header, rule, one machine for both runs
     row = hardware[2]
     for text in ("a, b", "Fixture EPYC 9654", "L1d 32K L2 1024K L3 32768K", "16.0 GiB", "NVIDIA H100 80GB HBM3",

@@ -52,10 +52,11 @@ def test_the_models_sweep_has_its_own_section_and_other_runs_do_not(tmp_path):
     section = md.split("## Network shapes: inference and training", 1)
     assert len(section) == 2, "no section for the models run"
     body = section[1].split("\n## ", 1)[0]
-    assert "Measured here: maxpool2d." in body and "torch_max_pool2d_indices" in body
+    assert "| network | layer | operator | shape | change from the paper | machine |" in body
+    assert "torch_max_pool2d_indices" in body
     assert "Other CPU" not in body  # only the models run's rows
     # its cases are tabled in the operator's section, drawn only where the other run measured them
-    assert "without the per-case figures" in body
+    assert "without figures" in body
     figures = {path.name for path in (tmp_path / "out" / "figures").glob("*-time.png")}
     assert figures and all("Other-CPU" in name or "other" in name.lower() for name in figures), figures
     assert "## Network shapes" not in report.build([other], tmp_path / "out2").read_text()
