@@ -28,8 +28,10 @@ finds is printed, never judged (the float64 oracle is the judge).
 from __future__ import annotations
 
 import math
+import os
 import time
 import traceback
+from collections import OrderedDict
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from typing import Any, Callable
@@ -40,7 +42,7 @@ from harness.base.plugins import project_path
 from harness.measuring import memory, timing
 from impls.backends import applied_layout, backend_of, float_dtypes, get_backend, to_numpy
 from impls import training, tuning
-from impls.common import DTYPE_DIFFERENCE, Verdict, round_to_dtype
+from impls.common import DTYPE_DIFFERENCE, Verdict, on_device, round_to_dtype
 from impls.registry import NotApplicable, Strategy, get_operator
 from impls.status import (
     ERROR,
@@ -92,54 +94,130 @@ def rules_predated(schema_written: int | None) -> tuple[str, bool]:
     return ", and ".join(LATER_RULES), schema_written < LATER_RULES_SCHEMA - 1
 
 
+# Where a case is judged (SCATTERBENCH_JUDGE): "auto", a case on a device
+# other than the CPU where its arrays are (the operator's torch float64
+# ``device_oracle`` and ``device_compare``: a CUDA case's reference and
+# judgement stay on the GPU, and only the verdict comes back), a CPU case by
+# numpy on the host; "numpy", every case on the host; "device", CPU cases too
+# with torch on CPU tensors (the tests' rehearsal of the device path).
+JUDGE_ENV = "SCATTERBENCH_JUDGE"
+JUDGES = ("auto", "numpy", "device")
+
+
+def judge_device(device: str, op) -> str | None:
+    """The torch device a case of ``op`` on ``device`` is judged on, or None:
+    by numpy on the host (also for an operator, a plugin's, with no device
+    oracle or compare, forward or backward)."""
+    choice = os.environ.get(JUDGE_ENV) or "auto"
+    if choice not in JUDGES:
+        raise ValueError(f"{JUDGE_ENV}={choice!r}: expected one of {', '.join(JUDGES)}")
+    gradient = op.gradient
+    if choice == "numpy" or op.device_oracle is None or op.device_compare is None or (
+            gradient is not None and (gradient.device_oracle is None or gradient.device_compare is None)):
+        return None
+    if device == "cpu" and choice == "auto":
+        return None
+    return device
+
+
+def device_tensors(arrays: dict, device: str) -> dict:
+    """The reference's numpy inputs as torch tensors on ``device`` (float64 and int64 as they are)."""
+    import torch
+
+    return {key: torch.as_tensor(np.ascontiguousarray(value), device=device) if isinstance(value, np.ndarray)
+            else value for key, value in arrays.items()}
+
+
 @dataclass(frozen=True)
 class Reference:
     inputs: dict  # float64 numpy, holding exactly the values the dtype can store
-    expected: object  # the oracle's output
+    expected: object  # the oracle's output (torch tensors on ``judged_on`` when it is set)
     mode: str = ""  # the generator mode the inputs were drawn in
     params: dict = field(default_factory=dict)  # the case's parameters (the compare may need them)
     training: str = FORWARD  # the training mode (SPEC 1.5) the case is run and judged in
     grad: Any = None  # training modes: the incoming gradient, float64 holding what the dtype stores
     expected_grad: Any = None  # training modes: the oracle's gradient of the differentiated input
+    # The torch device the oracles were computed on and the case is judged on
+    # (``judge_device``), with the inputs and the incoming gradient there as
+    # tensors; None: numpy on the host.
+    judged_on: str | None = None
+    device_inputs: dict | None = None
+    device_grad: Any = None
 
 
 def reference(op_name: str, params: dict, dtype: str, mode: str, seed: int, training_mode: str = FORWARD,
-              reuse: Reference | None = None) -> Reference:
+              reuse: Reference | None = None, device: str = "cpu") -> Reference:
     """A case's inputs drawn in the generator's ``mode`` and rounded to
     ``dtype``, the oracle's output and, in a training mode, the incoming
-    gradient (drawn in the same generator mode) and the oracle's gradient.
+    gradient (drawn in the same generator mode) and the oracle's gradient;
+    the oracles computed where the case on ``device`` is judged
+    (``judge_device``): on the device, in torch float64, or by numpy.
 
     ``reuse``: the reference of the same case (operator, params, dtype, mode,
-    seed) in another training mode. Its inputs, forward oracle and gradient
+    seed, device) in another training mode. Its inputs, forward oracle and gradient
     are this one's too (none depends on the training mode), so only what it
     lacks is computed: at a real network's size the float64 oracle takes
     seconds to tens of seconds, and a sweep in three modes paid it three times."""
     training.check_mode(training_mode)
     op = get_operator(op_name)
+    on = judge_device(device, op)
     if reuse is None:
         raw = op.generate(params, mode, seed)
         inputs = {key: round_to_dtype(value, dtype) if getattr(value, "dtype", None) is not None
                   and value.dtype.kind == "f" else value for key, value in raw.items()}
-        reuse = Reference(inputs, op.oracle(inputs, params), mode, dict(params))
-    elif reuse.mode != mode or reuse.params != dict(params):
-        raise ValueError(f"reuse: a reference of {reuse.mode} inputs at {reuse.params}, not {mode} at {params}")
+        if on is None:
+            reuse = Reference(inputs, op.oracle(inputs, params), mode, dict(params))
+        else:
+            tensors = device_tensors(inputs, on)
+            reuse = Reference(inputs, op.device_oracle(tensors, params), mode, dict(params), judged_on=on,
+                              device_inputs=tensors)
+    elif reuse.mode != mode or reuse.params != dict(params) or reuse.judged_on != on:
+        raise ValueError(f"reuse: a reference of {reuse.mode} inputs at {reuse.params} judged on "
+                         f"{reuse.judged_on or 'the host'}, not {mode} at {params} on {on or 'the host'}")
     ref = replace(reuse, training=training_mode)
     if training_mode == FORWARD or op.gradient is None:
-        return replace(ref, grad=None, expected_grad=None)  # without a gradient training.prepare skips every strategy
+        # without a gradient training.prepare skips every strategy
+        return replace(ref, grad=None, expected_grad=None, device_grad=None)
     if ref.grad is not None:
         return ref
-    grad, expected_grad = training.gradient_case(op, ref.inputs, params, mode, seed, dtype)
-    return replace(ref, grad=grad, expected_grad=expected_grad)
+    if on is None:
+        grad, expected_grad = training.gradient_case(op, ref.inputs, params, mode, seed, dtype)
+        return replace(ref, grad=grad, expected_grad=expected_grad)
+    on_device = {}
+
+    def device_oracle(inputs, grad, params):
+        on_device["grad"] = device_tensors({"grad": grad}, on)["grad"]
+        return op.gradient.device_oracle(ref.device_inputs, on_device["grad"], params)
+
+    grad, expected_grad = training.gradient_case(op, ref.inputs, params, mode, seed, dtype, oracle=device_oracle)
+    return replace(ref, grad=grad, expected_grad=expected_grad, device_grad=on_device["grad"])
 
 
-@lru_cache(maxsize=8)  # check sizes are small, but config points can reach check.max_bytes
-def _cached_reference(op_name, params_items, dtype, mode, seed, training_mode):
-    return reference(op_name, dict(params_items), dtype, mode, seed, training_mode)
+# The check's references, newest last: its items ask for the same case once
+# per strategy, layout and training mode, and each gets the one computed
+# first (the oracle once per case). Up to REFERENCES_KEPT judged on the host;
+# one judged on a device, freed before the next is made there (at most
+# check.max_bytes in float64 each, but a device's memory is the strategies').
+REFERENCES_KEPT = 8
+_REFERENCES: "OrderedDict[tuple, Reference]" = OrderedDict()
 
 
 def cached_reference(op_name: str, params: dict, dtype: str, mode: str, seed: int,
-                     training_mode: str = FORWARD) -> Reference:
-    return _cached_reference(op_name, tuple(sorted(params.items())), dtype, mode, seed, training_mode)
+                     training_mode: str = FORWARD, device: str = "cpu") -> Reference:
+    """``reference``, made once per case (operator, params, dtype, input
+    mode, seed, where it is judged) for every training mode: another mode
+    reuses it, adding only the gradient it lacks."""
+    on = judge_device(device, get_operator(op_name))
+    key = (op_name, tuple(sorted(params.items())), dtype, mode, seed, on)
+    kept = _REFERENCES.pop(key, None)
+    if kept is None and on is not None:
+        for other in [other for other in _REFERENCES if other[-1] is not None]:
+            del _REFERENCES[other]  # the device's previous case, freed before this one is made
+    ref = reference(op_name, params, dtype, mode, seed, training_mode, reuse=kept, device=device)
+    _REFERENCES[key] = ref if ref.grad is not None or kept is None else kept  # the one holding most
+    while len(_REFERENCES) > REFERENCES_KEPT:
+        _REFERENCES.popitem(last=False)
+    return ref
 
 
 def strategy_file(strat: Strategy | None) -> str | None:
@@ -277,16 +355,21 @@ def judge(strat: Strategy, output: Any, ref: Reference, dtype: str, device: str 
     training mode, ``training.compare``: the gradient, and in forward+backward
     the forward output too); a mismatch a listed upstream defect explains
     becomes ``upstream-defect``."""
+    on = ref.judged_on
     if ref.training != FORWARD:
-        verdict = training.compare(strat, output, ref.expected, ref.expected_grad, ref.inputs, ref.grad, dtype,
-                                   ref.params, ref.training)
+        inputs, grad = (ref.inputs, ref.grad) if on is None else (ref.device_inputs, ref.device_grad)
+        verdict = training.compare(strat, output, ref.expected, ref.expected_grad, inputs, grad, dtype,
+                                   ref.params, ref.training, device=on)
         return known_defect(strat, verdict, device=device, dtype=dtype, layout=layout, mode=ref.mode)
     op = get_operator(strat.op)
     wrong = [name for name in float_dtypes(output) if name != dtype]
     if wrong:
         return Verdict(MISMATCH, f"{strat.op} output: dtype {wrong[0]}, expected {dtype}",
                        differences=frozenset({DTYPE_DIFFERENCE}))
-    verdict = op.compare(to_numpy(output), ref.expected, ref.inputs, dtype, strat, ref.params)
+    if on is None:
+        verdict = op.compare(to_numpy(output), ref.expected, ref.inputs, dtype, strat, ref.params)
+    else:
+        verdict = op.device_compare(on_device(output, on), ref.expected, ref.device_inputs, dtype, strat, ref.params)
     return known_defect(strat, verdict, device=device, dtype=dtype, layout=layout, mode=ref.mode)
 
 
@@ -569,15 +652,23 @@ class CheckResult:
 
 
 def check_memory_guard(item: CheckItem) -> str | None:
-    from harness.measuring import memory
-
+    """Why the item would not fit, or None: the float64 reference and the
+    comparison live where the case is judged (``judge_device``), the
+    device or the host; judged on a device, the host still holds the
+    reference's float64 inputs."""
     op = get_operator(item.strategy.op)
-    needed = memory.needed_bytes(op, item.strategy, dict(item.params), item.dtype)
-    # The host's memory: the float64 reference and the comparison live there.
-    free = memory.host_free_bytes()
-    if not memory.fits(needed, free):
-        return (f"the check needs about {needed / 2**30:.2f} GiB with its float64 reference, "
-                f"{free / 2**30:.2f} GiB free: skipped before allocating (lower check.max_bytes)")
+    params = dict(item.params)
+    needed = memory.needed_bytes(op, item.strategy, params, item.dtype, item.training)
+    on = judge_device(item.device, op)
+    places = [("the host", needed, memory.host_free_bytes())]
+    if on is not None:
+        backend = get_backend(item.strategy.backend)
+        places = [(on, needed, memory.free_bytes(backend, on)),
+                  ("the host", memory.reference_bytes(op, params, item.training), memory.host_free_bytes())]
+    for where, bytes_needed, free in places:
+        if not memory.fits(bytes_needed, free):
+            return (f"the check needs about {bytes_needed / 2**30:.2f} GiB on {where} with its float64 reference, "
+                    f"{free / 2**30:.2f} GiB free: skipped before allocating (lower check.max_bytes)")
     return None
 
 
@@ -605,7 +696,8 @@ def run_one_check(item: CheckItem, seed: int, timeout_s: float | None = None) ->
     if too_big:
         return Verdict(SKIPPED, too_big)
     try:
-        ref = cached_reference(item.strategy.op, dict(item.params), item.dtype, item.mode, seed, item.training)
+        ref = cached_reference(item.strategy.op, dict(item.params), item.dtype, item.mode, seed, item.training,
+                               device=item.device)
     except MemoryError:
         return Verdict(SKIPPED, "out of memory while building the float64 reference")
     try:
