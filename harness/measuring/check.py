@@ -195,10 +195,14 @@ def reference(op_name: str, params: dict, dtype: str, mode: str, seed: int, trai
 
 # The check's references, newest last: its items ask for the same case once
 # per strategy, layout and training mode, and each gets the one computed
-# first (the oracle once per case). Up to REFERENCES_KEPT judged on the host;
-# one judged on a device, freed before the next is made there (at most
-# check.max_bytes in float64 each, but a device's memory is the strategies').
+# first (the oracle once per case). Up to REFERENCES_KEPT in all, and those
+# judged on a device only while they hold at most DEVICE_REFERENCE_BYTES of
+# its memory together (the strategies' memory): the oldest freed before a
+# new one is made there. The adversarial cases are kilobytes, so every
+# strategy of a device shares them; a config point near check.max_bytes is
+# freed before the next one.
 REFERENCES_KEPT = 8
+DEVICE_REFERENCE_BYTES = 256 << 20
 _REFERENCES: "OrderedDict[tuple, Reference]" = OrderedDict()
 
 
@@ -207,17 +211,32 @@ def cached_reference(op_name: str, params: dict, dtype: str, mode: str, seed: in
     """``reference``, made once per case (operator, params, dtype, input
     mode, seed, where it is judged) for every training mode: another mode
     reuses it, adding only the gradient it lacks."""
-    on = judge_device(device, get_operator(op_name))
+    op = get_operator(op_name)
+    on = judge_device(device, op)
     key = (op_name, tuple(sorted(params.items())), dtype, mode, seed, on)
     kept = _REFERENCES.pop(key, None)
     if kept is None and on is not None:
+        needed = memory.reference_bytes(op, params, training_mode)
         for other in [other for other in _REFERENCES if other[-1] is not None]:
-            del _REFERENCES[other]  # the device's previous case, freed before this one is made
+            if _device_reference_bytes() + needed <= DEVICE_REFERENCE_BYTES:
+                break
+            del _REFERENCES[other]  # freed before this one is made
     ref = reference(op_name, params, dtype, mode, seed, training_mode, reuse=kept, device=device)
     _REFERENCES[key] = ref if ref.grad is not None or kept is None else kept  # the one holding most
     while len(_REFERENCES) > REFERENCES_KEPT:
         _REFERENCES.popitem(last=False)
     return ref
+
+
+def _device_reference_bytes() -> int:
+    """What the kept references judged on a device hold there."""
+    return sum(memory.reference_bytes(get_operator(key[0]), dict(key[1]), ref.training)
+               for key, ref in _REFERENCES.items() if key[-1] is not None)
+
+
+def clear_references() -> None:
+    """Frees every reference the check keeps (a device's memory included)."""
+    _REFERENCES.clear()
 
 
 def strategy_file(strat: Strategy | None) -> str | None:
