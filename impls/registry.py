@@ -385,12 +385,47 @@ def all_strategies(op: str | None = None, device: str | None = None) -> list[Str
     return found
 
 
+# The compiled functions kept since Dynamo's last reset, by (function, what its
+# graph is specialised on): the check prepares a strategy once per adversarial
+# item, and its random and adversarial inputs of one shape, dtype and layout
+# (and its training modes' leaves) share a graph instead of compiling it again.
+# At most COMPILED_KEPT: Dynamo compiles at most 8 graphs of one function
+# (its recompile limit) before it silently runs it eagerly, so past that many
+# it is reset, as it was before every compile.
+COMPILED_KEPT = 6
+_COMPILED: dict = {}
+
+
+def _specialised_on(value):
+    """What a ``dynamic=False`` graph is specialised on in one argument (a
+    tensor's shape, strides, dtype, device and whether it requires grad; a
+    constant's value), or None for what cannot be keyed (never reused)."""
+    if hasattr(value, "is_leaf") and hasattr(value, "stride"):
+        return ("tensor", tuple(value.shape), tuple(value.stride()), value.storage_offset(), str(value.dtype),
+                str(value.device), bool(value.requires_grad))
+    try:
+        hash(value)
+    except TypeError:
+        return None
+    return ("value", type(value).__name__, value)
+
+
 def compiled(fn, *args):
     """``torch.compile`` of ``fn(*args)``, compiled now (setup, outside the timed
-    region) so that a call of the result runs the compiled code only."""
+    region) so that a call of the result runs the compiled code only. The
+    same module-level ``fn`` on arguments its graph is specialised on alike
+    (``_specialised_on``) reuses the graph compiled for them (``_COMPILED``)."""
     import torch
 
-    torch._dynamo.reset()  # one case at a time: no stale graphs, no recompile limit
-    compiled_fn = torch.compile(fn, dynamic=False)
-    compiled_fn(*args)
+    signature = tuple(_specialised_on(arg) for arg in args)
+    key = (fn, signature) if None not in signature else None
+    compiled_fn = _COMPILED.get(key) if key is not None else None
+    if compiled_fn is None:
+        if key is None or len(_COMPILED) >= COMPILED_KEPT:
+            torch._dynamo.reset()  # no stale graphs, no recompile limit
+            _COMPILED.clear()
+        compiled_fn = torch.compile(fn, dynamic=False)
+        compiled_fn(*args)
+        if key is not None:
+            _COMPILED[key] = compiled_fn
     return lambda: compiled_fn(*args)

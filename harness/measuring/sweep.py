@@ -527,7 +527,7 @@ def execute_run(plan: RunPlan, argv: list[str], *, isolate: bool = False, on_sta
         # covers (not one defined or patched in this process) are theirs to check.
         for_workers = [key for key in kept.keys(plan.cases) if kept.keeps(key[0])
                        and not adversarial.known(*key)[0]]
-        workers = prefetch.workers_for(len(for_workers))
+        workers = prefetch.workers_for(for_workers)
         if on_start:
             on_start(measured.ceilings, measured.fresh_writes,
                      measured.lines() + [verdict_cache.line(from_cache, asked, kept.path)]

@@ -179,3 +179,75 @@ def test_the_memory_guard_counts_the_reference_where_it_is_judged(monkeypatch):
     assert "on the host" in check.check_memory_guard(item)
     monkeypatch.setattr(memory, "host_free_bytes", lambda: 1 << 40)
     assert check.check_memory_guard(item) is None
+
+
+def test_a_compiled_strategy_compiles_once_per_shape_dtype_and_layout_not_per_item(monkeypatch):
+    """The check prepares a torch.compile strategy once per adversarial item;
+    the random and adversarial inputs of one shape, dtype and layout share
+    one graph (counted with a stand-in for torch.compile)."""
+    import torch
+
+    from impls import registry
+
+    compiles, resets = [], []
+    monkeypatch.setattr(torch, "compile", lambda fn, dynamic: compiles.append(fn) or fn)
+    monkeypatch.setattr(torch._dynamo, "reset", lambda: resets.append(1))
+    monkeypatch.setattr(registry, "_COMPILED", {})
+    monkeypatch.setattr(registry, "COMPILED_KEPT", 2)  # two shapes per check case: a reset between cases
+    strat = get_operator("maxpool2d").strategies["torch_compile_reshape_argmax"]
+    items = check.adversarial_items(strat, "cpu", "float32")
+    assert all(check.run_one_check(item, seed=0).status == "ok" for item in items)
+    shapes = {(item.params, item.dtype, item.layout) for item in items}
+    assert len(items) > len(shapes) and len(compiles) == len(shapes)
+    assert len(shapes) == 4 and len(resets) == 1  # reset before Dynamo's recompile limit
+
+
+def test_compiled_reuses_a_graph_only_for_the_same_function_and_specialisation(monkeypatch):
+    import torch
+
+    from impls import registry
+
+    compiles = []
+    monkeypatch.setattr(torch, "compile", lambda fn, dynamic: compiles.append(fn) or fn)
+    monkeypatch.setattr(torch._dynamo, "reset", lambda: None)
+    monkeypatch.setattr(registry, "_COMPILED", {})
+
+    def double(x, k):
+        return x * k
+
+    def triple(x, k):
+        return x * 3 * k
+
+    a, b = torch.ones(4), torch.full((4,), 2.0)
+    assert registry.compiled(double, a, 1)().tolist() == [1.0] * 4
+    assert registry.compiled(double, b, 1)().tolist() == [2.0] * 4  # same graph, new inputs
+    assert len(compiles) == 1
+    registry.compiled(double, b, 2)  # another constant
+    registry.compiled(double, torch.ones(5), 1)  # another shape
+    registry.compiled(double, torch.ones(8)[::2], 1)  # other strides
+    registry.compiled(double, torch.ones(4, requires_grad=True), 1)  # a leaf for autograd
+    registry.compiled(triple, a, 1)  # another function
+    assert len(compiles) == 6
+
+    def scaled(x, ks):
+        return x * ks[0]
+
+    registry.compiled(scaled, a, [1])
+    registry.compiled(scaled, a, [1])  # an argument that cannot be keyed: compiled afresh each time
+    assert len(compiles) == 8
+
+
+def test_device_checks_get_one_worker_per_device_unless_told(monkeypatch):
+    from harness.measuring import prefetch
+
+    strat = get_operator("maxpool2d").strategies["torch_max_pool2d"]
+    on_gpu = [(strat, "cuda", dtype, "forward") for dtype in ("float16", "float32", "bfloat16", "float64")] * 3
+    monkeypatch.delenv(prefetch.DEVICE_WORKERS_ENV, raising=False)
+    assert prefetch.workers_for(on_gpu, cores=16) == 1
+    assert prefetch.workers_for(on_gpu + [(strat, "cpu", "float32", "forward")], cores=16) == 13  # the cores'
+    monkeypatch.setenv(prefetch.DEVICE_WORKERS_ENV, "4")
+    assert prefetch.workers_for(on_gpu, cores=16) == 4
+    assert prefetch.workers_for(on_gpu, cores=2) == 2
+    monkeypatch.setenv(prefetch.DEVICE_WORKERS_ENV, "none")
+    with pytest.raises(ValueError, match="SCATTERBENCH_DEVICE_CHECK_WORKERS='none': expected a whole number"):
+        prefetch.workers_for(on_gpu, cores=16)
