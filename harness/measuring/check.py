@@ -283,12 +283,20 @@ class Snapshot:
     """What an input held: a C-order copy of it (read back through its
     backend's ``to_numpy``), or why it could no longer be read (a donated or
     deleted buffer). A copy and one bitwise compare cost about half of
-    hashing the same bytes (SHA-1: 4 s of a `make bench`)."""
+    hashing the same bytes (SHA-1: 4 s of a `make bench`). A torch tensor of
+    a case judged on its device is copied there instead (``on_device``), and
+    compared there: a GPU case's inputs never cross to the host."""
     copy: np.ndarray | None = None
     unreadable: str = ""
+    on_device: Any = None  # a torch tensor's clone, where the case is judged on its device
 
     def same_as(self, other: "Snapshot") -> bool:
         """Bit for bit (NaN payloads and the sign of zero included), dtype and shape too."""
+        if self.on_device is not None or other.on_device is not None:
+            mine, theirs = self.on_device, other.on_device
+            if mine is None or theirs is None or mine.dtype != theirs.dtype or mine.shape != theirs.shape:
+                return False
+            return bool((_tensor_bits(mine) == _tensor_bits(theirs)).all())
         if self.copy is None or other.copy is None:
             return self.copy is None and other.copy is None and self.unreadable == other.unreadable
         if self.copy.dtype != other.copy.dtype or self.copy.shape != other.copy.shape:
@@ -303,18 +311,29 @@ def _bits(array: np.ndarray) -> np.ndarray:
     return flat.view(f"u{width}") if width in (1, 2, 4, 8) else flat.view(np.uint8)
 
 
-def snapshot(value: Any) -> Snapshot:
-    """``Snapshot`` of one input."""
+def _tensor_bits(tensor):
+    """A tensor's elements as integers of their width (``_bits`` on the device)."""
+    import torch
+
+    if not tensor.is_floating_point():
+        return tensor
+    return tensor.view({2: torch.int16, 4: torch.int32, 8: torch.int64}[tensor.element_size()])
+
+
+def snapshot(value: Any, on_device: bool = False) -> Snapshot:
+    """``Snapshot`` of one input; ``on_device``: a torch tensor is copied where it is."""
     try:
+        if on_device and backend_of(value) is not None and backend_of(value).name == "torch":
+            return Snapshot(on_device=value.detach().clone())
         return Snapshot(np.array(to_numpy(value), copy=True, order="C"))
     except Exception as error:  # noqa: BLE001 - any failure to read it back is the finding
         text = str(error).strip()
         return Snapshot(unreadable=f"unreadable ({type(error).__name__}: {text.splitlines()[0] if text else ''})")
 
 
-def snapshots(inputs: dict) -> dict[str, Snapshot]:
+def snapshots(inputs: dict, on_device: bool = False) -> dict[str, Snapshot]:
     """``snapshot`` of every array input (what a backend owns, or numpy)."""
-    return {key: snapshot(value) for key, value in inputs.items()
+    return {key: snapshot(value, on_device) for key, value in inputs.items()
             if isinstance(value, np.ndarray) or backend_of(value) is not None}
 
 
@@ -330,7 +349,7 @@ class Prepared:
         line naming each changed input; None when none did."""
         changed = []
         for key, before in self.input_snapshots.items():
-            after = snapshot(self.inputs[key])
+            after = snapshot(self.inputs[key], before.on_device is not None)
             if before.same_as(after):
                 continue
             changed.append(f"left its input {key!r} {after.unreadable}" if after.unreadable
@@ -357,7 +376,7 @@ def prepare_case(strat: Strategy, ref: Reference, params: dict, dtype: str, devi
         native_grad = training.gradient_to_backend(op, ref.grad, strat.backend, device, dtype, layout)
         watched[op.gradient.name] = native_grad
     backend.synchronize(device)
-    before = snapshots(watched)
+    before = snapshots(watched, on_device=ref.judged_on is not None)
     start = time.perf_counter()
     if ref.training == FORWARD:
         run = strat.prepare(inputs, params)

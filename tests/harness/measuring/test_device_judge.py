@@ -251,3 +251,39 @@ def test_device_checks_get_one_worker_per_device_unless_told(monkeypatch):
     monkeypatch.setenv(prefetch.DEVICE_WORKERS_ENV, "none")
     with pytest.raises(ValueError, match="SCATTERBENCH_DEVICE_CHECK_WORKERS='none': expected a whole number"):
         prefetch.workers_for(on_gpu, cores=16)
+
+
+@pytest.mark.parametrize("spoil", ("none", "value", "sign of zero"))
+def test_inputs_of_a_case_judged_on_its_device_are_watched_there(monkeypatch, planted, spoil):
+    """A torch strategy changing its input (one value, or a zero's sign
+    only) is input-modified, its inputs' snapshots copied on the device."""
+    import torch
+
+    from impls import maxpool2d
+
+    def scribbler(inputs, params):
+        x = inputs["x"]
+        answer = maxpool2d.torch_max_pool2d_indices(inputs, params)
+        zero = int(torch.nonzero(x.reshape(-1) == 0)[0])
+        flipped = -x.reshape(-1)[zero]  # the same every call (4 flips would undo themselves)
+
+        def run():
+            out = tuple(a.clone() for a in answer())
+            if spoil == "value":
+                x.view(-1)[5] = 7.0
+            elif spoil == "sign of zero":
+                x.view(-1)[zero] = flipped
+            return out
+        return run
+
+    monkeypatch.setenv(check.JUDGE_ENV, "device")
+    strat = planted("maxpool2d", f"scribbler_{spoil.replace(' ', '_')}", scribbler, backend="torch",
+                    returns="values+indices", ties="first")
+    params = dict(N=2, C=3, H=8, W=8, k=2)
+    ref = check.reference("maxpool2d", params, "float32", "adversarial", 0, device="cpu")
+    tried = check.attempt(strat, ref, "float32", "cpu")
+    assert all(shot.on_device is not None for shot in tried.prepared.input_snapshots.values())
+    if spoil == "none":
+        assert tried.verdict.status == "ok"
+    else:
+        assert tried.verdict.status == "input-modified" and "overwrote its input 'x'" in tried.verdict.message
