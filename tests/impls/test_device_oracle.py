@@ -376,3 +376,35 @@ def test_a_planted_device_oracle_error_is_caught_by_the_agreement_test():
     values, indices = op.device_oracle(tensors(inputs), POOL)
     wrong = replace(op, device_oracle=lambda t, p: (values, torch.flip(indices, (-1,))))
     assert not bits_equal(op.oracle(inputs, POOL), wrong.device_oracle(tensors(inputs), POOL))
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("op_name", OPS)
+def test_on_a_gpu_the_device_oracles_and_compares_agree_with_the_host(op_name):
+    """The same agreement on CUDA tensors (GPU kernels, atomics-free
+    formulas): the oracles bit for bit, a right answer ok, a wrong one the
+    host's verdict."""
+    op = get_operator(op_name)
+    for params, mode in input_modes(op)[:6]:
+        inputs = rounded(op, params, mode, "float32")
+        on_gpu = {key: value.cuda() if torch.is_tensor(value) else value for key, value in tensors(inputs).items()}
+        expected = op.oracle(inputs, params)
+        assert bits_equal(expected, op.device_oracle(on_gpu, params)), (params, mode)
+        grad = common.round_to_dtype(op.gradient.generate(params, mode, 3), "float32")
+        assert bits_equal(op.gradient.oracle(inputs, grad, params),
+                          op.gradient.device_oracle(on_gpu, torch.from_numpy(grad).cuda(), params))
+    strat = Strat() if op_name == "maxpool2d" else Strat("output")
+    params = op.check_cases()[0]
+    inputs = rounded(op, params, "adversarial", "float32")
+    expected = op.oracle(inputs, params)
+    wrong = tuple(e.copy() for e in expected) if isinstance(expected, tuple) else expected.copy()
+    first = wrong[0] if isinstance(wrong, tuple) else wrong
+    first.reshape(-1)[np.flatnonzero(np.isfinite(first.reshape(-1)))[0]] += 1.0
+    for out in (expected, wrong):
+        out32 = tuple(o.astype(np.float32) if o.dtype.kind == "f" else o for o in out) \
+            if isinstance(out, tuple) else out.astype(np.float32)
+        host = op.compare(out32, expected, inputs, "float32", strat, params)
+        device = op.device_compare(common.on_device(out32, "cuda"), common.on_device(expected, "cuda"),
+                                   {key: value.cuda() if torch.is_tensor(value) else value
+                                    for key, value in tensors(inputs).items()}, "float32", strat, params)
+        same_verdict(host, device)
