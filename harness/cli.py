@@ -141,7 +141,7 @@ def cmd_check(args) -> int:
         known: dict = {}
         try:
             prefetch.check_items(keys, config.seed, config.timing.timeout_s, threads,
-                                 prefetch.workers_for(len(keys)), on_item=advance, results=known)
+                                 prefetch.workers_for(keys), on_item=advance, results=known)
             results = check.run_checks(items, config.seed, on_item=advance, timeout_s=config.timing.timeout_s,
                                        known=known)
         except KeyboardInterrupt:  # Ctrl-C, or SIGTERM at a lease's limit: the keys checked whole are kept

@@ -563,7 +563,9 @@ def _torch_free_bytes(device: str) -> int | None:
     import torch
 
     free, _total = torch.cuda.mem_get_info()
-    return int(free)
+    # What torch's caching allocator holds but no tensor uses (a freed float64
+    # reference, a previous case's outputs) is free to this process too.
+    return int(free + torch.cuda.memory_reserved() - torch.cuda.memory_allocated())
 
 
 def _torch_is_oom(error: BaseException) -> bool:

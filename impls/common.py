@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -321,3 +322,165 @@ def over_chunks(fn, out: np.ndarray, ref: np.ndarray) -> list:
 
     with ThreadPoolExecutor(max_workers=compare_threads()) as pool:
         return list(pool.map(piece, starts))
+
+
+# ------------------------------------------------------------ judged on the device
+# A CUDA case is judged where its arrays are (harness/measuring/check.py,
+# ``judge_device``): the float64 oracle computed by torch on the device, and
+# these compares, which follow the numpy compares above rule for rule (the
+# same bounds, kinds and messages) and bring back only the verdict, its error
+# figures and the first differing element. Any torch device works: the tests
+# run them on CPU tensors against the numpy compares.
+def on_device(output: Any, device: str) -> Any:
+    """A strategy's output (array, tensor, or tuple of them) as torch tensors
+    on ``device``: a tensor as it is (moved when it is elsewhere), another
+    backend's array through DLPack, without a trip through the host where
+    the library allows; what torch cannot hold (an object array) stays as
+    numpy makes it, for the compare to refuse."""
+    import torch
+
+    if isinstance(output, (tuple, list)):
+        return tuple(on_device(item, device) for item in output)
+    if torch.is_tensor(output):
+        return output.detach().to(device)
+    if not isinstance(output, np.ndarray) and hasattr(output, "__dlpack__"):
+        try:
+            return torch.from_dlpack(output).to(device)
+        except (RuntimeError, TypeError, BufferError):
+            pass  # a type DLPack does not carry: through the host below
+    array = to_numpy(output)
+    if isinstance(array, np.ndarray) and array.dtype.kind in "fiub":
+        return torch.from_numpy(np.ascontiguousarray(array)).to(device)
+    return array
+
+
+def _host_scalar(tensor, where: tuple):
+    """One element as numpy holds it (bfloat16 widened to float32, as
+    ``to_numpy`` does), for ``plain``: the messages read as the host's."""
+    import torch
+
+    value = tensor[where].detach()
+    if value.dtype == torch.bfloat16:
+        value = value.float()
+    return value.cpu().numpy()[()]
+
+
+def device_first_difference(out, ref, differs) -> str:
+    """``first_difference`` of tensors: the first True of ``differs`` in C order."""
+    where = first_true(differs)
+    return (f"first difference at {where}: got {plain(_host_scalar(out, where))}, "
+            f"expected {plain(_host_scalar(ref, where))}")
+
+
+def first_true(mask) -> tuple:
+    """Where a boolean tensor's first True is, in C order (argmax takes the first maximum)."""
+    import torch
+
+    flat = int(mask.reshape(-1).to(torch.uint8).argmax())
+    return tuple(int(i) for i in np.unravel_index(flat, tuple(mask.shape)))
+
+
+def tensor_dtype_name(value) -> str:
+    """A tensor's dtype as numpy names it ("float32", "int64")."""
+    return str(value.dtype).removeprefix("torch.")
+
+
+def device_check_shape_dtype(name: str, out, ref, dtype: str) -> Verdict | None:
+    """``check_shape_dtype`` of a tensor against the reference tensor."""
+    import torch
+
+    if not torch.is_tensor(out):
+        if not isinstance(out, np.ndarray):
+            return Verdict("mismatch", f"{name}: expected an array, got {type(out).__name__}",
+                           differences=frozenset({SHAPE}))
+        if out.shape != tuple(ref.shape):  # an array torch cannot hold (objects): refused as the host does
+            return Verdict("mismatch", f"{name}: shape {out.shape}, expected {tuple(ref.shape)}",
+                           differences=frozenset({SHAPE}))
+        return Verdict("mismatch", f"{name}: dtype {out.dtype}, expected {dtype}",
+                       differences=frozenset({DTYPE_DIFFERENCE}))
+    if tuple(out.shape) != tuple(ref.shape):
+        return Verdict("mismatch", f"{name}: shape {tuple(out.shape)}, expected {tuple(ref.shape)}",
+                       differences=frozenset({SHAPE}))
+    got = tensor_dtype_name(out)
+    if got != dtype:
+        return Verdict("mismatch", f"{name}: dtype {got}, expected {dtype}", differences=frozenset({DTYPE_DIFFERENCE}))
+    return None
+
+
+def device_is_subnormal(values, dtype: str):
+    """``is_subnormal`` of a tensor (any float type, read as float64)."""
+    magnitude = values.abs().double()
+    return (magnitude > 0) & (magnitude < SUBNORMAL_UNIT[dtype] * SUBNORMAL_STEPS[dtype])
+
+
+def device_compare_bitwise(name: str, out, ref64, dtype: str) -> Verdict:
+    """``compare_bitwise`` on the device: the oracle cast to ``dtype`` and
+    compared bit for bit, any NaN matching any NaN, a mismatch's kinds
+    (zero-sign, subnormal, value) and message as the host's."""
+    import torch
+
+    bad = device_check_shape_dtype(name, out, ref64, dtype)
+    if bad:
+        return bad
+    ref = ref64.to(getattr(torch, dtype))
+    bits = {2: torch.int16, 4: torch.int32, 8: torch.int64}[ref.element_size()]
+    differs = out.view(bits) != ref.view(bits)
+    differs &= ~(torch.isnan(out) & torch.isnan(ref))
+    if not bool(differs.any()):
+        return Verdict("ok")
+    zero_sign = differs & (out == 0) & (ref == 0)
+    other = differs & ~zero_sign
+    tiny = other & ((out == 0) | device_is_subnormal(out, dtype)) & ((ref == 0) | device_is_subnormal(ref, dtype))
+    kinds = frozenset(kind for kind, mask in ((ZERO_SIGN, zero_sign), (SUBNORMAL, tiny), (VALUE, other & ~tiny))
+                      if bool(mask.any()))
+    if not bool(other.any()):
+        where = first_true(zero_sign)
+        count = int(zero_sign.sum())
+        return Verdict("mismatch", f"{name}: sign of zero differs at {where} (got "
+                       f"{_signed(_host_scalar(out, where))}, expected {_signed(_host_scalar(ref, where))}); "
+                       f"{count} element{'s' if count > 1 else ''} in all",
+                       max_abs_err=0.0, rel_err=float("nan"), differences=kinds)
+    finite = torch.isfinite(out) & torch.isfinite(ref)
+    # in float32 for bfloat16, as the host (numpy has no bfloat16) computes it
+    wide = torch.float32 if dtype == "bfloat16" else out.dtype
+    err = float((out[finite].to(wide) - ref[finite].to(wide)).abs().max()) if bool(finite.any()) else float("inf")
+    signs = f" ({int(zero_sign.sum())} of them only in the sign of zero)" if bool(zero_sign.any()) else ""
+    return Verdict("mismatch", f"{name}: {int(differs.sum())} elements differ{signs}; "
+                   + device_first_difference(out, ref, other), max_abs_err=err, rel_err=float("nan"),
+                   differences=kinds)
+
+
+def device_compare_relative(name: str, out, ref, dtype: str) -> Verdict:
+    """``compare_relative`` on the device: ‖out − ref‖ / ‖ref‖ in float64,
+    both norms in units of a power of two near the largest reference value
+    (as the host's), against the dtype's bound."""
+    import torch
+
+    bad = device_check_shape_dtype(name, out, ref, dtype)
+    if bad:
+        return bad
+    out64 = out.double()
+    if not bool(torch.isfinite(out64).all()):
+        differs = ~torch.isfinite(out64)
+        return Verdict("mismatch", f"{name}: {int(differs.sum())} non-finite elements; "
+                       + device_first_difference(out64, ref, differs), max_abs_err=float("inf"),
+                       rel_err=float("inf"), differences=frozenset({NON_FINITE}))
+    if ref.numel() == 0:
+        return Verdict("ok", max_abs_err=0.0, rel_err=0.0)
+    largest = float(ref.abs().max())  # NaN in the reference carries through, as on the host
+    unit = float(np.ldexp(1.0, np.frexp(largest)[1] - 1)) if np.isfinite(largest) and largest > 0 else 1.0
+    diff = out64 - ref
+    ref_norm = float(torch.sqrt(((ref / unit) ** 2).sum()))
+    diff_norm = float(torch.sqrt(((diff / unit) ** 2).sum()))
+    rel_err = diff_norm / ref_norm if ref_norm > 0 else diff_norm * unit
+    max_abs_err = float(diff.abs().max())
+    tol = REL_TOL[dtype]
+    if rel_err <= tol:
+        return Verdict("ok", max_abs_err=max_abs_err, rel_err=rel_err)
+    worst = diff.abs() == max_abs_err
+    if not bool(worst.any()):  # no largest difference to name: a NaN in the reference
+        worst = torch.isnan(diff)
+    detail = (f"relative error {rel_err:.3g} over the {dtype} bound {tol:g}; "
+              + device_first_difference(out64, ref, worst))
+    status = "inexact" if rel_err <= WRONG_REL_ERR[dtype] else "mismatch"
+    return Verdict(status, f"{name}: {detail}", max_abs_err=max_abs_err, rel_err=rel_err)

@@ -155,8 +155,48 @@ def grad_bytes_written(params, itemsize: int) -> int:
     return params["B"] * params["C"] * params["H"] * params["W"] * itemsize
 
 
+# ------------------------------------------------- judged on the device (torch)
+def channel_windows(row, C: int, W: int, S: int):
+    """(..., W') -> (..., C, W), a view: channel i's W columns start at i*S
+    (a stride of 0 between channels when S = 0)."""
+    *lead, _ = row.shape
+    return row.as_strided((*lead, C, W), (*row.stride()[:-1], S * row.stride(-1), row.stride(-1)),
+                          row.storage_offset())
+
+
+def device_oracle(inputs, params):
+    """``oracle`` in torch float64 on x's device: the channels' masked planes
+    added at their offsets, in the same order (the same float64 sums).
+    A loop over C, as the numpy oracle's: C small kernels on a GPU."""
+    import torch
+
+    x, mask, S = inputs["x"], inputs["mask"], params["S"]
+    B, C, H, W = x.shape
+    y = torch.zeros((B, 1, H, out_width(params)), dtype=torch.float64, device=x.device)
+    for i in range(C):  # a channel at a time: no temporary the size of x
+        y[:, 0, :, i * S:i * S + W] += x[:, i] * mask
+    return y
+
+
+def device_compare(out, ref, inputs, dtype: str, strat, params=None) -> Verdict:
+    return common.device_compare_relative("y", out, ref, dtype)
+
+
+def device_grad_oracle(inputs, grad, params):
+    """``grad_oracle`` in torch float64: each channel's window of grad_y times the mask, all at once."""
+    mask, S = inputs["mask"], params["S"]
+    B, C, H, W = inputs["x"].shape
+    return channel_windows(grad[:, 0], C, W, S).permute(0, 2, 1, 3) * mask
+
+
+def device_grad_compare(out, ref, inputs, grad, dtype: str, strat, params=None) -> Verdict:
+    return common.device_compare_relative("grad_x", out, ref, dtype)
+
+
+OP.device_oracle, OP.device_compare = device_oracle, device_compare
 OP.gradient = Gradient(input="x", name="grad_y", generate=generate_grad, oracle=grad_oracle,
-                       bytes_moved=grad_bytes, compare=grad_compare, bytes_written=grad_bytes_written)
+                       bytes_moved=grad_bytes, compare=grad_compare, bytes_written=grad_bytes_written,
+                       device_oracle=device_grad_oracle, device_compare=device_grad_compare)
 
 
 def loop_backward(inputs, params):

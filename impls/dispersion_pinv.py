@@ -161,8 +161,43 @@ def grad_bytes_written(params, itemsize: int) -> int:
     return params["B"] * params["H"] * dispersion.out_width(params) * itemsize
 
 
+# ------------------------------------------------- judged on the device (torch)
+def device_oracle(inputs, params):
+    """``oracle`` in torch float64 on y's device: every channel's window of y
+    divided by its coverage, then by the mask, all at once."""
+    y, mask, S, C = inputs["y"], inputs["mask"], params["S"], params["C"]
+    H, W = mask.shape
+    coverage = dispersion.channel_windows(dispersion.alpha(C, W, S, like=y), C, W, S)  # (C, W)
+    return (dispersion.channel_windows(y[:, 0], C, W, S).permute(0, 2, 1, 3) / coverage[:, None, :]).div_(mask)
+
+
+def device_compare(out, ref, inputs, dtype: str, strat, params=None) -> Verdict:
+    return common.device_compare_relative("x", out, ref, dtype)
+
+
+def device_grad_oracle(inputs, grad, params):
+    """``grad_oracle`` in torch float64: each channel's quotient added into
+    zeros at its offset, in the same order (the same float64 sums)."""
+    import torch
+
+    mask, S, C = inputs["mask"], params["S"], params["C"]
+    H, W = mask.shape
+    coverage = dispersion.alpha(C, W, S, like=grad)
+    grad_y = torch.zeros((grad.shape[0], 1, H, dispersion.out_width(params)), dtype=torch.float64,
+                         device=grad.device)
+    for i in range(C):
+        grad_y[:, 0, :, i * S:i * S + W] += grad[:, i] / coverage[i * S:i * S + W] / mask
+    return grad_y
+
+
+def device_grad_compare(out, ref, inputs, grad, dtype: str, strat, params=None) -> Verdict:
+    return common.device_compare_relative("grad_y", out, ref, dtype)
+
+
+OP.device_oracle, OP.device_compare = device_oracle, device_compare
 OP.gradient = Gradient(input="y", name="grad_x", generate=generate_grad, oracle=grad_oracle,
-                       bytes_moved=grad_bytes, compare=grad_compare, bytes_written=grad_bytes_written)
+                       bytes_moved=grad_bytes, compare=grad_compare, bytes_written=grad_bytes_written,
+                       device_oracle=device_grad_oracle, device_compare=device_grad_compare)
 
 
 def loop_cat_backward(inputs, params):

@@ -13,7 +13,8 @@ bytes: x + values + indices.
 from __future__ import annotations
 
 import math
-from dataclasses import replace
+from dataclasses import dataclass, replace
+from typing import Callable
 
 import numpy as np
 
@@ -185,6 +186,11 @@ def compare(out, ref, inputs, dtype: str, strat, params: dict) -> Verdict:
     """Values bitwise, then indices exactly (or, with ``ties="any"``, pointing at
     a maximum of their own window); both are judged, so a mismatch names every
     kind of difference it holds (a known defect excuses only its own kinds)."""
+    return _compare(out, ref, inputs, dtype, strat, params, HOST)
+
+
+def _compare(out, ref, inputs, dtype: str, strat, params: dict, judge) -> Verdict:
+    """``compare``'s rule, with ``judge``'s primitives (numpy on the host, torch on the device)."""
     ref_values, ref_indices = ref
     if strat.returns == "values":
         out_values, out_indices = (out[0] if isinstance(out, tuple) else out), None
@@ -193,12 +199,12 @@ def compare(out, ref, inputs, dtype: str, strat, params: dict) -> Verdict:
             return Verdict("mismatch", "expected (values, indices)", differences=frozenset({common.SHAPE}))
         out_values, out_indices = out
     if strat.ties == "any":
-        ref_values = _pointed_maximum(out_indices, ref_values, inputs["x"])
-    verdict = common.compare_bitwise("values", out_values, ref_values, dtype)
+        ref_values = judge.pointed_maximum(out_indices, ref_values, inputs["x"])
+    verdict = judge.bitwise("values", out_values, ref_values, dtype)
     if out_indices is None:
         return verdict
-    return common.merge_verdicts(verdict, _compare_indices(out_indices, ref_indices, ref_values,
-                                                           inputs["x"], strat.ties, params["k"], dtype))
+    return common.merge_verdicts(verdict, judge.compare_indices(out_indices, ref_indices, ref_values,
+                                                                inputs["x"], strat.ties, params["k"], dtype))
 
 
 def _compare_indices(got, expected, ref_values, x, ties: str, k: int, dtype: str) -> Verdict:
@@ -363,13 +369,18 @@ def grad_compare(out, ref, inputs, grad, dtype: str, strat, params: dict) -> Ver
     """grad_x bitwise (docs/SPEC.md §1.5): a scatter moves values, it computes none.
     The gradient must land on the forward's index: the first maximum (or,
     with ``ties="any"``, any maximum), any NaN of a NaN window."""
-    exact = common.compare_bitwise("grad_x", out, ref, dtype)
+    return _grad_compare(out, ref, inputs, grad, dtype, strat, params, HOST)
+
+
+def _grad_compare(out, ref, inputs, grad, dtype: str, strat, params: dict, judge) -> Verdict:
+    """``grad_compare``'s rule, with ``judge``'s primitives."""
+    exact = judge.bitwise("grad_x", out, ref, dtype)
     if exact.status == "ok":  # the reference itself: nothing is left for the moves to explain
         return exact
-    ref = _gradient_where_it_may_land(out, ref, inputs["x"], grad, strat.ties, params["k"])
-    verdict = common.compare_bitwise("grad_x", out, ref, dtype)
+    ref = judge.where_it_may_land(out, ref, inputs["x"], grad, strat.ties, params["k"])
+    verdict = judge.bitwise("grad_x", out, ref, dtype)
     if verdict.status == "mismatch" and common.VALUE in verdict.differences \
-            and _all_at_index_0_for_neg_inf_windows(out, ref, inputs["x"], params["k"], dtype):
+            and judge.all_at_index_0(out, ref, inputs["x"], params["k"], dtype):
         return replace(verdict, message=verdict.message + " (all -inf windows' gradients sent to index 0)",
                        differences=frozenset({common.NEG_INF_WINDOW_GRAD_0}))
     return verdict
@@ -414,9 +425,200 @@ def grad_bytes_written(params, itemsize: int) -> int:
     return math.prod(params[key] for key in ("N", "C", "H", "W")) * itemsize
 
 
+@dataclass(frozen=True)
+class _Primitives:
+    """What the compare rules above use, on the host (numpy) or the device (torch)."""
+    bitwise: Callable
+    pointed_maximum: Callable
+    compare_indices: Callable
+    where_it_may_land: Callable
+    all_at_index_0: Callable
+
+
+HOST = _Primitives(common.compare_bitwise, _pointed_maximum, _compare_indices, _gradient_where_it_may_land,
+                   _all_at_index_0_for_neg_inf_windows)
+
+
+# ------------------------------------------------- judged on the device (torch)
+# The oracles and the compare primitives once more in torch, on whatever
+# device the tensors are on, step for step as the numpy ones above (the tests
+# hold the two to the same answers and verdicts): a CUDA case's float64
+# reference and its judgement stay on the GPU.
+def device_oracle(inputs, params):
+    """``oracle`` in torch float64: every window's k*k elements visited in
+    row-major order, a later one taking the best's place only when greater,
+    or NaN where the best is not."""
+    import torch
+
+    x, k = inputs["x"], params["k"]
+    H, W = x.shape[2:]
+    h, w = H // k, W // k
+    values = x[:, :, 0:h * k:k, 0:w * k:k].clone()
+    in_window = torch.zeros(values.shape, dtype=torch.int32, device=x.device)
+    has_nan = bool(torch.isnan(x).any())
+    for position in range(1, k * k):
+        di, dj = divmod(position, k)
+        candidate = x[:, :, di:h * k:k, dj:w * k:k]
+        take = candidate > values
+        if has_nan:
+            take |= torch.isnan(candidate) & ~torch.isnan(values)
+        values = torch.where(take, candidate, values)
+        in_window = torch.where(take, position, in_window)
+    in_window = in_window.long()
+    rows = torch.arange(h, device=x.device)[:, None] * k + in_window // k
+    cols = torch.arange(w, device=x.device)[None, :] * k + in_window % k
+    return values, rows * W + cols
+
+
+def device_grad_oracle(inputs, grad, params):
+    """``grad_oracle`` in torch float64: each window's gradient scattered to
+    the forward oracle's index in zeros."""
+    import torch
+
+    x = inputs["x"]
+    N, C, H, W = x.shape
+    _, indices = device_oracle(inputs, params)
+    grad_x = torch.zeros((N, C, H * W), dtype=torch.float64, device=x.device)
+    grad_x.scatter_(-1, indices.reshape(N, C, -1), grad.reshape(N, C, -1))
+    return grad_x.reshape(N, C, H, W)
+
+
+def device_compare(out, ref, inputs, dtype: str, strat, params: dict) -> Verdict:
+    """``compare`` on the device."""
+    return _compare(out, ref, inputs, dtype, strat, params, DEVICE)
+
+
+def device_grad_compare(out, ref, inputs, grad, dtype: str, strat, params: dict) -> Verdict:
+    """``grad_compare`` on the device."""
+    return _grad_compare(out, ref, inputs, grad, dtype, strat, params, DEVICE)
+
+
+def _device_compare_indices(got, expected, ref_values, x, ties: str, k: int, dtype: str) -> Verdict:
+    import torch
+
+    if not torch.is_tensor(got) or tuple(got.shape) != tuple(expected.shape):
+        shape = getattr(got, "shape", None)
+        return Verdict("mismatch", f"indices: shape {None if shape is None else tuple(shape)}, expected "
+                                   f"{tuple(expected.shape)}", differences=frozenset({common.SHAPE}))
+    if got.dtype != torch.int64:
+        return Verdict("mismatch", f"indices: dtype {common.tensor_dtype_name(got)}, expected int64",
+                       differences=frozenset({common.DTYPE_DIFFERENCE}))
+    if bool((got == expected).all()):
+        return Verdict("ok")
+    N, C, H, W = x.shape
+    bad = (got < 0) | (got >= H * W)
+    if bool(bad.any()):
+        return Verdict("mismatch", "indices: outside the plane; " + common.device_first_difference(got, expected, bad),
+                       differences=frozenset({common.INDEX_OUTSIDE}))
+    pointed = torch.gather(x.reshape(N, C, H * W), -1, got.reshape(N, C, -1)).reshape(got.shape)
+    k_rows, k_cols = _window_of(got, W, k)
+    own = ((k_rows == torch.arange(got.shape[2], device=got.device)[:, None])
+           & (k_cols == torch.arange(got.shape[3], device=got.device)[None, :]))
+    nan_ok = torch.isnan(ref_values) & torch.isnan(pointed) & own
+    if ties == "any":
+        fine = ((pointed == ref_values) & own) | nan_ok
+    else:
+        fine = (got == expected) | nan_ok
+    if bool(fine.all()):
+        return Verdict("ok")
+    wrong = ~fine
+    zero_for_neg_inf = wrong & torch.isneginf(ref_values) & (got == 0)
+    subnormal_window = wrong & ~zero_for_neg_inf & _device_windows_holding_subnormals(x, k, dtype, got.shape)
+    kinds = frozenset(kind for kind, mask in ((common.NEG_INF_WINDOW_INDEX_0, zero_for_neg_inf),
+                                              (common.SUBNORMAL_WINDOW_INDEX, subnormal_window),
+                                              (common.INDEX, wrong & ~zero_for_neg_inf & ~subnormal_window))
+                      if bool(mask.any()))
+    detail = (" (index 0 for an all -inf window away from the origin)"
+              if kinds == {common.NEG_INF_WINDOW_INDEX_0} else "")
+    rule = "any" if ties == "any" else "first"
+    return Verdict("mismatch", f"indices ({rule} ties): {int(wrong.sum())} wrong{detail}; "
+                   + common.device_first_difference(got, expected, wrong), differences=kinds)
+
+
+def _device_windows_holding_subnormals(x, k: int, dtype: str, pooled_shape):
+    N, C, H, W = x.shape
+    h, w = pooled_shape[2], pooled_shape[3]
+    tiny = common.device_is_subnormal(x[:, :, :h * k, :w * k], dtype)
+    return tiny.reshape(N, C, h, k, w, k).any(dim=5).any(dim=3)
+
+
+def _device_pointed_maximum(indices, ref_values, x):
+    import torch
+
+    if not torch.is_tensor(indices) or tuple(indices.shape) != tuple(ref_values.shape) \
+            or indices.dtype != torch.int64:
+        return ref_values
+    N, C, H, W = x.shape
+    if bool(((indices < 0) | (indices >= H * W)).any()):
+        return ref_values
+    pointed = torch.gather(x.reshape(N, C, H * W), -1, indices.reshape(N, C, -1)).reshape(indices.shape)
+    return torch.where(pointed == ref_values, pointed, ref_values)
+
+
+def _device_windows(a, k: int):
+    N, C, H, W = a.shape
+    h, w = H // k, W // k
+    return a[:, :, :h * k, :w * k].reshape(N, C, h, k, w, k).permute(0, 1, 2, 4, 3, 5).reshape(N, C, h, w, k * k)
+
+
+def _device_where_it_may_land(out, ref, x, grad, ties: str, k: int):
+    import torch
+
+    if not torch.is_tensor(out) or tuple(out.shape) != tuple(ref.shape):
+        return ref
+    windows = _device_windows(x, k)
+    nan_window = torch.isnan(windows).any(dim=-1)
+    allowed = torch.isnan(windows) & nan_window[..., None]
+    if ties == "any":
+        maxima = torch.where(nan_window, torch.nan, windows.amax(dim=-1))
+        allowed |= windows == maxima[..., None]
+    landed = _device_windows(out.double(), k)
+    nonzero = landed != 0
+    where = nonzero.to(torch.uint8).argmax(dim=-1, keepdim=True)
+    movable = ((nonzero.sum(dim=-1) == 1) & torch.gather(allowed, -1, where)[..., 0]
+               & (torch.gather(landed, -1, where)[..., 0] == grad))
+    if not bool(movable.any()):
+        return ref
+    moved = _device_windows(ref, k).clone()
+    moved[movable] = landed[movable]
+    N, C, h, w, _ = moved.shape
+    result = ref.clone()
+    result[:, :, :h * k, :w * k] = moved.reshape(N, C, h, w, k, k).permute(0, 1, 2, 4, 3, 5).reshape(
+        N, C, h * k, w * k)
+    return result
+
+
+def _device_all_at_index_0(out, ref, x, k: int, dtype: str) -> bool:
+    import torch
+
+    N, C, H, W = x.shape
+    h, w = H // k, W // k
+    neg_inf = torch.isneginf(_device_windows(x, k)).all(dim=-1)
+    if not bool(neg_inf.any()) or not torch.is_tensor(out) or tuple(out.shape) != tuple(ref.shape):
+        return False
+    first = torch.zeros((N, C, H, W), dtype=torch.bool, device=x.device)
+    first[:, :, :h * k:k, :w * k:k] = neg_inf
+    dropped = torch.where(first, 0.0, ref.double())
+    sent = torch.where(first, ref.double(), 0.0).reshape(N, C, -1).sum(dim=-1)
+    got = out.double()
+    origin = torch.zeros_like(first)
+    origin[:, :, 0, 0] = True
+    if not bool((got[~origin] == dropped[~origin].to(out.dtype).double()).all()):
+        return False
+    at_origin, kept = got[origin], dropped[origin]
+    tolerance = 8 * float(np.finfo(np.float32 if dtype == "bfloat16" else dtype).eps)
+    close = torch.isclose(at_origin, kept + sent.reshape(-1), rtol=tolerance, atol=0.0)
+    return bool(((at_origin == kept.to(out.dtype)) | close).all())
+
+
+DEVICE = _Primitives(common.device_compare_bitwise, _device_pointed_maximum, _device_compare_indices,
+                     _device_where_it_may_land, _device_all_at_index_0)
+
+OP.device_oracle, OP.device_compare = device_oracle, device_compare
 OP.gradient = Gradient(input="x", name="grad_values", generate=generate_grad, oracle=grad_oracle,
                        bytes_moved=grad_bytes, compare=grad_compare, output=values_of,
-                       bytes_written=grad_bytes_written)
+                       bytes_written=grad_bytes_written, device_oracle=device_grad_oracle,
+                       device_compare=device_grad_compare)
 
 
 def seed_update_grad_input(inputs, params):

@@ -192,8 +192,43 @@ def grad_bytes_written(params, itemsize: int) -> int:
     return math.prod(pooled) * itemsize
 
 
+# ------------------------------------------------- judged on the device (torch)
+def device_oracle(inputs, params):
+    """``oracle`` in torch float64 on the inputs' device: zeros, the values
+    scattered to their positions along the last axis (distinct in a row,
+    so the scatter's order is moot)."""
+    import torch
+
+    values, positions = inputs["values"], inputs["positions"]
+    _, out_shape = shapes(params)
+    rows = math.prod(out_shape[:2])
+    out = torch.zeros((rows, math.prod(out_shape[2:])), dtype=torch.float64, device=values.device)
+    out.scatter_(1, positions.reshape(rows, -1), values.reshape(rows, -1))
+    return out.reshape(out_shape)
+
+
+def device_compare(out, ref, inputs, dtype: str, strat, params=None) -> Verdict:
+    return common.device_compare_bitwise("output", out, ref, dtype)
+
+
+def device_grad_oracle(inputs, grad, params):
+    """``grad_oracle`` in torch float64: the gather of grad_out at the positions."""
+    import torch
+
+    positions = inputs["positions"]
+    pooled, out_shape = shapes(params)
+    rows = math.prod(out_shape[:2])
+    return torch.gather(grad.reshape(rows, -1), 1, positions.reshape(rows, -1)).reshape(pooled)
+
+
+def device_grad_compare(out, ref, inputs, grad, dtype: str, strat, params=None) -> Verdict:
+    return common.device_compare_bitwise("grad_values", out, ref, dtype)
+
+
+OP.device_oracle, OP.device_compare = device_oracle, device_compare
 OP.gradient = Gradient(input="values", name="grad_out", generate=generate_grad, oracle=grad_oracle,
-                       bytes_moved=grad_bytes, compare=grad_compare, bytes_written=grad_bytes_written)
+                       bytes_moved=grad_bytes, compare=grad_compare, bytes_written=grad_bytes_written,
+                       device_oracle=device_grad_oracle, device_compare=device_grad_compare)
 
 
 def _grad_rows(grad_out, values):

@@ -153,6 +153,11 @@ class Gradient:
     # (params, itemsize) -> the bytes of ``bytes_moved`` that are the gradient
     # written, a fresh output (the fresh-output floor's split); None: not split.
     bytes_written: Callable[[Mapping[str, Any], int], int] | None = None
+    # The same formula in torch float64 on any device, and ``compare``'s rule
+    # on tensors there (``device_oracle`` and ``device_compare`` of Operator
+    # say more). None: judged on the host.
+    device_oracle: Callable[[Mapping[str, Any], Any, Mapping[str, Any]], Any] | None = None
+    device_compare: Callable[..., Any] | None = None
 
 
 @dataclass
@@ -199,6 +204,14 @@ class Operator:
     # Its backward (docs/SPEC.md §1.5); None: no training modes. Operator modules set
     # it after registering (``OP.gradient = Gradient(...)``).
     gradient: Gradient | None = None
+    # The oracle once more in torch float64, device-agnostic: (float64 and
+    # int64 tensors on one device, params) -> the output as tensors there;
+    # and ``compare``'s rule on tensors (the strategy's output moved to that
+    # device, the reference, the input tensors, dtype, strategy, params) ->
+    # Verdict. A case on a device other than the CPU is judged there with
+    # them (harness/measuring/check.py, ``judge_device``); None: on the host.
+    device_oracle: Callable | None = None
+    device_compare: Callable | None = None
 
     @property
     def baseline(self) -> str | None:
@@ -375,12 +388,47 @@ def all_strategies(op: str | None = None, device: str | None = None) -> list[Str
     return found
 
 
+# The compiled functions kept since Dynamo's last reset, by (function, what its
+# graph is specialised on): the check prepares a strategy once per adversarial
+# item, and its random and adversarial inputs of one shape, dtype and layout
+# (and its training modes' leaves) share a graph instead of compiling it again.
+# At most COMPILED_KEPT: Dynamo compiles at most 8 graphs of one function
+# (its recompile limit) before it silently runs it eagerly, so past that many
+# it is reset, as it was before every compile.
+COMPILED_KEPT = 6
+_COMPILED: dict = {}
+
+
+def _specialised_on(value):
+    """What a ``dynamic=False`` graph is specialised on in one argument (a
+    tensor's shape, strides, dtype, device and whether it requires grad; a
+    constant's value), or None for what cannot be keyed (never reused)."""
+    if hasattr(value, "is_leaf") and hasattr(value, "stride"):
+        return ("tensor", tuple(value.shape), tuple(value.stride()), value.storage_offset(), str(value.dtype),
+                str(value.device), bool(value.requires_grad))
+    try:
+        hash(value)
+    except TypeError:
+        return None
+    return ("value", type(value).__name__, value)
+
+
 def compiled(fn, *args):
     """``torch.compile`` of ``fn(*args)``, compiled now (setup, outside the timed
-    region) so that a call of the result runs the compiled code only."""
+    region) so that a call of the result runs the compiled code only. The
+    same module-level ``fn`` on arguments its graph is specialised on alike
+    (``_specialised_on``) reuses the graph compiled for them (``_COMPILED``)."""
     import torch
 
-    torch._dynamo.reset()  # one case at a time: no stale graphs, no recompile limit
-    compiled_fn = torch.compile(fn, dynamic=False)
-    compiled_fn(*args)
+    signature = tuple(_specialised_on(arg) for arg in args)
+    key = (fn, signature) if None not in signature else None
+    compiled_fn = _COMPILED.get(key) if key is not None else None
+    if compiled_fn is None:
+        if key is None or len(_COMPILED) >= COMPILED_KEPT:
+            torch._dynamo.reset()  # no stale graphs, no recompile limit
+            _COMPILED.clear()
+        compiled_fn = torch.compile(fn, dynamic=False)
+        compiled_fn(*args)
+        if key is not None:
+            _COMPILED[key] = compiled_fn
     return lambda: compiled_fn(*args)

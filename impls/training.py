@@ -55,7 +55,7 @@ from typing import Any, Callable, Mapping
 import numpy as np
 
 from impls.backends import NotApplicable, convert, float_dtypes, get_backend, to_numpy
-from impls.common import DTYPE_DIFFERENCE, Verdict, merge_verdicts, round_to_dtype
+from impls.common import DTYPE_DIFFERENCE, Verdict, merge_verdicts, on_device, round_to_dtype
 from impls.registry import Gradient, Operator, Strategy, get_operator
 
 FORWARD, BACKWARD, FORWARD_BACKWARD = MODES = ("forward", "backward", "forward+backward")
@@ -109,16 +109,18 @@ def applies(strat: Strategy, mode: str, params: Mapping[str, Any] | None = None)
 
 # ------------------------------------------------------------------ reference
 def gradient_case(op: Operator | str, inputs: Mapping[str, Any], params: Mapping[str, Any], input_mode: str,
-                  seed: int, dtype: str) -> tuple[np.ndarray, np.ndarray]:
+                  seed: int, dtype: str, oracle: Callable | None = None) -> tuple[np.ndarray, Any]:
     """The incoming gradient of a case (float64, holding exactly the values
     ``dtype`` can store) and the float64 oracle's gradient of the
     differentiated input. ``inputs``: the case's float64 inputs, already
-    rounded to ``dtype`` (what the forward's reference holds)."""
+    rounded to ``dtype`` (what the forward's reference holds). ``oracle``:
+    another home for the same formula (the device's, harness/measuring/check.py);
+    left out, ``Gradient.oracle``."""
     op = get_operator(op) if isinstance(op, str) else op
     if op.gradient is None:
         raise NotApplicable(f"{op.name} defines no backward")
     grad = round_to_dtype(op.gradient.generate(params, input_mode, seed), dtype)
-    return grad, op.gradient.oracle(inputs, grad, params)
+    return grad, (oracle or op.gradient.oracle)(inputs, grad, params)
 
 
 def gradient_to_backend(op: Operator | str, grad: np.ndarray, backend: str, device: str, dtype: str,
@@ -272,29 +274,36 @@ def _jax_vjp(strat, gradient: Gradient, inputs, grad, params, mode):
 
 # ------------------------------------------------------------------ judging
 def compare(strat: Strategy, output: Any, expected: Any, expected_grad: np.ndarray, inputs: Mapping[str, Any],
-            grad: np.ndarray, dtype: str, params: Mapping[str, Any], mode: str) -> Verdict:
+            grad: np.ndarray, dtype: str, params: Mapping[str, Any], mode: str, device: str | None = None) -> Verdict:
     """A training-mode output against the float64 oracles, by the operator's
     rules: the gradient by ``Gradient.compare``; in forward+backward the
     forward output too, by ``Operator.compare``, both judged (one verdict
     naming every problem). ``expected``: the forward oracle's output;
     ``inputs``/``grad``: the case's float64 inputs and incoming gradient.
-    A known upstream defect is the caller's to apply (as for the forward)."""
+    ``device``: the oracles and ``inputs``/``grad`` are torch tensors there,
+    judged there by the ``device_compare`` rules. A known upstream defect is
+    the caller's to apply (as for the forward)."""
     check_mode(mode)
     op = get_operator(strat.op)
     wrong = [name for name in float_dtypes(output) if name != dtype]
     if wrong:
         return Verdict("mismatch", f"{strat.op} {mode} output: dtype {wrong[0]}, expected {dtype}",
                        differences=frozenset({DTYPE_DIFFERENCE}))
+    if device is None:
+        convert, forward_compare = to_numpy, op.compare
+        grad_compare = op.gradient.compare if op.gradient else None
+    else:
+        convert, forward_compare = (lambda value: on_device(value, device)), op.device_compare
+        grad_compare = op.gradient.device_compare if op.gradient else None
     if mode == FORWARD:
-        return op.compare(to_numpy(output), expected, inputs, dtype, strat, dict(params))
+        return forward_compare(convert(output), expected, inputs, dtype, strat, dict(params))
     if mode == BACKWARD:
-        return op.gradient.compare(to_numpy(output), expected_grad, inputs, grad, dtype, strat, dict(params))
+        return grad_compare(convert(output), expected_grad, inputs, grad, dtype, strat, dict(params))
     if not (isinstance(output, tuple) and len(output) == 2):
         return Verdict("mismatch", "forward+backward: expected (forward output, gradient)")
     forward_output, grad_input = output
-    return merge_verdicts(op.compare(to_numpy(forward_output), expected, inputs, dtype, strat, dict(params)),
-                          op.gradient.compare(to_numpy(grad_input), expected_grad, inputs, grad, dtype, strat,
-                                              dict(params)))
+    return merge_verdicts(forward_compare(convert(forward_output), expected, inputs, dtype, strat, dict(params)),
+                          grad_compare(convert(grad_input), expected_grad, inputs, grad, dtype, strat, dict(params)))
 
 
 # ------------------------------------------------------------------ bytes

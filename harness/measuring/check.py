@@ -28,8 +28,10 @@ finds is printed, never judged (the float64 oracle is the judge).
 from __future__ import annotations
 
 import math
+import os
 import time
 import traceback
+from collections import OrderedDict
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from typing import Any, Callable
@@ -40,7 +42,7 @@ from harness.base.plugins import project_path
 from harness.measuring import memory, timing
 from impls.backends import applied_layout, backend_of, float_dtypes, get_backend, to_numpy
 from impls import training, tuning
-from impls.common import DTYPE_DIFFERENCE, Verdict, round_to_dtype
+from impls.common import DTYPE_DIFFERENCE, Verdict, on_device, round_to_dtype
 from impls.registry import NotApplicable, Strategy, get_operator
 from impls.status import (
     ERROR,
@@ -92,54 +94,149 @@ def rules_predated(schema_written: int | None) -> tuple[str, bool]:
     return ", and ".join(LATER_RULES), schema_written < LATER_RULES_SCHEMA - 1
 
 
+# Where a case is judged (SCATTERBENCH_JUDGE): "auto", a case on a device
+# other than the CPU where its arrays are (the operator's torch float64
+# ``device_oracle`` and ``device_compare``: a CUDA case's reference and
+# judgement stay on the GPU, and only the verdict comes back), a CPU case by
+# numpy on the host; "numpy", every case on the host; "device", CPU cases too
+# with torch on CPU tensors (the tests' rehearsal of the device path).
+JUDGE_ENV = "SCATTERBENCH_JUDGE"
+JUDGES = ("auto", "numpy", "device")
+
+
+def judge_device(device: str, op) -> str | None:
+    """The torch device a case of ``op`` on ``device`` is judged on, or None:
+    by numpy on the host (also for an operator, a plugin's, with no device
+    oracle or compare, forward or backward)."""
+    choice = os.environ.get(JUDGE_ENV) or "auto"
+    if choice not in JUDGES:
+        raise ValueError(f"{JUDGE_ENV}={choice!r}: expected one of {', '.join(JUDGES)}")
+    gradient = op.gradient
+    if choice == "numpy" or op.device_oracle is None or op.device_compare is None or (
+            gradient is not None and (gradient.device_oracle is None or gradient.device_compare is None)):
+        return None
+    if device == "cpu" and choice == "auto":
+        return None
+    return device
+
+
+def device_tensors(arrays: dict, device: str) -> dict:
+    """The reference's numpy inputs as torch tensors on ``device`` (float64 and int64 as they are)."""
+    import torch
+
+    return {key: torch.as_tensor(np.ascontiguousarray(value), device=device) if isinstance(value, np.ndarray)
+            else value for key, value in arrays.items()}
+
+
 @dataclass(frozen=True)
 class Reference:
     inputs: dict  # float64 numpy, holding exactly the values the dtype can store
-    expected: object  # the oracle's output
+    expected: object  # the oracle's output (torch tensors on ``judged_on`` when it is set)
     mode: str = ""  # the generator mode the inputs were drawn in
     params: dict = field(default_factory=dict)  # the case's parameters (the compare may need them)
     training: str = FORWARD  # the training mode (docs/SPEC.md §1.5) the case is run and judged in
     grad: Any = None  # training modes: the incoming gradient, float64 holding what the dtype stores
     expected_grad: Any = None  # training modes: the oracle's gradient of the differentiated input
+    # The torch device the oracles were computed on and the case is judged on
+    # (``judge_device``), with the inputs and the incoming gradient there as
+    # tensors; None: numpy on the host.
+    judged_on: str | None = None
+    device_inputs: dict | None = None
+    device_grad: Any = None
 
 
 def reference(op_name: str, params: dict, dtype: str, mode: str, seed: int, training_mode: str = FORWARD,
-              reuse: Reference | None = None) -> Reference:
+              reuse: Reference | None = None, device: str = "cpu") -> Reference:
     """A case's inputs drawn in the generator's ``mode`` and rounded to
     ``dtype``, the oracle's output and, in a training mode, the incoming
-    gradient (drawn in the same generator mode) and the oracle's gradient.
+    gradient (drawn in the same generator mode) and the oracle's gradient;
+    the oracles computed where the case on ``device`` is judged
+    (``judge_device``): on the device, in torch float64, or by numpy.
 
     ``reuse``: the reference of the same case (operator, params, dtype, mode,
-    seed) in another training mode. Its inputs, forward oracle and gradient
+    seed, device) in another training mode. Its inputs, forward oracle and gradient
     are this one's too (none depends on the training mode), so only what it
     lacks is computed: at a real network's size the float64 oracle takes
     seconds to tens of seconds, and a sweep in three modes paid it three times."""
     training.check_mode(training_mode)
     op = get_operator(op_name)
+    on = judge_device(device, op)
     if reuse is None:
         raw = op.generate(params, mode, seed)
         inputs = {key: round_to_dtype(value, dtype) if getattr(value, "dtype", None) is not None
                   and value.dtype.kind == "f" else value for key, value in raw.items()}
-        reuse = Reference(inputs, op.oracle(inputs, params), mode, dict(params))
-    elif reuse.mode != mode or reuse.params != dict(params):
-        raise ValueError(f"reuse: a reference of {reuse.mode} inputs at {reuse.params}, not {mode} at {params}")
+        if on is None:
+            reuse = Reference(inputs, op.oracle(inputs, params), mode, dict(params))
+        else:
+            tensors = device_tensors(inputs, on)
+            reuse = Reference(inputs, op.device_oracle(tensors, params), mode, dict(params), judged_on=on,
+                              device_inputs=tensors)
+    elif reuse.mode != mode or reuse.params != dict(params) or reuse.judged_on != on:
+        raise ValueError(f"reuse: a reference of {reuse.mode} inputs at {reuse.params} judged on "
+                         f"{reuse.judged_on or 'the host'}, not {mode} at {params} on {on or 'the host'}")
     ref = replace(reuse, training=training_mode)
     if training_mode == FORWARD or op.gradient is None:
-        return replace(ref, grad=None, expected_grad=None)  # without a gradient training.prepare skips every strategy
+        # without a gradient training.prepare skips every strategy
+        return replace(ref, grad=None, expected_grad=None, device_grad=None)
     if ref.grad is not None:
         return ref
-    grad, expected_grad = training.gradient_case(op, ref.inputs, params, mode, seed, dtype)
-    return replace(ref, grad=grad, expected_grad=expected_grad)
+    if on is None:
+        grad, expected_grad = training.gradient_case(op, ref.inputs, params, mode, seed, dtype)
+        return replace(ref, grad=grad, expected_grad=expected_grad)
+    on_device = {}
+
+    def device_oracle(inputs, grad, params):
+        on_device["grad"] = device_tensors({"grad": grad}, on)["grad"]
+        return op.gradient.device_oracle(ref.device_inputs, on_device["grad"], params)
+
+    grad, expected_grad = training.gradient_case(op, ref.inputs, params, mode, seed, dtype, oracle=device_oracle)
+    return replace(ref, grad=grad, expected_grad=expected_grad, device_grad=on_device["grad"])
 
 
-@lru_cache(maxsize=8)  # check sizes are small, but config points can reach check.max_bytes
-def _cached_reference(op_name, params_items, dtype, mode, seed, training_mode):
-    return reference(op_name, dict(params_items), dtype, mode, seed, training_mode)
+# The check's references, newest last: its items ask for the same case once
+# per strategy, layout and training mode, and each gets the one computed
+# first (the oracle once per case). Up to REFERENCES_KEPT in all, and those
+# judged on a device only while they hold at most DEVICE_REFERENCE_BYTES of
+# its memory together (the strategies' memory): the oldest freed before a
+# new one is made there. The adversarial cases are kilobytes, so every
+# strategy of a device shares them; a config point near check.max_bytes is
+# freed before the next one.
+REFERENCES_KEPT = 8
+DEVICE_REFERENCE_BYTES = 256 << 20
+_REFERENCES: "OrderedDict[tuple, Reference]" = OrderedDict()
 
 
 def cached_reference(op_name: str, params: dict, dtype: str, mode: str, seed: int,
-                     training_mode: str = FORWARD) -> Reference:
-    return _cached_reference(op_name, tuple(sorted(params.items())), dtype, mode, seed, training_mode)
+                     training_mode: str = FORWARD, device: str = "cpu") -> Reference:
+    """``reference``, made once per case (operator, params, dtype, input
+    mode, seed, where it is judged) for every training mode: another mode
+    reuses it, adding only the gradient it lacks."""
+    op = get_operator(op_name)
+    on = judge_device(device, op)
+    key = (op_name, tuple(sorted(params.items())), dtype, mode, seed, on)
+    kept = _REFERENCES.pop(key, None)
+    if kept is None and on is not None:
+        needed = memory.reference_bytes(op, params, training_mode)
+        for other in [other for other in _REFERENCES if other[-1] is not None]:
+            if _device_reference_bytes() + needed <= DEVICE_REFERENCE_BYTES:
+                break
+            del _REFERENCES[other]  # freed before this one is made
+    ref = reference(op_name, params, dtype, mode, seed, training_mode, reuse=kept, device=device)
+    _REFERENCES[key] = ref if ref.grad is not None or kept is None else kept  # the one holding most
+    while len(_REFERENCES) > REFERENCES_KEPT:
+        _REFERENCES.popitem(last=False)
+    return ref
+
+
+def _device_reference_bytes() -> int:
+    """What the kept references judged on a device hold there."""
+    return sum(memory.reference_bytes(get_operator(key[0]), dict(key[1]), ref.training)
+               for key, ref in _REFERENCES.items() if key[-1] is not None)
+
+
+def clear_references() -> None:
+    """Frees every reference the check keeps (a device's memory included)."""
+    _REFERENCES.clear()
 
 
 def strategy_file(strat: Strategy | None) -> str | None:
@@ -186,12 +283,20 @@ class Snapshot:
     """What an input held: a C-order copy of it (read back through its
     backend's ``to_numpy``), or why it could no longer be read (a donated or
     deleted buffer). A copy and one bitwise compare cost about half of
-    hashing the same bytes (SHA-1: 4 s of a `make bench`)."""
+    hashing the same bytes (SHA-1: 4 s of a `make bench`). A torch tensor of
+    a case judged on its device is copied there instead (``on_device``), and
+    compared there: a GPU case's inputs never cross to the host."""
     copy: np.ndarray | None = None
     unreadable: str = ""
+    on_device: Any = None  # a torch tensor's clone, where the case is judged on its device
 
     def same_as(self, other: "Snapshot") -> bool:
         """Bit for bit (NaN payloads and the sign of zero included), dtype and shape too."""
+        if self.on_device is not None or other.on_device is not None:
+            mine, theirs = self.on_device, other.on_device
+            if mine is None or theirs is None or mine.dtype != theirs.dtype or mine.shape != theirs.shape:
+                return False
+            return bool((_tensor_bits(mine) == _tensor_bits(theirs)).all())
         if self.copy is None or other.copy is None:
             return self.copy is None and other.copy is None and self.unreadable == other.unreadable
         if self.copy.dtype != other.copy.dtype or self.copy.shape != other.copy.shape:
@@ -206,18 +311,29 @@ def _bits(array: np.ndarray) -> np.ndarray:
     return flat.view(f"u{width}") if width in (1, 2, 4, 8) else flat.view(np.uint8)
 
 
-def snapshot(value: Any) -> Snapshot:
-    """``Snapshot`` of one input."""
+def _tensor_bits(tensor):
+    """A tensor's elements as integers of their width (``_bits`` on the device)."""
+    import torch
+
+    if not tensor.is_floating_point():
+        return tensor
+    return tensor.view({2: torch.int16, 4: torch.int32, 8: torch.int64}[tensor.element_size()])
+
+
+def snapshot(value: Any, on_device: bool = False) -> Snapshot:
+    """``Snapshot`` of one input; ``on_device``: a torch tensor is copied where it is."""
     try:
+        if on_device and backend_of(value) is not None and backend_of(value).name == "torch":
+            return Snapshot(on_device=value.detach().clone())
         return Snapshot(np.array(to_numpy(value), copy=True, order="C"))
     except Exception as error:  # noqa: BLE001 - any failure to read it back is the finding
         text = str(error).strip()
         return Snapshot(unreadable=f"unreadable ({type(error).__name__}: {text.splitlines()[0] if text else ''})")
 
 
-def snapshots(inputs: dict) -> dict[str, Snapshot]:
+def snapshots(inputs: dict, on_device: bool = False) -> dict[str, Snapshot]:
     """``snapshot`` of every array input (what a backend owns, or numpy)."""
-    return {key: snapshot(value) for key, value in inputs.items()
+    return {key: snapshot(value, on_device) for key, value in inputs.items()
             if isinstance(value, np.ndarray) or backend_of(value) is not None}
 
 
@@ -233,7 +349,7 @@ class Prepared:
         line naming each changed input; None when none did."""
         changed = []
         for key, before in self.input_snapshots.items():
-            after = snapshot(self.inputs[key])
+            after = snapshot(self.inputs[key], before.on_device is not None)
             if before.same_as(after):
                 continue
             changed.append(f"left its input {key!r} {after.unreadable}" if after.unreadable
@@ -260,7 +376,7 @@ def prepare_case(strat: Strategy, ref: Reference, params: dict, dtype: str, devi
         native_grad = training.gradient_to_backend(op, ref.grad, strat.backend, device, dtype, layout)
         watched[op.gradient.name] = native_grad
     backend.synchronize(device)
-    before = snapshots(watched)
+    before = snapshots(watched, on_device=ref.judged_on is not None)
     start = time.perf_counter()
     if ref.training == FORWARD:
         run = strat.prepare(inputs, params)
@@ -277,16 +393,21 @@ def judge(strat: Strategy, output: Any, ref: Reference, dtype: str, device: str 
     training mode, ``training.compare``: the gradient, and in forward+backward
     the forward output too); a mismatch a listed upstream defect explains
     becomes ``upstream-defect``."""
+    on = ref.judged_on
     if ref.training != FORWARD:
-        verdict = training.compare(strat, output, ref.expected, ref.expected_grad, ref.inputs, ref.grad, dtype,
-                                   ref.params, ref.training)
+        inputs, grad = (ref.inputs, ref.grad) if on is None else (ref.device_inputs, ref.device_grad)
+        verdict = training.compare(strat, output, ref.expected, ref.expected_grad, inputs, grad, dtype,
+                                   ref.params, ref.training, device=on)
         return known_defect(strat, verdict, device=device, dtype=dtype, layout=layout, mode=ref.mode)
     op = get_operator(strat.op)
     wrong = [name for name in float_dtypes(output) if name != dtype]
     if wrong:
         return Verdict(MISMATCH, f"{strat.op} output: dtype {wrong[0]}, expected {dtype}",
                        differences=frozenset({DTYPE_DIFFERENCE}))
-    verdict = op.compare(to_numpy(output), ref.expected, ref.inputs, dtype, strat, ref.params)
+    if on is None:
+        verdict = op.compare(to_numpy(output), ref.expected, ref.inputs, dtype, strat, ref.params)
+    else:
+        verdict = op.device_compare(on_device(output, on), ref.expected, ref.device_inputs, dtype, strat, ref.params)
     return known_defect(strat, verdict, device=device, dtype=dtype, layout=layout, mode=ref.mode)
 
 
@@ -569,15 +690,23 @@ class CheckResult:
 
 
 def check_memory_guard(item: CheckItem) -> str | None:
-    from harness.measuring import memory
-
+    """Why the item would not fit, or None: the float64 reference and the
+    comparison live where the case is judged (``judge_device``), the
+    device or the host; judged on a device, the host still holds the
+    reference's float64 inputs."""
     op = get_operator(item.strategy.op)
-    needed = memory.needed_bytes(op, item.strategy, dict(item.params), item.dtype)
-    # The host's memory: the float64 reference and the comparison live there.
-    free = memory.host_free_bytes()
-    if not memory.fits(needed, free):
-        return (f"the check needs about {needed / 2**30:.2f} GiB with its float64 reference, "
-                f"{free / 2**30:.2f} GiB free: skipped before allocating (lower check.max_bytes)")
+    params = dict(item.params)
+    needed = memory.needed_bytes(op, item.strategy, params, item.dtype, item.training)
+    on = judge_device(item.device, op)
+    places = [("the host", needed, memory.host_free_bytes())]
+    if on is not None:
+        backend = get_backend(item.strategy.backend)
+        places = [(on, needed, memory.free_bytes(backend, on)),
+                  ("the host", memory.reference_bytes(op, params, item.training), memory.host_free_bytes())]
+    for where, bytes_needed, free in places:
+        if not memory.fits(bytes_needed, free):
+            return (f"the check needs about {bytes_needed / 2**30:.2f} GiB on {where} with its float64 reference, "
+                    f"{free / 2**30:.2f} GiB free: skipped before allocating (lower check.max_bytes)")
     return None
 
 
@@ -605,7 +734,8 @@ def run_one_check(item: CheckItem, seed: int, timeout_s: float | None = None) ->
     if too_big:
         return Verdict(SKIPPED, too_big)
     try:
-        ref = cached_reference(item.strategy.op, dict(item.params), item.dtype, item.mode, seed, item.training)
+        ref = cached_reference(item.strategy.op, dict(item.params), item.dtype, item.mode, seed, item.training,
+                               device=item.device)
     except MemoryError:
         return Verdict(SKIPPED, "out of memory while building the float64 reference")
     try:

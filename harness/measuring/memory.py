@@ -111,17 +111,35 @@ def free_bytes(backend, device: str) -> int:
 HEADROOM = 0.8
 
 
-def needed_bytes(op, strat, params: dict, dtype: str) -> int:
-    """What checking ``strat`` on one point needs: inputs + outputs at
-    ``dtype``, the strategy's temporaries, the float64 reference the check
-    holds beside them, and the comparison's own float64 temporaries (the
-    output widened, and its difference from the reference), about as large
-    again, plus the copy of the inputs the check compares them with after
-    the last call (at most the traffic again). Timing needs no more than its
-    check."""
-    traffic = op.bytes_moved(params, itemsize(dtype))
-    reference_bytes = op.bytes_moved(params, 8)
-    return int(traffic * (2 + strat.temp_factor) + 2 * reference_bytes)
+def needed_bytes(op, strat, params: dict, dtype: str, mode: str = "forward") -> int:
+    """What checking ``strat`` on one point in the training ``mode`` needs:
+    inputs + outputs at ``dtype`` (the incoming gradient and the gradient
+    too in a training mode), the strategy's temporaries, the float64
+    reference the check holds beside them (``reference_bytes``), and the
+    comparison's own float64 temporaries (the output widened, and its
+    difference from the reference), about as large again, plus the copy of
+    the inputs the check compares them with after the last call (at most the
+    traffic again). Timing needs no more than its check. Where the case is
+    judged on its device (harness/measuring/check.py) the reference is
+    there too: this is the device's need, and the check's memory guard asks
+    the host for ``reference_bytes`` besides."""
+    traffic = _bytes(op, params, itemsize(dtype), mode)
+    return int(traffic * (2 + strat.temp_factor) + 2 * reference_bytes(op, params, mode))
+
+
+def reference_bytes(op, params: dict, mode: str = "forward") -> int:
+    """The float64 reference of one point in ``mode``: its inputs, its
+    oracle's output and, in a training mode, the incoming gradient and the
+    oracle's gradient (the operator's bytes formulas at 8 bytes a value)."""
+    return _bytes(op, params, 8, mode)
+
+
+def _bytes(op, params: dict, size: int, mode: str) -> int:
+    from impls import training
+
+    if mode == training.FORWARD or op.gradient is None:
+        return op.bytes_moved(params, size)
+    return training.bytes_moved(op, params, size, training.FORWARD_BACKWARD)
 
 
 def fits(needed: float, free: float) -> bool:

@@ -32,12 +32,39 @@ from harness.measuring import check
 MIN_KEYS = 4
 
 
-def workers_for(keys: int, cores: int | None = None) -> int:
-    """How many workers ``keys`` strategy keys get: one per core, no more than keys; 0: none worth starting."""
+# Workers checking strategies on a device other than the CPU share it: each
+# holds its own context and memory pool there, and at check sizes their work
+# is mostly compiling on the host. DEVICE_WORKERS_ENV sets how many per
+# device; the default, one, has not been measured against more on a GPU:
+# measure `scatterbench check configs/gpu.yaml` at 1, 2 and 4 before raising it.
+DEVICE_WORKERS_ENV = "SCATTERBENCH_DEVICE_CHECK_WORKERS"
+DEVICE_WORKERS = 1
+
+
+def device_workers() -> int:
+    """Workers per device (not the CPU) for the adversarial check: ``DEVICE_WORKERS_ENV``, else one."""
+    text = os.environ.get(DEVICE_WORKERS_ENV, "").strip()
+    if not text:
+        return DEVICE_WORKERS
+    if not text.isdigit() or int(text) < 1:
+        raise ValueError(f"{DEVICE_WORKERS_ENV}={text!r}: expected a whole number of workers, at least 1")
+    return int(text)
+
+
+def workers_for(keys, cores: int | None = None) -> int:
+    """How many workers ``keys`` (the strategy keys, (strategy, device,
+    dtype, mode), or how many there are) get: one per core, no more than
+    keys; where every key is on a device other than the CPU, no more than
+    ``device_workers`` per device. 0: none worth starting."""
+    count = keys if isinstance(keys, int) else len(keys)
     cores = cores or os.cpu_count() or 1
-    if cores < 2 or keys < MIN_KEYS:
+    if cores < 2 or count < MIN_KEYS:
         return 0
-    return min(cores, keys)
+    workers = min(cores, count)
+    devices = set() if isinstance(keys, int) else {key[1] for key in keys}
+    if devices and "cpu" not in devices:
+        workers = min(workers, device_workers() * len(devices))
+    return workers
 
 
 def compiles_first(keys) -> list:

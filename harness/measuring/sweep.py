@@ -71,7 +71,7 @@ def backends_of(cases) -> set[str]:
 def memory_guard(case: Case) -> str | None:
     op = get_operator(case.op)
     strat = op.strategies[case.strategy]
-    needed = memory.needed_bytes(op, strat, case.params_dict, case.dtype)
+    needed = memory.needed_bytes(op, strat, case.params_dict, case.dtype, case.mode)
     free = memory.free_bytes(get_backend(strat.backend), case.device)
     if not memory.fits(needed, free):
         return (f"needs about {needed / 2**30:.2f} GiB on {case.device}, "
@@ -154,7 +154,8 @@ def execute_case(case: Case, config: Config, run_id: str, ceiling_gbps: float,
         with timing.deadline(config.timing.timeout_s):
             on_phase(PHASE_CHECK)
             if ref is None:
-                ref = reference(case.op, case.params_dict, case.dtype, "random", config.seed, case.mode)
+                ref = reference(case.op, case.params_dict, case.dtype, "random", config.seed, case.mode,
+                                device=case.device)
             # A case that will be timed is judged on call 1 and on the call after its timed
             # samples (below); one that will not (counted, interpreted) on call 1 and call 2.
             timed_here = measure is None and not strat.interpreted_on(case.device)
@@ -313,7 +314,7 @@ def run_sweep(cases: list[Case], config: Config, writer, run_id: str, ceilings: 
                 try:
                     if memory_guard(case) is None:
                         ref = reference(case.op, case.params_dict, case.dtype, "random", config.seed, case.mode,
-                                        reuse=reuse)
+                                        reuse=reuse, device=case.device)
                 except MemoryError:
                     ref = None
                 del reuse
@@ -528,7 +529,7 @@ def execute_run(plan: RunPlan, argv: list[str], *, isolate: bool = False, on_sta
         # covers (not one defined or patched in this process) are theirs to check.
         for_workers = [key for key in kept.keys(plan.cases) if kept.keeps(key[0])
                        and not adversarial.known(*key)[0]]
-        workers = prefetch.workers_for(len(for_workers))
+        workers = prefetch.workers_for(for_workers)
         if on_start:
             on_start(measured.ceilings, measured.fresh_writes,
                      measured.lines() + [verdict_cache.line(from_cache, asked, kept.path)]
