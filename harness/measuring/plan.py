@@ -57,6 +57,10 @@ DEFAULT_REPORT_S = 60.0  # report.build of a few hundred rows, figures included
 DEFAULT_FLOOR_MULTIPLE = 10.0
 XCHECK_S = 0.15  # triton.testing.do_bench's warm-up (25 ms) and repetitions (100 ms) and its estimate
 
+# The plan's phases that are the sweep's cases' own (summed over them), and the report's.
+PHASE_CASE_CHECK, PHASE_REPORT = "check per case", "report"
+CASE_PHASES = (PHASE_CASE_CHECK, check.PHASE_PREPARE, PHASE_TIME)
+
 # The steps of `make gpu`, as its records in DIR/steps name them (the Makefile writes them).
 STEP_CHECK, STEP_PYTEST, STEP_SWEEP, STEP_REPORT = "check", "pytest", "sweep", "report"
 
@@ -105,9 +109,22 @@ def measured_runs(roots, device: str) -> list[Measured]:
             except (ResultError, OSError, ValueError):
                 continue  # a damaged directory estimates nothing; `report` names what is wrong with it
             on_device = rows[rows["device"] == device]
-            if len(on_device) or read_steps(path):
-                found.append(Measured(path, meta, on_device.to_dict("records"), read_steps(path)))
+            # A run's steps are the device's when the run measures on it alone (the check and tests ran there).
+            steps = read_steps(path) if _devices(meta.get("config")) == [device] else {}
+            if len(on_device) or steps:
+                found.append(Measured(path, meta, on_device.to_dict("records"), steps))
     return sorted(found, key=lambda run: str(run.meta.get("start_time") or ""), reverse=True)
+
+
+def _devices(config) -> list[str]:
+    """The devices a config (as parsed, or as meta.json holds it) measures on."""
+    if isinstance(config, Config):
+        config = config.model_dump()
+    if not isinstance(config, dict):
+        return []
+    listed = list(config.get("devices") or ["cpu"])
+    listed += [d for bench in config.get("benchmarks") or [] if isinstance(bench, dict) for d in bench.get("devices") or []]
+    return list(dict.fromkeys(listed))
 
 
 @dataclass(frozen=True)
@@ -213,8 +230,10 @@ class CaseModel:
         nbytes = _case_bytes(case)
         if not self.ceiling or not math.isfinite(nbytes):
             return 0.0, 0.0, "no measurement: assumes the timing budget bounds it"
+        if not multiples:
+            return nbytes / (self.ceiling * 1e9) * multiple, 0.0, f"no measurement: {multiple:g}× its floor"
         said = (f"{multiple:.1f}× its floor, the median of {backend}'s measured cases" if backend in self.floor_multiple
-                else f"{multiple:.1f}× its floor" + ("" if multiples else " (no measurement: default)"))
+                else f"{multiple:.1f}× its floor, the median of every measured case")
         return nbytes / (self.ceiling * 1e9) * multiple, 0.0, said
 
     def timing_s(self, case: Case) -> Estimate:
@@ -227,6 +246,8 @@ class CaseModel:
         sampling = max(settings.budget_s, settings.min_samples * (call + timing.device_delay_s(host_s)))
         seconds = settings.warmup_s + timing.HOST_COST_CALLS * call + sampling
         seconds += XCHECK_S if settings.cross_check and self.device == "cuda" else 0.0
+        if source.startswith("no measurement"):
+            return Estimate(seconds, f"no measurement of its call: the timing settings alone ({source[16:].lstrip(': ')})")
         return Estimate(seconds, f"timing settings and {source}")
 
     def check_s(self, case: Case) -> float:
@@ -288,7 +309,7 @@ class Plan:
     sources: list[Measured]
     done: int = 0  # cases already in the run resumed
     budget_s: float | None = None
-    fitting: int = 0  # points, in order, that fit the budget after the fixed phases
+    fitting: int = 0  # cases, in order, that fit the budget after the phases before them
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -301,6 +322,11 @@ class Plan:
     @property
     def sweep_s(self) -> float:
         return sum(point.seconds for point in self.points)
+
+    @property
+    def before_cases_s(self) -> float:
+        """The phases before the first case: the check, the tests, the ceilings, the adversarial check."""
+        return sum(e.seconds for name, e in self.phases if name not in CASE_PHASES + (PHASE_REPORT,))
 
     @property
     def total_s(self) -> float:
@@ -332,14 +358,19 @@ def _device_memory(runs: list[Measured], device: str) -> float | None:
     return None
 
 
-def _step_estimate(runs: list[Measured], prefix: str, default: float, what: str) -> Estimate:
-    """A step's seconds from the newest `make gpu` record of it (every record whose name starts
-    with ``prefix``: the check is recorded per operator), else ``default``."""
+def _step_estimate(runs: list[Measured], step: str, default: float, what: str, parts: int = 1) -> Estimate:
+    """A step's seconds from the newest `make gpu` records of it, else ``default``. The check is
+    recorded per operator (``step``-<op>, ``parts`` of them): the operators a run did not record are
+    taken at the mean of those it did."""
     for run in runs:
-        records = [record for name, record in run.steps.items() if name == prefix or name.startswith(prefix + "-")]
+        records = [record for name, record in run.steps.items() if name == step or name.startswith(step + "-")]
         if records:
-            return Estimate(sum(float(r["seconds"]) for r in records),
-                            f"{run.label}: steps/{prefix}*.json ({len(records)} record{'s' * (len(records) > 1)})")
+            seconds = sum(float(r["seconds"]) for r in records)
+            if len(records) < parts:
+                return Estimate(seconds / len(records) * parts,
+                                f"{run.label}: {len(records)} of {parts} steps/{step}-*.json, "
+                                f"{seconds / len(records):.0f} s each")
+            return Estimate(seconds, f"{run.label}: steps/{step}*.json ({len(records)} record{'s' * (len(records) > 1)})")
     return Estimate(default, f"no measurement: assumes {default:g} s ({what})")
 
 
@@ -367,10 +398,25 @@ def _adversarial_estimate(runs: list[Measured], keys: int) -> Estimate:
                     f"no measurement: assumes {DEFAULT_ADVERSARIAL_S_PER_KEY:g} s a strategy key, {keys} keys")
 
 
+def _left_of(estimate: Estimate, finished: dict[str, dict], step: str, parts: list[str]) -> Estimate:
+    """``estimate`` of a step less its ``parts`` (the check's operators; [] for a step in one piece)
+    already recorded in ``finished`` (the resumed directory's steps)."""
+    names = [f"{step}-{part}" for part in parts] or [step]
+    done = [name for name in names if name in finished]
+    if not done:
+        return estimate
+    share = 1 - len(done) / len(names)
+    return Estimate(estimate.seconds * share, f"{len(done)} of {len(names)} finished already"
+                    + (f"; the rest: {estimate.source}" if share else ""))
+
+
 def make_plan(config: Config, config_path: str, cases: list[Case], device: str, roots, *,
-              budget_s: float | None = None, done: int = 0, steps: bool = True) -> Plan:
+              budget_s: float | None = None, done: int = 0, steps: bool = True,
+              finished: dict[str, dict] | None = None) -> Plan:
     """The plan of ``cases`` (the config's on ``device``, less those done) from the runs under ``roots``:
-    of `make gpu`'s steps (``steps``), or of the sweep alone (``run --budget``)."""
+    of `make gpu`'s steps (``steps``; those ``finished`` in the run resumed cost nothing), or of the
+    sweep alone (``run --budget``)."""
+    finished = finished or {}
     runs = measured_runs(roots, device)
     model = CaseModel(runs, config, device)
     device_memory = _device_memory(runs, device)
@@ -381,23 +427,25 @@ def make_plan(config: Config, config_path: str, cases: list[Case], device: str, 
     points = coverage_first(list(groups.values()))
     keys = len(verdict_cache.VerdictCache.keys(cases))
     adversarial = _adversarial_estimate(runs, keys)
+    ops = list(dict.fromkeys(bench.op for bench in config.benchmarks))  # make gpu checks an operator a step
     check_step = _step_estimate(runs, STEP_CHECK, adversarial.seconds,
-                                f"the adversarial check of {keys} strategy keys, as estimated for the sweep")
+                                f"the adversarial check of {keys} strategy keys, as estimated for the sweep", len(ops))
     sweep_phases = [
         ("ceilings", _phase_estimate(runs, "ceilings", DEFAULT_CEILINGS_S, "copies on the device")),
         ("adversarial (sweep)", Estimate(0.0, f"make gpu's check keeps its verdicts for the sweep; "
                                               f"the sweep alone: {adversarial.seconds:.0f} s ({adversarial.source})")
          if steps else adversarial),
-        ("check per case", _sum_estimate([c.check_s for p in points for c in p.measured], model.check_rate)),
-        ("prepare/compile", _case_phase([c.prepare for p in points for c in p.measured])),
+        (PHASE_CASE_CHECK, _sum_estimate([c.check_s for p in points for c in p.measured], model.check_rate)),
+        (check.PHASE_PREPARE, _case_phase([c.prepare for p in points for c in p.measured])),
         (PHASE_TIME, _case_phase([c.time for p in points for c in p.measured])),
     ]
     phases = [
-        ("check (make gpu)", check_step),
+        ("check (make gpu)", _left_of(check_step, finished, STEP_CHECK, ops)),
         (f"pytest -m {device}" if device == "cuda" else "pytest",
-         _step_estimate(runs, STEP_PYTEST, DEFAULT_PYTEST_S, "its tests on the device")),
+         _left_of(_step_estimate(runs, STEP_PYTEST, DEFAULT_PYTEST_S, "its tests on the device"), finished,
+                  STEP_PYTEST, [])),
         *sweep_phases,
-        ("report", _step_estimate(runs, STEP_REPORT, DEFAULT_REPORT_S, "report.build with its figures")),
+        (PHASE_REPORT, _step_estimate(runs, STEP_REPORT, DEFAULT_REPORT_S, "report.build with its figures")),
     ] if steps else sweep_phases
     plan = Plan(config_path, device, phases, points, runs, done, budget_s)
     if not runs:
@@ -429,13 +477,14 @@ def _case_phase(estimates: list[Estimate]) -> Estimate:
 
 
 def _fitting(plan: Plan) -> int:
-    """How many points, in order, fit the budget after the phases outside the sweep's cases."""
+    """How many cases, in order, fit the budget after the phases before the sweep's cases (the
+    report comes once the sweep is whole, in whichever call that is): the sweep stops before the
+    first case that does not."""
     if plan.budget_s is None:
-        return len(plan.points)
-    fixed = sum(e.seconds for name, e in plan.phases if name not in ("check per case", "prepare/compile", PHASE_TIME))
-    left, count = plan.budget_s - fixed, 0
-    for point in plan.points:
-        left -= point.seconds
+        return len(plan.cases)
+    left, count = plan.budget_s - plan.before_cases_s, 0
+    for cost in plan.cases:
+        left -= cost.seconds
         if left < 0:
             break
         count += 1
@@ -466,6 +515,14 @@ def budget_for(plan: Plan, seconds: float) -> Budget:
 
 
 # ------------------------------------------------------------------- printing
+def _per_op(costs: list[CaseCost]) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for cost in costs:
+        counts[cost.case.op] = counts.get(cost.case.op, 0) + 1
+    return counts
+
+
+
 def lines(plan: Plan) -> list[str]:
     """The plan as text: the phases with their sources, the order with its running total,
     the budget's cut, and every case the sweep records without measuring."""
@@ -490,21 +547,26 @@ def lines(plan: Plan) -> list[str]:
     out.append("")
     out.append("order (per-operator coverage first, then cheapest per case):")
     out.append(f"{'#':>3}  {'op':<16} {'dtype':<8} {'cases':>5} {'skip':>4} {'seconds':>8} {'cumul.':>8}  params, modes")
-    running = plan.total_s - plan.sweep_s
+    running, counted = plan.before_cases_s, 0
     for index, point in enumerate(plan.points):
-        if plan.budget_s is not None and index == plan.fitting:
-            out.append(f"---- budget of {plan.budget_s:g} s ends here: the points below are left for the next "
-                       f"call (resume) ----")
+        within = min(max(plan.fitting - counted, 0), len(point.costs))
+        if plan.budget_s is not None and counted <= plan.fitting < counted + len(point.costs):
+            out.append(f"---- the budget of {plan.budget_s:g} s ends here"
+                       + (f", {within} of the next point's {len(point.costs)} cases in it" if within else "")
+                       + ": the rest is left for the next call (resume) ----")
+        counted += len(point.costs)
         running += point.seconds
         out.append(f"{index + 1:>3}  {point.op:<16} {point.dtype:<8} {len(point.measured):>5} "
                    f"{len(point.costs) - len(point.measured):>4} {point.seconds:>8.0f} {running:>8.0f}  "
-                   f"{point.params} {'+'.join(point.modes)}")
+                   f"{point.params} {', '.join(point.modes)}")
     skipped = [cost for cost in plan.cases if cost.skipped]
     if plan.budget_s is not None:
-        later = plan.points[plan.fitting:]
+        within = [cost for cost in plan.cases[:plan.fitting] if not cost.skipped]
+        later = [cost for cost in plan.cases[plan.fitting:] if not cost.skipped]
         out.append("")
-        out.append(f"within the budget: {sum(len(p.measured) for p in plan.points[:plan.fitting])} cases measured; "
-                   f"left for the next call: {sum(len(p.measured) for p in later)} cases in {len(later)} points")
+        out.append(f"within the budget: {len(within)} cases measured "
+                   f"({', '.join(f'{op} {n}' for op, n in _per_op(within).items()) or 'none'}); "
+                   f"left for the next call: {len(later)} cases")
     if skipped:
         out.append("")
         out.append(f"recorded as skipped, not measured ({len(skipped)} cases):")
@@ -529,7 +591,7 @@ def plan_config(config_path: str, device: str | None, roots, *, budget_s: float 
     from harness.base.config import expand, load_config
 
     config = load_config(config_path)
-    devices = list(dict.fromkeys(config.devices + [d for b in config.benchmarks for d in (b.devices or [])]))
+    devices = _devices(config)
     device = device or devices[0]
     if device not in devices:
         raise UsageError(f"--device {device}: {config_path} measures on {', '.join(devices)} only")
@@ -538,10 +600,14 @@ def plan_config(config_path: str, device: str | None, roots, *, budget_s: float 
     cases = [case for case in expand(config) if case.device == device]
     done: set = set()
     if resume:
-        done = set(store.read_rows(resume)["case_id"])
+        if not Path(resume).is_dir():
+            raise UsageError(f"--resume {resume}: no such directory")
+        # make gpu's directory holds no run before its sweep starts, only the steps finished
+        done = set(store.read_rows(resume)["case_id"]) if (Path(resume) / store.META).exists() else set()
         roots = [resume, *roots]
     left = [case for case in cases if case.case_id not in done]
-    return make_plan(config, config_path, left, device, roots, budget_s=budget_s, done=len(cases) - len(left))
+    return make_plan(config, config_path, left, device, roots, budget_s=budget_s, done=len(cases) - len(left),
+                     finished=read_steps(resume) if resume else None)
 
 
 def apply_budget(run_plan, seconds: float, roots=DEFAULT_ROOTS) -> list[str]:
@@ -556,7 +622,7 @@ def apply_budget(run_plan, seconds: float, roots=DEFAULT_ROOTS) -> list[str]:
         plan = make_plan(run_plan.config, run_plan.config_path, cases, device, roots, budget_s=seconds, steps=False)
         ordered += plan.order()
         costs.update((cost.case.case_id, cost.seconds) for cost in plan.cases)
-        fits = sum(len(p.measured) for p in plan.points[:plan.fitting])
+        fits = sum(1 for cost in plan.cases[:plan.fitting] if not cost.skipped)
         notes.append(f"budget {seconds:g} s on {device}: the cases in the plan's order (per-operator coverage "
                      f"first), {plan.sweep_s:.0f} s estimated for {len(cases)} cases, about {fits} measured "
                      f"within the budget; the run stops before a case that would outlast it")
