@@ -136,7 +136,7 @@ gpu: $(if $(filter $(VENV)/bin/python,$(PY)),$(STAMP))
 	  left=$$(( end - $$(date +%s) )); \
 	  if [ $$left -le 0 ]; then echo "make gpu: GPU_BUDGET spent before $$name; the same command again goes on"; return 130; fi; \
 	  echo "make gpu: $$name ($(if $(GPU_BUDGET),$$left s of the budget left,no budget))"; start=$$(date +%s); export left; \
-	  timeout -s TERM -k 30 $$left bash -c "$$command" 2>&1 | tee "$$steps/$$name.log"; rc=$${PIPESTATUS[0]}; \
+	  timeout --foreground -s TERM -k 30 $$left bash -c "$$command" 2>&1 | tee "$$steps/$$name.log"; rc=$${PIPESTATUS[0]}; \
 	  if [[ " $$finished " != *" $$rc "* ]]; then \
 	    echo "make gpu: $$name stopped (exit $$rc) after $$(( $$(date +%s) - start )) s; the same command again goes on: make gpu GPU_RESULTS=$$dir"; return $$rc; fi; \
 	  [ $$rc = 0 ] || findings=1; \

@@ -137,6 +137,11 @@ class Estimate:
         return not self.source.startswith("no measurement")
 
 
+def seconds_text(seconds: float) -> str:
+    """Seconds as the plan prints them: whole above 10, two figures below."""
+    return f"{seconds:.0f}" if seconds >= 10 else f"{seconds:.2g}"
+
+
 def _finite(value) -> float | None:
     try:
         number = float(value)
@@ -371,7 +376,7 @@ def _step_estimate(runs: list[Measured], step: str, default: float, what: str, p
                                 f"{run.label}: {len(records)} of {parts} steps/{step}-*.json, "
                                 f"{seconds / len(records):.0f} s each")
             return Estimate(seconds, f"{run.label}: steps/{step}*.json ({len(records)} record{'s' * (len(records) > 1)})")
-    return Estimate(default, f"no measurement: assumes {default:g} s ({what})")
+    return Estimate(default, f"no measurement: assumes {seconds_text(default)} s ({what})")
 
 
 def _phase_estimate(runs: list[Measured], phase: str, default: float, what: str) -> Estimate:
@@ -379,7 +384,7 @@ def _phase_estimate(runs: list[Measured], phase: str, default: float, what: str)
         seconds = _finite((run.meta.get("phase_s") or {}).get(phase))
         if seconds is not None:
             return Estimate(seconds, f"{run.label}: phase_s[{phase!r}]")
-    return Estimate(default, f"no measurement: assumes {default:g} s ({what})")
+    return Estimate(default, f"no measurement: assumes {seconds_text(default)} s ({what})")
 
 
 def _adversarial_estimate(runs: list[Measured], keys: int) -> Estimate:
@@ -497,16 +502,17 @@ class Budget:
     case that would not end before the budget does (``stop_before``), so that
     a later ``--resume`` goes on from there with nothing measured lost."""
 
-    def __init__(self, seconds: float, costs: dict[str, float], clock=time.monotonic):
-        self.seconds, self.costs, self.clock = seconds, costs, clock
-        self.deadline = clock() + seconds
+    def __init__(self, seconds: float, costs: dict[str, float], clock=None):
+        self.seconds, self.costs = seconds, costs
+        self.clock = clock or (lambda: time.monotonic())  # looked up at each call: a test's clock replaces it
+        self.deadline = self.clock() + seconds
 
     def stop_before(self, case: Case) -> str | None:
         left = self.deadline - self.clock()
         needed = self.costs.get(case.case_id, 0.0)
         if needed > left:
-            return (f"budget of {self.seconds:g} s: the next case needs about {needed:.0f} s and "
-                    f"{max(left, 0):.0f} s are left")
+            return (f"budget of {self.seconds:g} s: the next case needs about {seconds_text(needed)} s and "
+                    f"{seconds_text(max(left, 0))} s are left")
         return None
 
 
@@ -515,6 +521,7 @@ def budget_for(plan: Plan, seconds: float) -> Budget:
 
 
 # ------------------------------------------------------------------- printing
+SOURCES_SHOWN = 3  # the newest runs named in the plan's head; each estimate names its own
 def _per_op(costs: list[CaseCost]) -> dict[str, int]:
     counts: dict[str, int] = {}
     for cost in costs:
@@ -532,10 +539,12 @@ def lines(plan: Plan) -> list[str]:
            + f", {measured} measured and {len(plan.cases) - measured} recorded as skipped, "
              f"in {len(plan.points)} input points"]
     if plan.sources:
+        shown = plan.sources[:SOURCES_SHOWN]
+        more = len(plan.sources) - len(shown)
         out.append("estimated from: " + "; ".join(
             f"{run.label}, {len(run.rows)} rows" + (", phase_s" if run.meta.get("phase_s") else ", no phase_s")
             + (f", steps {', '.join(sorted(run.steps))}" if run.steps else "")
-            for run in plan.sources))
+            for run in shown) + (f"; and {more} older runs" if more else ""))
     out += plan.notes
     out.append("")
     width = max(len(name) for name, _ in plan.phases)

@@ -9,10 +9,12 @@ import pytest
 
 from harness import cli
 from harness.base.config import Case, expand, load_config
+from harness.measuring import check
 from harness.measuring import plan as window
 from harness.measuring.session import Interrupted, MemoryWriter
 from harness.measuring.sweep import run_sweep
 from harness.results import store
+from impls.registry import get_operator
 from tests.helpers import ROOT
 
 GPU_YAML = str(ROOT / "configs" / "gpu.yaml")
@@ -177,8 +179,12 @@ benchmarks:
         asked.append(case.strategy)
         return "enough" if len(asked) == 3 else None
 
+    # their adversarial checks passed already (the check's own tests test them): this test is the stop's
+    passed = check.AdversarialCheck(config.seed, config.timing.timeout_s)
+    for case in cases:
+        passed.remember(get_operator(case.op).strategies[case.strategy], case.device, case.dtype, None)
     with pytest.raises(Interrupted) as stopped:
-        run_sweep(cases, config, writer, "run", {}, stop_before=stop_before)
+        run_sweep(cases, config, writer, "run", {}, stop_before=stop_before, adversarial=passed)
     assert stopped.value.signal_name == "enough"
     assert [row["strategy"] for row in writer.rows] == ["torch_max_pool2d", "torch_max_pool2d_indices"]
     assert {row["status"] for row in writer.rows} == {"ok"}
