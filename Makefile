@@ -113,22 +113,26 @@ baseline: $(STAMP)
 # step gets what is left (a check or test step cut by it is run again next call),
 # and the sweep takes the plan's order, stopping before a case that would outlast
 # it (`scatterbench plan GPU_CONFIG --device cuda --budget S` prints the estimate).
-# The suite's caches (the check's verdicts, which the sweep reuses; the compiled
-# kernels) live in GPU_RESULTS/steps/cache, ignored by git: a second call on a bare
+# GPU_RESULTS defaults to one directory per commit and GPU (named by the commit's
+# date, so `make report`'s newest run stays the newest). The check's verdicts, which
+# the sweep reuses, live in GPU_RESULTS/steps/cache (a few kB, ignored by git; the
+# compiled kernels stay in the suite's compile cache): a second call on a bare
 # machine finds them when the results directory travels whole. The exit status is
 # 1 when a finished step found failures, and the step's own (130: budget or
 # interrupt) when one did not finish. A CUDA build of torch must be importable
 # (VENV_ARGS=--system-site-packages reuses the machine's; PY=python3 uses the
 # machine's Python as it is, without a venv).
 GPU_CONFIG  ?= configs/gpu.yaml
-GPU_RESULTS ?= results/gpu-$(shell git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)-$(shell \
-  nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n1 | tr -cs 'A-Za-z0-9' '-' | sed 's/-$$//' | grep . || echo nogpu)
+GPU_RESULTS ?= results/$(shell git log -1 --format=%cd --date=format:%Y%m%dT%H%M%S 2>/dev/null)-gpu-$(shell \
+  git rev-parse --short=10 HEAD 2>/dev/null || echo unknown)-$(shell nvidia-smi --query-gpu=name --format=csv,noheader \
+  2>/dev/null | head -n1 | tr -cs 'A-Za-z0-9' '-' | sed 's/-$$//' | grep . || echo nogpu)
 GPU_BUDGET  ?=
 GPU_TESTS   ?= -m cuda
 gpu: SHELL := /bin/bash
 gpu: $(if $(filter $(VENV)/bin/python,$(PY)),$(STAMP))
 	@dir='$(GPU_RESULTS)'; steps="$$dir/steps"; mkdir -p "$$steps/cache" && printf 'cache/\n' > "$$steps/.gitignore" || exit 2; \
-	export SCATTERBENCH_CACHE_DIR="$${SCATTERBENCH_CACHE_DIR:-$$(cd "$$steps/cache" && pwd)}"; \
+	export SCATTERBENCH_COMPILE_CACHE_DIR="$$($(PY) -c 'from harness.base import caches; print(caches.compile_cache_root())')" \
+	  SCATTERBENCH_CACHE_DIR="$${SCATTERBENCH_CACHE_DIR:-$$(cd "$$steps/cache" && pwd)}"; \
 	end=$$(( $$(date +%s) + $(or $(GPU_BUDGET),315360000) )); findings=0; \
 	step() { name=$$1 finished=$$2 command=$$3; \
 	  if [ -f "$$steps/$$name.json" ]; then echo "make gpu: $$name finished before ($$steps/$$name.json)"; \
