@@ -1,4 +1,4 @@
-"""``scatterbench`` (also ``python -m harness``): list, check, run, launch, compare,
+"""``scatterbench`` (also ``python -m harness``): list, check, run, plan, launch, compare,
 regress, merge, dashboard, report.
 
 This module parses and prints; the work is done by the module each command
@@ -173,6 +173,9 @@ def cmd_check(args) -> int:
          arg("--tables", action="store_true", help="print one table per case (strategy, status, median, IQR, "
                                                    "GB/s, %% of ceiling, speedup) instead of the compact grid"),
          arg("--grid", action="store_true", help="the compact strategies × sizes grid (the default)"),
+         arg("--budget", type=float, metavar="SECONDS",
+             help="this call's seconds: the cases in `scatterbench plan`'s order, stopping before a case that "
+                  "would outlast them (interrupted, as by Ctrl-C: continue with --resume)"),
          arg("--instrument", choices=("callgrind",),
              help="count instead of time: each CPU case's instructions and estimated cycles per call, in one "
                   "process under Callgrind (valgrind), every library at 1 thread"),
@@ -207,8 +210,14 @@ def _plan_run(args):
     if args.instrument and (args.isolate or args.report):
         raise UsageError(f"--instrument {args.instrument}: counts every case in one process, without a report; "
                          f"drop {'--isolate' if args.isolate else '--report'}")
+    if args.budget is not None and args.instrument:
+        raise UsageError(f"--budget: a counting run (--instrument {args.instrument}) has no budget; drop one of them")
     plan = sweep.plan_run(args.config, output=args.output, resume=args.resume, shard_text=args.shard,
                           op=args.op, strategies=args.strategy)
+    if args.budget is not None:
+        from harness.measuring import plan as window
+
+        plan.notes += window.apply_budget(plan, args.budget)
     if plan.resuming and store.read_meta(plan.out_dir).get("instrument") != args.instrument:
         was = store.read_meta(plan.out_dir).get("instrument")
         raise UsageError(f"--resume {plan.out_dir}: that run was {f'counted (--instrument {was})' if was else 'timed'}"
@@ -289,6 +298,29 @@ def _counts_table(rows):
               *(metric.format(r[metric.name]) for metric in COUNTS.fields), escape(str(r["message"]))]
              for _, r in rows.iterrows()]
     return fitted_table("counts per call (Callgrind)", columns, cells, console().width)
+
+
+# ------------------------------------------------------------------------ plan
+@command("plan", "estimate a config's device time per phase from earlier runs, and the order that fits a budget",
+         CONFIG,
+         arg("--device", help="the device planned for (default: the config's first); nothing is measured, so "
+                              "a CUDA plan is made on any machine"),
+         arg("--budget", type=float, metavar="SECONDS",
+             help="one call's device time for `make gpu`'s steps (GPU_BUDGET): where the order is cut, and what "
+                  "is left for the next call. The order: the cheapest input point of each operator first, then "
+                  "the others by seconds per case, cheapest first; coverage first, so that a window cut short "
+                  "still has every operator measured, then as many cases as the rest of the budget holds"),
+         arg("--results", action="append", metavar="DIR",
+             help="where earlier runs are (repeatable; default: results): their phase_s, rows and make gpu's "
+                  "steps records on the device"),
+         arg("--resume", metavar="DIR", help="plan what is left of the run in DIR"))
+def cmd_plan(args) -> int:
+    from harness.measuring import plan as window
+
+    planned = window.plan_config(args.config, args.device, args.results or window.DEFAULT_ROOTS,
+                                 budget_s=args.budget, resume=args.resume)
+    print("\n".join(window.lines(planned)))
+    return EXIT_OK
 
 
 # --------------------------------------------------------------------- compare

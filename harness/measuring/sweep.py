@@ -283,19 +283,24 @@ def strategy_key(case: Case) -> tuple[str, str, str, str]:
 
 def run_sweep(cases: list[Case], config: Config, writer, run_id: str, ceilings: dict,
               isolate: bool = False, on_case=None, on_phase=None,
-              adversarial: check.AdversarialCheck | None = None, isolate_keys=frozenset(), measure=None) -> list[dict]:
+              adversarial: check.AdversarialCheck | None = None, isolate_keys=frozenset(), measure=None,
+              stop_before: Callable[[Case], str | None] | None = None) -> list[dict]:
     """Runs ``cases`` in order, appending each finished case to ``writer``;
     each strategy passes ``adversarial`` (the run's adversarial check, made here
     unless the caller keeps its own) before its first case is timed. Each
     case is recorded in flight before it starts; a case whose
     ``strategy_key`` is in ``isolate_keys`` (one that crashed the run before)
     runs in its own process even without ``isolate``. ``measure``: see
-    ``execute_case``."""
+    ``execute_case``. ``stop_before(case)``: a reason to stop before ``case``
+    (a budget spent: harness/measuring/plan.py), ending the run as interrupted by it."""
     rows = []
     current_group, ref, flushes, previous_case = None, None, {}, None
     adversarial = adversarial if adversarial is not None else check.AdversarialCheck(config.seed, config.timing.timeout_s)
     on_phase = on_phase or (lambda phase: None)
     for case in cases:
+        stop = stop_before(case) if stop_before else None
+        if stop:
+            raise Interrupted(stop)
         if on_case:
             on_case(case, "start")
         ceiling = ceilings.get(case.device, math.nan)
@@ -369,6 +374,8 @@ class RunPlan:
     # Strategies (op, strategy, device, dtype) whose case was in flight when an
     # earlier attempt at this run died: their cases run isolated from now on.
     crashed: list[tuple] = field(default_factory=list)
+    # A reason to stop before a case (``run_sweep``'s ``stop_before``): ``run --budget``'s.
+    stop_before: Callable[[Case], str | None] | None = None
 
 
 def select_cases(config: Config, op: str | None = None, strategies: list[str] | None = None,
@@ -544,7 +551,7 @@ def execute_run(plan: RunPlan, argv: list[str], *, isolate: bool = False, on_sta
                 facts.settle(load_before, os.cpu_count(), on_wait=lambda: session.clock(PHASE_SETTLE))
             run_sweep(plan.cases, plan.config, writer, plan.run_id, measured.ceilings, isolate=isolate,
                       on_case=on_case, on_phase=session.clock, adversarial=adversarial,
-                      isolate_keys=frozenset(plan.crashed))
+                      isolate_keys=frozenset(plan.crashed), stop_before=plan.stop_before)
         finally:  # what was checked before Ctrl-C is kept too
             kept.save(adversarial, plan.cases)
         session.complete()

@@ -47,6 +47,9 @@ META, ROWS, SAMPLES, LOCK = "meta.json", "rows.csv", "samples.jsonl", ".lock"
 # kill -9) was doing, for --resume to treat with care.
 IN_FLIGHT = "in-flight.json"
 PROBE = ".write-probe-"
+# What `make gpu` records of its steps (the check, the CUDA tests, the sweep, the report), beside
+# the run it makes: a folder a new run may find in its directory (harness/measuring/plan.py reads it).
+STEPS = "steps"
 # Room kept while a run writes (sixteen times a typical meta.json), given back when the disk
 # fills, so that meta.json can still say the run stopped, and why (RunWriter.free_reserve).
 RESERVE, RESERVE_BYTES = ".reserve", 64 << 10
@@ -233,7 +236,7 @@ def prepare_output_dir(directory: Path, resuming: bool = False) -> Path:
     else:
         # The lock, write probes, and a first metadata write cut short are no run.
         present = [entry.name for entry in directory.iterdir()
-                   if entry.name not in (LOCK, META + ".tmp") and not entry.name.startswith(PROBE)]
+                   if entry.name not in (LOCK, META + ".tmp", STEPS) and not entry.name.startswith(PROBE)]
         # A writer takes the lock before it writes anything: whoever is writing is named.
         holder = lock_holder(directory) if present else None
         if holder is not None:

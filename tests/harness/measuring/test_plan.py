@@ -1,0 +1,220 @@
+"""`scatterbench plan` and `run --budget` (harness/measuring/plan.py): the
+per-phase estimate of gpu.yaml on a GPU from the runs measured there, every
+case accounted for, the order and the cut of a budget, and the sweep's stop."""
+
+import json
+import shutil
+
+import pytest
+
+from harness import cli
+from harness.base.config import Case, expand, load_config
+from harness.measuring import check
+from harness.measuring import plan as window
+from harness.measuring.session import Interrupted, MemoryWriter
+from harness.measuring.sweep import run_sweep
+from harness.results import store
+from impls.registry import get_operator
+from tests.helpers import ROOT
+
+GPU_YAML = str(ROOT / "configs" / "gpu.yaml")
+H200 = ROOT / "results" / "20261126T045242-vm-gpu-1067"  # the first GPU run: 52 max-pool cases, no phase_s
+
+
+def h200_copy(tmp_path, **meta):
+    """A copy of the H200 run, its meta.json updated with ``meta``."""
+    copy = tmp_path / "runs" / H200.name
+    shutil.copytree(H200, copy)
+    store.write_json_atomic(copy / store.META, {**json.loads((copy / store.META).read_text()), **meta})
+    return copy
+
+
+def record_step(directory, name: str, seconds: float, exit_status: int = 0) -> None:
+    """A step's record as `make gpu` writes it."""
+    steps = directory / store.STEPS
+    steps.mkdir(parents=True, exist_ok=True)
+    (steps / f"{name}.json").write_text(json.dumps({"step": name, "exit": exit_status, "seconds": seconds,
+                                                    "end": "2026-11-28T00:00:00Z"}) + "\n")
+
+
+def phases(plan) -> dict:
+    return dict(plan.phases)
+
+
+def test_with_nothing_measured_every_phase_says_so_and_every_case_is_accounted_for(tmp_path):
+    plan = window.plan_config(GPU_YAML, "cuda", [tmp_path])
+    text = "\n".join(window.lines(plan))
+    assert plan.sources == [] and "every figure is a default" in text
+    for name, estimate in plan.phases:
+        assert "no measurement" in estimate.source, name
+    assert phases(plan)["pytest -m cuda"].seconds == window.DEFAULT_PYTEST_S
+    # every case of the config: in the order, the ones the sweep records without timing named with why
+    assert sorted(case.case_id for case in plan.order()) == sorted(case.case_id for case in expand(load_config(GPU_YAML)))
+    assert len(plan.order()) == 316
+    skipped = [cost for cost in plan.cases if cost.skipped]
+    assert {cost.case.strategy for cost in skipped} == {"jax_reduce_window"}
+    assert {cost.case.mode for cost in skipped} == {"backward", "forward+backward"}
+    assert "recorded as skipped, not measured (4 cases):" in text and "no differentiation rule" in text
+    assert f"{plan.total_s:.0f}" in text and "min of device time" in text
+
+
+def test_the_h200_runs_measured_costs_are_used_and_named(tmp_path):
+    plan = window.plan_config(GPU_YAML, "cuda", [ROOT / "results"])
+    assert [run.path.name for run in plan.sources] == [H200.name]
+    text = "\n".join(window.lines(plan))
+    assert f"estimated from: {plan.sources[0].path} (NVIDIA H200), 52 rows, no phase_s" in text
+    rows = store.read_rows(H200)
+    measured = rows[(rows["strategy"] == "triton_fused") & (rows["mode"] == "forward")].iloc[0]
+    cost = next(c for c in plan.cases if c.case.case_id == measured["case_id"])
+    assert cost.prepare.seconds == pytest.approx(measured["setup_s"])
+    assert cost.prepare.source == f"this case in {H200.name}"
+    assert f"this case's median in {H200.name}" in cost.time.source
+    # a case the H200 never reached: its strategy's median where it ran elsewhere, else its kind's
+    unpool = next(c for c in plan.cases if c.case.op == "maxunpool" and c.case.strategy == "triton_scatter")
+    assert unpool.prepare.source.startswith("median of") and "triton" in unpool.prepare.source
+    assert "prepare/compile" in phases(plan) and "40 cases: this case measured" in phases(plan)["prepare/compile"].source
+
+
+def test_phase_s_and_make_gpus_step_records_replace_the_defaults(tmp_path):
+    run = h200_copy(tmp_path, phase_s={"ceilings": 4.5, "adversarial": 30.0, "load settling": 2.0, "check": 100.0,
+                                        "prepare/compile": 50.0, "time": 40.0})
+    for name, seconds in (("check-maxpool2d", 20), ("check-maxunpool", 25), ("check-dispersion", 5),
+                          ("check-dispersion_pinv", 10), ("pytest", 70), ("report", 33)):
+        record_step(run, name, seconds)
+    plan = window.plan_config(GPU_YAML, "cuda", [run.parent])
+    found = phases(plan)
+    assert found["ceilings"].seconds == 4.5 and "phase_s['ceilings']" in found["ceilings"].source
+    assert found["check (make gpu)"].seconds == 60 and "(4 records)" in found["check (make gpu)"].source
+    assert found["pytest -m cuda"].seconds == 70 and found["report"].seconds == 33
+    # the adversarial check (and the load settling after it): seconds per key the run checked itself,
+    # not those its meta says came from the verdict cache
+    rows = store.read_rows(run)
+    checked = len(rows.groupby(["op", "strategy", "dtype", "mode"])) - store.read_meta(run)["adversarial_from_cache"]
+    assert checked == 27
+    assert f"{32 / checked:.2f} s a key over its {checked} keys" in found["adversarial (sweep)"].source
+    assert f"the sweep alone: {32 / checked * 228:.0f} s" in found["adversarial (sweep)"].source
+    assert found["adversarial (sweep)"].seconds == 0  # make gpu's check did it, its verdicts kept
+    # the oracles and judging: the run's check phase per byte its rows moved, so a bigger point costs more
+    per_byte = 100.0 / rows["bytes"].sum()
+    big = next(c for c in plan.cases if "512" in c.case.params_json and c.case.op == "dispersion")
+    assert big.check_s == pytest.approx(per_byte * window._case_bytes(big.case))
+    assert "phase_s['check'] per byte moved" in found["check per case"].source
+
+
+def test_a_budget_cuts_the_order_at_a_case_and_names_what_is_left(tmp_path):
+    full = window.plan_config(GPU_YAML, "cuda", [ROOT / "results"])
+    budget = full.before_cases_s + full.sweep_s / 3
+    plan = window.plan_config(GPU_YAML, "cuda", [ROOT / "results"], budget_s=budget)
+    costs = [cost.seconds for cost in plan.cases]
+    assert sum(costs[:plan.fitting]) <= budget - plan.before_cases_s < sum(costs[:plan.fitting + 1])
+    text = "\n".join(window.lines(plan))
+    assert f"---- the budget of {budget:g} s ends here" in text
+    within = sum(1 for cost in plan.cases[:plan.fitting] if not cost.skipped)
+    later = sum(1 for cost in plan.cases[plan.fitting:] if not cost.skipped)
+    assert f"within the budget: {within} cases measured" in text and f"left for the next call: {later} cases" in text
+    assert within + later + 4 == 316
+
+
+def test_coverage_first_each_operators_cheapest_point_then_the_cheapest_per_case():
+    plan = window.plan_config(GPU_YAML, "cuda", [ROOT / "results"])
+    head = plan.points[:4]
+    assert sorted(point.op for point in head) == ["dispersion", "dispersion_pinv", "maxpool2d", "maxunpool"]
+    for point in head:
+        assert point.seconds == min(p.seconds for p in plan.points if p.op == point.op)
+    assert [p.seconds for p in head] == sorted(p.seconds for p in head)
+    rest = [p.seconds / len(p.measured) for p in plan.points[4:]]
+    assert rest == sorted(rest)
+    # a point's cases stay together, in the config's order: they share inputs and oracles
+    order = plan.order()
+    for point in plan.points:
+        ids = [cost.case.case_id for cost in point.costs]
+        start = order.index(point.costs[0].case)
+        assert [case.case_id for case in order[start:start + len(ids)]] == ids
+
+
+def test_a_resumed_plan_leaves_out_the_cases_and_steps_done(tmp_path):
+    run = h200_copy(tmp_path)
+    record_step(run, "pytest", 70)
+    for op in ("maxpool2d", "maxunpool", "dispersion"):
+        record_step(run, f"check-{op}", 10)
+    plan = window.plan_config(GPU_YAML, "cuda", [tmp_path / "nothing"], resume=str(run))
+    assert plan.done == 52 and len(plan.order()) == 316 - 52
+    assert not {case.case_id for case in plan.order()} & set(store.read_rows(run)["case_id"])
+    found = phases(plan)
+    assert found["pytest -m cuda"].seconds == 0 and found["pytest -m cuda"].source == "1 of 1 finished already"
+    # the run's own records are the measurement: 10 s an operator, one operator left
+    check = found["check (make gpu)"]
+    assert check.source.startswith("3 of 4 finished already; the rest: ") and "3 of 4 steps/check-*.json" in check.source
+    assert check.seconds == pytest.approx(10)
+    assert "(52 done already)" in window.lines(plan)[0]
+
+
+def test_budget_stops_before_a_case_that_would_outlast_it():
+    now = [100.0]
+    budget = window.Budget(10, {"a": 4.0, "b": 7.0}, clock=lambda: now[0])
+    assert budget.stop_before(Case("maxpool2d", "x", "cpu", "float32", ())) is None  # unknown: costs nothing
+    case = Case("maxpool2d", "torch_max_pool2d", "cpu", "float32", (("C", 1),))
+    budget.costs = {case.case_id: 4.0}
+    now[0] = 105.0
+    assert budget.stop_before(case) is None  # 5 s left, 4 needed
+    now[0] = 107.0
+    reason = budget.stop_before(case)
+    assert reason == "budget of 10 s: the next case needs about 4 s and 3 s are left"
+
+
+def test_the_sweep_stops_before_the_case_its_hook_names():
+    config = load_config_text("""
+timing: {min_samples: 5, budget_s: 0.001, warmup_s: 0}
+threads: 1
+benchmarks:
+  - op: maxpool2d
+    strategies: [torch_max_pool2d, torch_max_pool2d_indices, torch_reshape_argmax]
+    params: {N: 1, C: 1, H: 4, W: 4, k: 2}
+""")
+    cases = expand(config)
+    writer = MemoryWriter()
+    asked = []
+
+    def stop_before(case):
+        asked.append(case.strategy)
+        return "enough" if len(asked) == 3 else None
+
+    # their adversarial checks passed already (the check's own tests test them): this test is the stop's
+    passed = check.AdversarialCheck(config.seed, config.timing.timeout_s)
+    for case in cases:
+        passed.remember(get_operator(case.op).strategies[case.strategy], case.device, case.dtype, None)
+    with pytest.raises(Interrupted) as stopped:
+        run_sweep(cases, config, writer, "run", {}, stop_before=stop_before, adversarial=passed)
+    assert stopped.value.signal_name == "enough"
+    assert [row["strategy"] for row in writer.rows] == ["torch_max_pool2d", "torch_max_pool2d_indices"]
+    assert {row["status"] for row in writer.rows} == {"ok"}
+
+
+def load_config_text(text: str):
+    from harness.base.config import parse_config
+    import yaml
+
+    return parse_config(yaml.safe_load(text), "<test>")
+
+
+def test_plan_on_the_command_line(tmp_path, capsys):
+    assert cli.main(["plan", GPU_YAML, "--device", "cuda", "--results", str(tmp_path), "--budget", "540"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"plan of {GPU_YAML} on cuda: 316 cases to run, 312 measured and 4 recorded as skipped")
+    assert "check (make gpu)" in out and "---- the budget of 540 s ends here" in out
+
+
+@pytest.mark.parametrize("arguments, message", [
+    (["--device", "cpu"], f"--device cpu: {GPU_YAML} measures on cuda only"),
+    (["--budget", "0"], "--budget 0: must be a positive number of seconds"),
+    (["--resume", "/nonexistent/run"], "--resume /nonexistent/run: no such directory"),
+])
+def test_plan_refuses_bad_input_in_one_line(arguments, message, capsys):
+    assert cli.main(["plan", GPU_YAML, *arguments]) == 2
+    err = capsys.readouterr().err
+    assert err == f"scatterbench: error: {message}\n"
+
+
+def test_run_budget_refuses_a_counting_run(capsys):
+    assert cli.main(["run", GPU_YAML, "--budget", "60", "--instrument", "callgrind"]) == 2
+    assert "--budget: a counting run (--instrument callgrind) has no budget" in capsys.readouterr().err
