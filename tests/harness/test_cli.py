@@ -185,7 +185,7 @@ def test_list_compare_and_check_tables_fit_the_width_and_keep_names_whole(width)
 
     strategies = all_strategies()
     params = json.dumps({"N": 16, "C": 16, "H": 32, "W": 32, "k": 2})
-    compared = pd.DataFrame([dict(op=s.op, strategy=s.name, device="cpu", dtype="float32", params=params,
+    compared = pd.DataFrame([dict(op=s.op, strategy=s.name, device="cpu", dtype="float32", mode="forward", params=params,
                                   base_s=1e-3, new_s=2e-3, ratio=2.0, p_value=1e-9, verdict="regressed")
                              for s in strategies])
     results = [CheckResult(CheckItem(s, (("C", 3), ("N", 2)), "float32", "cpu", "adversarial", "contiguous"),
