@@ -45,6 +45,10 @@ class Timing(Strict):
     timeout_s: float = Field(120.0, gt=0, le=86400)
     # CUDA: also time each case with triton.testing.do_bench and store it (xcheck_s)
     cross_check: bool = True
+    # SPEC 3 "Rounds": the strategies of one point are sampled in this many rounds, a fresh random
+    # order and a fresh prepare each round; the budget, warm-up and sample counts above are split
+    # across them (harness/measuring/timing.py, round_share), so rounds cost no extra time.
+    rounds: int = Field(3, ge=1, le=50)
 
     @model_validator(mode="after")
     def _max_at_least_min(self):

@@ -1,0 +1,102 @@
+"""The one rule of "A is clearly faster than B" (SPEC 3 "Rounds"), and what
+the answer makes of it: ties naming every strategy not clearly beaten, no
+clear win for a case whose timers disagree or that is incomplete, the
+training step faster than its parts, and bench()'s speed-ups."""
+
+import json
+import math
+
+import pandas as pd
+import pytest
+
+from harness.api import clear_speedups
+from harness.judging import analysis
+from harness.judging.analysis import answer, clearly_faster, winner_text, winners
+
+PARAMS = json.dumps({"N": 1, "C": 2, "H": 8, "W": 8, "k": 2})
+
+
+def row(strategy, rounds=None, median=None, spread=0.02, status="ok", mode="forward", **extra):
+    """A maxpool2d row; its median is its rounds' median unless given, its Q1–Q3 ± ``spread`` of it."""
+    median = median if median is not None else (sorted(rounds)[len(rounds) // 2] if rounds else math.nan)
+    return {"op": "maxpool2d", "strategy": strategy, "backend": "numpy", "device": "cpu", "dtype": "float32",
+            "params": PARAMS, "mode": mode, "status": status, "median_s": median,
+            "q1_s": median * (1 - spread), "q3_s": median * (1 + spread), "iqr_s": 2 * spread * median,
+            "min_s": median * (1 - 2 * spread), "max_s": median * (1 + 2 * spread), "xcheck_s": math.nan,
+            "round_medians_s": json.dumps(rounds) if rounds else "", "message": "", **extra}
+
+
+def test_the_rounds_must_agree_beyond_their_spread():
+    fast = row("numba_fused", [1.0, 1.0, 1.0])
+    for rounds, expected in (([1.5, 1.52, 1.48], True),  # every round, tightly
+                             ([1.05, 1.10, 1.30], False),  # every round, but scattered beyond the lead
+                             ([2.0, 2.0, 0.9], False),  # one round says the opposite
+                             ([1.0, 1.0, 1.0], False)):
+        assert clearly_faster(fast, row("seed_reshape_argmax", rounds)) is expected, rounds
+    # Pooled quartiles that overlap do not veto rounds that agree (a slow third widens both).
+    wide = row("seed_reshape_argmax", [1.5, 1.5, 1.5], spread=0.6)
+    assert analysis.spread(fast)[1] >= analysis.spread(row("x", [1.0] * 3, spread=0.6))[0]
+    assert clearly_faster(row("numba_fused", [1.0] * 3, spread=0.6), wide)
+
+
+def test_a_tie_names_every_strategy_the_winner_does_not_clearly_beat_and_prints_no_speedup():
+    """SegNet upsample2's tie named two strategies when the winner's Q3 overlapped seven."""
+    rows = pd.DataFrame([row("numba_fused", [1.0, 1.0, 1.0]),
+                         row("torch_max_pool2d_indices", [1.02, 0.99, 1.05]),
+                         row("torch_reshape_argmax", [1.1, 1.0, 1.3]),
+                         row("seed_reshape_argmax", [2.0, 2.0, 2.0])])
+    found = answer(rows)
+    assert found.tie and not found.clear
+    assert winners(found) == ["numba_fused", "torch_max_pool2d_indices", "torch_reshape_argmax"]
+    text = winner_text(found)
+    assert "numba_fused, torch_max_pool2d_indices and torch_reshape_argmax (a tie" in text
+    assert "seed_reshape_argmax" not in text
+    # bench(): the speed-up over the seed is blank where the rounds do not separate the row from it.
+    renamed = rows.assign(strategy=["numba_fused", "torch_max_pool2d_indices", "seed_loops", "torch_reshape_argmax"])
+    speedups = clear_speedups(analysis.with_speedups(renamed))
+    by_name = speedups.set_index("strategy")["speedup"]
+    assert by_name["seed_loops"] == pytest.approx(1.0)  # the seed's own (maxpool2d's baseline): rounds 1.1, 1.0, 1.3
+    assert math.isnan(by_name["numba_fused"])  # rounds 1.0, 1.0, 1.0 against the seed's: one round level, a tie
+    assert math.isnan(by_name["torch_max_pool2d_indices"])
+    assert by_name["torch_reshape_argmax"] == pytest.approx(1.1 / 2.0)  # clearly slower than the seed: kept
+
+
+def test_timers_that_disagree_or_an_incomplete_case_are_never_a_clear_win():
+    beaten = row("seed_reshape_argmax", [3.0, 3.0, 3.0])
+    disputed = pd.DataFrame([row("triton_fused", [1.0, 1.0, 1.0], xcheck_s=1.0 / 0.78), beaten])
+    found = answer(disputed)
+    assert not found.tie and not found.clear and "timers disagree" in found.unclear
+    assert "no clear win" in winner_text(found)
+    cut_short = pd.DataFrame([row("numba_fused", [1.0, 1.0, 1.0]), beaten,
+                              row("torch_reshape_argmax", status="timeout")])
+    found = answer(cut_short)
+    assert not found.clear and "incomplete: torch_reshape_argmax not timed" in found.unclear
+    # Strategies the benchmark planned that have no row (the GPU window ended first).
+    found = answer(pd.DataFrame([row("numba_fused", [1.0, 1.0, 1.0]), beaten]),
+                   planned=["numba_fused", "seed_reshape_argmax", "triton_fused", "torch_scatter"])
+    assert found.unclear == "incomplete: triton_fused, torch_scatter not timed"
+    assert answer(pd.DataFrame([row("numba_fused", [1.0, 1.0, 1.0]), beaten])).clear
+
+
+def test_a_run_without_rounds_falls_back_to_the_quartiles_and_says_so():
+    rows = pd.DataFrame([row("numba_fused", median=1.0), row("seed_reshape_argmax", median=1.01)])
+    found = answer(rows)
+    assert found.basis == analysis.QUARTILE_RULE and found.tie
+    assert "no rounds stored" in winner_text(found)
+    assert "no rounds stored" in analysis.tie_reason(rows.iloc[0], rows.iloc[1])
+    apart = answer(pd.DataFrame([row("numba_fused", median=1.0), row("seed_reshape_argmax", median=2.0)]))
+    assert apart.clear and winner_text(apart) == "numba_fused (by the older Q1–Q3 rule: no rounds stored)"
+
+
+def test_a_training_step_faster_than_either_of_its_parts_is_flagged():
+    rows = pd.DataFrame([row("numba_fused", [1.0] * 3), row("numba_fused", [2.0] * 3, mode="backward"),
+                         row("numba_fused", [1.5] * 3, mode="forward+backward"),
+                         row("seed_reshape_argmax", [1.0] * 3), row("seed_reshape_argmax", [2.0] * 3, mode="backward"),
+                         row("seed_reshape_argmax", [3.1] * 3, mode="forward+backward"),
+                         # within the rounds' spread of its backward: not flagged
+                         row("torch_reshape_argmax", [1.0] * 3),
+                         row("torch_reshape_argmax", [2.0, 2.0, 2.0], mode="backward"),
+                         row("torch_reshape_argmax", [1.9, 2.1, 2.0], mode="forward+backward")])
+    flagged = analysis.training_faster_than_parts(rows)
+    assert [(found["strategy"], found["part"]) for found in flagged] == [("numba_fused", "backward")]
+    assert flagged[0]["step_s"] == 1.5 and flagged[0]["part_s"] == 2.0
