@@ -66,10 +66,12 @@ def bench(op: str, strategies: list[str] | None = None, *, device: str = "cpu", 
     modes with the reason.
     ``timing``: the config's timing keys (default: 5 samples, 0.2 s budget).
     ``threads``: the config's thread settings, e.g. ``{"torch": 1, "blas": 1,
-    "numba": 1}``: applied while measuring, recorded in ``result.threads``
-    (and ``meta.json``), the caller's own settings restored afterwards. Left
-    unpinned on a machine loaded to its core count, an
-    ``UnpinnedThreadsWarning`` says so in one line.
+    "numba": 1}``, or ``"auto"``, the default: every core but one for every
+    pool, so that a neighbour on one core cannot stall a parallel kernel:
+    applied while measuring, recorded in ``result.threads``
+    (and ``meta.json``), the caller's own settings restored afterwards. A pool
+    left unpinned (``{"torch": None}``) on a machine loaded to its core count
+    gets an ``UnpinnedThreadsWarning`` in one line.
     Each strategy passes its operator's adversarial check first (the rows of
     ``result.checks``); one that fails is recorded with its status and
     message and never timed.
