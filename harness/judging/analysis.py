@@ -491,8 +491,9 @@ def winners(found: Answer | None) -> list[str]:
 
 def winner_text(found: Answer | None) -> str | None:
     """An answer's winner as a sentence names it: the strategy, or every
-    strategy of a tie and why, and why a win cannot be claimed; None where
-    nothing was rankable. A run without rounds says its rule."""
+    strategy of a tie and why (by the rounds, or, for a run without them,
+    by the quartiles it names), and why a win cannot be claimed; None where
+    nothing was rankable. ``found.basis`` says which rule, for a table's note."""
     names = winners(found)
     if not names:
         return None
@@ -500,11 +501,10 @@ def winner_text(found: Answer | None) -> str | None:
         listed = ", ".join(names[:-1]) + f" and {names[-1]}"
         why = (f"{found.best['strategy']} does not beat "
                + ("it" if len(names) == 2 else "them") + " beyond the rounds' spread"
-               if found.basis == ROUNDS_RULE else "their Q1–Q3 ranges overlap; no rounds stored, the older rule")
+               if found.basis == ROUNDS_RULE else "their Q1–Q3 ranges overlap")
         text = f"{listed} (a tie: {why})"
     else:
-        text = names[0] + ("" if found.basis == ROUNDS_RULE or found.runner_up is None
-                           else " (by the older Q1–Q3 rule: no rounds stored)")
+        text = names[0]
     return text + (f" (no clear win: {found.unclear})" if found.unclear else "")
 
 

@@ -1,5 +1,9 @@
 """Running a sweep: every case checked against the oracle, then timed, then
 recorded; a failing case is a row with its status, and the sweep goes on.
+The strategies of one point (operator, parameters, dtype, device, mode) are
+timed together, in rounds (SPEC 3): a fresh random order and a fresh prepare
+each round, so that a slow minute of the machine, or a slow state set when a
+strategy was prepared, falls on all of them (``time_in_rounds``).
 
 ``plan_run`` turns a config and the command line's selection into the cases
 to run and where they go; ``execute_run`` measures the ceilings, writes the

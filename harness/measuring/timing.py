@@ -36,6 +36,12 @@ Every call's host cost (``host_s``: median CPU time of the call without
 synchronising) is measured too; on the CPU it is the call itself.
 The device ceiling is a large buffer copy: bytes read + written / time.
 
+Rounds (SPEC 3): the sweep samples the strategies of one point in rounds,
+each round a fresh prepare and a fresh random order (harness/measuring/sweep.py,
+``time_in_rounds``); each round's call to ``time_call`` gets its share of the
+config's budget, warm-up and sample counts (``round_share``), so a case's
+sampling costs what one block did.
+
 One timing path: a ``Clock`` (a backend on a device) times one call, and
 everything that times anything uses it: the sweep's samples, the copy
 ceiling, the regression gate's re-measurement and the pytest-benchmark view

@@ -73,10 +73,11 @@ COLUMN_SPECS = (
     ("load_avg", "number", 2),  # the machine's 1-minute load average when the case finished
     ("extra", "text", 2),  # free-form JSON object: an operator's or backend's own measurements
     ("slow_start", "number", 2),  # leading samples dropped as a slow start (harness/measuring/timing.py)
-    *COUNTS.columns(),  # per call, from `run --instrument callgrind` (metrics.COUNTS); a timed run leaves them empty
     # SPEC 3 "Rounds": the median of each round's samples, in round order, as a JSON list
     # (stats.round_medians_json); an older run's is empty (stats.round_medians reads it as none)
     ("round_medians_s", "text", 7),
+    # Last, so that a metric added to COUNTS is appended (test_metrics: older columns keep their place).
+    *COUNTS.columns(),  # per call, from `run --instrument callgrind` (metrics.COUNTS); a timed run leaves them empty
 )
 COLUMN_KINDS = tuple((name, kind) for name, kind, _ in COLUMN_SPECS)
 COLUMNS = tuple(name for name, _ in COLUMN_KINDS)

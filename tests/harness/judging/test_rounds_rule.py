@@ -82,10 +82,13 @@ def test_a_run_without_rounds_falls_back_to_the_quartiles_and_says_so():
     rows = pd.DataFrame([row("numba_fused", median=1.0), row("seed_reshape_argmax", median=1.01)])
     found = answer(rows)
     assert found.basis == analysis.QUARTILE_RULE and found.tie
-    assert "no rounds stored" in winner_text(found)
+    assert "(a tie: their Q1–Q3 ranges overlap)" in winner_text(found)
     assert "no rounds stored" in analysis.tie_reason(rows.iloc[0], rows.iloc[1])
     apart = answer(pd.DataFrame([row("numba_fused", median=1.0), row("seed_reshape_argmax", median=2.0)]))
-    assert apart.clear and winner_text(apart) == "numba_fused (by the older Q1–Q3 rule: no rounds stored)"
+    assert apart.clear and apart.basis == analysis.QUARTILE_RULE and winner_text(apart) == "numba_fused"
+    rounds = answer(pd.DataFrame([row("numba_fused", [1.0] * 3), row("seed_reshape_argmax", [1.01, 0.99, 1.0])]))
+    assert rounds.basis == analysis.ROUNDS_RULE
+    assert "(a tie: numba_fused does not beat it beyond the rounds' spread)" in winner_text(rounds)
 
 
 def test_a_training_step_faster_than_either_of_its_parts_is_flagged():
@@ -100,3 +103,30 @@ def test_a_training_step_faster_than_either_of_its_parts_is_flagged():
     flagged = analysis.training_faster_than_parts(rows)
     assert [(found["strategy"], found["part"]) for found in flagged] == [("numba_fused", "backward")]
     assert flagged[0]["step_s"] == 1.5 and flagged[0]["part_s"] == 2.0
+
+
+def test_the_dashboard_marks_red_only_a_change_that_holds_in_every_round():
+    """The two red rows of the committed history (numba_fused 4.43 -> 44.4 ms,
+    jax_at_set 185 -> 454 µs, sources unchanged) were one prepare's slow
+    state. A suspect 10x slower in one round of three, against its partners,
+    is cleared; 10x slower in every round stays red."""
+    import numpy as np
+
+    from harness.judging import history, wall_gate
+
+    names = ["numba_fused", "torch_max_pool2d_indices", "torch_reshape_argmax"]
+    base = pd.DataFrame([row(name, [1.0, 1.0, 1.0]) for name in names])
+    suspect = base.iloc[0]
+    for slow_rounds, red in (([10.0, 1.0, 1.0], False), ([10.0, 9.0, 11.0], True)):
+        new = pd.DataFrame([row(names[0], slow_rounds)] + [row(name, [1.0, 1.0, 1.0]) for name in names[1:]])
+        changes = history.stored_changes(base, {}, new, {}, suspect, names)
+        assert changes == pytest.approx(list(np.asarray(slow_rounds) / 1.0))
+        table = pd.DataFrame({"verdict": ["regressed"]})
+        assert wall_gate.settle(table, 0, changes, 2.0) is red
+        assert table.loc[0, "verdict"] == ("regressed" if red else "same")
+    # Runs without rounds: one change, from the samples' 10th percentiles, as before.
+    plain = base.assign(round_medians_s="", case_id=names)
+    later = plain.assign(median_s=[10.0, 1.0, 1.0])
+    samples = {name: [1.0] * 5 for name in names}
+    slower = dict(samples, numba_fused=[10.0] * 5)
+    assert history.stored_changes(plain, samples, later, slower, plain.iloc[0], names) == [pytest.approx(10.0)]

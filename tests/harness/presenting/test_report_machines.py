@@ -174,10 +174,8 @@ def test_overlapping_spreads_are_a_tie_in_the_answer_table_named_with_both():
     # So do the case's winner sentence and its table: the published report had said "Fastest:
     # torch_scatter" of a case its answer table called a tie.
     assert sections.machines_sentence(tied) == ("Fastest on every machine: numba_fused and numpy_sliding_window "
-                                                "(a tie: their Q1–Q3 ranges overlap; no rounds stored, the older "
-                                                "rule).")
-    assert sections.machines_sentence(clear) == ("Fastest on every machine: numba_fused (by the older Q1–Q3 rule: "
-                                                 "no rounds stored).")
+                                                "(a tie: their Q1–Q3 ranges overlap).")
+    assert sections.machines_sentence(clear) == "Fastest on every machine: numba_fused."
     tied = tied.assign(backend="numpy", n_samples=10, gbps=1.0, speedup=math.nan, rel_err=0.0, max_abs_err=0.0,
                        source="", message="", host_s=math.nan, xcheck_s=math.nan, pct_of_fresh_floor=math.nan)
     _, _, bold, notes = sections.case_table(tied)
