@@ -130,3 +130,24 @@ def test_the_dashboard_marks_red_only_a_change_that_holds_in_every_round():
     samples = {name: [1.0] * 5 for name in names}
     slower = dict(samples, numba_fused=[10.0] * 5)
     assert history.stored_changes(plain, samples, later, slower, plain.iloc[0], names) == [pytest.approx(10.0)]
+
+
+def test_the_gates_re_measurement_takes_rounds_in_fresh_orders_with_fresh_prepares(monkeypatch):
+    """`regress`'s confirmation of a suspect: each of its rounds prepares every
+    strategy afresh, in an order drawn afresh (the sweep's rounds)."""
+    from harness.judging import wall_gate
+
+    prepared = []
+    real = wall_gate.prepare_case
+
+    def counting(strat, *args, **kwargs):
+        prepared.append(strat.name)
+        return real(strat, *args, **kwargs)
+
+    monkeypatch.setattr(wall_gate, "prepare_case", counting)
+    names = ["numba_fused", "torch_max_pool2d_indices", "seed_reshape_argmax"]
+    times = wall_gate.paired_times("maxpool2d", {"N": 1, "C": 2, "H": 8, "W": 8, "k": 2}, "float32", "cpu", names,
+                                   seed=3, rounds=4)
+    assert len(times) == 4 and all(len(t) == 3 and all(s > 0 for s in t) for t in times)
+    orders = [tuple(prepared[i:i + 3]) for i in range(0, 12, 3)]
+    assert all(sorted(order) == sorted(names) for order in orders) and len(set(orders)) > 1
