@@ -451,6 +451,30 @@ def incomplete(case: pd.DataFrame, planned=None) -> list[str]:
     return missing
 
 
+def planned_strategies(meta: dict) -> dict | None:
+    """{(op, device, dtype, params JSON, mode): [strategy, ...]}: what an
+    unfinished run's config meant to time at each point, for `answer`'s
+    ``planned`` (a run that ended before some strategies of a point, as the
+    H200 run whose GPU window closed after 3 of 7). None for a complete run
+    (it timed what it selected; its config may hold more than ``--op`` or
+    ``--strategy`` chose) and where the config cannot be expanded here (a
+    plugin not loaded). Since rounds, a point's rows are written together,
+    so only runs from before them can stop inside a point."""
+    from harness.base.config import expand, parse_config
+
+    config = meta.get("config") if isinstance(meta, dict) else None
+    if meta.get("status") == "complete" or not isinstance(config, dict):
+        return None
+    try:
+        cases = expand(parse_config(config, "meta.json"))
+    except Exception:  # noqa: BLE001 - an unknown strategy or operator: no plan to hold the rows to
+        return None
+    planned: dict[tuple, list[str]] = {}
+    for case in cases:
+        planned.setdefault((case.op, case.device, case.dtype, case.params_json, case.mode), []).append(case.strategy)
+    return planned
+
+
 def answer(case: pd.DataFrame, planned=None) -> Answer | None:
     """The answer for one case on one machine, or None when nothing is
     rankable. ``planned``: the strategies the case's benchmark meant to time

@@ -13,7 +13,7 @@ from harness.api import clear_speedups
 from harness.judging import analysis
 from harness.judging.analysis import answer, clearly_faster, winner_text, winners
 
-PARAMS = json.dumps({"N": 1, "C": 2, "H": 8, "W": 8, "k": 2})
+PARAMS = json.dumps({"N": 1, "C": 2, "H": 8, "W": 8, "k": 2}, sort_keys=True)  # as rows store it
 
 
 def row(strategy, rounds=None, median=None, spread=0.02, status="ok", mode="forward", **extra):
@@ -151,3 +151,16 @@ def test_the_gates_re_measurement_takes_rounds_in_fresh_orders_with_fresh_prepar
     assert len(times) == 4 and all(len(t) == 3 and all(s > 0 for s in t) for t in times)
     orders = [tuple(prepared[i:i + 3]) for i in range(0, 12, 3)]
     assert all(sorted(order) == sorted(names) for order in orders) and len(set(orders)) > 1
+
+
+def test_an_unfinished_runs_plan_names_the_strategies_it_never_reached():
+    config = {"timing": {"min_samples": 5}, "threads": 1,
+              "benchmarks": [{"op": "maxpool2d", "params": {"N": 1, "C": 2, "H": 8, "W": 8, "k": 2},
+                              "strategies": ["numba_fused", "seed_reshape_argmax", "torch_reshape_argmax"]}]}
+    plan = analysis.planned_strategies({"status": "interrupted", "config": config})
+    key = ("maxpool2d", "cpu", "float32", PARAMS, "forward")
+    assert plan[key] == ["numba_fused", "seed_reshape_argmax", "torch_reshape_argmax"]
+    rows = pd.DataFrame([row("numba_fused", [1.0] * 3), row("seed_reshape_argmax", [3.0] * 3)])
+    assert answer(rows, planned=plan[key]).unclear == "incomplete: torch_reshape_argmax not timed"
+    assert analysis.planned_strategies({"status": "complete", "config": config}) is None
+    assert analysis.planned_strategies({"status": "interrupted", "config": {"benchmarks": [{"op": "nope"}]}}) is None
