@@ -190,3 +190,4 @@ def test_a_sweep_times_each_point_in_rounds_and_records_its_order_seed():
         assert len(medians) == 3 and len(writer.sizes[row["case_id"]]) == 3
         assert sum(writer.sizes[row["case_id"]]) == row["n_samples"] == len(writer.samples[row["case_id"]])
         assert row["n_samples"] >= 6
+        assert row["host_s"] == row["median_s"]  # on the host clock, the call itself over all rounds
