@@ -3,7 +3,9 @@
 - **Ranking**: which rows may be called fastest (exact, timed, returning the
   operator's whole output), the fastest of a case, speedups over the seed's
   original (the operator's baseline), and when the data supports "A is faster
-  than B" at all.
+  than B" at all (`clearly_faster`: the per-round ratios of their medians,
+  SPEC 3 "Rounds"; the quartiles for a run that stored no rounds), and so
+  the ties, which name every strategy the winner does not clearly beat.
 - **Flags**: unstable, slow start, timer disagreement, inexact, a busy machine
   or a low ceiling; each with its threshold, its marks and the sentence that
   explains it; and whether two stored runs are fit to be judged against
