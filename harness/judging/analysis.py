@@ -39,7 +39,7 @@ from harness.measuring import facts
 from harness.results import runmeta, stats
 from harness.results.runmeta import record
 from impls.registry import OPERATORS
-from impls.status import CORRECT, ERROR, INEXACT, OK, TIMEOUT
+from impls.status import CORRECT, INEXACT, OK
 
 
 # ------------------------------------------------------------------ flags
@@ -413,10 +413,6 @@ def training_faster_than_parts(rows: pd.DataFrame) -> list[dict]:
 
 
 # ------------------------------------------------------------------ the answer
-# A strategy of the case that was meant to be timed and was not: it might have won.
-NOT_TIMED_STATUSES = (ERROR, TIMEOUT)
-
-
 @dataclass(frozen=True)
 class Answer:
     """One case's answer to the suite's question on one machine: the fastest
@@ -442,15 +438,16 @@ class Answer:
 
 
 def incomplete(case: pd.DataFrame, planned=None) -> list[str]:
-    """The strategies of the case that were meant to be timed and were not:
-    those that raised or ran out of time, and, where ``planned`` (the
-    strategy names its benchmark selects here) is given, those with no row
-    at all (a run that ended before them)."""
-    missing = [str(name) for name, status in zip(case["strategy"], case["status"]) if status in NOT_TIMED_STATUSES]
-    if planned is not None:
-        present = set(case["strategy"].astype(str))
-        missing += [str(name) for name in planned if str(name) not in present]
-    return missing
+    """The strategies the case's benchmark meant to time (``planned``: the
+    names it selects here, `planned_strategies`) that have no row: a run that
+    ended before them (the H200 run whose GPU window closed after 3 of 7), so
+    any of them might have won. A row that failed (error, timeout, mismatch)
+    is not missing: it was run, and a strategy that raises, runs past its
+    limit or answers wrongly is no contender; the answer's tables show why."""
+    if planned is None:
+        return []
+    present = set(case["strategy"].astype(str))
+    return [str(name) for name in planned if str(name) not in present]
 
 
 def planned_strategies(meta: dict) -> dict | None:
