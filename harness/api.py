@@ -127,8 +127,8 @@ def bench(op: str, strategies: list[str] | None = None, *, device: str = "cpu", 
 
     unfit = run_unfit_reasons(writer.meta if out is None else store.read_meta(out), rows)
     rows = clear_speedups(with_speedups(rows))
-    notes = speedup_notes(rows) + answer_notes(rows)
-    if unfit:  # no speed-up from an unfit measurement, as `run`'s tables and the report give none
+    notes = speedup_notes(rows) + ([] if unfit else answer_notes(rows))
+    if unfit:  # no speed-up (nor winner) from an unfit measurement, as `run`'s tables and the report give none
         rows = rows.assign(speedup=math.nan)
         notes = [f"this measurement fails the fitness rule ({'; '.join(unfit)}): its times are shown, but no "
                  f"speed-up is given", *notes]
@@ -160,12 +160,15 @@ def clear_speedups(rows: pd.DataFrame) -> pd.DataFrame:
 
 
 def answer_notes(rows: pd.DataFrame) -> list[str]:
-    """Per case, its answer by the one rule (``analysis.answer``): the clear
-    winner, or every strategy of a tie, and why no win can be claimed."""
-    from harness.judging.analysis import answer, winner_text
+    """Per case with at least two rankable strategies, its answer by the one
+    rule (``analysis.answer``): the clear winner, or every strategy of a tie,
+    and why no win can be claimed. Not asked of an unfit measurement."""
+    from harness.judging.analysis import answer, ranked, winner_text
 
     notes = []
     for _group, group in rows.groupby(CASE_GROUP, sort=False):
+        if len(ranked(group)) < 2:  # nothing to compare the one strategy with
+            continue
         text = winner_text(answer(group))
         if text:
             first = group.iloc[0]
