@@ -163,3 +163,13 @@ def test_an_unfinished_runs_plan_names_the_strategies_it_never_reached():
     assert answer(rows, planned=plan[key]).unclear == "incomplete: torch_reshape_argmax not timed"
     assert analysis.planned_strategies({"status": "complete", "config": config}) is None
     assert analysis.planned_strategies({"status": "interrupted", "config": {"benchmarks": [{"op": "nope"}]}}) is None
+
+
+def test_bench_names_each_points_winner_or_its_whole_tie():
+    from harness.api import answer_notes
+
+    tied = pd.DataFrame([row("numba_fused", [1.0] * 3), row("torch_reshape_argmax", [1.02, 0.99, 1.0]),
+                         row("seed_reshape_argmax", [3.0] * 3)])
+    [note] = answer_notes(tied)
+    assert note.startswith("fastest for maxpool2d") and "numba_fused and torch_reshape_argmax (a tie" in note
+    assert answer_notes(tied.iloc[:1]) == []  # one strategy: nothing compared
