@@ -66,10 +66,12 @@ def bench(op: str, strategies: list[str] | None = None, *, device: str = "cpu", 
     modes with the reason.
     ``timing``: the config's timing keys (default: 5 samples, 0.2 s budget).
     ``threads``: the config's thread settings, e.g. ``{"torch": 1, "blas": 1,
-    "numba": 1}``: applied while measuring, recorded in ``result.threads``
-    (and ``meta.json``), the caller's own settings restored afterwards. Left
-    unpinned on a machine loaded to its core count, an
-    ``UnpinnedThreadsWarning`` says so in one line.
+    "numba": 1}``, or ``"auto"``, the default: every core but one for every
+    pool, so that a neighbour on one core cannot stall a parallel kernel:
+    applied while measuring, recorded in ``result.threads``
+    (and ``meta.json``), the caller's own settings restored afterwards. A pool
+    left unpinned (``{"torch": None}``) on a machine loaded to its core count
+    gets an ``UnpinnedThreadsWarning`` in one line.
     Each strategy passes its operator's adversarial check first (the rows of
     ``result.checks``); one that fails is recorded with its status and
     message and never timed.
@@ -82,7 +84,10 @@ def bench(op: str, strategies: list[str] | None = None, *, device: str = "cpu", 
     (``fresh_floor_s``, ``pct_of_fresh_floor``), as a run's rows do.
     A measurement the fitness rule does not stand behind (load at the core
     count, too many unstable cases: ``result.unfit_reasons``) gives its times
-    but no ``speedup``, and ``result.notes`` says why.
+    but no ``speedup``, and ``result.notes`` says why. The strategies of each
+    point are timed in rounds (``timing={"rounds": 3}``, the default; SPEC 3),
+    and a ``speedup`` the rounds do not separate from the seed's is blank;
+    ``result.notes`` names each point's winner, or every strategy of its tie.
     """
     plugins.load_plugins()  # the built-in strategies, and those SCATTERBENCH_PLUGINS names
     config = parse_config({
@@ -121,9 +126,9 @@ def bench(op: str, strategies: list[str] | None = None, *, device: str = "cpu", 
     from harness.judging.analysis import run_unfit_reasons, with_speedups
 
     unfit = run_unfit_reasons(writer.meta if out is None else store.read_meta(out), rows)
-    rows = with_speedups(rows)
-    notes = speedup_notes(rows)
-    if unfit:  # no speed-up from an unfit measurement, as `run`'s tables and the report give none
+    rows = clear_speedups(with_speedups(rows))
+    notes = speedup_notes(rows) + ([] if unfit else answer_notes(rows))
+    if unfit:  # no speed-up (nor winner) from an unfit measurement, as `run`'s tables and the report give none
         rows = rows.assign(speedup=math.nan)
         notes = [f"this measurement fails the fitness rule ({'; '.join(unfit)}): its times are shown, but no "
                  f"speed-up is given", *notes]
@@ -133,6 +138,42 @@ def bench(op: str, strategies: list[str] | None = None, *, device: str = "cpu", 
           "message": r.verdict.message} for r in adversarial.results],
         columns=["strategy", "case", "dtype", "status", "message"])
     return BenchResult(rows, figure, checks, applied, session.clock.totals(), measured.lines() + notes, unfit)
+
+
+def clear_speedups(rows: pd.DataFrame) -> pd.DataFrame:
+    """``rows`` with ``speedup`` kept only where the one rule
+    (``analysis.clearly_faster``, on the rounds) separates the row from the
+    seed's original either way: a speed-up within the rounds' spread is a
+    tie, and a tie prints none (the seed's own row keeps its 1.0)."""
+    from harness.judging.analysis import baseline_name, clearly_faster
+
+    rows = rows.copy()
+    for _group, group in rows.groupby(CASE_GROUP, sort=False):
+        seed = group[group["strategy"] == baseline_name(group["op"].iloc[0])]
+        if seed.empty:
+            continue
+        base = seed.iloc[0]
+        for index, row in group.iterrows():
+            if index != seed.index[0] and not (clearly_faster(row, base) or clearly_faster(base, row)):
+                rows.at[index, "speedup"] = math.nan
+    return rows
+
+
+def answer_notes(rows: pd.DataFrame) -> list[str]:
+    """Per case with at least two rankable strategies, its answer by the one
+    rule (``analysis.answer``): the clear winner, or every strategy of a tie,
+    and why no win can be claimed. Not asked of an unfit measurement."""
+    from harness.judging.analysis import answer, ranked, winner_text
+
+    notes = []
+    for _group, group in rows.groupby(CASE_GROUP, sort=False):
+        if len(ranked(group)) < 2:  # nothing to compare the one strategy with
+            continue
+        text = winner_text(answer(group))
+        if text:
+            first = group.iloc[0]
+            notes.append(f"fastest for {first['op']} {first['params']} ({first['mode']}): {text}")
+    return notes
 
 
 def speedup_notes(rows: pd.DataFrame) -> list[str]:

@@ -3,7 +3,9 @@
 - **Ranking**: which rows may be called fastest (exact, timed, returning the
   operator's whole output), the fastest of a case, speedups over the seed's
   original (the operator's baseline), and when the data supports "A is faster
-  than B" at all.
+  than B" at all (`clearly_faster`: the per-round ratios of their medians,
+  SPEC 3 "Rounds"; the quartiles for a run that stored no rounds), and so
+  the ties, which name every strategy the winner does not clearly beat.
 - **Flags**: unstable, slow start, timer disagreement, inexact, a busy machine
   or a low ceiling; each with its threshold, its marks and the sentence that
   explains it; and whether two stored runs are fit to be judged against
@@ -21,6 +23,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+import numpy as np
 import pandas as pd
 
 from harness.base.cases import CASE_GROUP, with_mode
@@ -309,15 +312,113 @@ def spread(row) -> tuple[float, float]:
     return (q1 if q1 > 0 else median), q3
 
 
+# SPEC 3 "Rounds": a pair is judged on its rounds only when both rows have at least this many.
+MIN_ROUNDS = 3
+ROUNDS_RULE, QUARTILE_RULE = "rounds", "Q1–Q3"
+
+
+def round_medians(row) -> list[float]:
+    """A row's per-round medians (``round_medians_s``); [] for a row written
+    before rounds were stored (schema < 7), or one not timed."""
+    return stats.round_medians(row.get("round_medians_s", "") if hasattr(row, "get") else "")
+
+
+def round_ratios(fast, slow) -> list[float] | None:
+    """slow's median over fast's, round by round (round i of both was taken
+    in the same stretch of the run, in a random order); None unless both
+    rows have the same number of rounds, at least MIN_ROUNDS."""
+    a, b = round_medians(fast), round_medians(slow)
+    if len(a) < MIN_ROUNDS or len(a) != len(b):
+        return None
+    return [second / first for first, second in zip(a, b)]
+
+
+def rule_basis(fast, slow) -> str:
+    """Which rule `clearly_faster` decides this pair by: ROUNDS_RULE, or
+    QUARTILE_RULE for rows that stored no rounds (a run before schema 7)."""
+    return ROUNDS_RULE if round_ratios(fast, slow) is not None else QUARTILE_RULE
+
+
+def rounds_agree(ratios) -> bool:
+    """The rounds' ratios (slow over fast) say fast is faster beyond their
+    own spread: in logs, their median exceeds their range (max - min). That
+    implies every round agrees (the smallest ratio is above 1 by more than
+    the largest is above the median), and asks more of rounds that scatter:
+    ratios 1.05, 1.10, 1.30 agree in direction but scatter by more than
+    their median's lead, and are a tie. Three rounds of two equal strategies
+    (log ratios iid normal) pass it 4.4 % of the time in a given direction,
+    against 12.5 % for "all rounds agree" alone."""
+    logs = np.log(np.asarray(ratios, dtype=float))
+    if logs.size == 0 or not np.isfinite(logs).all():
+        return False
+    return float(np.median(logs)) > float(logs.max() - logs.min())
+
+
 def clearly_faster(fast, slow) -> bool:
-    """The data supports "fast is faster than slow": fast's spread lies wholly
-    below slow's (`spread`: Q1-Q3). The one rule of "inconclusive": the
-    answer table's ties, the conclusions and the ranking flips all use it."""
-    return spread(fast)[1] < spread(slow)[0]
+    """The data supports "fast is faster than slow": the one rule of
+    "inconclusive" (the answer table's ties, the conclusions, the ranking
+    flips, the mode check, the gate's stored confirmation and ``bench()``).
+
+    Rows with rounds (SPEC 3): the per-round ratios of their medians agree
+    beyond their own spread (`rounds_agree`); round i of both rows was taken
+    in the same stretch of the run, so a slow period, or a slow state set
+    when a round prepared its strategies, moves both and cancels in the
+    ratio. Their pooled quartiles are not asked too: a slow third of a run
+    widens every strategy's Q1–Q3 until they overlap, which is the drift
+    the rounds see through. Rows of an older run, which stored no rounds,
+    fall back to the quartiles (fast's Q1–Q3 wholly below slow's, `spread`;
+    `rule_basis` says which rule decided)."""
+    ratios = round_ratios(fast, slow)
+    if ratios is None:
+        return spread(fast)[1] < spread(slow)[0]
+    return rounds_agree(ratios)
+
+
+def tie_reason(fast, slow) -> str:
+    """Why fast is not clearly faster than slow, in a phrase for a cell or a note."""
+    ratios = round_ratios(fast, slow)
+    if ratios is None:
+        return "their Q1–Q3 ranges overlap (no rounds stored: the older quartile rule)"
+    shown = ", ".join(f"{ratio:.2f}" for ratio in ratios)
+    return f"the per-round ratios {shown} do not agree beyond their spread"
 
 
 def inexact(row) -> bool:
     return row["status"] == INEXACT
+
+
+# ------------------------------------------------------------------ the modes
+PART_FASTER = Flag("faster than its part", "⚠", "!",
+                   "forward+backward ran faster than its forward or its backward alone, beyond their spreads "
+                   "(`clearly_faster`): a step cannot cost less than a part of it, so one of the timings is not "
+                   "of the work it claims (work skipped, a result kept between calls, a noisy part)")
+
+
+def training_faster_than_parts(rows: pd.DataFrame) -> list[dict]:
+    """The forward+backward rows clearly faster (`clearly_faster`, the one
+    rule) than their own forward or backward row (same operator, strategy,
+    device, dtype and parameters; the same machine where rows come from
+    several): one dict per such pair, with the keys, ``part`` (the mode it
+    beats) and both medians, for the flag ``PART_FASTER``."""
+    from impls.training import BACKWARD, FORWARD, FORWARD_BACKWARD
+
+    rows = with_mode(rows)
+    timed = rows[rows["status"].isin(CORRECT) & rows["median_s"].map(finite)]
+    keys = ["op", "strategy", "device", "dtype", "params"] + (["machine"] if "machine" in rows.columns else [])
+    found = []
+    for key, group in timed.groupby(keys, sort=False, observed=True):
+        by_mode = {mode: group[group["mode"] == mode] for mode in (FORWARD, BACKWARD, FORWARD_BACKWARD)}
+        if by_mode[FORWARD_BACKWARD].empty:
+            continue
+        step = by_mode[FORWARD_BACKWARD].iloc[0]
+        for part in (FORWARD, BACKWARD):
+            if by_mode[part].empty:
+                continue
+            alone = by_mode[part].iloc[0]
+            if clearly_faster(step, alone):
+                found.append({**dict(zip(keys, key)), "part": part, "step_s": float(step["median_s"]),
+                              "part_s": float(alone["median_s"])})
+    return found
 
 
 # ------------------------------------------------------------------ the answer
@@ -331,14 +432,67 @@ class Answer:
     over_seed: float
     over_builtin: float
     builtin: str | None  # the fastest correct built-in's name
-    # The next rankable strategy, and whether ``best`` fails to beat it beyond
-    # their spreads (`clearly_faster`): a tie, named as such, never a win.
+    # The first strategy ``best`` does not clearly beat (`clearly_faster`), else the next one.
     runner_up: pd.Series | None = None
+    # Whether some rankable strategy is not clearly beaten by ``best``: a tie, named as such, never a win.
     tie: bool = False
+    tied: tuple = ()  # every rankable strategy ``best`` does not clearly beat, fastest first
+    unclear: str = ""  # why no win can be claimed whatever the times (timers disagree, incomplete)
+    basis: str = ROUNDS_RULE  # the rule the pairs were judged by (QUARTILE_RULE: a run without rounds)
+
+    @property
+    def clear(self) -> bool:
+        """A clear win: no tie, nothing that forbids one. Only a clear win prints a speed-up."""
+        return not self.tie and not self.unclear
 
 
-def answer(case: pd.DataFrame) -> Answer | None:
-    """The answer for one case on one machine, or None when nothing is rankable."""
+def incomplete(case: pd.DataFrame, planned=None) -> list[str]:
+    """The strategies the case's benchmark meant to time (``planned``: the
+    names it selects here, `planned_strategies`) that have no row: a run that
+    ended before them (the H200 run whose GPU window closed after 3 of 7), so
+    any of them might have won. A row that failed (error, timeout, mismatch)
+    is not missing: it was run, and a strategy that raises, runs past its
+    limit or answers wrongly is no contender; the answer's tables show why."""
+    if planned is None:
+        return []
+    present = set(case["strategy"].astype(str))
+    return [str(name) for name in planned if str(name) not in present]
+
+
+# A row column the report adds for an unfinished run: the strategies its point meant to time, space-separated.
+PLANNED = "planned"
+
+
+def planned_strategies(meta: dict) -> dict | None:
+    """{(op, device, dtype, params JSON, mode): [strategy, ...]}: what an
+    unfinished run's config meant to time at each point, for `answer`'s
+    ``planned`` (a run that ended before some strategies of a point, as the
+    H200 run whose GPU window closed after 3 of 7). None for a complete run
+    (it timed what it selected; its config may hold more than ``--op`` or
+    ``--strategy`` chose) and where the config cannot be expanded here (a
+    plugin not loaded). Since rounds, a point's rows are written together,
+    so only runs from before them can stop inside a point."""
+    from harness.base.config import expand, parse_config
+
+    config = meta.get("config") if isinstance(meta, dict) else None
+    if meta.get("status") == "complete" or not isinstance(config, dict):
+        return None
+    try:
+        cases = expand(parse_config(config, "meta.json"))
+    except Exception:  # noqa: BLE001 - an unknown strategy or operator: no plan to hold the rows to
+        return None
+    planned: dict[tuple, list[str]] = {}
+    for case in cases:
+        planned.setdefault((case.op, case.device, case.dtype, case.params_json, case.mode), []).append(case.strategy)
+    return planned
+
+
+def answer(case: pd.DataFrame, planned=None) -> Answer | None:
+    """The answer for one case on one machine, or None when nothing is
+    rankable. ``planned``: the strategies the case's benchmark meant to time
+    (`incomplete`). A tie names every rankable strategy the fastest does not
+    clearly beat; a case whose fastest strategy's timers disagree, or that
+    is incomplete, is never a clear win (``unclear`` says why)."""
     order = ranked(case)
     if order.empty:
         return None
@@ -349,25 +503,48 @@ def answer(case: pd.DataFrame) -> Answer | None:
     builtin = fastest_builtin(case)
     over_seed = float(seed["median_s"].iloc[0]) / best["median_s"] if len(seed) else math.nan
     over_builtin = float(builtin["median_s"]) / best["median_s"] if builtin is not None else math.nan
-    runner_up = order.iloc[1] if len(order) > 1 else None
+    others = [order.iloc[i] for i in range(1, len(order))]
+    tied = [other for other in others if not clearly_faster(best, other)]
+    runner_up = tied[0] if tied else (others[0] if others else None)
+    reasons = []
+    if timers_disagree(best):
+        reasons.append(f"{best['strategy']}'s {timer_disagreement(best)}")
+    if planned is None and PLANNED in case:
+        # the report's rows carry it (an unfinished run's points: report/load.py)
+        planned = sorted({name for names in case[PLANNED].dropna() for name in str(names).split()}) or None
+    not_timed = incomplete(case, planned)
+    if not_timed:
+        reasons.append(f"incomplete: {', '.join(not_timed)} not timed")
+    basis = QUARTILE_RULE if any(rule_basis(best, other) == QUARTILE_RULE for other in others) else ROUNDS_RULE
     return Answer(best, over_seed, over_builtin, str(builtin["strategy"]) if builtin is not None else None,
-                  runner_up, runner_up is not None and not clearly_faster(best, runner_up))
+                  runner_up, bool(tied), tuple(str(other["strategy"]) for other in tied), "; ".join(reasons), basis)
 
 
 def winners(found: Answer | None) -> list[str]:
-    """The strategies an answer calls fastest: its winner, or both strategies of a tie; none without an answer."""
+    """The strategies an answer calls fastest: its winner, or every strategy
+    of a tie; none without an answer."""
     if found is None:
         return []
-    return [str(found.best["strategy"]), str(found.runner_up["strategy"])] if found.tie else [str(found.best["strategy"])]
+    return [str(found.best["strategy"]), *found.tied]
 
 
 def winner_text(found: Answer | None) -> str | None:
-    """An answer's winner as a sentence names it: the strategy, or both
-    strategies of a tie and why; None where nothing was rankable."""
+    """An answer's winner as a sentence names it: the strategy, or every
+    strategy of a tie and why (by the rounds, or, for a run without them,
+    by the quartiles it names), and why a win cannot be claimed; None where
+    nothing was rankable. ``found.basis`` says which rule, for a table's note."""
     names = winners(found)
     if not names:
         return None
-    return f"{names[0]} and {names[1]} (a tie: their Q1–Q3 ranges overlap)" if len(names) == 2 else names[0]
+    if len(names) > 1:
+        listed = ", ".join(names[:-1]) + f" and {names[-1]}"
+        why = (f"{found.best['strategy']} does not beat "
+               + ("it" if len(names) == 2 else "them") + " beyond the rounds' spread"
+               if found.basis == ROUNDS_RULE else "their Q1–Q3 ranges overlap")
+        text = f"{listed} (a tie: {why})"
+    else:
+        text = names[0]
+    return text + (f" (no clear win: {found.unclear})" if found.unclear else "")
 
 
 def fastest_builtin(case: pd.DataFrame) -> pd.Series | None:

@@ -38,7 +38,7 @@ import numpy as np
 import pandas as pd
 from pandas.api.types import union_categoricals
 
-from harness.base.cases import CASE_GROUP, with_mode
+from harness.base.cases import CASE_GROUP, in_group, with_mode
 from harness.judging import analysis, regression, wall_gate
 from harness.judging.wall_gate import DEFAULT_GATE_FACTOR
 from harness.results import runmeta, store, summary
@@ -62,16 +62,46 @@ def gate_table(base_rows, base_samples, new_rows, new_samples, rule: regression.
     factor, with the Mann–Whitney test) picks suspects, and a suspect fails
     only if its time against the other strategies of its case, relative to
     the base run's (`wall_gate.partner_change`, the median over them),
-    exceeds the factor. The new run's own 10th percentiles stand in for the
-    gate's re-measurement, which a history cannot do. A case that broke fails at once."""
+    exceeds the factor. The new run's rounds stand in for the gate's
+    re-measurement, which a history cannot do (`stored_changes`): red only
+    what holds in every round. A case that broke fails at once."""
     table = wall_gate.screen(base_rows, base_samples, new_rows, new_samples, rule)
     for index, suspect in wall_gate.suspects(table).iterrows():
         names = [suspect["strategy"]] + wall_gate.partners(table, suspect)
-        now = wall_gate.typical_times(new_rows, new_samples, suspect, names)
-        change = wall_gate.partner_change(wall_gate.typical_times(base_rows, base_samples, suspect, names),
-                                          [[now[name] for name in names]], names)
-        wall_gate.settle(table, index, [change], rule.factor)
+        wall_gate.settle(table, index, stored_changes(base_rows, base_samples, new_rows, new_samples, suspect, names),
+                         rule.factor)
     return table
+
+
+def stored_changes(base_rows, base_samples, new_rows, new_samples, suspect, names: list[str]) -> list[float]:
+    """The suspect's changes against its partners (`wall_gate.partner_change`)
+    from two stored runs, one per round of the new run (SPEC 3 "Rounds"),
+    each against the base run's median round where both runs stored rounds
+    for every strategy named (the same number, at least
+    ``analysis.MIN_ROUNDS``), so that a change must hold in every round to
+    fail (`wall_gate.settle`); a slow state or a slow minute that fell on one
+    round clears it. Without rounds: one change, from the 10th percentiles
+    of the runs' samples."""
+    base_rounds, new_rounds = _rounds_of(base_rows, suspect, names), _rounds_of(new_rows, suspect, names)
+    if base_rounds is not None and new_rounds is not None:
+        base = {name: float(np.median(values)) for name, values in base_rounds.items()}
+        count = len(new_rounds[names[0]])
+        return [wall_gate.partner_change(base, [[new_rounds[name][index] for name in names]], names)
+                for index in range(count)]
+    now = wall_gate.typical_times(new_rows, new_samples, suspect, names)
+    return [wall_gate.partner_change(wall_gate.typical_times(base_rows, base_samples, suspect, names),
+                                     [[now[name] for name in names]], names)]
+
+
+def _rounds_of(rows: pd.DataFrame, suspect, names: list[str]) -> dict | None:
+    """Each named strategy's round medians in the suspect's case, or None
+    unless every one has the same number of them, at least MIN_ROUNDS."""
+    if "round_medians_s" not in rows:
+        return None
+    case = in_group(rows, suspect).drop_duplicates("strategy").set_index("strategy")
+    found = {name: analysis.round_medians(case.loc[name]) if name in case.index else [] for name in names}
+    counts = {len(values) for values in found.values()}
+    return found if len(counts) == 1 and min(counts) >= analysis.MIN_ROUNDS else None
 
 
 # ----------------------------------------------------------------- loading
@@ -328,12 +358,22 @@ def judge_pairs(cases, runs, changes, pairs, rule, metrics) -> dict:
     keys = dict(zip(zip(pairs["base_run"], pairs["run"]), pairs["key"]))
     for (base, new), groups in suspects.groupby(["base_run", "run"], sort=False):
         groups = groups[CASE_GROUP].drop_duplicates()
-        table = gate_table(_rows(cases, base, groups), store.read_samples(Path(runs.at[base, "directory"])),
-                           _rows(cases, new, groups), store.read_samples(Path(runs.at[new, "directory"])), rule)
+        table = gate_table(_with_rounds(_rows(cases, base, groups), runs.at[base, "directory"]),
+                           store.read_samples(Path(runs.at[base, "directory"])),
+                           _with_rounds(_rows(cases, new, groups), runs.at[new, "directory"]),
+                           store.read_samples(Path(runs.at[new, "directory"])), rule)
         judged[keys[(base, new)]]["verdicts"] = [
             [row.case_id, row.verdict, _finite(row.confirmed_ratio), _finite(row.p_value)]
             for row in table.itertuples(index=False)]
     return judged
+
+
+def _with_rounds(rows: pd.DataFrame, directory) -> pd.DataFrame:
+    """Summary rows with their ``round_medians_s`` from the run's rows.csv
+    (the summaries do not carry them): read only for the few pairs the
+    screen cannot clear; an older run's are empty."""
+    stored = store.read_rows(Path(directory))[["case_id", "round_medians_s"]]
+    return rows.assign(case_id=rows["case_id"].astype(str)).merge(stored, on="case_id", how="left")
 
 
 def _finite(value):

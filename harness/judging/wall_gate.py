@@ -16,9 +16,10 @@
    grew 3.4x); a median-inflated reference would also hide a real slowdown
    of everything normalised by it.
 2. Confirm: noise makes suspects, not verdicts. Each case the screen flags
-   ``regressed`` is measured again in this process, in alternating rounds
-   with every other strategy of its case, so that all see the same moment's
-   contention: per round, the fastest of a few calls of each. Against each
+   ``regressed`` is measured again in this process, in rounds with every
+   other strategy of its case (a fresh random order and a fresh prepare each
+   round, as the sweep's), so that all see the same moment's contention:
+   per round, the fastest of a few calls of each. Against each
    other strategy, the suspect's ratio (median over rounds) is divided by the
    same ratio in the baseline (10th percentiles); the change is the median of
    these over the other strategies, so one that was noisy in the baseline
@@ -44,6 +45,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from harness.base.cases import in_group
@@ -182,20 +184,27 @@ def _fastest_call_s(run, clock: timing.Clock, calls: int) -> float:
 
 def paired_times(op: str, params: dict, dtype: str, device: str, names: list[str], seed: int,
                  rounds: int = PAIRED_ROUNDS) -> list[list[float]]:
-    """Per round, the fastest of a few calls of each strategy in ``names``,
-    measured in alternation in this process so that all see the same
-    moment's contention."""
+    """Per round, the fastest of a few calls of each strategy in ``names``
+    (one list per round, in the order of ``names``), measured in this process
+    in rounds as the sweep's (SPEC 3 "Rounds", harness/measuring/sweep.py):
+    each round in a fresh random order (drawn from ``seed``) and each
+    strategy prepared afresh and warmed up by one call, so that all see the
+    same moment's contention and no state set at one prepare decides."""
     ref = reference(op, params, dtype, "random", seed)
     strategies = get_operator(op).strategies
-    runs = []
+    clocks = []
     for name in names:
-        strat = strategies[name]
-        backend = get_backend(strat.backend)
-        prepared = prepare_case(strat, ref, params, dtype, device)
-        clock = timing.Clock(backend, device, backend.cache_flush(device))
-        _fastest_call_s(prepared.run, clock, 2)  # warm-up
-        runs.append((prepared.run, clock))
-    return [[_fastest_call_s(run, clock, CALLS_PER_ROUND) for run, clock in runs] for _ in range(rounds)]
+        backend = get_backend(strategies[name].backend)
+        clocks.append(timing.Clock(backend, device, backend.cache_flush(device)))
+    order = np.random.default_rng(seed)
+    times = [[math.nan] * len(names) for _ in range(rounds)]
+    for round_times in times:
+        for index in order.permutation(len(names)):
+            prepared = prepare_case(strategies[names[index]], ref, params, dtype, device)
+            _fastest_call_s(prepared.run, clocks[index], 1)  # warm-up
+            round_times[index] = _fastest_call_s(prepared.run, clocks[index], CALLS_PER_ROUND)
+            del prepared
+    return times
 
 
 def partners(table: pd.DataFrame, suspect) -> list[str]:

@@ -368,7 +368,7 @@ def _count_in(work: Path, dumps: Path, cases, by_id, first: int, plan, writer, c
 class _RowPrinter:
     """The child's writer: each finished case as one marked line on stdout."""
 
-    def append(self, row: dict, samples_s=None) -> None:
+    def append(self, row: dict, samples_s=None, round_sizes=None) -> None:
         clean = {key: (None if isinstance(value, float) and math.isnan(value) else value)
                  for key, value in row.items()}
         _emit({"event": "row", "case_id": row["case_id"], "row": clean})

@@ -507,11 +507,14 @@ class Budget:
         self.clock = clock or (lambda: time.monotonic())  # looked up at each call: a test's clock replaces it
         self.deadline = self.clock() + seconds
 
-    def stop_before(self, case: Case) -> str | None:
+    def stop_before(self, point: list[Case]) -> str | None:
+        """A reason to stop before ``point``, the cases the sweep times together
+        in rounds (and writes together), when they would not end in time."""
         left = self.deadline - self.clock()
-        needed = self.costs.get(case.case_id, 0.0)
+        needed = sum(self.costs.get(case.case_id, 0.0) for case in point)
         if needed > left:
-            return (f"budget of {self.seconds:g} s: the next case needs about {seconds_text(needed)} s and "
+            what = "case needs" if len(point) == 1 else f"point ({len(point)} cases) needs"
+            return (f"budget of {self.seconds:g} s: the next {what} about {seconds_text(needed)} s and "
                     f"{seconds_text(max(left, 0))} s are left")
         return None
 

@@ -102,7 +102,7 @@ class MemoryWriter:
     def written(self) -> int:
         return len(self.rows)
 
-    def append(self, row: dict, samples_s=None) -> None:
+    def append(self, row: dict, samples_s=None, round_sizes=None) -> None:
         self.rows.append(dict(row))
 
     def begin_case(self, case: dict) -> None:

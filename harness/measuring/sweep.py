@@ -1,5 +1,9 @@
 """Running a sweep: every case checked against the oracle, then timed, then
 recorded; a failing case is a row with its status, and the sweep goes on.
+The strategies of one point (operator, parameters, dtype, device, mode) are
+timed together, in rounds (SPEC 3): a fresh random order and a fresh prepare
+each round, so that a slow minute of the machine, or a slow state set when a
+strategy was prepared, falls on all of them (``time_in_rounds``).
 
 ``plan_run`` turns a config and the command line's selection into the cases
 to run and where they go; ``execute_run`` measures the ceilings, writes the
@@ -18,10 +22,12 @@ import re
 import subprocess
 import sys
 import time
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
+import numpy as np
 
 from harness.base.config import (
     Case,
@@ -60,6 +66,7 @@ PHASE_ISOLATED = "isolated process"
 class CaseResult:
     row: dict
     samples_s: list
+    round_sizes: list = field(default_factory=list)  # how many of samples_s each round took, in order
 
 
 def backends_of(cases) -> set[str]:
@@ -108,26 +115,63 @@ def _load_avg() -> float:
 
 
 
-def execute_case(case: Case, config: Config, run_id: str, ceiling_gbps: float,
-                 ref: Reference | None = None, flush=None,
-                 on_phase: Callable[[str], None] = lambda phase: None,
-                 adversarial: check.AdversarialCheck | None = None, measure=None) -> CaseResult:
-    """Checks, then times one case, in its mode (docs/SPEC.md §1.5). Never raises for a strategy's fault
-    (``Interrupted`` and ``KeyboardInterrupt`` do propagate). ``flush``: the
-    backend's cache flush for the device, made here unless the caller passes
-    the one it keeps (an isolated case's child has none to pass). ``adversarial``:
-    the run's adversarial check; a strategy that fails it is recorded with
-    that failure and never timed (a strategy only interpreted on the device
-    is never timed, so it is not held up by it). ``measure(make_run, backend,
-    device) -> row fields``, when given, measures the checked case instead of
-    the timer (the counting instrument, harness/measuring/callgrind.py); ``make_run()``
-    prepares the strategy again on the same inputs and returns the new call,
-    so that what the call touches is allocated where the measure chooses
-    (counting prepares it in its own thread's fresh heap). In a training
-    mode (``case.mode``), a strategy with no backward is ``skipped`` with the
-    reason; otherwise ``training.prepare``'s call is checked against the
-    gradient oracle (``ref``, drawn in the case's mode: ``check.reference``),
-    timed and judged again, by the check's own path, as a forward call is."""
+@dataclass
+class PendingCase:
+    """A case checked correct, its rounds still to sample (``time_in_rounds``):
+    the row so far, the verdict of its check, the timer's setting, and what
+    each round gave. ``result`` is set once it is done: failed in a round, or
+    finished (``finish``)."""
+    case: Case
+    row: dict
+    strat: object
+    backend: object
+    ref: Reference
+    verdict: Verdict
+    flush: object
+    cross_check: bool
+    first_call_s: float
+    timeout_s: float
+    spent_s: float = 0.0  # of the case's time limit, the check included
+    rounds: list = field(default_factory=list)  # timing.Timed per round
+    result: CaseResult | None = None
+
+    def fail(self, status: str, message: str) -> None:
+        self.row.update(status=status, message=message, load_avg=_load_avg())
+        self.result = CaseResult(self.row, [])
+
+    def finish(self) -> CaseResult:
+        """The case's row from its rounds: the statistics of all their samples
+        together, and each round's median (``round_medians_s``)."""
+        if self.result is not None:
+            return self.result
+        samples = np.concatenate([timed.samples_s for timed in self.rounds])
+        summary = stats.summarize(samples)
+        xchecks = [timed.xcheck_s for timed in self.rounds if math.isfinite(timed.xcheck_s)]
+        # The host clock's host cost is the call itself (its median over all samples); device
+        # events measured it in round 1, and the later rounds reused it.
+        events = self.backend.events(self.case.device) is not None
+        host_s = self.rounds[0].host_s if events else summary.median_s
+        self.row.update(summary.as_row(), host_s=host_s,
+                        xcheck_s=xchecks[-1] if xchecks else math.nan,
+                        slow_start=sum(timed.slow_start for timed in self.rounds),
+                        gbps=stats.gbps(self.row["bytes"], summary.median_s),
+                        pct_of_ceiling=stats.pct_of_ceiling(self.row["bytes"], summary.median_s,
+                                                            self.row["ceiling_gbps"]),
+                        round_medians_s=stats.round_medians_json(timed.samples_s for timed in self.rounds),
+                        status=self.verdict.status, message=self.verdict.message, load_avg=_load_avg())
+        self.result = CaseResult(self.row, samples.tolist(), [len(timed.samples_s) for timed in self.rounds])
+        return self.result
+
+
+def check_case(case: Case, config: Config, run_id: str, ceiling_gbps: float,
+               ref: Reference | None = None, flush=None,
+               on_phase: Callable[[str], None] = lambda phase: None,
+               adversarial: check.AdversarialCheck | None = None, measure=None) -> CaseResult | PendingCase:
+    """Everything of one case before its timed samples, in its mode (SPEC
+    1.5): a ``CaseResult`` where it ends here (skipped, failed its
+    adversarial or its own check, interpreted, or counted by ``measure``),
+    else a ``PendingCase`` for ``time_in_rounds``. Never raises for a
+    strategy's fault. See ``execute_case`` for the arguments."""
     row = base_row(case, run_id, ceiling_gbps)
     strat = get_operator(case.op).strategies[case.strategy]
     backend = get_backend(strat.backend)
@@ -150,14 +194,15 @@ def execute_case(case: Case, config: Config, run_id: str, ceiling_gbps: float,
         failed = adversarial.failure(strat, case.device, case.dtype, mode=case.mode)
         if failed is not None:
             return finish(failed.status, failed.message)
+    began = time.perf_counter()
     try:
         with timing.deadline(config.timing.timeout_s):
             on_phase(PHASE_CHECK)
             if ref is None:
                 ref = reference(case.op, case.params_dict, case.dtype, "random", config.seed, case.mode,
                                 device=case.device)
-            # A case that will be timed is judged on call 1 and on the call after its timed
-            # samples (below); one that will not (counted, interpreted) on call 1 and call 2.
+            # A case that will be timed is judged on call 1 and on the call after its last round's
+            # samples (time_in_rounds); one that will not (counted, interpreted) on call 1 and call 2.
             timed_here = measure is None and not strat.interpreted_on(case.device)
             tried = check.attempt(strat, ref, case.dtype, case.device, peak=True, on_phase=on_phase,
                                   repeat_call=1 if timed_here else check.SWEEP_REPEAT_CALL)
@@ -170,44 +215,140 @@ def execute_case(case: Case, config: Config, run_id: str, ceiling_gbps: float,
                 # An interpreter's speed says nothing about the compiled kernel's.
                 return finish(SKIPPED, f"checked under the {strat.backend} interpreter ({verdict.status}); "
                                        "not timed: the interpreter's speed is not the kernel's")
-            on_phase(PHASE_TIME)
             if measure is not None:
+                on_phase(PHASE_TIME)
+
                 def make_run():
                     return check.prepare_case(strat, ref, ref.params, case.dtype, case.device).run
                 row.update(measure(make_run, backend, case.device))
                 return finish(verdict.status, verdict.message)
             if flush is None:  # made only now: an unavailable backend's flush may not even import
                 flush = backend.cache_flush(case.device)
-            timed = timing.time_call(tried.prepared.run, backend, case.device, config.timing, flush,
-                                     cross_check=config.timing.cross_check, warmed_s=tried.first_call_s)
-            # Every timed call must have computed the answer: the one after them is judged again
-            # (and the inputs), and a case whose later answer is wrong publishes no time.
-            on_phase(PHASE_CHECK)
-            after = f"the call after its {len(timed.samples_s)} timed samples"
-            again = check.judge_again(strat, tried.prepared, ref, case.dtype, case.device, "contiguous",
-                                      verdict, calls=1, which=after)
-            if again.status not in CORRECT:
-                return finish(again.status, f"{again.message}; its timing is not published")
-            verdict = again
-    except check.STRATEGY_FAULTS as error:  # a reference too big, a flush failing, a timing call raising
+    except check.STRATEGY_FAULTS as error:  # a reference too big, a flush failing, a call raising
         failed = check.failure_verdict(error, strat, case.device)
         return finish(failed.status, failed.message)
-    summary = stats.summarize(timed.samples_s)
-    row.update(summary.as_row(), host_s=timed.host_s, xcheck_s=timed.xcheck_s, slow_start=timed.slow_start, gbps=stats.gbps(row["bytes"], summary.median_s),
-               pct_of_ceiling=stats.pct_of_ceiling(row["bytes"], summary.median_s, ceiling_gbps))
-    return finish(verdict.status, verdict.message, timed.samples_s)
+    # The check's prepared call is let go here: each round prepares its own (time_in_rounds), and
+    # a group's strategies must not all hold their buffers at once while they wait for theirs.
+    return PendingCase(case, row, strat, backend, ref, verdict, flush, config.timing.cross_check,
+                       tried.first_call_s, config.timing.timeout_s, spent_s=time.perf_counter() - began)
+
+
+def time_round(pending: PendingCase, share, last: bool, on_phase: Callable[[str], None]) -> None:
+    """One round of one pending case: prepared afresh on new copies of its
+    inputs, warmed up, sampled for the round's ``share`` of the budget; in
+    the ``last`` round, its call after the samples is judged again (and the
+    inputs), and a wrong answer publishes no time. A fault or the case's time
+    limit (over all its rounds) ends the case with its status."""
+    case, strat = pending.case, pending.strat
+    began = time.perf_counter()
+    remaining = pending.timeout_s - pending.spent_s
+    try:
+        if remaining <= 0:
+            raise timing.CaseTimeout(f"exceeded the case time limit of {pending.timeout_s:g} s")
+        with timing.deadline(remaining):
+            on_phase(check.PHASE_PREPARE)
+            prepared = check.prepare_case(strat, pending.ref, pending.ref.params, case.dtype, case.device)
+            on_phase(PHASE_TIME)
+            # A call at least a round's warm-up long is its own warm-up: the check's call 1
+            # compiled and touched what the code needs, and a fresh prepare does not undo that.
+            warmed = pending.first_call_s if pending.first_call_s >= share.warmup_s else 0.0
+            timed = timing.time_call(prepared.run, pending.backend, case.device, share, pending.flush,
+                                     cross_check=pending.cross_check and last, warmed_s=warmed,
+                                     host_s=pending.rounds[0].host_s if pending.rounds else None)
+            pending.rounds.append(timed)
+            if last:
+                # Every timed call must have computed the answer: the one after them is judged again.
+                on_phase(PHASE_CHECK)
+                count = sum(len(t.samples_s) for t in pending.rounds)
+                after = f"the call after its {count} timed samples"
+                again = check.judge_again(strat, prepared, pending.ref, case.dtype, case.device, "contiguous",
+                                          pending.verdict, calls=1, which=after)
+                if again.status not in CORRECT:
+                    pending.fail(again.status, f"{again.message}; its timing is not published")
+                else:
+                    pending.verdict = again
+            del prepared
+    except check.STRATEGY_FAULTS as error:
+        failed = check.failure_verdict(error, strat, case.device)
+        pending.fail(failed.status, failed.message)
+    finally:
+        pending.spent_s += time.perf_counter() - began
+
+
+def round_order(order_seed: int, group: tuple) -> np.random.Generator:
+    """The random generator of one point's round orders: the run's recorded
+    seed (meta ``round_order_seed``) and the point itself, so a resumed run,
+    or a reader repeating a run, draws the same orders for it."""
+    key = zlib.crc32(json.dumps([str(part) for part in group]).encode())
+    return np.random.default_rng([int(order_seed), key])
+
+
+def time_in_rounds(pending: list[PendingCase], rounds: int, timing_config, rng: np.random.Generator,
+                   on_phase: Callable[[str], None] = lambda phase: None, before=None) -> list[list[int]]:
+    """SPEC 3 "Rounds": the pending cases of one point sampled in ``rounds``
+    rounds, each in a fresh random order drawn from ``rng`` and each case
+    prepared afresh every round (``time_round``), with a round's share of the
+    case's budget (``timing.round_share``), so a slow period of the machine,
+    or a slow state set at prepare time, falls on all of them and not on one
+    strategy's block of samples. ``before(case)``: called as each case's
+    round starts (what the run records in flight). Returns the order of each
+    round (indices into ``pending``)."""
+    share = timing.round_share(timing_config, rounds)
+    orders = []
+    for index in range(rounds):
+        order = [int(i) for i in rng.permutation(len(pending))]
+        orders.append(order)
+        for position in order:
+            if pending[position].result is not None:  # failed in an earlier round
+                continue
+            if before:
+                before(pending[position].case)
+            time_round(pending[position], share, index == rounds - 1, on_phase)
+    return orders
+
+
+def execute_case(case: Case, config: Config, run_id: str, ceiling_gbps: float,
+                 ref: Reference | None = None, flush=None,
+                 on_phase: Callable[[str], None] = lambda phase: None,
+                 adversarial: check.AdversarialCheck | None = None, measure=None,
+                 order_seed: int = 0) -> CaseResult:
+    """Checks, then times one case alone, in its mode (SPEC 1.5), in its rounds
+    (``time_in_rounds``; a sweep interleaves the rounds of a point's cases,
+    ``run_sweep``). Never raises for a strategy's fault
+    (``Interrupted`` and ``KeyboardInterrupt`` do propagate). ``flush``: the
+    backend's cache flush for the device, made here unless the caller passes
+    the one it keeps (an isolated case's child has none to pass). ``adversarial``:
+    the run's adversarial check; a strategy that fails it is recorded with
+    that failure and never timed (a strategy only interpreted on the device
+    is never timed, so it is not held up by it). ``measure(make_run, backend,
+    device) -> row fields``, when given, measures the checked case instead of
+    the timer (the counting instrument, harness/measuring/callgrind.py); ``make_run()``
+    prepares the strategy again on the same inputs and returns the new call,
+    so that what the call touches is allocated where the measure chooses
+    (counting prepares it in its own thread's fresh heap). In a training
+    mode (``case.mode``), a strategy with no backward is ``skipped`` with the
+    reason; otherwise ``training.prepare``'s call is checked against the
+    gradient oracle (``ref``, drawn in the case's mode: ``check.reference``),
+    timed and judged again, by the check's own path, as a forward call is."""
+    checked = check_case(case, config, run_id, ceiling_gbps, ref, flush, on_phase, adversarial, measure)
+    if isinstance(checked, CaseResult):
+        return checked
+    time_in_rounds([checked], config.timing.rounds, config.timing, round_order(order_seed, case.group), on_phase)
+    return checked.finish()
 
 
 # ------------------------------------------------------------------ isolation
 def execute_isolated(case: Case, config: Config, run_id: str, ceiling_gbps: float,
-                     adversarial: check.AdversarialCheck | None = None) -> tuple[CaseResult, dict]:
+                     adversarial: check.AdversarialCheck | None = None,
+                     order_seed: int = 0) -> tuple[CaseResult, dict]:
     """Runs ``execute_case`` in a fresh interpreter; a crash or hang costs only
-    this case. The child asks ``adversarial``'s question only when the parent has no
+    this case (its rounds are its own, not interleaved with its point's other
+    strategies: they run in this process). The child asks ``adversarial``'s question only when the parent has no
     answer yet, and its answer comes back into ``adversarial``. Returns the result
     and the seconds the child spent per phase."""
     request = {"case": [case.op, case.strategy, case.device, case.dtype, case.params_dict, case.mode],
                "config": config.model_dump(), "run_id": run_id, "ceiling_gbps": ceiling_gbps,
-               "adversarial": None}
+               "adversarial": None, "order_seed": order_seed}
     strat = get_operator(case.op).strategies[case.strategy]
     if adversarial is not None:
         asked, failure = adversarial.known(strat, case.device, case.dtype, mode=case.mode)
@@ -234,7 +375,7 @@ def execute_isolated(case: Case, config: Config, run_id: str, ceiling_gbps: floa
     if adversarial is not None and answer.get("adversarial", {}).get("asked"):
         adversarial.remember(strat, case.device, case.dtype, _verdict_of_json(answer["adversarial"]["failure"]),
                              mode=case.mode)
-    return CaseResult(answer["row"], answer["samples_s"]), answer.get("phase_s", {})
+    return CaseResult(answer["row"], answer["samples_s"], answer.get("round_sizes") or []), answer.get("phase_s", {})
 
 
 def _verdict_json(verdict) -> dict | None:
@@ -265,10 +406,11 @@ def child_main(stdin_text: str) -> None:
                                  mode=mode)
     clock = PhaseClock()
     result = execute_case(case, config, request["run_id"], request["ceiling_gbps"], on_phase=clock,
-                          adversarial=adversarial)
+                          adversarial=adversarial, order_seed=request.get("order_seed", 0))
     clean = {key: (None if isinstance(value, float) and math.isnan(value) else value)
              for key, value in result.row.items()}
-    answer = {"row": clean, "samples_s": [float(s) for s in result.samples_s], "phase_s": clock.totals()}
+    answer = {"row": clean, "samples_s": [float(s) for s in result.samples_s], "round_sizes": result.round_sizes,
+              "phase_s": clock.totals()}
     if adversarial is not None:
         asked, failure = adversarial.known(strat, device, dtype, mode=mode)
         answer["adversarial"] = {"asked": asked, "failure": _verdict_json(failure)}
@@ -284,38 +426,48 @@ def strategy_key(case: Case) -> tuple[str, str, str, str]:
 def run_sweep(cases: list[Case], config: Config, writer, run_id: str, ceilings: dict,
               isolate: bool = False, on_case=None, on_phase=None,
               adversarial: check.AdversarialCheck | None = None, isolate_keys=frozenset(), measure=None,
-              stop_before: Callable[[Case], str | None] | None = None) -> list[dict]:
-    """Runs ``cases`` in order, appending each finished case to ``writer``;
+              stop_before: Callable[[list[Case]], str | None] | None = None) -> list[dict]:
+    """Runs ``cases`` point by point (the cases of one ``Case.group``, adjacent
+    as ``expand`` lists them), appending each finished case to ``writer``;
     each strategy passes ``adversarial`` (the run's adversarial check, made here
-    unless the caller keeps its own) before its first case is timed. Each
-    case is recorded in flight before it starts; a case whose
-    ``strategy_key`` is in ``isolate_keys`` (one that crashed the run before)
-    runs in its own process even without ``isolate``. ``measure``: see
-    ``execute_case``. ``stop_before(case)``: a reason to stop before ``case``
-    (a budget spent: harness/measuring/plan.py), ending the run as interrupted by it."""
+    unless the caller keeps its own) before its first case is timed. A point's
+    cases are each checked, then timed together in rounds (``time_in_rounds``,
+    their orders drawn from the run's ``round_order_seed``, recorded in its
+    metadata), then written. Each case is recorded in flight before each of
+    its steps; a case whose ``strategy_key`` is in ``isolate_keys`` (one that
+    crashed the run before) runs in its own process even without ``isolate``.
+    ``measure``: see ``execute_case`` (counting takes no rounds).
+    ``stop_before(point)``: a reason to stop before a point's cases (a budget
+    spent: harness/measuring/plan.py), ending the run as interrupted by it;
+    asked per point, since a point's cases are timed and written together."""
     rows = []
-    current_group, ref, flushes, previous_case = None, None, {}, None
+    ref, flushes, previous_case = None, {}, None
     adversarial = adversarial if adversarial is not None else check.AdversarialCheck(config.seed, config.timing.timeout_s)
     on_phase = on_phase or (lambda phase: None)
-    for case in cases:
-        stop = stop_before(case) if stop_before else None
+    order_seed = recorded_order_seed(writer, config.timing.rounds)
+    for group in grouped(cases):
+        stop = stop_before(group) if stop_before else None
         if stop:
             raise Interrupted(stop)
-        if on_case:
-            on_case(case, "start")
-        ceiling = ceilings.get(case.device, math.nan)
-        writer.begin_case({"case_id": case.case_id, "strategy_key": list(strategy_key(case))})
-        if isolate or strategy_key(case) in isolate_keys:
-            on_phase(PHASE_ISOLATED)
-            result, child_phases = execute_isolated(case, config, run_id, ceiling, adversarial)
-            if isinstance(on_phase, PhaseClock):
-                on_phase.absorb(child_phases)
-        else:
-            if case.group != current_group:
-                # The same case in the next training mode shares its inputs and oracles; any
-                # other group lets the previous inputs go first.
+        results: dict[str, CaseResult] = {}
+        pending: list[PendingCase] = []
+        for case in group:
+            if on_case:
+                on_case(case, "start")
+            ceiling = ceilings.get(case.device, math.nan)
+            writer.begin_case({"case_id": case.case_id, "strategy_key": list(strategy_key(case))})
+            if isolate or strategy_key(case) in isolate_keys:
+                on_phase(PHASE_ISOLATED)
+                results[case.case_id], child_phases = execute_isolated(case, config, run_id, ceiling, adversarial,
+                                                                       order_seed)
+                if isinstance(on_phase, PhaseClock):
+                    on_phase.absorb(child_phases)
+                continue
+            if previous_case is None or previous_case.group != case.group:
+                # The same point in the next training mode shares its inputs and oracles; any
+                # other point lets the previous inputs go first.
                 reuse = ref if ref is not None and same_case(previous_case, case) else None
-                current_group, ref = case.group, None
+                ref = None
                 try:
                     if memory_guard(case) is None:
                         ref = reference(case.op, case.params_dict, case.dtype, "random", config.seed, case.mode,
@@ -328,15 +480,57 @@ def run_sweep(cases: list[Case], config: Config, writer, run_id: str, ceilings: 
             key = (backend.name, case.device)
             if key not in flushes:
                 flushes[key] = backend.cache_flush(case.device)
-            result = execute_case(case, config, run_id, ceiling, ref, flushes[key], on_phase, adversarial, measure)
-        result.row.update(fresh_floor(case, result.row, getattr(writer, "meta", {}).get("fresh_write_gbps")))
-        result.row.update(floors.case_floor(case.op, case.strategy, case.params_dict, case.dtype, case.device,
-                                            case.mode, result.row, getattr(writer, "meta", {}).get(floors.CURVES)))
-        writer.append(result.row, result.samples_s)
-        rows.append(result.row)
-        if on_case:
-            on_case(case, result.row)
+            checked = check_case(case, config, run_id, ceiling, ref, flushes[key], on_phase, adversarial, measure)
+            if isinstance(checked, CaseResult):
+                results[case.case_id] = checked
+            else:
+                pending.append(checked)
+
+        def before(case):
+            if on_case:
+                on_case(case, "start")
+            writer.begin_case({"case_id": case.case_id, "strategy_key": list(strategy_key(case))})
+
+        if pending:
+            time_in_rounds(pending, config.timing.rounds, config.timing, round_order(order_seed, group[0].group),
+                           on_phase, before)
+        for item in pending:
+            results[item.case.case_id] = item.finish()
+        for case in group:
+            result = results[case.case_id]
+            result.row.update(fresh_floor(case, result.row, getattr(writer, "meta", {}).get("fresh_write_gbps")))
+            result.row.update(floors.case_floor(case.op, case.strategy, case.params_dict, case.dtype, case.device,
+                                                case.mode, result.row, getattr(writer, "meta", {}).get(floors.CURVES)))
+            writer.append(result.row, result.samples_s, round_sizes=result.round_sizes)
+            rows.append(result.row)
+            if on_case:
+                on_case(case, result.row)
     return rows
+
+
+def grouped(cases: list[Case]) -> list[list[Case]]:
+    """``cases`` cut into runs of adjacent cases of one point (``Case.group``):
+    the strategies compared with each other, timed together in rounds."""
+    groups: list[list[Case]] = []
+    for case in cases:
+        if groups and groups[-1][0].group == case.group:
+            groups[-1].append(case)
+        else:
+            groups.append([case])
+    return groups
+
+
+def recorded_order_seed(writer, rounds: int) -> int:
+    """The seed of the run's round orders: the one its metadata records (a
+    resumed run keeps its own), else a fresh one, recorded there with the
+    number of rounds (``round_order_seed``, ``rounds``) so the orders can be drawn again."""
+    meta = getattr(writer, "meta", None)
+    if isinstance(meta, dict) and isinstance(meta.get("round_order_seed"), int):
+        return meta["round_order_seed"]
+    seed = int(np.random.SeedSequence().entropy % (1 << 63))
+    if hasattr(writer, "update_meta"):
+        writer.update_meta(round_order_seed=seed, rounds=rounds)
+    return seed
 
 
 def new_run_id(config_name: str) -> str:

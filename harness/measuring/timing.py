@@ -36,6 +36,12 @@ Every call's host cost (``host_s``: median CPU time of the call without
 synchronising) is measured too; on the CPU it is the call itself.
 The device ceiling is a large buffer copy: bytes read + written / time.
 
+Rounds (SPEC 3): the sweep samples the strategies of one point in rounds,
+each round a fresh prepare and a fresh random order (harness/measuring/sweep.py,
+``time_in_rounds``); each round's call to ``time_call`` gets its share of the
+config's budget, warm-up and sample counts (``round_share``), so a case's
+sampling costs what one block did.
+
 One timing path: a ``Clock`` (a backend on a device) times one call, and
 everything that times anything uses it: the sweep's samples, the copy
 ceiling, the regression gate's re-measurement and the pytest-benchmark view
@@ -47,6 +53,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import gc
+import math
 import signal
 import statistics
 import threading
@@ -71,6 +78,28 @@ DELAY_CAP_S = 20e-3
 HOST_COST_CALLS = 20
 # Sampling past the budget to let a slow start settle stops at this many budgets.
 SETTLE_BUDGETS = 4
+
+
+@dataclass(frozen=True)
+class RoundShare:
+    """One round's part of a case's sampling (SPEC 3 "Rounds"): the config's
+    budget and warm-up divided by the rounds, and its sample counts divided
+    rounding up (so the rounds together take at least ``min_samples``, and
+    each round has a median of its own). Duck-typed as the config's
+    ``Timing`` wherever the timers read it."""
+    min_samples: int
+    max_samples: int
+    budget_s: float
+    warmup_s: float
+
+
+def round_share(timing, rounds: int) -> RoundShare:
+    """``timing`` (the config's) split over ``rounds``: the case's total
+    budget is unchanged, so rounds make no run slower than one block would."""
+    rounds = max(1, int(rounds))
+    return RoundShare(min_samples=math.ceil(timing.min_samples / rounds),
+                      max_samples=max(1, math.ceil(timing.max_samples / rounds)),
+                      budget_s=timing.budget_s / rounds, warmup_s=timing.warmup_s / rounds)
 
 
 @dataclass(frozen=True)
@@ -258,11 +287,13 @@ def device_delay_s(host_s: float) -> float:
     return min(DELAY_CAP_S, DELAY_HOST_MULTIPLE * host_s + DELAY_MARGIN_S)
 
 
-def time_device(fn: Callable[[], Any], timing, clock: Clock) -> Timed:
-    """Device events around each call; see the module docstring for the delay."""
+def time_device(fn: Callable[[], Any], timing, clock: Clock, host_s: float | None = None) -> Timed:
+    """Device events around each call; see the module docstring for the delay.
+    ``host_s``: the call's host cost, already measured (an earlier round's),
+    or None to measure it here."""
     with _collector_paused():
         _warm_up(fn, clock, timing.warmup_s)
-        host_s = host_cost_s(fn, clock)
+        host_s = host_cost_s(fn, clock) if host_s is None else host_s
         return _sample(fn, timing, clock, device_delay_s(host_s), host_s)
 
 
@@ -280,15 +311,16 @@ def xcheck_s(fn: Callable[[], Any], device: str) -> float:
 
 
 def time_call(fn: Callable[[], Any], backend, device: str, timing, flush: Callable[[], None] | None = None,
-              cross_check: bool = True, warmed_s: float = 0.0) -> Timed:
+              cross_check: bool = True, warmed_s: float = 0.0, host_s: float | None = None) -> Timed:
     """Times ``fn`` with the timer its backend needs on ``device``;
     ``warmed_s``: the host clock's (``time_host``). Device events always warm
     up by time: the device's clocks ramp up under load, which a check's one
-    call need not have done."""
+    call need not have done. ``timing``: the config's, or one round's share
+    of it (``round_share``); ``host_s``: the device path's (``time_device``)."""
     clock = Clock(backend, device, flush)
     if not clock.has_events:
         return time_host(fn, timing, clock, warmed_s)
-    timed = time_device(fn, timing, clock)
+    timed = time_device(fn, timing, clock, host_s)
     if cross_check:
         return dataclasses.replace(timed, xcheck_s=xcheck_s(fn, device))
     return timed

@@ -224,10 +224,10 @@ def case_tables(rows: pd.DataFrame, judged: bool = True) -> list:
         for column in ("status", "median", "IQR", "GB/s", "% ceil", *(["% floor"] if with_floor else []), "×"):
             table.add_column(column, justify="left" if column == "status" else "right", no_wrap=True)
         ordered = group.assign(_key=group["median_s"].fillna(math.inf)).sort_values("_key", kind="stable")
-        # The answer's winner, or both of a tie (the report's rule); none in an unfit run.
+        # The answer's winner, or every strategy of a tie (the report's rule); none in an unfit run.
         found = analysis.answer(group) if judged else None
         best = set(analysis.winners(found))
-        notes = [f"both starred: {analysis.winner_text(found)}"] if len(best) > 1 else []
+        notes = [f"starred: {analysis.winner_text(found)}"] if len(best) > 1 or (found and found.unclear) else []
         for _, r in ordered.iterrows():
             name = escape(r["strategy"])
             floor = [_floor_text(r)] if with_floor else []

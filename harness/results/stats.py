@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import json
 import math
 from dataclasses import asdict, make_dataclass
 
@@ -65,6 +66,32 @@ def summarize(samples_s) -> Summary:
     if samples.size == 0:
         raise ValueError("no samples to summarize")
     return Summary(**TIMING.compute(samples))
+
+
+def round_medians_json(rounds) -> str:
+    """The ``round_medians_s`` column (SPEC 3 "Rounds"): each round's median,
+    in round order, as a JSON list; "" without rounds."""
+    medians = [float(np.median(np.asarray(samples, dtype=np.float64))) for samples in rounds if len(samples)]
+    return json.dumps(medians) if medians else ""
+
+
+def round_medians(value) -> list[float]:
+    """A row's ``round_medians_s`` read back: the rounds' medians, or [] for a
+    row without them (a run before schema 7, a case not timed, a value that
+    is not a JSON list of positive finite numbers)."""
+    if isinstance(value, (list, tuple)):
+        found = value
+    elif isinstance(value, str) and value.strip():
+        try:
+            found = json.loads(value)
+        except ValueError:
+            return []
+    else:
+        return []
+    if not isinstance(found, list) or not all(isinstance(v, (int, float)) and not isinstance(v, bool)
+                                               and math.isfinite(v) and v > 0 for v in found):
+        return []
+    return [float(v) for v in found]
 
 
 def rel_iqr(iqr_s: float, median_s: float) -> float:

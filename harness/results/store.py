@@ -81,6 +81,10 @@ COLUMN_SPECS = (
     ("load_avg", "number", 2),  # the machine's 1-minute load average when the case finished
     ("extra", "text", 2),  # free-form JSON object: an operator's or backend's own measurements
     ("slow_start", "number", 2),  # leading samples dropped as a slow start (harness/measuring/timing.py)
+    # SPEC 3 "Rounds": the median of each round's samples, in round order, as a JSON list
+    # (stats.round_medians_json); an older run's is empty (stats.round_medians reads it as none)
+    ("round_medians_s", "text", 7),
+    # Last, so that a metric added to COUNTS is appended (test_metrics: older columns keep their place).
     *COUNTS.columns(),  # per call, from `run --instrument callgrind` (metrics.COUNTS); a timed run leaves them empty
 )
 COLUMN_KINDS = tuple((name, kind) for name, kind, _ in COLUMN_SPECS)
@@ -374,13 +378,18 @@ class RunWriter:
         handle.flush()
         os.fsync(handle.fileno())
 
-    def append(self, row: dict, samples_s=None) -> None:
+    def append(self, row: dict, samples_s=None, round_sizes=None) -> None:
+        """One finished case: its samples line, then its row. ``round_sizes``:
+        how many of ``samples_s``, in order, each round took (SPEC 3 "Rounds"),
+        stored beside them; readers of the samples alone ignore it."""
         unknown = set(row) - set(COLUMNS)
         if unknown:
             raise ValueError(f"unknown result columns: {sorted(unknown)}")
         if samples_s is not None and len(samples_s):
-            self._write(self._samples, json.dumps(
-                {"case_id": row["case_id"], "samples_s": [float(s) for s in samples_s]}) + "\n")
+            record = {"case_id": row["case_id"], "samples_s": [float(s) for s in samples_s]}
+            if round_sizes:
+                record["round_sizes"] = [int(n) for n in round_sizes]
+            self._write(self._samples, json.dumps(record) + "\n")
         buffer = io.StringIO()
         csv.writer(buffer).writerow([_format(row.get(column)) for column in self.columns])
         self._write(self._rows, buffer.getvalue())

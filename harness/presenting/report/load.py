@@ -10,7 +10,7 @@ from harness.base import plugins
 from harness.base.cases import with_mode
 from harness.base.errors import ResultError
 from harness.base.format import params_label
-from harness.judging.analysis import finite, run_unfit_reasons, with_speedups
+from harness.judging.analysis import PLANNED, finite, planned_strategies, run_unfit_reasons, with_speedups
 from harness.results import store
 from harness.results.runmeta import record
 
@@ -38,6 +38,12 @@ def load(dirs) -> tuple[pd.DataFrame, list[dict]]:
         rows["fit"] = not meta["unfit_reasons"]
         rows["machine"] = rows["device"].map(lambda d: device_label(meta, d))
         rows["run_dir"] = str(directory)
+        # A run that ended before its config did (a GPU window closed): what each point meant to
+        # time, so that `analysis.answer` never names a winner among the strategies it reached.
+        planned = planned_strategies(meta)
+        if planned is not None:
+            rows[PLANNED] = [" ".join(planned.get((r.op, r.device, r.dtype, r.params, r.mode), ()))
+                             for r in with_mode(rows).itertuples()]
         frames.append(rows)
     if not frames:
         raise ResultError(f"{', '.join(map(str, dirs))}: no result rows to report")

@@ -87,7 +87,7 @@ def case_table(group: pd.DataFrame, judged: bool = True) -> tuple[list[str], lis
     no_speedup = speedup_note(group["op"].iloc[0], dict(zip(group["strategy"], group["status"])))
     rows, best = [], None
     found = analysis.answer(group) if judged else None
-    fastest = found.best["strategy"] if found is not None and not found.tie else None  # a tie bolds no row
+    fastest = found.best["strategy"] if found is not None and found.clear else None  # a tie bolds no row
     for index, (_, r) in enumerate(ordered.iterrows()):
         if best is None and r["strategy"] == fastest:
             best = index
@@ -110,7 +110,7 @@ def case_table(group: pd.DataFrame, judged: bool = True) -> tuple[list[str], lis
                              fmt_num(r["rel_err"], 2), fmt_num(r["max_abs_err"], 2), r["source"],
                              str(r["message"])])
     # The notes every table shares (marks, columns) are the legend's (`legend_notes`), said once.
-    notes = [f"No row is marked fastest: {analysis.winner_text(found)}."] if found is not None and found.tie else []
+    notes = [f"No row is marked fastest: {analysis.winner_text(found)}."] if found is not None and not found.clear else []
     return header, rows, best, notes
 
 
@@ -223,8 +223,9 @@ def verdict(op: str, case: pd.DataFrame, where: str) -> str:
         if not clearly_faster(best, runner):
             return (f"{where}: inconclusive between {best['strategy']} ({_median_iqr(best)}) and "
                     f"{runner['strategy']} ({_median_iqr(runner)}): a lead of "
-                    f"{fmt_ratio(runner['median_s'] / best['median_s'])} is within their spread (their Q1–Q3 ranges "
-                    f"overlap), so the data does not say which is faster; rerun on a quieter machine or with a "
+                    f"{fmt_ratio(runner['median_s'] / best['median_s'])} is within their spread "
+                    f"({analysis.tie_reason(best, runner)}), so the data does not say which is faster; rerun on a "
+                    f"quieter machine or with a "
                     f"larger timing budget.")
         text += (f", {fmt_pct(best['pct_of_ceiling'])} of the copy ceiling, "
                  f"{fmt_ratio(runner['median_s'] / best['median_s'])} faster than the runner-up "
@@ -704,11 +705,14 @@ def _answer_cells(case: pd.DataFrame) -> list[str]:
     median = fmt_time(best["median_s"]) + (f" {UNSTABLE.mark}" if unstable(best) else "")
     faster_inexact = case[(case["status"] == INEXACT) & case["median_s"].map(finite)
                           & (case["median_s"] < best["median_s"])]
-    name = (f"tie: {best['strategy']} / {found.runner_up['strategy']} ({fmt_time(found.runner_up['median_s'])})"
+    # A tie names every strategy the winner does not clearly beat (analysis.answer) and prints no speed-up.
+    name = (f"tie: {' / '.join(analysis.winners(found))} ({fmt_time(found.runner_up['median_s'])})"
             if found.tie else best["strategy"])
+    name += f" (no clear win: {found.unclear})" if found.unclear else ""
     name += f" (faster but inexact: {', '.join(faster_inexact['strategy'])})" if len(faster_inexact) else ""
-    builtin = "is one" if found.builtin == best["strategy"] else fmt_ratio(found.over_builtin)
-    return [name, median, fmt_pct(best["pct_of_ceiling"]), fmt_ratio(found.over_seed), builtin]
+    builtin = "is one" if found.builtin == best["strategy"] else fmt_ratio(found.over_builtin) if found.clear else "–"
+    return [name, median, fmt_pct(best["pct_of_ceiling"]), fmt_ratio(found.over_seed) if found.clear else "–",
+            builtin]
 
 
 ANSWER_NOTE = (f"Per operator, size and dtype, the fastest strategy that passed the float64-oracle check exactly "
@@ -741,9 +745,10 @@ def _training_cell(case: pd.DataFrame) -> str:
     if found is None:  # nothing timed and correct: a counting run's fewest instructions, or none passed
         return f"{_answer_cells(rows)[0]} ({mode})"
     best = found.best
-    name = (f"tie: {best['strategy']} / {found.runner_up['strategy']}" if found.tie else best["strategy"])
+    name = (f"tie: {' / '.join(analysis.winners(found))}" if found.tie else best["strategy"])
+    name += f" (no clear win: {found.unclear})" if found.unclear else ""
     return f"{name} ({mode}: {fmt_time(best['median_s'])}" + (
-        f", {fmt_ratio(found.over_seed)} the seed's" if finite(found.over_seed) else "") + ")"
+        f", {fmt_ratio(found.over_seed)} the seed's" if finite(found.over_seed) and found.clear else "") + ")"
 
 
 def answer_table(rows: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
@@ -795,7 +800,7 @@ def training_sentence(rows: pd.DataFrame) -> str:
         inference = analysis.answer(case[case["mode"] == FORWARD])
         step = training_step(case)
         trained = analysis.answer(step[1]) if step else None
-        if inference is None or trained is None or inference.tie or trained.tie:
+        if inference is None or trained is None or not inference.clear or not trained.clear:
             continue
         if inference.best["strategy"] == trained.best["strategy"]:
             same += 1

@@ -72,7 +72,7 @@ def answer_paragraph(machine: str, kind: str, rows: pd.DataFrame) -> str | None:
     if not counts:
         return f"{where}: no strategy passed the check in any case, so there is no answer."
     best = max(sorted(counts), key=counts.get)
-    clear = [found for *_, found in answers if found is not None and not found.tie and
+    clear = [found for *_, found in answers if found is not None and found.clear and
              str(found.best["strategy"]) == best]
     tied = counts[best] - len(clear)
     text = (f"{where}: use {best}, the fastest in {counts[best]} of {len(answers)} cases ({len(clear)} clearly"
@@ -211,7 +211,7 @@ def shape_cell(case: pd.DataFrame, kind: str) -> str:
     text = f"{' / '.join(analysis.winners(found))}{' (tie)' if found.tie else ''}: {fmt_time(found.best['median_s'])}"
     if kind == TRAINING and mode == BACKWARD:
         text += " (backward)"
-    if analysis.finite(found.over_seed) and not found.tie:
+    if analysis.finite(found.over_seed) and found.clear:
         text += f", {fmt_ratio(found.over_seed)} the seed"
     return text
 
@@ -228,7 +228,7 @@ def disagreements(published: pd.DataFrame, other: pd.DataFrame) -> list[tuple[st
         if key not in other_groups:
             continue
         mine, theirs = analysis.answer(group), analysis.answer(other_groups[key])
-        if mine is None or theirs is None or mine.tie or theirs.tie:
+        if mine is None or theirs is None or not mine.clear or not theirs.clear:
             continue
         if mine.best["strategy"] != theirs.best["strategy"]:
             op, params, dtype, mode, _machine = key

@@ -115,6 +115,23 @@ def test_every_benchmark_of_a_shipped_config_expands():
     assert len(cases) == 28  # 19 forward, 9 backward
 
 
+def test_threads_default_to_every_core_but_one(tiny_config, monkeypatch):
+    """Issue 40: a pool at every core waits for a neighbour's core. Unset or
+    ``auto`` (for all, or one backend), every core but one, at least one."""
+    from impls.backends import thread_knobs
+
+    grid = "benchmarks: [{op: maxpool2d, params: {N: 1, C: 1, H: 4, W: 4, k: 2}}]"
+    for cores, expected in ((8, 7), (2, 1), (1, 1)):
+        monkeypatch.setattr("os.cpu_count", lambda: cores)
+        every = {backend.name: expected for backend in thread_knobs()}
+        assert load_config(tiny_config(grid)).threads == every
+        assert load_config(tiny_config(f"threads: auto\n{grid}")).threads == every
+        assert load_config(tiny_config(f"threads: {{torch: auto, numba: 1}}\n{grid}")).threads == \
+            {"torch": expected, "numba": 1}
+    with pytest.raises(ConfigError, match="threads"):
+        load_config(tiny_config(f"threads: all\n{grid}", "bad.yaml"))
+
+
 def test_threads_are_keyed_by_backend_and_older_keys_still_read(tiny_config):
     from impls.backends import thread_knobs
 

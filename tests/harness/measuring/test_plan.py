@@ -152,13 +152,17 @@ def test_a_resumed_plan_leaves_out_the_cases_and_steps_done(tmp_path):
 def test_budget_stops_before_a_case_that_would_outlast_it():
     now = [100.0]
     budget = window.Budget(10, {"a": 4.0, "b": 7.0}, clock=lambda: now[0])
-    assert budget.stop_before(Case("maxpool2d", "x", "cpu", "float32", ())) is None  # unknown: costs nothing
+    assert budget.stop_before([Case("maxpool2d", "x", "cpu", "float32", ())]) is None  # unknown: costs nothing
     case = Case("maxpool2d", "torch_max_pool2d", "cpu", "float32", (("C", 1),))
     budget.costs = {case.case_id: 4.0}
     now[0] = 105.0
-    assert budget.stop_before(case) is None  # 5 s left, 4 needed
+    assert budget.stop_before([case]) is None  # 5 s left, 4 needed
+    other = Case("maxpool2d", "torch_max_pool2d_indices", "cpu", "float32", (("C", 1),))
+    budget.costs[other.case_id] = 2.0
+    assert budget.stop_before([case, other]) == ("budget of 10 s: the next point (2 cases) needs about 6 s and "
+                                                 "5 s are left")  # a point's cases are timed together
     now[0] = 107.0
-    reason = budget.stop_before(case)
+    reason = budget.stop_before([case])
     assert reason == "budget of 10 s: the next case needs about 4 s and 3 s are left"
 
 
@@ -169,15 +173,15 @@ threads: 1
 benchmarks:
   - op: maxpool2d
     strategies: [torch_max_pool2d, torch_max_pool2d_indices, torch_reshape_argmax]
-    params: {N: 1, C: 1, H: 4, W: 4, k: 2}
+    params: {N: 1, C: [1, 2, 3], H: 4, W: 4, k: 2}
 """)
     cases = expand(config)
     writer = MemoryWriter()
     asked = []
 
-    def stop_before(case):
-        asked.append(case.strategy)
-        return "enough" if len(asked) == 3 else None
+    def stop_before(point):
+        asked.append([case.strategy for case in point])
+        return "enough" if len(asked) == 2 else None
 
     # their adversarial checks passed already (the check's own tests test them): this test is the stop's
     passed = check.AdversarialCheck(config.seed, config.timing.timeout_s)
@@ -186,7 +190,11 @@ benchmarks:
     with pytest.raises(Interrupted) as stopped:
         run_sweep(cases, config, writer, "run", {}, stop_before=stop_before, adversarial=passed)
     assert stopped.value.signal_name == "enough"
-    assert [row["strategy"] for row in writer.rows] == ["torch_max_pool2d", "torch_max_pool2d_indices"]
+    # asked once per point (its strategies are timed together in rounds); the first point was written whole
+    assert asked == [["torch_max_pool2d", "torch_max_pool2d_indices", "torch_reshape_argmax"]] * 2
+    assert sorted(row["strategy"] for row in writer.rows) == ["torch_max_pool2d", "torch_max_pool2d_indices",
+                                                             "torch_reshape_argmax"]
+    assert {json.loads(row["params"])["C"] for row in writer.rows} == {1}
     assert {row["status"] for row in writer.rows} == {"ok"}
 
 

@@ -37,7 +37,7 @@ class ListWriter:
     def begin_case(self, record):
         pass
 
-    def append(self, row, samples_s):
+    def append(self, row, samples_s, round_sizes=None):
         self.rows.append(row)
         self.samples[row["case_id"]] = samples_s
 

@@ -52,7 +52,7 @@ def test_the_terminal_tables_mark_a_tie_as_both_and_say_so():
             console.print(item)
         text = console.export_text()
         assert _starred(text) == {"numba_fused", "torch_max_pool2d_indices"}, text
-    assert "both starred: numba_fused and torch_max_pool2d_indices (a tie: their Q1–Q3 ranges overlap)" \
+    assert "starred: numba_fused and torch_max_pool2d_indices (a tie: their Q1–Q3 ranges overlap)" \
         in rendered(tables.case_tables(rows))
     clear = _maxpool_case({"seed_loops": 1e-2, "numba_fused": 1e-4, "torch_max_pool2d_indices": 3e-4}, 0.1)
     console = Console(width=200, record=True, color_system=None)

@@ -117,7 +117,8 @@ def test_every_column_belongs_to_a_schema_version_with_its_migration_step():
     assert store.SCHEMA_VERSION == 8
     assert store.COLUMNS_ADDED == {2: ("host_s", "xcheck_s", "load_avg", "extra", "slow_start"),
                                    3: ("q1_s", "q3_s", "p10_s", "max_s"), 4: ("instructions", "est_cycles"),
-                                   5: ("fresh_floor_s", "pct_of_fresh_floor"), 6: ("mode",), 7: (),
+                                   5: ("fresh_floor_s", "pct_of_fresh_floor"), 6: ("mode",),
+                                   7: ("round_medians_s",),
                                    8: ("bytes_written", "read_gbps_used", "write_gbps_used", "floor_write_curve",
                                        "floor_by_size_s", "pct_of_floor")}
     schema_1 = ("run_id", "case_id", "op", "strategy", "backend", "device", "dtype", "params", "status", "message",
@@ -207,3 +208,43 @@ def test_a_run_written_with_the_columns_reads_as_it_stored_them(tmp_path):
     writer.close()
     _, rows, _ = read_run(tmp_path)
     assert math.isnan(rows.loc[0, "q1_s"]) and math.isnan(rows.loc[0, "fresh_floor_s"])
+
+
+def test_round_medians_are_stored_and_a_run_before_them_reads_as_none(tmp_path):
+    """Schema 7 (SPEC 3 "Rounds"): each row keeps its rounds' medians and its
+    samples line how many samples each round took; a schema 6 run, written
+    without the column, reads with none, and the one rule falls back to the
+    quartiles for it, saying so."""
+    from harness.judging import analysis
+    from harness.results import stats
+
+    rounds = [[1e-3, 1.2e-3], [2e-3, 2e-3, 2.2e-3], [1.1e-3]]
+    fast = dict(strategy="numba_fused", median_s=1e-3, q1_s=0.9e-3, q3_s=1.1e-3,
+                round_medians_s=stats.round_medians_json(rounds))
+    writer = RunWriter(tmp_path / "new", {"run_id": "r"})
+    writer.append(row("a", **fast), [s for r in rounds for s in r], round_sizes=[len(r) for r in rounds])
+    writer.close()
+    _, rows, samples = read_run(tmp_path / "new")
+    assert analysis.round_medians(rows.iloc[0]) == pytest.approx([1.1e-3, 2e-3, 1.1e-3])
+    assert samples["a"] == [s for r in rounds for s in r]
+    line = json.loads((tmp_path / "new" / "samples.jsonl").read_text())
+    assert line["round_sizes"] == [2, 3, 1]
+
+    old = tmp_path / "old"
+    writer = RunWriter(old, {"run_id": "o"})
+    writer.append(row("a", strategy="numba_fused", median_s=1e-3, q1_s=0.9e-3, q3_s=1.1e-3), [1e-3])
+    writer.append(row("b", strategy="seed_reshape_max", median_s=2e-3, q1_s=1.9e-3, q3_s=2.1e-3), [2e-3])
+    writer.close()
+    records = list(csv.DictReader(io.StringIO((old / "rows.csv").read_text())))
+    with open(old / "rows.csv", "w", newline="") as handle:
+        written = csv.DictWriter(handle, [name for name in COLUMNS if name != "round_medians_s"],
+                                 extrasaction="ignore")
+        written.writeheader()
+        written.writerows(records)
+    meta = json.loads((old / "meta.json").read_text())
+    (old / "meta.json").write_text(json.dumps(dict(meta, schema_version=6)))
+    meta, rows, _ = read_run(old)
+    assert meta["schema_version"] == store.SCHEMA_VERSION and list(rows["round_medians_s"]) == ["", ""]
+    first, second = rows.iloc[0], rows.iloc[1]
+    assert analysis.round_medians(first) == [] and analysis.rule_basis(first, second) == analysis.QUARTILE_RULE
+    assert analysis.clearly_faster(first, second)  # the quartiles, apart
