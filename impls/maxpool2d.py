@@ -311,7 +311,7 @@ def generate_grad(params, mode: str = "random", seed: int = 0):
     """grad_values, the shape of the values (common.gradient_values)."""
     rng = np.random.default_rng((seed, 1))
     shape = (params["N"], params["C"], params["H"] // params["k"], params["W"] // params["k"])
-    return common.gradient_values(rng, shape, mode)
+    return common.gradient_values(rng, shape, mode, special=True)
 
 
 def grad_bytes(params, itemsize: int) -> int:
@@ -346,8 +346,9 @@ def _gradient_where_it_may_land(out, ref, x, grad, ties: str, k: int):
     landed = _windows(out.astype(np.float64), k)
     nonzero = landed != 0
     where = nonzero.argmax(axis=-1)[..., None]
+    sent = np.take_along_axis(landed, where, axis=-1)[..., 0]
     movable = ((nonzero.sum(axis=-1) == 1) & np.take_along_axis(allowed, where, axis=-1)[..., 0]
-               & (np.take_along_axis(landed, where, axis=-1)[..., 0] == grad))
+               & ((sent == grad) | (np.isnan(sent) & np.isnan(grad))))  # a NaN gradient is one too
     if not movable.any():
         return ref
     moved = _windows(ref, k).copy()
@@ -363,11 +364,11 @@ def grad_compare(out, ref, inputs, grad, dtype: str, strat, params: dict) -> Ver
     """grad_x bitwise (SPEC 1.5): a scatter moves values, it computes none.
     The gradient must land on the forward's index: the first maximum (or,
     with ``ties="any"``, any maximum), any NaN of a NaN window."""
-    exact = common.compare_bitwise("grad_x", out, ref, dtype)
+    exact = common.compare_gradient_bitwise("grad_x", out, ref, dtype)
     if exact.status == "ok":  # the reference itself: nothing is left for the moves to explain
         return exact
     ref = _gradient_where_it_may_land(out, ref, inputs["x"], grad, strat.ties, params["k"])
-    verdict = common.compare_bitwise("grad_x", out, ref, dtype)
+    verdict = common.compare_gradient_bitwise("grad_x", out, ref, dtype)
     if verdict.status == "mismatch" and common.VALUE in verdict.differences \
             and _all_at_index_0_for_neg_inf_windows(out, ref, inputs["x"], params["k"], dtype):
         return replace(verdict, message=verdict.message + " (all -inf windows' gradients sent to index 0)",
@@ -400,7 +401,8 @@ def _all_at_index_0_for_neg_inf_windows(out, ref, x, k: int, dtype: str) -> bool
     at_origin, kept = got[origin], dropped[origin]
     tolerance = 8 * float(np.finfo(np.float32 if dtype == "bfloat16" else dtype).eps)
     return bool(np.all((at_origin == kept.astype(out.dtype))
-                       | np.isclose(at_origin, kept + sent.reshape(-1), rtol=tolerance, atol=0.0)))
+                       | np.isclose(at_origin, kept + sent.reshape(-1), rtol=tolerance, atol=0.0,
+                                      equal_nan=True)))
 
 
 def values_of(output):
