@@ -277,7 +277,8 @@ def compare_bitwise(name: str, out: np.ndarray, ref64: np.ndarray, dtype: str, *
                        f"expected {_signed(ref[where])}); {count} element{'s' if count > 1 else ''} in all",
                        max_abs_err=0.0, rel_err=float("nan"), differences=kinds)
     finite = ~np.isnan(out) & ~np.isnan(ref) & np.isfinite(out) & np.isfinite(ref)
-    err = float(np.abs(out[finite] - ref[finite]).max()) if finite.any() else float("inf")
+    # in float64: two of the dtype's largest finite values of opposite sign (a hostile gradient's) overflow it
+    err = float(np.abs(out[finite].astype(np.float64) - ref[finite]).max()) if finite.any() else float("inf")
     signs = f" ({int(zero_sign.sum())} of them only in the sign of zero)" if zero_sign.any() else ""
     return Verdict("mismatch", f"{name}: {int(differs.sum())} elements differ{signs}; "
                    + first_difference(out, ref, other), max_abs_err=err, rel_err=float("nan"),
