@@ -396,7 +396,7 @@ def _all_at_index_0_for_neg_inf_windows(out, ref, x, k: int, dtype: str) -> bool
     got = out.astype(np.float64)
     origin = np.zeros_like(first)
     origin[:, :, 0, 0] = True
-    if not np.array_equal(got[~origin], dropped[~origin].astype(out.dtype).astype(np.float64)):
+    if not np.array_equal(got[~origin], dropped[~origin].astype(out.dtype).astype(np.float64), equal_nan=True):
         return False
     at_origin, kept = got[origin], dropped[origin]
     tolerance = 8 * float(np.finfo(np.float32 if dtype == "bfloat16" else dtype).eps)
