@@ -41,6 +41,15 @@ returns the same whole gradient, so being partial in the forward does not
 make a strategy's backward partial: ``forward+backward``'s bytes count the
 whole forward output (``bytes_moved``), the indices included, for all.
 
+Hostile checks (SPEC 1.5): the adversarial incoming gradients of the index
+operators hold -0.0, subnormals, ±inf, NaN and the largest finite values
+(``common.gradient_values(special=True)``; the shift operators', normal
+values), compared bitwise but for the sign of a zero
+(``common.compare_gradient_bitwise``). They come in every layout the inputs
+are checked in, and in ``TRANSPOSED``, with the integer inputs (positions)
+and, in ``backward``, what an explicit backward's forward saved (indices) in
+the same layout (``relaid``).
+
 The "× the seed" baseline of an operator is its ``baseline`` strategy in
 every mode: in the backward modes that is maxpool2d's ``seed_loops`` with
 its explicit seed-style loop backward, maxunpool's ``numpy_seed_row_loop``
