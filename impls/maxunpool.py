@@ -549,8 +549,9 @@ def torch_max_unpool2d(inputs, params):
     so a contiguous case (what the sweep times) is timed as before."""
     import torch.nn.functional as F
 
-    values, positions = inputs["values"], inputs["positions"].contiguous()
-    refuse_cuda_int32_overflow(values.device, params, "max_unpool2d")
+    values = inputs["values"]
+    refuse_cuda_int32_overflow(values.device, params, "max_unpool2d")  # before any copy
+    positions = inputs["positions"].contiguous()
     if params["form"] == "2d":
         k, size = params["k"], (params["H"], params["W"])
         return lambda: F.max_unpool2d(values, positions, k, output_size=size)
