@@ -95,7 +95,8 @@ def sprinkle_subnormals(rng, values: np.ndarray, share: float) -> np.ndarray:
     largest and sizes between, of alternating sign."""
     count = min(max(2 * len(SUBNORMAL_UNIT), round(share * values.size)), values.size // 2)
     out = values.copy().reshape(-1)
-    out[rng.permutation(values.size)[:count]] = subnormal_series(rng, count)
+    where = rng.permutation(values.size)[:count]  # drawn before the series: the generator's order is the inputs'
+    out[where] = subnormal_series(rng, count)
     return out.reshape(values.shape)
 
 
@@ -157,7 +158,8 @@ def gradient_values(rng, shape, mode: str, special: bool = False) -> np.ndarray:
     # kinds in a fresh order per gradient (a small one holds a few); about 2 in 5 of them subnormals
     split = len(chosen) * len(kinds) // (len(kinds) + 2 * len(SUBNORMAL_UNIT))
     values[chosen[:split]] = np.resize(rng.permutation(kinds), split)
-    values[chosen[split:]] = subnormal_series(rng, len(chosen) - split)
+    tiny = subnormal_series(rng, len(chosen) - split)
+    values[chosen[split:]] = tiny
     return values.reshape(shape)
 
 
