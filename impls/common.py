@@ -94,37 +94,74 @@ def sprinkle_subnormals(rng, values: np.ndarray, share: float) -> np.ndarray:
     most half of them) replaced by subnormals of every float type in turn, so
     that each dtype's check holds subnormals of its own: the smallest, the
     largest and sizes between, of alternating sign."""
-    types = list(SUBNORMAL_UNIT)
-    count = min(max(2 * len(types), round(share * values.size)), values.size // 2)
+    count = min(max(2 * len(SUBNORMAL_UNIT), round(share * values.size)), values.size // 2)
     out = values.copy().reshape(-1)
-    for turn, where in enumerate(rng.permutation(values.size)[:count]):
+    where = rng.permutation(values.size)[:count]  # drawn before the series: the generator's order is the inputs'
+    out[where] = subnormal_series(rng, count)
+    return out.reshape(values.shape)
+
+
+def subnormal_series(rng, count: int) -> np.ndarray:
+    """``count`` subnormals (float64), of every float type in turn: the
+    smallest, the largest and sizes between, of alternating sign."""
+    types = list(SUBNORMAL_UNIT)
+    out = np.empty(count)
+    for turn in range(count):
         dtype, round_ = types[turn % len(types)], turn // len(types)
         steps = SUBNORMAL_STEPS[dtype]
         multiple = (1, steps - 1, int(rng.integers(1, steps)))[round_ % 3]
-        out[where] = subnormal(dtype, -multiple if round_ % 2 else multiple)
-    return out.reshape(values.shape)
+        out[turn] = subnormal(dtype, -multiple if round_ % 2 else multiple)
+    return out
 
 
 # Adversarial gradients cycle through 1..GRADIENT_CYCLE: integers that every
 # dtype holds exactly (bfloat16's 8 significant bits stop at 256).
 GRADIENT_CYCLE = 251
+# The share of an index operator's adversarial gradient that is special
+# (``gradient_values(special=True)``): enough that the small check cases hold
+# every kind, few enough that most windows' gradients stay distinct integers.
+SPECIAL_GRADIENT_SHARE = 0.3
 
 
-def gradient_values(rng, shape, mode: str) -> np.ndarray:
+def largest_finite(dtype: str) -> float:
+    """``dtype``'s largest finite value, as a float64 (bfloat16 through torch's finfo)."""
+    if dtype == "bfloat16":
+        import torch
+
+        return float(torch.finfo(torch.bfloat16).max)
+    return float(np.finfo(dtype).max)
+
+
+def gradient_values(rng, shape, mode: str, special: bool = False) -> np.ndarray:
     """An incoming gradient (docs/SPEC.md §1.5): ``random``, standard normal;
-    ``adversarial`` (and any other mode, e.g. maxunpool's ``scattered``), non-zero integers ±1..251 counting up along the flat
-    order, so neighbours (and the gradients of neighbouring windows) differ
-    and a gradient sent to the wrong place shows. No zeros: a library's
-    backward adds its contributions into zeros (its windows may overlap in
-    general), and 0.0 + -0.0 is +0.0, so a gradient's sign of zero is not
-    part of the contract; no NaN or ±inf: the special values are the
-    forward inputs' (ties, NaN windows), not the gradient's."""
+    ``adversarial`` (and any other mode, e.g. maxunpool's ``scattered``),
+    non-zero integers ±1..251 counting up along the flat order, so neighbours
+    (and the gradients of neighbouring windows) differ and a gradient sent to
+    the wrong place shows. ``special`` (the index operators, whose backward
+    moves values and is compared bitwise): SPECIAL_GRADIENT_SHARE of them, at
+    least one of each kind where the gradient has room, become -0.0, +0.0,
+    NaN, ±inf, ± the largest finite value of every float type, and subnormals
+    of every float type (``sprinkle_subnormals``): each dtype's check holds its
+    own largest value and its own subnormals (a wider type's round to ±inf or
+    ±0 in a narrower one, which is then just another special value). Without
+    ``special`` (the shift operators, which sum), normal values only."""
     if mode == "random":
         return rng.standard_normal(shape)
     count = int(np.prod(shape))
     magnitudes = np.arange(count) % GRADIENT_CYCLE + 1
     signs = np.where(rng.random(count) < 0.5, -1.0, 1.0)
-    return (magnitudes * signs).reshape(shape)
+    values = magnitudes * signs
+    if not special or count < 2:
+        return values.reshape(shape)
+    kinds = [-0.0, 0.0, np.nan, np.inf, -np.inf]
+    kinds += [sign * largest_finite(dtype) for dtype in SUBNORMAL_UNIT for sign in (1.0, -1.0)]
+    chosen = rng.permutation(count)[:max(min(len(kinds), count // 2), round(SPECIAL_GRADIENT_SHARE * count))]
+    # kinds in a fresh order per gradient (a small one holds a few); about 2 in 5 of them subnormals
+    split = len(chosen) * len(kinds) // (len(kinds) + 2 * len(SUBNORMAL_UNIT))
+    values[chosen[:split]] = np.resize(rng.permutation(kinds), split)
+    tiny = subnormal_series(rng, len(chosen) - split)
+    values[chosen[split:]] = tiny
+    return values.reshape(shape)
 
 
 def round_to_dtype(array: np.ndarray, dtype: str) -> np.ndarray:
@@ -138,7 +175,8 @@ def round_to_dtype(array: np.ndarray, dtype: str) -> np.ndarray:
 
         return torch.from_numpy(np.ascontiguousarray(array)).to(torch.bfloat16).to(torch.float64).numpy()
     if not isinstance(array, np.ndarray) or array.size <= CHUNK_ELEMENTS or not array.flags.c_contiguous:
-        return array.astype(dtype).astype(np.float64)
+        with np.errstate(over="ignore"):  # a value past the dtype's range is stored as ±inf: that is the input
+            return np.asarray(array).astype(dtype).astype(np.float64)
     rounded = np.empty(array.shape, dtype=np.float64)
 
     def round_piece(out_piece, in_piece):
@@ -200,12 +238,14 @@ def merge_verdicts(*verdicts: Verdict) -> Verdict:
                    differences=frozenset().union(*(v.differences for v in bad)))
 
 
-def compare_bitwise(name: str, out: np.ndarray, ref64: np.ndarray, dtype: str) -> Verdict:
+def compare_bitwise(name: str, out: np.ndarray, ref64: np.ndarray, dtype: str, *,
+                    signed_zeros: bool = True) -> Verdict:
     """Exact comparison for operators that only move values (docs/SPEC.md §1.1, 1.2).
 
     The float64 oracle is cast to ``dtype`` (exact: its values are inputs) and
     compared bit for bit; any NaN matches any NaN, since which NaN payload a
-    library propagates is not part of any contract.
+    library propagates is not part of any contract. ``signed_zeros=False``: -0.0
+    matches +0.0 (``compare_gradient_bitwise``, the one caller).
     """
     bad = check_shape_dtype(name, out, ref64, dtype)
     if bad:
@@ -223,6 +263,8 @@ def compare_bitwise(name: str, out: np.ndarray, ref64: np.ndarray, dtype: str) -
     out = out.astype(target, copy=False)
     differs = out.view(uint) != ref.view(uint)
     differs &= ~(np.isnan(out) & np.isnan(ref))
+    if not signed_zeros:
+        differs &= ~((out == 0) & (ref == 0))
     if not differs.any():
         return Verdict("ok")
     # -0.0 == +0.0 numerically: a difference between two zeros is one of sign only.
@@ -238,11 +280,21 @@ def compare_bitwise(name: str, out: np.ndarray, ref64: np.ndarray, dtype: str) -
                        f"expected {_signed(ref[where])}); {count} element{'s' if count > 1 else ''} in all",
                        max_abs_err=0.0, rel_err=float("nan"), differences=kinds)
     finite = ~np.isnan(out) & ~np.isnan(ref) & np.isfinite(out) & np.isfinite(ref)
-    err = float(np.abs(out[finite] - ref[finite]).max()) if finite.any() else float("inf")
+    # in float64: two of the dtype's largest finite values of opposite sign (a hostile gradient's) overflow it
+    err = float(np.abs(out[finite].astype(np.float64) - ref[finite]).max()) if finite.any() else float("inf")
     signs = f" ({int(zero_sign.sum())} of them only in the sign of zero)" if zero_sign.any() else ""
     return Verdict("mismatch", f"{name}: {int(differs.sum())} elements differ{signs}; "
                    + first_difference(out, ref, other), max_abs_err=err, rel_err=float("nan"),
                    differences=kinds)
+
+
+def compare_gradient_bitwise(name: str, out: np.ndarray, ref64: np.ndarray, dtype: str) -> Verdict:
+    """docs/SPEC.md §1.5's bitwise for a gradient (the index operators' backward, a
+    scatter or a gather): the value's bits, except the sign of a zero. A
+    backward that scatters by adding into zeros (autograd's) turns an incoming
+    -0.0 into +0.0, and that is allowed; a flushed subnormal, a changed NaN
+    into a number or anything else is a difference as in ``compare_bitwise``."""
+    return compare_bitwise(name, out, ref64, dtype, signed_zeros=False)
 
 
 def _subnormal_or_zero(values: np.ndarray, dtype: str) -> np.ndarray:
@@ -413,10 +465,11 @@ def device_is_subnormal(values, dtype: str):
     return (magnitude > 0) & (magnitude < SUBNORMAL_UNIT[dtype] * SUBNORMAL_STEPS[dtype])
 
 
-def device_compare_bitwise(name: str, out, ref64, dtype: str) -> Verdict:
+def device_compare_bitwise(name: str, out, ref64, dtype: str, *, signed_zeros: bool = True) -> Verdict:
     """``compare_bitwise`` on the device: the oracle cast to ``dtype`` and
-    compared bit for bit, any NaN matching any NaN, a mismatch's kinds
-    (zero-sign, subnormal, value) and message as the host's."""
+    compared bit for bit, any NaN matching any NaN (and with
+    ``signed_zeros=False`` -0.0 matching +0.0), a mismatch's kinds (zero-sign,
+    subnormal, value) and message as the host's."""
     import torch
 
     bad = device_check_shape_dtype(name, out, ref64, dtype)
@@ -426,6 +479,8 @@ def device_compare_bitwise(name: str, out, ref64, dtype: str) -> Verdict:
     bits = {2: torch.int16, 4: torch.int32, 8: torch.int64}[ref.element_size()]
     differs = out.view(bits) != ref.view(bits)
     differs &= ~(torch.isnan(out) & torch.isnan(ref))
+    if not signed_zeros:
+        differs &= ~((out == 0) & (ref == 0))
     if not bool(differs.any()):
         return Verdict("ok")
     zero_sign = differs & (out == 0) & (ref == 0)
@@ -441,13 +496,17 @@ def device_compare_bitwise(name: str, out, ref64, dtype: str) -> Verdict:
                        f"{count} element{'s' if count > 1 else ''} in all",
                        max_abs_err=0.0, rel_err=float("nan"), differences=kinds)
     finite = torch.isfinite(out) & torch.isfinite(ref)
-    # in float32 for bfloat16, as the host (numpy has no bfloat16) computes it
-    wide = torch.float32 if dtype == "bfloat16" else out.dtype
-    err = float((out[finite].to(wide) - ref[finite].to(wide)).abs().max()) if bool(finite.any()) else float("inf")
+    # in float64, as the host computes it: two of the dtype's largest finite values of opposite sign overflow it
+    err = float((out[finite].double() - ref[finite].double()).abs().max()) if bool(finite.any()) else float("inf")
     signs = f" ({int(zero_sign.sum())} of them only in the sign of zero)" if bool(zero_sign.any()) else ""
     return Verdict("mismatch", f"{name}: {int(differs.sum())} elements differ{signs}; "
                    + device_first_difference(out, ref, other), max_abs_err=err, rel_err=float("nan"),
                    differences=kinds)
+
+
+def device_compare_gradient_bitwise(name: str, out, ref64, dtype: str) -> Verdict:
+    """``compare_gradient_bitwise`` on the device: bits, except the sign of a zero."""
+    return device_compare_bitwise(name, out, ref64, dtype, signed_zeros=False)
 
 
 def device_compare_relative(name: str, out, ref, dtype: str) -> Verdict:

@@ -31,18 +31,21 @@ class Condition:
     devices: tuple[str, ...] = ()
     dtypes: tuple[str, ...] = ()
     layouts: tuple[str, ...] = ()
-    modes: tuple[str, ...] = ()
+    modes: tuple[str, ...] = ()  # the input generator's modes
+    training_modes: tuple[str, ...] = ()  # SPEC 1.5's: forward, backward, forward+backward
 
-    def holds(self, differences, *, device: str, dtype: str, layout: str, mode: str) -> bool:
+    def holds(self, differences, *, device: str, dtype: str, layout: str, mode: str,
+              training_mode: str = "forward") -> bool:
         return (bool(differences) and set(differences) <= set(self.differences)
                 and all(not allowed or value in allowed
                         for allowed, value in ((self.devices, device), (self.dtypes, dtype),
-                                               (self.layouts, layout), (self.modes, mode))))
+                                               (self.layouts, layout), (self.modes, mode),
+                                               (self.training_modes, training_mode))))
 
     def __str__(self) -> str:
         parts = [f"{name} in {', '.join(allowed)}" for name, allowed in
                  (("device", self.devices), ("dtype", self.dtypes), ("layout", self.layouts),
-                  ("mode", self.modes)) if allowed]
+                  ("mode", self.modes), ("training mode", self.training_modes)) if allowed]
         parts.append("every difference is " + " or ".join(sorted(self.differences)))
         return "; ".join(parts)
 
@@ -105,6 +108,16 @@ print(y / mask)                                   # 1.7014118e+38
 print(jax.jit(lambda y, m: y / m)(y, mask))        # inf: XLA's CPU backend reads the mask as 0
 """
 
+_JAX_CPU_MAXPOOL_BACKWARD_FLUSHES = """\
+import numpy as np, jax, jax.numpy as jnp
+x = np.arange(16, dtype=np.float32).reshape(1, 1, 4, 4)
+g = np.full((1, 1, 2, 2), 2.0**-130, dtype=np.float32)  # float32 subnormals
+def pool(x):  # 2x2 max-pool as the seed's reshape-argmax: a gather at each window's argmax
+    w = x.reshape(1, 1, 2, 2, 2, 2).transpose(0, 1, 2, 4, 3, 5).reshape(1, 1, 2, 2, 4)
+    return jnp.take_along_axis(w, jnp.argmax(w, axis=-1)[..., None], axis=-1)[..., 0]
+print(jax.vjp(pool, x)[1](g)[0][0, 0])  # all zeros: 2**-130 expected at each window's maximum
+"""
+
 _TRITON_INTERPRETER_BF16_SUBNORMALS = """\
 import os; os.environ["TRITON_INTERPRET"] = "1"
 import torch, triton, triton.language as tl
@@ -163,6 +176,19 @@ DEFECTS: tuple[KnownDefect, ...] = tuple(
                   "\"sharp bits\" page says the CPU backend flushes denormals)", kind=DOCUMENTED, seen="jax 0.10.2")
     for key in ("dispersion_pinv/jax_gather", "dispersion_pinv/jax_conv_adjoint")
 ) + (
+    KnownDefect(
+        id="jax-cpu-maxpool-backward-flushes-subnormal-gradients", strategy="maxpool2d/jax_reshape_argmax",
+        library="jaxlib", versions="==0.10.2",
+        condition=Condition(differences=frozenset({common.SUBNORMAL}), devices=("cpu",),
+                            dtypes=_JAX_FLUSHED_DTYPES, training_modes=("backward", "forward+backward")),
+        description="jax.vjp of a max-pool written as a gather at each window's argmax (take_along_axis) "
+                    "returns 0 where the incoming gradient is subnormal: XLA's CPU backend flushes "
+                    "subnormals in the scatter-add of the gather's transpose; normal gradients are exact",
+        reproduction=_JAX_CPU_MAXPOOL_BACKWARD_FLUSHES,
+        reference="measured with jax and jaxlib 0.10.2 on the CPU (float32, bfloat16 and float64; float16 "
+                  "computes in float32, where its subnormals are normal); the same flush as "
+                  "jax-cpu-flushes-subnormals, https://github.com/jax-ml/jax/issues/16200"),
+) + (
     # Triton strategies reach the CPU only through the interpreter (CI's
     # check): compiled for a GPU, the same kernel converts exactly.
     KnownDefect(
@@ -194,12 +220,13 @@ def installed_versions() -> dict[str, str | None]:
 
 
 def match(strategy, verdict, *, device: str, dtype: str, layout: str, mode: str,
-          versions: Mapping[str, str | None]) -> KnownDefect | None:
+          versions: Mapping[str, str | None], training_mode: str = "forward") -> KnownDefect | None:
     """The listed defect that explains this mismatch, or None.
 
     ``strategy``: a Strategy or its key "op/name". Only a ``mismatch`` whose
     every kind of difference the defect lists can be explained, and only for
-    the strategy, device, dtype, layout, mode and library versions it names.
+    the strategy, device, dtype, layout, input and training modes and library
+    versions it names.
     """
     if verdict.status != "mismatch" or not verdict.differences:
         return None
@@ -207,7 +234,7 @@ def match(strategy, verdict, *, device: str, dtype: str, layout: str, mode: str,
     for defect in DEFECTS:
         if (defect.strategy == key and defect.affects(versions.get(defect.library))
                 and defect.condition.holds(verdict.differences, device=device, dtype=dtype,
-                                           layout=layout, mode=mode)):
+                                           layout=layout, mode=mode, training_mode=training_mode)):
             return defect
     return None
 

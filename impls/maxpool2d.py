@@ -317,7 +317,7 @@ def generate_grad(params, mode: str = "random", seed: int = 0):
     """grad_values, the shape of the values (common.gradient_values)."""
     rng = np.random.default_rng((seed, 1))
     shape = (params["N"], params["C"], params["H"] // params["k"], params["W"] // params["k"])
-    return common.gradient_values(rng, shape, mode)
+    return common.gradient_values(rng, shape, mode, special=True)
 
 
 def grad_bytes(params, itemsize: int) -> int:
@@ -352,8 +352,9 @@ def _gradient_where_it_may_land(out, ref, x, grad, ties: str, k: int):
     landed = _windows(out.astype(np.float64), k)
     nonzero = landed != 0
     where = nonzero.argmax(axis=-1)[..., None]
+    sent = np.take_along_axis(landed, where, axis=-1)[..., 0]
     movable = ((nonzero.sum(axis=-1) == 1) & np.take_along_axis(allowed, where, axis=-1)[..., 0]
-               & (np.take_along_axis(landed, where, axis=-1)[..., 0] == grad))
+               & ((sent == grad) | (np.isnan(sent) & np.isnan(grad))))  # a NaN gradient is one too
     if not movable.any():
         return ref
     moved = _windows(ref, k).copy()
@@ -374,11 +375,11 @@ def grad_compare(out, ref, inputs, grad, dtype: str, strat, params: dict) -> Ver
 
 def _grad_compare(out, ref, inputs, grad, dtype: str, strat, params: dict, judge) -> Verdict:
     """``grad_compare``'s rule, with ``judge``'s primitives."""
-    exact = judge.bitwise("grad_x", out, ref, dtype)
+    exact = judge.gradient_bitwise("grad_x", out, ref, dtype)
     if exact.status == "ok":  # the reference itself: nothing is left for the moves to explain
         return exact
     ref = judge.where_it_may_land(out, ref, inputs["x"], grad, strat.ties, params["k"])
-    verdict = judge.bitwise("grad_x", out, ref, dtype)
+    verdict = judge.gradient_bitwise("grad_x", out, ref, dtype)
     if verdict.status == "mismatch" and common.VALUE in verdict.differences \
             and judge.all_at_index_0(out, ref, inputs["x"], params["k"], dtype):
         return replace(verdict, message=verdict.message + " (all -inf windows' gradients sent to index 0)",
@@ -402,16 +403,18 @@ def _all_at_index_0_for_neg_inf_windows(out, ref, x, k: int, dtype: str) -> bool
     first = np.zeros((N, C, H, W), dtype=bool)
     first[:, :, :h * k:k, :w * k:k] = neg_inf
     dropped = np.where(first, 0.0, ref.astype(np.float64))
-    sent = np.where(first, ref.astype(np.float64), 0.0).reshape(N, C, -1).sum(axis=-1)
+    with np.errstate(invalid="ignore"):  # hostile gradients: inf + -inf sent to one element is NaN there
+        sent = np.where(first, ref.astype(np.float64), 0.0).reshape(N, C, -1).sum(axis=-1)
     got = out.astype(np.float64)
     origin = np.zeros_like(first)
     origin[:, :, 0, 0] = True
-    if not np.array_equal(got[~origin], dropped[~origin].astype(out.dtype).astype(np.float64)):
+    if not np.array_equal(got[~origin], dropped[~origin].astype(out.dtype).astype(np.float64), equal_nan=True):
         return False
     at_origin, kept = got[origin], dropped[origin]
     tolerance = 8 * float(np.finfo(np.float32 if dtype == "bfloat16" else dtype).eps)
     return bool(np.all((at_origin == kept.astype(out.dtype))
-                       | np.isclose(at_origin, kept + sent.reshape(-1), rtol=tolerance, atol=0.0)))
+                       | np.isclose(at_origin, kept + sent.reshape(-1), rtol=tolerance, atol=0.0,
+                                      equal_nan=True)))
 
 
 def values_of(output):
@@ -429,13 +432,14 @@ def grad_bytes_written(params, itemsize: int) -> int:
 class _Primitives:
     """What the compare rules above use, on the host (numpy) or the device (torch)."""
     bitwise: Callable
+    gradient_bitwise: Callable  # bits but a zero's sign (docs/SPEC.md §1.5)
     pointed_maximum: Callable
     compare_indices: Callable
     where_it_may_land: Callable
     all_at_index_0: Callable
 
 
-HOST = _Primitives(common.compare_bitwise, _pointed_maximum, _compare_indices, _gradient_where_it_may_land,
+HOST = _Primitives(common.compare_bitwise, common.compare_gradient_bitwise, _pointed_maximum, _compare_indices, _gradient_where_it_may_land,
                    _all_at_index_0_for_neg_inf_windows)
 
 
@@ -575,8 +579,9 @@ def _device_where_it_may_land(out, ref, x, grad, ties: str, k: int):
     landed = _device_windows(out.double(), k)
     nonzero = landed != 0
     where = nonzero.to(torch.uint8).argmax(dim=-1, keepdim=True)
+    sent = torch.gather(landed, -1, where)[..., 0]
     movable = ((nonzero.sum(dim=-1) == 1) & torch.gather(allowed, -1, where)[..., 0]
-               & (torch.gather(landed, -1, where)[..., 0] == grad))
+               & ((sent == grad) | (torch.isnan(sent) & torch.isnan(grad))))  # a NaN gradient is one too
     if not bool(movable.any()):
         return ref
     moved = _device_windows(ref, k).clone()
@@ -603,15 +608,16 @@ def _device_all_at_index_0(out, ref, x, k: int, dtype: str) -> bool:
     got = out.double()
     origin = torch.zeros_like(first)
     origin[:, :, 0, 0] = True
-    if not bool((got[~origin] == dropped[~origin].to(out.dtype).double()).all()):
+    expected = dropped[~origin].to(out.dtype).double()
+    if not bool(((got[~origin] == expected) | (torch.isnan(got[~origin]) & torch.isnan(expected))).all()):
         return False
     at_origin, kept = got[origin], dropped[origin]
     tolerance = 8 * float(np.finfo(np.float32 if dtype == "bfloat16" else dtype).eps)
-    close = torch.isclose(at_origin, kept + sent.reshape(-1), rtol=tolerance, atol=0.0)
+    close = torch.isclose(at_origin, kept + sent.reshape(-1), rtol=tolerance, atol=0.0, equal_nan=True)
     return bool(((at_origin == kept.to(out.dtype)) | close).all())
 
 
-DEVICE = _Primitives(common.device_compare_bitwise, _device_pointed_maximum, _device_compare_indices,
+DEVICE = _Primitives(common.device_compare_bitwise, common.device_compare_gradient_bitwise, _device_pointed_maximum, _device_compare_indices,
                      _device_where_it_may_land, _device_all_at_index_0)
 
 OP.device_oracle, OP.device_compare = device_oracle, device_compare

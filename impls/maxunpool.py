@@ -172,7 +172,7 @@ def grad_oracle(inputs, grad, params):
 def generate_grad(params, mode: str = "random", seed: int = 0):
     """grad_out, the output's shape (common.gradient_values)."""
     _, out_shape = shapes(params)
-    return common.gradient_values(np.random.default_rng((seed, 1)), out_shape, mode)
+    return common.gradient_values(np.random.default_rng((seed, 1)), out_shape, mode, special=True)
 
 
 def grad_bytes(params, itemsize: int) -> int:
@@ -183,7 +183,7 @@ def grad_bytes(params, itemsize: int) -> int:
 
 def grad_compare(out, ref, inputs, grad, dtype: str, strat, params=None) -> Verdict:
     """grad_values bitwise: a gather moves values, it computes none."""
-    return common.compare_bitwise("grad_values", out, ref, dtype)
+    return common.compare_gradient_bitwise("grad_values", out, ref, dtype)
 
 
 def grad_bytes_written(params, itemsize: int) -> int:
@@ -222,7 +222,7 @@ def device_grad_oracle(inputs, grad, params):
 
 
 def device_grad_compare(out, ref, inputs, grad, dtype: str, strat, params=None) -> Verdict:
-    return common.device_compare_bitwise("grad_values", out, ref, dtype)
+    return common.device_compare_gradient_bitwise("grad_values", out, ref, dtype)
 
 
 OP.device_oracle, OP.device_compare = device_oracle, device_compare
@@ -576,11 +576,17 @@ def torch_max_unpool1d(inputs, params):
 def torch_max_unpool2d(inputs, params):
     """Added: ``F.max_unpool2d`` — the built-in inverse of ``max_pool2d``; the
     1-D form runs as a (B, F, 1, L) plane with a (1, f) window. On CUDA it
-    declares cases of 2**31 elements or more NotApplicable (32-bit indexing)."""
+    declares cases of 2**31 elements or more NotApplicable (32-bit indexing).
+    Its positions are made contiguous here, in the untimed prepare: torch
+    2.13's backward of ``max_unpool2d`` ``view``s the positions it saved and
+    raises ("view size is not compatible with input tensor's size and
+    stride") on transposed ones; the forward copies strided positions itself,
+    so a contiguous case (what the sweep times) is timed as before."""
     import torch.nn.functional as F
 
-    values, positions = inputs["values"], inputs["positions"]
-    refuse_cuda_int32_overflow(values.device, params, "max_unpool2d")
+    values = inputs["values"]
+    refuse_cuda_int32_overflow(values.device, params, "max_unpool2d")  # before any copy
+    positions = inputs["positions"].contiguous()
     if params["form"] == "2d":
         k, size = params["k"], (params["H"], params["W"])
         return lambda: F.max_unpool2d(values, positions, k, output_size=size)

@@ -213,6 +213,14 @@ class Operator:
     device_oracle: Callable | None = None
     device_compare: Callable | None = None
 
+    def __setattr__(self, name, value):
+        # A Gradient is checked when it is declared (``OP.gradient = Gradient(...)`` or the
+        # constructor's ``gradient=``), so a plugin's mistake is one line naming its file,
+        # not a strategy's KeyError in the first training case.
+        if name == "gradient" and value is not None:
+            check_gradient(self, value)
+        super().__setattr__(name, value)
+
     @property
     def baseline(self) -> str | None:
         """The strategy marked ``baseline=True`` (the seed's original)."""
@@ -258,6 +266,38 @@ class Operator:
 
 
 OPERATORS: dict[str, Operator] = {}
+
+
+def _declared_at() -> str:
+    """The file and line that declared what is being checked: the first
+    caller outside this module and the dataclass's generated ``__init__``."""
+    frame = sys._getframe(1)
+    while frame is not None and (frame.f_code.co_filename == __file__ or (
+            frame.f_code.co_filename.startswith("<") and frame.f_code.co_name == "__init__")):
+        frame = frame.f_back
+    return f"{frame.f_code.co_filename}:{frame.f_lineno}" if frame is not None else "?"
+
+
+def check_gradient(op: Operator, gradient: Gradient) -> None:
+    """ValueError, one line naming the declaring file, unless ``gradient``
+    differentiates a float input of ``op`` and its incoming gradient's name is
+    not one of ``op``'s inputs (the training check keeps both side by side).
+    The inputs are those ``op.generate`` makes for its first check case."""
+    where = f"{op.name}'s Gradient (declared at {_declared_at()})"
+    try:
+        params = op.check_cases()[0]
+        inputs = op.generate(dict(params), "random", 0)
+    except Exception as error:  # noqa: BLE001 - any failure is the plugin's, told in one line
+        raise ValueError(f"{where}: cannot be checked, {op.name}'s generate of its first check case raised "
+                         f"{type(error).__name__}: {' '.join(str(error).split())}") from None
+    floats = [key for key, value in inputs.items() if getattr(getattr(value, "dtype", None), "kind", "") == "f"]
+    if gradient.input not in floats:
+        what = "no input has that name" if gradient.input not in inputs else "an input, but not a float one"
+        raise ValueError(f"{where}: input={gradient.input!r} is not a float input of {op.name} ({what}); "
+                         f"its float inputs: {', '.join(floats) or 'none'}")
+    if gradient.name in inputs:
+        raise ValueError(f"{where}: name={gradient.name!r} is the name of one of {op.name}'s inputs "
+                         f"({', '.join(inputs)}); name the incoming gradient apart, e.g. 'grad_output'")
 
 
 def defined_at(fn) -> str:

@@ -41,6 +41,15 @@ returns the same whole gradient, so being partial in the forward does not
 make a strategy's backward partial: ``forward+backward``'s bytes count the
 whole forward output (``bytes_moved``), the indices included, for all.
 
+Hostile checks (SPEC 1.5): the adversarial incoming gradients of the index
+operators hold -0.0, subnormals, ±inf, NaN and the largest finite values
+(``common.gradient_values(special=True)``; the shift operators', normal
+values), compared bitwise but for the sign of a zero
+(``common.compare_gradient_bitwise``). They come in every layout the inputs
+are checked in, and in ``TRANSPOSED``, with the integer inputs (positions)
+and, in ``backward``, what an explicit backward's forward saved (indices) in
+the same layout (``relaid``).
+
 The "× the seed" baseline of an operator is its ``baseline`` strategy in
 every mode: in the backward modes that is maxpool2d's ``seed_loops`` with
 its explicit seed-style loop backward, maxunpool's ``numpy_seed_row_loop``
@@ -123,19 +132,78 @@ def gradient_case(op: Operator | str, inputs: Mapping[str, Any], params: Mapping
     return grad, (oracle or op.gradient.oracle)(inputs, grad, params)
 
 
+# A layout of the training checks only (SPEC 1.5), beside the inputs' layouts
+# (impls.backends.LAYOUTS): the incoming gradient and the integer inputs the
+# backward is given (maxunpool's positions) with their last two axes swapped
+# in memory, the float inputs contiguous; in ``backward`` what the forward
+# saved (maxpool2d's indices) too. Where a backend's arrays have strides.
+TRANSPOSED = "transposed"
+
+
+def transposed_applies(op: Operator | str, params: Mapping[str, Any], backend: str) -> bool:
+    """Whether ``TRANSPOSED`` is a layout of its own for ``op`` at ``params``
+    on ``backend``: its arrays have strides (it offers a non-contiguous
+    layout; JAX's do not), and the incoming gradient's last two axes are both
+    longer than 1 (otherwise swapping them changes no stride that matters)."""
+    op = get_operator(op) if isinstance(op, str) else op
+    if op.gradient is None or "noncontiguous" not in get_backend(backend).layouts:
+        return False
+    shape = np.shape(op.gradient.generate(dict(params), "random", 0))
+    return len(shape) >= 2 and min(shape[-2:]) > 1
+
+
+def relaid(value: Any, backend: str, device: str, dtype: str, layout: str) -> Any:
+    """``value`` (an array on ``backend``, or a tuple of them) with the same
+    contents in ``layout``: one of the inputs' layouts, made by the backend's
+    own conversion, or ``TRANSPOSED``. Integers stay int64 (the converters'
+    rule), floats ``dtype``. Setup, never timed."""
+    if isinstance(value, (tuple, list)):
+        return tuple(relaid(item, backend, device, dtype, layout) for item in value)
+    if layout == "contiguous" or not hasattr(value, "shape"):
+        return value
+    record = get_backend(backend)
+    array = to_numpy(value)
+    if layout != TRANSPOSED:
+        return convert({"saved": array}, record, device, dtype, layout, ("saved",))["saved"]
+    if array.ndim < 2:
+        return value
+    swapped = convert({"saved": np.swapaxes(array, -1, -2)}, record, device, dtype)["saved"]
+    return swapped.swapaxes(-1, -2)  # numpy's and torch's: a view, strides swapped
+
+
+def inputs_to_backend(op: Operator | str, inputs: Mapping[str, Any], backend: str, device: str, dtype: str,
+                      layout: str = "contiguous") -> dict:
+    """A training case's inputs on the strategy's backend: in one of the
+    inputs' layouts as the forward's (``Operator.to_backend``); in
+    ``TRANSPOSED``, the float inputs contiguous and the integer arrays (the
+    positions the backward is given) transposed."""
+    op = get_operator(op) if isinstance(op, str) else op
+    if layout != TRANSPOSED:
+        return op.to_backend(inputs, backend, device, dtype, layout)
+    converted = op.to_backend(inputs, backend, device, dtype)
+    for key, value in inputs.items():
+        if isinstance(value, np.ndarray) and value.dtype.kind in "iu":
+            converted[key] = relaid(converted[key], backend, device, dtype, TRANSPOSED)
+    return converted
+
+
 def gradient_to_backend(op: Operator | str, grad: np.ndarray, backend: str, device: str, dtype: str,
                         layout: str = "contiguous"):
     """The incoming gradient on the strategy's backend and device, in
     ``dtype`` and in the case's layout (non-contiguous, channels-last where
-    the backend has them): the gradient's layout is checked like the inputs'."""
+    the backend has them, ``TRANSPOSED``): the gradient's layout is checked
+    like the inputs'."""
     op = get_operator(op) if isinstance(op, str) else op
     name = op.gradient.name
+    if layout == TRANSPOSED:
+        return relaid(convert({name: grad}, get_backend(backend), device, dtype)[name], backend, device, dtype,
+                      TRANSPOSED)
     return convert({name: grad}, get_backend(backend), device, dtype, layout, (name,))[name]
 
 
 # ------------------------------------------------------------------ prepare
 def prepare(strat: Strategy, inputs: Mapping[str, Any], grad: Any, params: Mapping[str, Any],
-            mode: str) -> Callable[[], Any]:
+            mode: str, layout: str = "contiguous", device: str = "cpu") -> Callable[[], Any]:
     """The zero-argument timed call of ``strat`` in ``mode``.
 
     ``inputs``: the operator's inputs on the strategy's backend (as for
@@ -144,8 +212,11 @@ def prepare(strat: Strategy, inputs: Mapping[str, Any], grad: Any, params: Mappi
     returns, by mode: the forward output; the gradient of the operator's
     differentiated input (``Gradient.input``); the pair (forward output,
     that gradient). Everything the backward needs saved is made here, outside
-    the call. Raises NotApplicable (the case is skipped) for a strategy with
-    no backward, with the reason; whatever the strategy raises otherwise."""
+    the call. ``layout``/``device``: the case's (an explicit backward in
+    ``backward`` mode is given what its forward saved in that layout, as a
+    framework may hand it over). Raises NotApplicable (the case is skipped)
+    for a strategy with no backward, with the reason; whatever the strategy
+    raises otherwise."""
     check_mode(mode)
     if mode == FORWARD:
         return strat.prepare(inputs, params)
@@ -155,7 +226,7 @@ def prepare(strat: Strategy, inputs: Mapping[str, Any], grad: Any, params: Mappi
     gradient = get_operator(strat.op).gradient
     how = strat.differentiation
     if how == "explicit":
-        return _explicit(strat, inputs, grad, params, mode)
+        return _explicit(strat, inputs, grad, params, mode, layout, device)
     if how == "autograd":
         return _autograd(strat, gradient, inputs, grad, params, mode)
     if how == "jax.vjp":
@@ -164,11 +235,13 @@ def prepare(strat: Strategy, inputs: Mapping[str, Any], grad: Any, params: Mappi
                         "training modes know (autograd, jax.vjp, explicit)")
 
 
-def _explicit(strat, inputs, grad, params, mode):
+def _explicit(strat, inputs, grad, params, mode, layout, device):
     run = strat.prepare(inputs, params)
     backward = strat.backward(inputs, params)
     if mode == BACKWARD:
-        saved = run()  # the forward, once: what it saved (indices) is the backward's input
+        # The forward, once: what it saved (indices) is the backward's input, in the case's layout
+        # (SPEC 1.5: the saved indices are as hostile as the inputs).
+        saved = relaid(run(), strat.backend, device, dtype_of(grad), layout)
 
         def call_backward():
             return backward(saved, grad)
@@ -183,6 +256,11 @@ def _explicit(strat, inputs, grad, params, mode):
     if get_backend(strat.backend).compiles:
         call()  # compiles the backward (numba) outside the timed calls, as the forwards do
     return call
+
+
+def dtype_of(array) -> str:
+    """The float dtype's name of a backend's array ("float32", "bfloat16")."""
+    return str(array.dtype).rsplit(".", 1)[-1]
 
 
 def _detached(output):

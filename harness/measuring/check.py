@@ -367,7 +367,8 @@ def prepare_case(strat: Strategy, ref: Reference, params: dict, dtype: str, devi
     with no backward). Raises what the strategy raises."""
     op = get_operator(strat.op)
     backend = get_backend(strat.backend)
-    inputs = op.to_backend(ref.inputs, strat.backend, device, dtype, layout)
+    # the inputs' layouts as Operator.to_backend's, and the training checks' own (training.TRANSPOSED)
+    inputs = training.inputs_to_backend(op, ref.inputs, strat.backend, device, dtype, layout)
     native_grad, watched = None, dict(inputs)
     if ref.training != FORWARD:
         reason = training.applies(strat, ref.training, params)
@@ -381,7 +382,7 @@ def prepare_case(strat: Strategy, ref: Reference, params: dict, dtype: str, devi
     if ref.training == FORWARD:
         run = strat.prepare(inputs, params)
     else:
-        run = training.prepare(strat, inputs, native_grad, params, ref.training)
+        run = training.prepare(strat, inputs, native_grad, params, ref.training, layout, device)
     backend.synchronize(device)
     # A copy of the mapping: a strategy rebinding a key must not change what is compared.
     return Prepared(run, time.perf_counter() - start, watched, before)
@@ -398,7 +399,8 @@ def judge(strat: Strategy, output: Any, ref: Reference, dtype: str, device: str 
         inputs, grad = (ref.inputs, ref.grad) if on is None else (ref.device_inputs, ref.device_grad)
         verdict = training.compare(strat, output, ref.expected, ref.expected_grad, inputs, grad, dtype,
                                    ref.params, ref.training, device=on)
-        return known_defect(strat, verdict, device=device, dtype=dtype, layout=layout, mode=ref.mode)
+        return known_defect(strat, verdict, device=device, dtype=dtype, layout=layout, mode=ref.mode,
+                            training_mode=ref.training)
     op = get_operator(strat.op)
     wrong = [name for name in float_dtypes(output) if name != dtype]
     if wrong:
@@ -498,7 +500,7 @@ def check_strategy(strat: Strategy, params: dict, dtype: str, device: str, ref: 
 
 
 def known_defect(strat: Strategy, verdict: Verdict, *, device: str, dtype: str, layout: str,
-                 mode: str) -> Verdict:
+                 mode: str, training_mode: str = FORWARD) -> Verdict:
     """A mismatch that a listed upstream defect explains (impls/defects.py)
     becomes ``upstream-defect``: still reported, with the defect and the
     differences in its message, but not a failure (docs/SPEC.md §2). Anything else is
@@ -509,7 +511,7 @@ def known_defect(strat: Strategy, verdict: Verdict, *, device: str, dtype: str, 
         return verdict
     versions = defects.installed_versions()
     defect = defects.match(strat, verdict, device=device, dtype=dtype, layout=layout, mode=mode,
-                           versions=versions)
+                           versions=versions, training_mode=training_mode)
     if defect is None:
         return verdict
     return replace(verdict, status=UPSTREAM_DEFECT,
@@ -602,14 +604,21 @@ def adversarial_items(strat: Strategy, device: str, dtype: str, mode: str = FORW
     small adversarial cases in both input modes and every layout its backend
     has (the incoming gradient in the same layout), then its extra checks
     (other input modes, other dtypes; kept out of those that break a
-    precondition the strategy declares). In a training mode a strategy with
-    no backward has the same items, each ``skipped`` with the reason."""
+    precondition the strategy declares). In a training mode, also the
+    adversarial cases in ``training.TRANSPOSED`` (one for a per-shape
+    compiled strategy), and a strategy with no backward has the same items,
+    each ``skipped`` with the reason."""
     training.check_mode(mode)
     op = get_operator(strat.op)
     check_cases, layouts = adversarial_set(op, strat)
     items = [CheckItem(strat, tuple(sorted(params.items())), dtype, device, input_mode, layout, training=mode)
              for params in check_cases for input_mode in MODES for layout in layouts
              if layout_applies(op, params, layout, strat.backend)]
+    if mode != FORWARD:  # SPEC 1.5: the gradient and the saved positions transposed too (adversarial values)
+        items += [CheckItem(strat, tuple(sorted(params.items())), dtype, device, "adversarial", training.TRANSPOSED,
+                            training=mode)
+                  for params in check_cases[:1 if strat.quick_check else None]
+                  if training.transposed_applies(op, params, strat.backend)]
     items += [CheckItem(strat, tuple(sorted(params.items())), this_dtype, device, input_mode, layout,
                         training=mode)
               for params, this_dtype, input_mode, layout in extra_set(op, strat, dtype)]

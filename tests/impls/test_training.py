@@ -1,8 +1,13 @@
 """Training modes (docs/SPEC.md §1.5, impls/training.py): every strategy with a
 backward, in ``backward`` and ``forward+backward``, against the float64
 oracle of the backward on each operator's adversarial set (ties, NaN and
-all -inf windows, cropped rows and columns, strided and channels-last
-gradients, unpool's scattered positions), repeatably; a strategy whose
+all -inf windows, cropped rows and columns, unpool's scattered positions;
+for the index operators, incoming gradients holding -0.0, subnormals, ±inf,
+NaN and the largest finite values; strided, channels-last and transposed
+gradients and saved positions), repeatably; a backward that flushes
+subnormal gradients or misreads transposed positions is caught, and JAX's
+max-pool backward, which flushes, is reported as its listed upstream
+defect; a strategy whose
 backward sends a tie's gradient to the last maximum is caught while its
 forward passes; autograd agrees with the oracle's Jacobian (gradcheck); and
 a thousand autograd replays keep memory flat."""
@@ -18,6 +23,7 @@ import numpy as np
 import pytest
 
 import impls
+from harness.measuring import check
 from harness.measuring.check import MODES as INPUT_MODES
 from harness.measuring.check import adversarial_set, cached_reference, extra_set, known_defect
 from impls import common, maxpool2d, training
@@ -35,12 +41,13 @@ def run_case(strat, params, dtype, input_mode, layout, mode, seed=0):
     op = get_operator(strat.op)
     ref = cached_reference(strat.op, params, dtype, input_mode, seed)
     grad, expected_grad = training.gradient_case(op, ref.inputs, params, input_mode, seed, dtype)
-    inputs = op.to_backend(ref.inputs, strat.backend, "cpu", dtype, layout)
+    inputs = training.inputs_to_backend(op, ref.inputs, strat.backend, "cpu", dtype, layout)
     native_grad = training.gradient_to_backend(op, grad, strat.backend, "cpu", dtype, layout)
-    call = training.prepare(strat, inputs, native_grad, params, mode)
+    call = training.prepare(strat, inputs, native_grad, params, mode, layout)
     verdict = training.compare(strat, call(), ref.expected, expected_grad, ref.inputs, grad, dtype, params, mode)
-    # A listed upstream defect of the forward (numpy's max and -0.0) still excuses its own kinds.
-    verdict = known_defect(strat, verdict, device="cpu", dtype=dtype, layout=layout, mode=input_mode)
+    # A listed upstream defect (numpy's max and -0.0; JAX's max-pool backward and subnormals) excuses its own kinds.
+    verdict = known_defect(strat, verdict, device="cpu", dtype=dtype, layout=layout, mode=input_mode,
+                           training_mode=mode)
     return verdict, call
 
 
@@ -76,6 +83,9 @@ def test_backward_matches_the_oracle_and_repeats(strat, dtype):
         check_cases, input_modes = check_cases[:1], ("adversarial",)
     work = [(params, dtype, input_mode, layout, True) for params in check_cases for input_mode in input_modes
             for layout in layouts]
+    # The gradient and the saved positions transposed (SPEC 1.5), hostile values.
+    work += [(params, dtype, "adversarial", training.TRANSPOSED, True) for params in check_cases
+             if training.transposed_applies(op, params, strat.backend)]
     # The extra checks (the half types' sums of 300 channels) are big: judged in backward
     # only (forward+backward adds the forward, which test_strategies judges), not replayed.
     work += [extra + (False,) for extra in extra_set(op, strat, dtype) if extra[1] == dtype]
@@ -161,18 +171,59 @@ def test_backward_oracle_is_the_forward_oracles_adjoint(name, params):
     assert np.vdot(forward, grad) == pytest.approx(np.vdot(x, backward), rel=1e-12)
 
 
-def test_gradients_are_seeded_distinct_non_zero_integers():
-    params = dict(N=2, C=3, H=9, W=9, k=2)
-    grad = maxpool2d.generate_grad(params, "adversarial", 0)
-    assert grad.shape == (2, 3, 4, 4)
+def test_shift_gradients_are_seeded_distinct_non_zero_integers():
+    params = dict(B=2, C=3, H=4, W=5, S=1)
+    grad = get_operator("dispersion").gradient.generate(params, "adversarial", 0)
+    assert grad.shape == (2, 1, 4, 7)
     assert np.all(grad == np.round(grad)) and np.all(grad != 0) and np.abs(grad).max() <= common.GRADIENT_CYCLE
     flat = grad.reshape(-1)
-    assert np.all(np.abs(flat[1:]) != np.abs(flat[:-1]))  # neighbouring windows' gradients differ
-    np.testing.assert_array_equal(grad, maxpool2d.generate_grad(params, "adversarial", 0))
-    assert not np.array_equal(grad, maxpool2d.generate_grad(params, "adversarial", 1))
-    # Every dtype holds them exactly.
+    assert np.all(np.abs(flat[1:]) != np.abs(flat[:-1]))  # neighbouring gradients differ
+    np.testing.assert_array_equal(grad, get_operator("dispersion").gradient.generate(params, "adversarial", 0))
+    assert not np.array_equal(grad, get_operator("dispersion").gradient.generate(params, "adversarial", 1))
+    # Every dtype holds them exactly: normal values only for the two shift operators (SPEC 1.5).
     for dtype in HALF:
         np.testing.assert_array_equal(common.round_to_dtype(grad, dtype), grad)
+    pinv = get_operator("dispersion_pinv").gradient.generate(dict(B=2, C=3, H=4, W=5, S=1), "adversarial", 0)
+    assert np.all(np.isfinite(pinv)) and np.all(np.abs(pinv) >= 1)
+
+
+@pytest.mark.parametrize("name,params", [("maxpool2d", dict(N=2, C=3, H=9, W=9, k=2)),
+                                         ("maxunpool", dict(form="1d", B=2, F=3, L=4, f=5))])
+def test_index_gradients_hold_every_hostile_value_of_every_dtype(name, params):
+    """SPEC 1.5: -0.0, subnormals, ±inf, NaN and the dtype's largest finite
+    value, in each dtype once rounded to it; the rest distinct integers."""
+    grad = get_operator(name).gradient.generate(params, "adversarial", 0)
+    np.testing.assert_array_equal(grad, get_operator(name).gradient.generate(params, "adversarial", 0))
+    for dtype in ("float64", "float32", "float16", "bfloat16"):
+        stored = common.round_to_dtype(grad, dtype)
+        assert ((stored == 0) & np.signbit(stored)).any(), dtype
+        assert np.isnan(stored).any() and np.isposinf(stored).any() and np.isneginf(stored).any(), dtype
+        assert (np.abs(stored) == common.largest_finite(dtype)).any(), dtype
+        assert common.is_subnormal(stored, dtype).any(), dtype
+    plain = grad[np.isfinite(grad) & (np.abs(grad) >= 1) & (np.abs(grad) <= common.GRADIENT_CYCLE)]
+    assert plain.size > grad.size / 2 and np.all(plain == np.round(plain))
+    assert np.isfinite(get_operator(name).gradient.generate(params, "random", 0)).all()  # random: normal
+
+
+def test_gradient_compare_is_bitwise_but_for_the_sign_of_zero():
+    ref = np.array([-0.0, 0.0, np.nan, np.inf, common.subnormal("float32", 3), 5.0])
+    scattered = np.array([0.0, -0.0, np.nan, np.inf, common.subnormal("float32", 3), 5.0], dtype=np.float32)
+    assert common.compare_gradient_bitwise("g", scattered, ref, "float32").status == "ok"
+    # The forward's rule is untouched: there the sign of a zero is a difference.
+    assert common.compare_bitwise("g", scattered, ref, "float32").differences == {common.ZERO_SIGN}
+    flushed = scattered.copy()
+    flushed[4] = 0.0
+    verdict = common.compare_gradient_bitwise("g", flushed, ref, "float32")
+    assert verdict.status == "mismatch" and verdict.differences == {common.SUBNORMAL}, verdict
+    for bad in (np.float32(np.nan), np.float32(-np.inf)):
+        wrong = scattered.copy()
+        wrong[5 if np.isnan(bad) else 3] = bad
+        assert common.compare_gradient_bitwise("g", wrong, ref, "float32").differences == {common.VALUE}
+    # Both index operators' gradient compares are this one.
+    params = dict(form="1d", B=1, F=1, L=2, f=1)
+    unpool = get_operator("maxunpool")
+    assert unpool.gradient.compare(np.array([[[0.0, 1.0]]], dtype=np.float32), np.array([[[-0.0, 1.0]]]), {},
+                                   None, "float32", None, params).status == "ok"
 
 
 def test_backward_bytes():
@@ -257,6 +308,161 @@ def test_a_backward_sending_ties_to_the_last_maximum_fails_while_its_forward_pas
         assert verdict.status == "ok", verdict.message  # no ties in random inputs
         verdict, _ = run_case(strat, params, "float32", "adversarial", "contiguous", mode)
         assert verdict.status == "mismatch" and "grad_x" in verdict.message, verdict
+
+
+# ------------------------------------------------------------ hostile layouts
+def test_transposed_layout_swaps_the_gradient_and_the_positions_only():
+    op = get_operator("maxunpool")
+    params = dict(form="1d", B=2, F=3, L=4, f=5)
+    ref = cached_reference("maxunpool", params, "float32", "adversarial", 0, "backward")
+    for backend in ("numpy", "torch"):
+        inputs = training.inputs_to_backend(op, ref.inputs, backend, "cpu", "float32", training.TRANSPOSED)
+        grad = training.gradient_to_backend(op, ref.grad, backend, "cpu", "float32", training.TRANSPOSED)
+        for array, expected in ((inputs["positions"], ref.inputs["positions"]), (grad, ref.grad)):
+            strides = tuple(array.strides if backend == "numpy" else array.stride())
+            assert strides[-1] > strides[-2], (backend, strides)  # the last axis is the slow one
+            np.testing.assert_array_equal(common.to_numpy(array), expected.astype(common.to_numpy(array).dtype))
+        assert str(inputs["positions"].dtype).endswith("int64")
+        values = inputs["values"]
+        assert (values.flags.c_contiguous if backend == "numpy" else values.is_contiguous()), backend
+    # JAX's arrays have no strides; a case whose gradient has a last axis of 1 gains nothing.
+    assert not training.transposed_applies(op, params, "jax")
+    assert not training.transposed_applies(op, dict(form="1d", B=2, F=1, L=4, f=5), "numpy")
+    # Every strategy with a backward on a strided backend has transposed items in both training modes.
+    for strat in impls.all_strategies(device="cpu"):
+        if training.missing(strat) is None and "noncontiguous" in impls.backends.get_backend(strat.backend).layouts:
+            for mode in training.TRAINING_MODES:
+                layouts = {item.layout for item in check.adversarial_items(strat, "cpu", strat.dtypes[0], mode)}
+                assert training.TRANSPOSED in layouts, (strat.key, mode)
+            assert training.TRANSPOSED not in {item.layout for item in
+                                               check.adversarial_items(strat, "cpu", strat.dtypes[0])}
+
+
+def _flushing_take_along_axis_backward(inputs, params):
+    """maxunpool's take_along_axis backward, then subnormals flushed to zero (as FTZ does)."""
+    inner = get_operator("maxunpool").strategies["numpy_put_along_axis"].backward(inputs, params)
+
+    def backward(saved, grad_out):
+        grad = inner(saved, grad_out)
+        tiny = np.abs(grad) < np.finfo(grad.dtype).tiny
+        return np.where(tiny, np.zeros_like(grad), grad)
+
+    return backward
+
+
+def _memory_order_backward(inputs, params):
+    """maxunpool's gather reading positions in memory order (``ravel(order="K")``, no copy): right for
+    contiguous and strided positions, wrong for transposed ones."""
+    values, positions = inputs["values"], inputs["positions"]
+    rows = math.prod(values.shape[:2])
+
+    def backward(saved, grad_out):
+        flat_positions = positions.ravel(order="K").reshape(rows, -1)
+        return np.take_along_axis(grad_out.reshape(rows, -1), flat_positions, axis=-1).reshape(values.shape)
+
+    return backward
+
+
+def _memory_order_indices_backward(inputs, params):
+    """maxpool2d's scatter to the saved indices, read in memory order: wrong for transposed indices."""
+    N, C, H, W = inputs["x"].shape
+
+    def backward(saved, grad):
+        indices = saved[1]
+        grad_x = np.zeros((N, C, H * W), dtype=grad.dtype)
+        np.put_along_axis(grad_x, indices.ravel(order="K").reshape(N, C, -1),
+                          np.ascontiguousarray(grad).reshape(N, C, -1), axis=-1)
+        return grad_x.reshape(N, C, H, W)
+
+    return backward
+
+
+def _item_verdicts(strat, mode, dtype="float32", layout=None, input_mode=None):
+    items = [item for item in check.adversarial_items(strat, "cpu", dtype, mode)
+             if (layout is None or item.layout == layout) and (input_mode is None or item.mode == input_mode)]
+    assert items
+    return [(item, check.run_one_check(item, 0)) for item in items]
+
+
+def test_a_backward_flushing_subnormal_gradients_is_caught(planted):
+    honest = get_operator("maxunpool").strategies["numpy_put_along_axis"]
+    strat = planted("maxunpool", "flushing_backward", honest.prepare, backward=_flushing_take_along_axis_backward)
+    for mode in training.TRAINING_MODES:
+        verdicts = [verdict for item, verdict in _item_verdicts(strat, mode) if item.mode != "random"]
+        failed = [verdict for verdict in verdicts if verdict.status == "mismatch"]
+        assert failed and all(v.differences == {common.SUBNORMAL} for v in failed), verdicts
+        assert "grad_values" in failed[0].message and "got 0.0" in failed[0].message, failed[0].message
+        # random inputs' gradients are normal: it passes them, and its forward is the honest one
+        assert {v.status for item, v in _item_verdicts(strat, mode) if item.mode == "random"} == {"ok"}
+    summary = check.summarize_checks([check.CheckResult(item, verdict, 0.0)
+                                      for item, verdict in _item_verdicts(strat, "backward")])
+    assert summary.failed and not summary.defect_lines  # nothing listed excuses it
+
+
+@pytest.mark.parametrize("op_name,name,backward", [
+    ("maxunpool", "numpy_put_along_axis", _memory_order_backward),
+    ("maxpool2d", "numpy_sliding_window", _memory_order_indices_backward)])
+def test_a_backward_misreading_transposed_positions_is_caught_only_there(planted, op_name, name, backward):
+    honest = get_operator(op_name).strategies[name]
+    strat = planted(op_name, f"memory_order_{name}", honest.prepare, backward=backward, returns=honest.returns,
+                    ties=honest.ties)
+    verdicts = _item_verdicts(strat, "backward")
+    wrong = {item.layout for item, verdict in verdicts if verdict.status != "ok"}
+    assert wrong == {training.TRANSPOSED}, [(item.label, v.status, v.message) for item, v in verdicts
+                                            if v.status != "ok"]
+    assert any(item.layout == "noncontiguous" for item, _ in verdicts)  # strided ones it reads right
+    # maxpool2d's saved indices are relaid only where the backward is replayed alone: in
+    # forward+backward it gets its own forward's fresh output, as a training step does.
+    if op_name == "maxpool2d":
+        assert {v.status for _, v in _item_verdicts(strat, "forward+backward")} == {"ok"}
+
+
+def test_torch_max_unpool2d_passes_transposed_positions_where_the_builtin_raises(planted):
+    strat = get_operator("maxunpool").strategies["torch_max_unpool2d"]
+    for mode in training.TRAINING_MODES:
+        verdicts = _item_verdicts(strat, mode, layout=training.TRANSPOSED)
+        assert {v.status for _, v in verdicts} == {"ok"}, [v.message for _, v in verdicts]
+
+    def unfixed(inputs, params):
+        """torch_max_unpool2d without its contiguous positions (the 2-D form)."""
+        import torch.nn.functional as F
+
+        values, positions = inputs["values"], inputs["positions"]
+        return lambda: F.max_unpool2d(values, positions, params["k"], output_size=(params["H"], params["W"]))
+
+    # torch 2.13's own backward raises on the transposed positions: why the strategy copies them.
+    raw = planted("maxunpool", "unfixed_max_unpool2d", unfixed, backend="torch")
+    params = dict(form="2d", N=2, C=3, H=8, W=8, k=2)
+    item = check.CheckItem(raw, tuple(sorted(params.items())), "float32", "cpu", "adversarial", training.TRANSPOSED,
+                           training="backward")
+    verdict = check.run_one_check(item, 0)
+    assert verdict.status == "error" and "view size is not compatible" in verdict.message, verdict
+
+
+@pytest.mark.skipif(impls.backends.get_backend("jax").unavailable() is not None, reason="JAX not installed")
+def test_jax_max_pool_backward_flush_is_its_listed_upstream_defect():
+    from impls import defects
+
+    strat = get_operator("maxpool2d").strategies["jax_reshape_argmax"]
+    listed = [d for d in defects.DEFECTS if d.strategy == strat.key and common.SUBNORMAL in d.condition.differences]
+    assert len(listed) == 1 and listed[0].condition.training_modes == training.TRAINING_MODES
+    assert listed[0].affects(defects.installed_version(listed[0].library)), "re-measure it on this version"
+    for mode in training.TRAINING_MODES:
+        results = [check.CheckResult(item, verdict, 0.0)
+                   for item, verdict in _item_verdicts(strat, mode, input_mode="adversarial")]
+        statuses = {r.verdict.status for r in results}
+        assert statuses == {"ok", "upstream-defect"}, statuses
+        summary = check.summarize_checks(results)
+        assert summary.failed == 0 and len(summary.defect_lines) == 1
+        assert listed[0].id in summary.defect_lines[0] and "got 0.0" in summary.defect_lines[0]
+    # The same difference in the forward is not excused: the record is the backward's.
+    flushed = common.Verdict("mismatch", "values differ", differences=frozenset({common.SUBNORMAL}))
+    assert defects.match(strat, flushed, device="cpu", dtype="float32", layout="contiguous", mode="adversarial",
+                         versions=defects.installed_versions()) is None
+    assert defects.match(strat, flushed, device="cpu", dtype="float32", layout="contiguous", mode="adversarial",
+                         versions=defects.installed_versions(), training_mode="backward") is listed[0]
+    # Its reproduction shows the library alone doing it (no suite code).
+    assert "impls" not in listed[0].reproduction and "jax.vjp" in listed[0].reproduction
 
 
 # ------------------------------------------------------------ declarations

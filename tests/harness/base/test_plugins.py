@@ -180,6 +180,64 @@ def test_returns_defaults_to_the_whole_output_and_must_name_an_output(registry):
         strategy("maxpool2d", backend="numpy", name="typo", returns="values,indices")(lambda inputs, params: None)
 
 
+# A plugin's operator with a backward: rowmax_plugin's rowmax (x (R, L) -> (R,)) and a Gradient
+# whose declaration a test spoils (``{gradient}``: the Gradient's keyword arguments).
+GRADIENT_PLUGIN = '''
+import numpy as np
+
+from impls import common
+from impls.registry import Gradient, Operator, ParamSpec, register_operator
+
+OP = register_operator(Operator(
+    name="rowmax_{tag}", doc="rows' maxima", params=(ParamSpec("R"), ParamSpec("L")),
+    generate=lambda params, mode, seed: {{"x": np.ones((params["R"], params["L"])), "lengths": np.arange(params["R"])}},
+    oracle=lambda inputs, params: inputs["x"].max(axis=-1), bytes_moved=lambda params, itemsize, returns: 0,
+    compare=lambda *args: common.Verdict("ok"), validate=lambda params: None,
+    check_cases=lambda: [dict(R=3, L=5)], reference="numpy_max"))
+OP.gradient = Gradient({gradient}, generate=None, oracle=None, bytes_moved=None, compare=None)
+'''
+
+
+@pytest.mark.parametrize("gradient,problem", [
+    ('input="y", name="grad_out"', "input='y' is not a float input of rowmax_y (no input has that name); "
+                                   "its float inputs: x"),
+    ('input="lengths", name="grad_out"', "input='lengths' is not a float input of rowmax_lengths (an input, "
+                                         "but not a float one); its float inputs: x"),
+    ('input="x", name="x"', "name='x' is the name of one of rowmax_x's inputs (x, lengths); name the incoming "
+                            "gradient apart, e.g. 'grad_output'"),
+])
+def test_a_bad_gradient_is_one_line_naming_the_plugin_file(tmp_path, registry, gradient, problem):
+    tag = gradient.split('"')[1]
+    plugin = write(tmp_path / f"bad_gradient_{tag}.py", GRADIENT_PLUGIN.format(tag=tag, gradient=gradient))
+    line = plugin.read_text().splitlines().index(next(text for text in plugin.read_text().splitlines()
+                                                       if text.startswith("OP.gradient"))) + 1
+    # Directly (a notebook, a test): a ValueError naming the declaring file and line.
+    source = plugin.read_text()
+    with pytest.raises(ValueError) as raised:
+        exec(compile(source, str(plugin), "exec"), {"__name__": f"bad_gradient_{tag}"})
+    assert str(raised.value) == f"rowmax_{tag}'s Gradient (declared at {plugin}:{line}): {problem}", raised.value
+    # Through the CLI: one line naming the plugin and its line, exit status 2, no traceback.
+    from tests.helpers import plugin_env, scatterbench
+
+    result = scatterbench("list", env=plugin_env(str(plugin)))
+    assert result.returncode == 2, result
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in result.stderr, result.stderr
+    assert lines[0].startswith(f"scatterbench: error: SCATTERBENCH_PLUGINS: plugin '{plugin}' failed to import: ValueError: "
+                               f"rowmax_{tag}'s Gradient (declared at {plugin.resolve()}:{line}): {problem}"), lines
+    assert lines[0].endswith(f"(at {plugin.resolve()}:{line})"), lines
+
+
+def test_a_good_gradient_is_accepted_and_the_built_in_ones_pass(tmp_path, registry):
+    plugin = write(tmp_path / "good_gradient.py", GRADIENT_PLUGIN.format(tag="good", gradient='input="x", '
+                                                                         'name="grad_out"'))
+    plugins.import_plugin(str(plugin))
+    assert get_operator("rowmax_good").gradient.input == "x"
+    for name in ("maxpool2d", "maxunpool", "dispersion", "dispersion_pinv"):  # re-declared: still accepted
+        op = get_operator(name)
+        op.gradient = op.gradient
+
+
 def test_recorded_plugins_load_for_a_report_or_say_in_one_line_what_is_missing(tmp_path, registry):
     plugin = write(tmp_path / "recorded_plugin.py", MAXPOOL_STRATEGY.format(name="recorded_max"))
     record = {"module": "recorded_plugin", "file": str(plugin), "sha256": plugins.sha256(plugin)}
