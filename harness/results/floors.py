@@ -96,6 +96,24 @@ def floor_cell(pct: float, short: bool = False) -> str:
     return f"{OVER_FLOOR_MARK} over the floor" if short else f"{OVER_FLOOR_MARK} {OVER_FLOOR_TEXT}"
 
 
+# The one-buffer copy ceiling is a floor only for a working set past the last-level cache: a row
+# past it is in a cache (whose bandwidth the ceiling does not measure) or its bytes formula is wrong.
+OVER_CEILING_TEXT = ("past the one-buffer copy ceiling: the working set is in a cache (a run with floors by size "
+                     "has the floor for it) or the bytes formula is wrong")
+
+
+def ceiling_cell(pct: float) -> str:
+    """A % of the copy ceiling as the report shows it: past ``OVER_FLOOR_PCT``
+    marked, so that no reader takes it for a speed past memory's
+    (``ceiling_note`` says what the mark means)."""
+    return f"{OVER_FLOOR_MARK} {fmt_pct(pct)}" if over_floor(pct) else fmt_pct(pct)
+
+
+def ceiling_note() -> str:
+    """The legend's sentence for a marked % of ceiling."""
+    return f"{OVER_FLOOR_MARK} on a % of ceiling past {OVER_FLOOR_PCT:.0f} %: {OVER_CEILING_TEXT}"
+
+
 def over_floor_line(name: str, pct: float) -> str | None:
     """The line under a table for a row over its floor (None for one that is not)."""
     if not over_floor(pct):

@@ -19,6 +19,7 @@ from harness.presenting.report import summary
 from harness.presenting.report.figures import FigureDir, figure_times, scaling_figures
 from harness.presenting.report.load import case_title, load
 from harness.presenting.report.sections import (
+    TIE_LEGEND,
     legend_notes,
     machine_order,
     UNSTABLE_MARK,
@@ -283,10 +284,9 @@ BUILTIN_RULE = ("× best built-in: how many times faster the fastest strategy is
                 "not built-ins. 'is one' where the fastest is itself that built-in; – where none was timed.")
 ANSWER_LEGEND = ("Answer tables: per operator, size and dtype, the fastest strategy that passed the float64-oracle "
                  "check exactly and returns the operator's whole output; its median time per call and its % of that "
-                 "machine's copy ceiling. × seed: how many times faster than the seed's original strategy. A "
-                 "'tie' names the two leaders where the first does not beat the second beyond their spreads "
-                 "(analysis.clearly_faster, the rule the conclusions and the ranking flips use too); its numbers "
-                 "are the first's. A faster strategy that is only inexact is named beside it. Training step: the "
+                 "machine's copy ceiling. × seed: how many times faster than the seed's original strategy. "
+                 + TIE_LEGEND + " "
+                 "A faster strategy that is only inexact is named beside it. Training step: the "
                  "fastest for one training step (forward+backward, docs/SPEC.md §1.5; backward alone where only it ran) and "
                  "its lead over the seed's strategy with its plain-loop backward (or the seed's torch code "
                  "differentiated by autograd).")

@@ -103,7 +103,7 @@ def case_table(group: pd.DataFrame, judged: bool = True) -> tuple[list[str], lis
             ratio = xcheck_ratio(r)
             cells += [fmt_time(r["xcheck_s"]),
                       fmt_num(ratio, 3) + (f" {TIMERS_DISAGREE.mark}" if timers_disagree(r) else "")]
-        judging = [fmt_pct(r["pct_of_ceiling"]), *([floors.floor_cell(r["pct_of_fresh_floor"])] if with_fresh else []),
+        judging = [floors.ceiling_cell(r["pct_of_ceiling"]), *([floors.floor_cell(r["pct_of_fresh_floor"])] if with_fresh else []),
                    *([floors.floor_cell(r["pct_of_floor"])] if with_floor else []),
                    "" if no_speedup else fmt_ratio(r["speedup"])] if judged else []
         rows.append(cells + [fmt_num(r["gbps"]), *judging,
@@ -139,6 +139,8 @@ def legend_notes(rows: pd.DataFrame) -> list[str]:
         notes.append(FRESH_FLOOR_NOTE)
     if "pct_of_floor" in rows and rows["pct_of_floor"].map(finite).any():
         notes.append(floors.floor_note() + ".")
+    if rows["pct_of_ceiling"].map(floors.over_floor).any():
+        notes.append(floors.ceiling_note() + ".")
     if rows["host_s"].map(finite).any():
         notes.append(HOST_NOTE)
     return notes
@@ -711,17 +713,23 @@ def _answer_cells(case: pd.DataFrame) -> list[str]:
     name += f" (no clear win: {found.unclear})" if found.unclear else ""
     name += f" (faster but inexact: {', '.join(faster_inexact['strategy'])})" if len(faster_inexact) else ""
     builtin = "is one" if found.builtin == best["strategy"] else fmt_ratio(found.over_builtin) if found.clear else "–"
-    return [name, median, fmt_pct(best["pct_of_ceiling"]), fmt_ratio(found.over_seed) if found.clear else "–",
+    return [name, median, floors.ceiling_cell(best["pct_of_ceiling"]), fmt_ratio(found.over_seed) if found.clear else "–",
             builtin]
 
 
-ANSWER_NOTE = (f"Per operator, size and dtype, the fastest strategy that passed the float64-oracle check exactly "
-               f"and returns the operator's whole output, on each machine: its median time, its % of that "
-               f"machine's copy ceiling, and how many times faster it is than the seed's original and than the "
-               f"fastest library built-in (a library's own call for the operator, numpy's included; 'is one' "
-               f"where it is that built-in; – where it was not measured). A 'tie' names the two leaders where the "
-               f"first does not beat the second beyond their spreads (Q1–Q3 apart), the rule the conclusions and "
-               f"the ranking flips use too; its numbers are the first's. "
+# What a tie and an unclear win are, said once for the answer tables (here and the legend's).
+TIE_LEGEND = ("A 'tie' names every strategy the fastest does not clearly beat (analysis.clearly_faster: the "
+              "per-round ratios of their medians agree beyond their spread, or, in a run from before rounds, "
+              "their Q1–Q3 ranges are apart; the rule the conclusions and the ranking flips use too), with no "
+              "speed-up; its time is the first's. A win the data cannot claim (the winner's timers disagree, or "
+              "the run ended before some of the case's strategies) says so: 'no clear win'.")
+
+
+ANSWER_NOTE = ("Per operator, size and dtype, the fastest strategy that passed the float64-oracle check exactly "
+               "and returns the operator's whole output, on each machine: its median time, its % of that "
+               "machine's copy ceiling, and how many times faster it is than the seed's original and than the "
+               "fastest library built-in (a library's own call for the operator, numpy's included; 'is one' "
+               "where it is that built-in; – where it was not measured). " + TIE_LEGEND + " "
                f"{UNSTABLE.mark}: unstable ({UNSTABLE.meaning}). A faster strategy that is only inexact is named "
                f"beside it. Details, spreads and every other strategy follow below.")
 
