@@ -65,7 +65,7 @@ XCHECK_TOLERANCE = 0.05
 CEILING_DROP_PCT = 20.0
 
 UNSTABLE = Flag("unstable", "⚠", "!",
-                f"the IQR exceeds {100 * UNSTABLE_REL_IQR:.0f} % of the median (the threshold at which "
+                f"the IQR (within a round, where the case took rounds) exceeds {100 * UNSTABLE_REL_IQR:.0f} % of the median (the threshold at which "
                 f"torch.utils.benchmark warns): the machine was busy or the case is noisy, so compare it with care")
 TIMERS_DISAGREE = Flag("timers disagree", "⚠", "!",
                        f"the suite's CUDA-event median and triton.testing.do_bench's median (an independent timer) "
@@ -88,7 +88,8 @@ def is_unstable(iqr_s: float, median_s: float) -> bool:
 
 
 def unstable(row) -> bool:
-    return is_unstable(row["iqr_s"], row["median_s"])
+    """Whether a row was measured unsteadily: within its rounds where it took them (stats.steadiness_iqr_s)."""
+    return is_unstable(stats.steadiness_iqr_s(row), row["median_s"])
 
 
 def slow_started(row) -> bool:
@@ -190,7 +191,8 @@ def run_unfit_reasons(meta: dict, rows: pd.DataFrame) -> list[str]:
         reasons.append("load not recorded")
     elif busy(peak, meta):
         reasons.append(f"load {peak:.2g} on {cores(meta)} cores")
-    medians, iqrs = rows["median_s"].to_numpy(float), rows["iqr_s"].to_numpy(float)
+    medians = rows["median_s"].to_numpy(float)
+    iqrs = [stats.steadiness_iqr_s(row) for _, row in rows.iterrows()]
     timed = [index for index, status in enumerate(rows["status"]) if status in CORRECT and medians[index] > 0]
     unstable_cases = sum(is_unstable(iqrs[index], medians[index]) for index in timed)
     if timed and unstable_cases > MAX_UNSTABLE_SHARE * len(timed):

@@ -203,7 +203,7 @@ def _judged_cases(columns: dict) -> pd.DataFrame:
     """The cases read from summaries, each judged stable or not here, where
     the threshold lives, once per run read."""
     new = summary.frame_of(columns)
-    new["unstable"] = [analysis.is_unstable(iqr, median) for iqr, median in zip(new["iqr_s"], new["median_s"])]
+    new["unstable"] = [analysis.unstable(row) for _, row in new.iterrows()]
     return new
 
 

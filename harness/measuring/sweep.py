@@ -158,6 +158,8 @@ class PendingCase:
                         pct_of_ceiling=stats.pct_of_ceiling(self.row["bytes"], summary.median_s,
                                                             self.row["ceiling_gbps"]),
                         round_medians_s=stats.round_medians_json(timed.samples_s for timed in self.rounds),
+                        within_round_iqr_s=stats.within_round_iqr_s([timed.samples_s for timed in self.rounds],
+                                                                    summary.median_s),
                         status=self.verdict.status, message=self.verdict.message, load_avg=_load_avg())
         self.result = CaseResult(self.row, samples.tolist(), [len(timed.samples_s) for timed in self.rounds])
         return self.result

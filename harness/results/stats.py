@@ -75,6 +75,35 @@ def round_medians_json(rounds) -> str:
     return json.dumps(medians) if medians else ""
 
 
+def within_round_iqr_s(rounds, median_s: float) -> float:
+    """The ``within_round_iqr_s`` column: how steadily the machine timed one
+    prepared state, the median over rounds of each round's IQR relative to
+    its own median, scaled to the case's ``median_s``. With rounds the
+    samples' pooled IQR also holds what differs between rounds (the state
+    each prepare sets, the machine's drift over minutes: SPEC 3 "Rounds"),
+    which the rule between strategies judges from the round medians; a busy
+    machine shows here, within a round. NaN with no round of two samples."""
+    from scipy import stats as scipy_stats  # as metrics._iqr: only commands that time pay its import
+
+    relative = []
+    for samples in rounds:
+        samples = np.asarray(samples, dtype=np.float64)
+        middle = float(np.median(samples)) if samples.size else math.nan
+        if samples.size >= 2 and middle > 0:
+            relative.append(float(scipy_stats.iqr(samples)) / middle)
+    return float(np.median(relative)) * median_s if relative and median_s > 0 else math.nan
+
+
+def steadiness_iqr_s(row) -> float:
+    """The IQR that says whether a row was measured steadily (the unstable
+    mark, the fitness rule): within its rounds where it took them
+    (``within_round_iqr_s``), else its samples' IQR (a run before schema 9)."""
+    within = row.get("within_round_iqr_s", math.nan) if hasattr(row, "get") else math.nan
+    if isinstance(within, (int, float)) and not isinstance(within, bool) and math.isfinite(within):
+        return float(within)
+    return row["iqr_s"]
+
+
 def round_medians(value) -> list[float]:
     """A row's ``round_medians_s`` read back: the rounds' medians, or [] for a
     row without them (a run before schema 7, a case not timed, a value that

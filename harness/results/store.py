@@ -84,6 +84,8 @@ COLUMN_SPECS = (
     # SPEC 3 "Rounds": the median of each round's samples, in round order, as a JSON list
     # (stats.round_medians_json); an older run's is empty (stats.round_medians reads it as none)
     ("round_medians_s", "text", 7),
+    # the median round's IQR, scaled to the median: the steadiness the unstable mark reads (stats.within_round_iqr_s)
+    ("within_round_iqr_s", "number", 9),
     # Last, so that a metric added to COUNTS is appended (test_metrics: older columns keep their place).
     *COUNTS.columns(),  # per call, from `run --instrument callgrind` (metrics.COUNTS); a timed run leaves them empty
 )

@@ -31,12 +31,13 @@ from harness.results import metrics, stats
 from impls.status import CORRECT
 
 SUMMARY = "summary.json"
-VERSION = 5  # of the summary's layout: a summary of another version is rebuilt (4: the run's plugins; 5: mode)
+VERSION = 6  # of the summary's layout: a summary of another version is rebuilt (4: plugins; 5: mode; 6: rounds' IQR)
 
 # Copied from each row as they are.
 ROW_COLUMNS = ("case_id", "op", "strategy", "backend", "device", "dtype", "params", "mode", "status", "source",
-               "median_s", "iqr_s", "min_s", "n_samples", "load_avg", "slow_start")
-NUMBERS = ("median_s", "iqr_s", "min_s", "n_samples", "load_avg", "slow_start", "p10_s") + metrics.COUNTS.names
+               "median_s", "iqr_s", "within_round_iqr_s", "min_s", "n_samples", "load_avg", "slow_start")
+NUMBERS = ("median_s", "iqr_s", "within_round_iqr_s", "min_s", "n_samples", "load_avg", "slow_start",
+           "p10_s") + metrics.COUNTS.names
 # What the dashboard and the fitness rule read of a run's metadata.
 META_KEYS = ("run_id", "start_time", "end_time", "status", "git_commit", "machine", "host", "cpu_model",
              "cpu_count", "gpu_name", "hardware", "versions", "count_versions", "threads", "load_avg_start",

@@ -173,3 +173,28 @@ def test_bench_names_each_points_winner_or_its_whole_tie():
     [note] = answer_notes(tied)
     assert note.startswith("fastest for maxpool2d") and "numba_fused and torch_reshape_argmax (a tie" in note
     assert answer_notes(tied.iloc[:1]) == []  # one strategy: nothing compared
+
+
+def test_steadiness_is_judged_within_rounds_so_a_state_set_at_prepare_time_is_not_noise():
+    """Rounds pool samples of states each prepare set (one prepare of numba's
+    1-D unpool ran 11x slower for a whole run): the pooled IQR then reads
+    'unstable' for a machine that timed every state steadily, and a fit run
+    of make bench came out 62 of 94 unstable. The unstable mark and the
+    fitness rule read the spread within a round; a busy machine shows there."""
+    from harness.results import stats
+
+    steady_states = [[1.0, 1.01, 0.99, 1.0], [2.0, 2.02, 1.98, 2.0], [1.5, 1.51, 1.49, 1.5]]
+    pooled = stats.summarize([s for r in steady_states for s in r])
+    within = stats.within_round_iqr_s(steady_states, pooled.median_s)
+    assert pooled.iqr_s / pooled.median_s > 0.3 and within / pooled.median_s < 0.02
+    row = pd.Series({"median_s": pooled.median_s, "iqr_s": pooled.iqr_s, "within_round_iqr_s": within})
+    assert not analysis.unstable(row)
+    noisy = [[1.0, 1.5, 0.7, 1.2], [1.0, 1.4, 0.8, 1.1], [1.0, 1.3, 0.6, 1.2]]
+    noisy_summary = stats.summarize([s for r in noisy for s in r])
+    assert analysis.unstable(pd.Series({"median_s": noisy_summary.median_s, "iqr_s": 0.0,
+                                        "within_round_iqr_s": stats.within_round_iqr_s(noisy,
+                                                                                       noisy_summary.median_s)}))
+    # a run before rounds (no within-round figure): its samples' IQR, as before
+    assert analysis.unstable(pd.Series({"median_s": pooled.median_s, "iqr_s": pooled.iqr_s,
+                                        "within_round_iqr_s": math.nan}))
+    assert stats.within_round_iqr_s([[1.0], [2.0]], 1.5) != stats.within_round_iqr_s([[1.0], [2.0]], 1.5)  # NaN

@@ -68,8 +68,9 @@ def test_a_committed_runs_derived_columns_recompute_from_its_files_or_are_left_e
                                  "20261125T111017-vm-default-ea9f", "20261126T093639-vm-models-450c"])
 def test_older_runs_of_every_schema_read_with_the_new_columns_empty(run):
     meta, rows, _ = store.read_run(ROOT / "results" / run)
-    assert meta["schema_version"] == 8 and set(store.COLUMNS) <= set(rows.columns)
+    assert meta["schema_version"] == store.SCHEMA_VERSION and set(store.COLUMNS) <= set(rows.columns)
     assert rows["pct_of_floor"].isna().all() and rows["bytes_written"].isna().all()
+    assert rows["within_round_iqr_s"].isna().all()  # schema 9: no rounds, the samples' IQR judges them
 
 
 def test_a_new_rows_floor_by_size_recomputes_from_its_stored_columns(tmp_path):
