@@ -368,7 +368,7 @@ def overview(cases: pd.DataFrame, changes: pd.DataFrame) -> list[str]:
                  training.MODES.index(row.mode) if row.mode in training.MODES else len(training.MODES), row.mode,
                  str(row.machine))
         noisy = bool(row.unstable)
-        cell = (f"<td class='num unstable' title='unstable: IQR above {100 * analysis.UNSTABLE_REL_IQR:.0f} % of the "
+        cell = (f"<td class='num unstable' title='unstable: IQR within a round above {100 * analysis.UNSTABLE_REL_IQR:.0f} % of the "
                 f"median'>{esc(fmt_time(row.median_s))} {UNSTABLE_MARK}</td>" if noisy else
                 f"<td class='num'>{esc(fmt_time(row.median_s))}</td>")
         versus = f"{fmt_ratio(row.ratio)} {mark}".strip() if isinstance(row.mark, str) else "–"

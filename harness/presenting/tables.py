@@ -344,7 +344,7 @@ def run_summary(rows: pd.DataFrame, grid: bool = True, unfit_reasons: list[str] 
     unstable = rows[rows.apply(analysis.unstable, axis=1)] \
         if len(rows) else rows
     if len(unstable):
-        renderables.append(Text(f"warning: {len(unstable)} of {len(rows)} cases are unstable (IQR above "
+        renderables.append(Text(f"warning: {len(unstable)} of {len(rows)} cases are unstable (IQR within a round above "
                                 f"{100 * analysis.UNSTABLE_REL_IQR:.0f} % of the median): the machine was busy or "
                                 f"the case is noisy; compare them with care", style="yellow"))
     return renderables
