@@ -2,6 +2,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 pytestmark = pytest.mark.slow  # subprocesses, sweeps or compiles: `make test` runs them, `make test-fast` does not
@@ -21,3 +22,42 @@ def test_pytest_benchmark_view_collects_and_runs_a_case():
                          cwd=ROOT, capture_output=True, text=True)
     assert ran.returncode == 0, ran.stdout[-2000:] + ran.stderr[-2000:]
     assert "3 passed" in ran.stdout  # max-pool forward and backward, the pinv forward
+
+
+def test_the_a_a_view_reads_two_runs_and_exits_1_on_a_contradiction(tmp_path, capsys):
+    """benchmarks/aa_runs.py on a committed run against itself (no
+    contradiction), and against a copy whose clear winners were made the
+    slowest (every one contradicts)."""
+    import importlib.util
+    import shutil
+
+    from harness.results import store
+
+    spec = importlib.util.spec_from_file_location("aa_runs", ROOT / "benchmarks" / "aa_runs.py")
+    aa_runs = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(aa_runs)
+    run = ROOT / "results" / "20261127T041840-vm-default-324a"
+    assert aa_runs.main([str(run), str(run)]) == 0
+    out = capsys.readouterr().out
+    assert "contradictions: 0" in out and "in both: 7 (100 %)" in out
+    slowed = tmp_path / run.name
+    shutil.copytree(run, slowed)
+    meta, rows, _ = store.read_run(slowed)
+    rows_file = slowed / "rows.csv"
+    table = pd.read_csv(rows_file, keep_default_na=False)
+    clear_keys = set()
+    for _, case in aa_runs.with_mode(rows).groupby(aa_runs.CASE_GROUP, sort=False):
+        found = aa_runs.analysis.answer(case)
+        if found is not None and found.clear:
+            clear_keys.add(found.best["case_id"])
+    for column in ("median_s", "q1_s", "q3_s", "min_s", "max_s", "p10_s"):
+        if column in table:
+            values = pd.to_numeric(table[column], errors="coerce")
+            table[column] = values.where(~table["case_id"].isin(clear_keys), values * 1000)
+    table.to_csv(rows_file, index=False)
+    assert clear_keys
+    assert aa_runs.main([str(run), str(slowed)]) == 1
+    out = capsys.readouterr().out
+    # each winner the first run claimed is now the slowest in the copy: one contradiction at least per case
+    claimed = [line for line in out.splitlines() if line.startswith("contradiction:") and "the first run's" in line]
+    assert len(claimed) == len(clear_keys), out

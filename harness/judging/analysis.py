@@ -269,6 +269,36 @@ def case_keys(rows: pd.DataFrame) -> list[str]:
     return CASE_GROUP + (["machine"] if "machine" in rows.columns else [])
 
 
+def contradictions(first: pd.DataFrame, second: pd.DataFrame) -> list[tuple[tuple, str, str, str]]:
+    """The A/A test of two runs of one config on one machine (SPEC 3
+    "Rounds"): every case where one run's clear winner (`answer`) is clearly
+    slower (`clearly_faster`) than another strategy in the other run, as
+    (case key, which run named the winner: "first" or "second", the winner,
+    the strategy clearly faster than it in the other run). Empty when the two
+    runs never contradict each other; a tie in either run is no claim."""
+    found = []
+    first, second = with_mode(first), with_mode(second)
+    seconds = {key: group for key, group in second.groupby(CASE_GROUP, sort=False)}
+    for key, mine in first.groupby(CASE_GROUP, sort=False):
+        theirs = seconds.get(key)
+        if theirs is None:
+            continue
+        for named, claimed, other in (("first", mine, theirs), ("second", theirs, mine)):
+            found_answer = answer(claimed)
+            if found_answer is None or not found_answer.clear:
+                continue
+            winner = str(found_answer.best["strategy"])
+            order = ranked(other)
+            there = order[order["strategy"] == winner]
+            if there.empty:
+                continue
+            for _, rival in order.iterrows():
+                if rival["strategy"] != winner and clearly_faster(rival, there.iloc[0]):
+                    found.append((key, named, winner, str(rival["strategy"])))
+                    break
+    return found
+
+
 def with_speedups(rows: pd.DataFrame) -> pd.DataFrame:
     """Adds ``speedup`` over the operator's baseline (the seed's original
     strategy) measured in the same case, on the same machine where the rows

@@ -198,3 +198,20 @@ def test_steadiness_is_judged_within_rounds_so_a_state_set_at_prepare_time_is_no
     assert analysis.unstable(pd.Series({"median_s": pooled.median_s, "iqr_s": pooled.iqr_s,
                                         "within_round_iqr_s": math.nan}))
     assert stats.within_round_iqr_s([[1.0], [2.0]], 1.5) != stats.within_round_iqr_s([[1.0], [2.0]], 1.5)  # NaN
+
+
+def test_the_a_a_test_finds_a_clear_winner_the_other_run_clearly_beats():
+    """Issue 40's A/A: two runs of one commit contradict each other where one
+    run's clear winner is clearly slower than another strategy in the other;
+    a tie is no claim, and agreeing runs give nothing."""
+    first = pd.DataFrame([row("numba_fused", [1.0, 1.0, 1.0]), row("torch_max_pool2d_indices", [1.5, 1.5, 1.5])])
+    agreeing = pd.DataFrame([row("numba_fused", [1.1, 1.1, 1.1]),
+                             row("torch_max_pool2d_indices", [1.6, 1.6, 1.6])])
+    assert analysis.contradictions(first, agreeing) == []
+    flipped = pd.DataFrame([row("numba_fused", [4.4, 4.4, 4.4]), row("torch_max_pool2d_indices", [1.6, 1.6, 1.6])])
+    found = analysis.contradictions(first, flipped)
+    assert [(named, winner, rival) for _, named, winner, rival in found] == [
+        ("first", "numba_fused", "torch_max_pool2d_indices"), ("second", "torch_max_pool2d_indices", "numba_fused")]
+    tied = pd.DataFrame([row("numba_fused", [1.0, 1.3, 0.9]), row("torch_max_pool2d_indices", [1.2, 1.0, 1.1])])
+    assert analysis.contradictions(tied, tied) == []
+    assert [named for _, named, *_ in analysis.contradictions(first, tied)] == []  # a tie beats no claim clearly
