@@ -68,7 +68,7 @@ report: $(STAMP)
 # ALLOW_UNFIT=1 publishes it anyway, in the report's appendix, judged nowhere.
 # docs/RUNS_LEFT_OUT: unfit runs left out, named in the report's first paragraph.
 publish: $(STAMP)
-	$(PY) report.py $$(cat docs/RUNS) --left-out-list docs/RUNS_LEFT_OUT --pages \
+	$(PY) report.py $$(cat docs/RUNS) --left-out-list docs/RUNS_LEFT_OUT --pages --png-only \
 	  -o docs --name REPORT --fresh-figures $(if $(ALLOW_UNFIT),,--fit-only)
 
 dashboard: $(STAMP)

@@ -251,6 +251,19 @@ def device_present(device: str) -> bool:
     return any(device in b.devices and not b.unavailable() and b.present(device) for b in BACKENDS.values())
 
 
+def torch_device(device: str) -> bool:
+    """Whether torch has ``device`` as a device type (cpu, cuda, xpu, mps...):
+    what the suite's torch-side tools (the device judge, the bandwidth
+    curves) can run on; a plugin backend's own device (a toy one) is not."""
+    import torch
+
+    try:
+        torch.device(device)
+    except (RuntimeError, ValueError):
+        return False
+    return True
+
+
 def device_info(device: str) -> dict | None:
     """What the first installed backend that can tell says about ``device``."""
     for backend in BACKENDS.values():

@@ -61,7 +61,7 @@ from typing import Callable
 from harness.base import caches
 from harness.measuring import facts, pinning, timing
 from harness.results.floors import CURVES
-from impls.backends import fresh_allocators
+from impls.backends import fresh_allocators, torch_device
 
 TRIES = 3  # tries per device; the median is kept
 TRY_GAP_S = 0.5  # between tries, so that one burst of other work does not meet them all
@@ -416,7 +416,8 @@ def measure(devices, threads=None, fresh: bool = True) -> Measured:
         return Measured({}, {}, measured_at=facts.now_iso(), measured_epoch=time.time())
     kept, reused = reuse_curves(devices, threads)
     request = {"devices": devices, "threads": dict(threads or {}), "fresh": fresh,
-               "curves": [device for device in devices if device not in kept], "curve_settings": curve_settings()}
+               "curves": [device for device in devices if device not in kept and torch_device(device)],
+               "curve_settings": curve_settings()}
     measured = judged(_run_child(request))
     remember_curves(measured.curves, threads)
     measured.curves, measured.curves_reused = {**kept, **measured.curves}, reused
@@ -427,7 +428,7 @@ def measure_curves(devices, threads=None) -> tuple[dict, dict]:
     """Each device's bandwidth curves, reused from the cache or measured now
     (in the child, alone) and kept; returns (curves, device -> when the
     reused ones were measured)."""
-    devices = sorted(set(devices))
+    devices = sorted(device for device in set(devices) if torch_device(device))  # curves are measured through torch
     kept, reused = reuse_curves(devices, threads)
     missing = [device for device in devices if device not in kept]
     if not missing:

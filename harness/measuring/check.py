@@ -40,7 +40,7 @@ import numpy as np
 
 from harness.base.plugins import project_path
 from harness.measuring import memory, timing
-from impls.backends import applied_layout, backend_of, float_dtypes, get_backend, to_numpy
+from impls.backends import applied_layout, backend_of, float_dtypes, get_backend, to_numpy, torch_device
 from impls import training, tuning
 from impls.common import DTYPE_DIFFERENCE, Verdict, on_device, round_to_dtype
 from impls.registry import NotApplicable, Strategy, get_operator
@@ -117,7 +117,7 @@ def judge_device(device: str, op) -> str | None:
         return None
     if device == "cpu" and choice == "auto":
         return None
-    return device
+    return device if torch_device(device) else None  # a plugin backend's own device: numpy judges it
 
 
 def device_tensors(arrays: dict, device: str) -> dict:

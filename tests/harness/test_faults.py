@@ -212,8 +212,9 @@ def stderr_lines(stderr: str) -> list[str]:
         lines.pop(0)
         while lines and lines[0].rstrip().endswith("GB/s") and not lines[0].startswith(("scatterbench", "interr")):
             lines.pop(0)
-    # the start's notes: a busy or reused ceiling, the verdicts from the cache
-    while lines and (lines[0].startswith("adversarial check: ") or " copy ceiling measured busy " in lines[0]):
+    # the start's notes: a busy or reused ceiling, the bandwidth curves measured or reused, the verdicts from the cache
+    while lines and (lines[0].startswith("adversarial check: ") or " copy ceiling measured busy " in lines[0]
+                     or " bandwidth curves (" in lines[0]):
         lines.pop(0)
     return lines
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 import pandas as pd
 
@@ -22,9 +23,12 @@ def load(dirs) -> tuple[pd.DataFrame, list[dict]]:
     which has no times, is judged by its counts and always fit here)."""
     frames, metas = [], []
     for directory in dirs:
+        # The run's plugins before its rows are read: what its rows derive (a fresh floor, from the
+        # operator's bytes written: store.derive_older) asks the registry.
+        missing = plugins.load_recorded(dict(store.read_meta(Path(directory)), directory=str(directory)))
         meta, rows, _samples = store.read_run(directory)
         meta = dict(meta, directory=str(directory))
-        meta["plugins_missing"] = plugins.load_recorded(meta)  # before the registry is asked anything
+        meta["plugins_missing"] = missing
         for line in meta["plugins_missing"]:
             print(f"report: {line}", file=sys.stderr)
         metas.append(meta)
