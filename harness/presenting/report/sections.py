@@ -337,24 +337,19 @@ def run_warnings(meta: dict, cases_done: int | None = None) -> list[str]:
                         f"{when}, at or above its {count} cores, so other work competed with the timed calls; "
                         f"its medians may be slow and its spreads wide.")
     for device, entry in record.ceiling_history.items():
-        if analysis.ceiling_dropped(entry):
-            deviation = _number(entry.get("deviation_pct"))
-            median = _number(entry.get("history_median_gbps"))
-            now = _number(record.ceilings_gbps.get(device))
-            warnings.append(f"Warning: run {run} measured its {device} copy ceiling"
-                            + (f" at {now:.1f} GB/s" if now is not None else "")
-                            + f", {-deviation:.0f} % below the median of earlier runs on this machine"
-                            + (f" ({median:.1f} GB/s)" if median is not None else "")
-                            + ": the machine was busy or throttled, and its % of ceiling read high.")
-        elif analysis.ceiling_rose(entry):
-            deviation = _number(entry.get("deviation_pct"))
-            median = _number(entry.get("history_median_gbps"))
-            now = _number(record.ceilings_gbps.get(device))
-            warnings.append(f"Warning: run {run} measured its {device} copy ceiling"
-                            + (f" at {now:.1f} GB/s" if now is not None else "")
-                            + f", {deviation:.0f} % above the median of earlier runs on this machine"
-                            + (f" ({median:.1f} GB/s)" if median is not None else "")
-                            + ": its % of ceiling read low.")
+        dropped, rose = analysis.ceiling_dropped(entry), analysis.ceiling_rose(entry)
+        if not (dropped or rose):
+            continue
+        deviation = _number(entry.get("deviation_pct"))
+        median = _number(entry.get("history_median_gbps"))
+        now = _number(record.ceilings_gbps.get(device))
+        warnings.append(f"Warning: run {run} measured its {device} copy ceiling"
+                        + (f" at {now:.1f} GB/s" if now is not None else "")
+                        + f", {abs(deviation):.0f} % {'below' if dropped else 'above'} the median of earlier runs "
+                          f"on this machine"
+                        + (f" ({median:.1f} GB/s)" if median is not None else "")
+                        + (": the machine was busy or throttled, and its % of ceiling read high." if dropped
+                           else ": its % of ceiling read low."))
     return warnings
 
 
