@@ -338,14 +338,14 @@ def build(dirs, out, name: str = "report", light: bool = False, svg: bool | None
     """Writes ``OUT/<name>.md`` and ``.html``. ``light`` (the dashboard's
     per-run reports): no per-case figures, PNG only, the HTML links its
     figures instead of embedding them. ``svg``: an SVG beside each PNG
-    (default: yes, but for a light report; make publish's ``--png-only``
-    keeps docs/figures to one format). ``left_out``: committed runs the publisher left out
+    (default: no, docs/figures holds one format; report.py asks for them
+    unless ``--png-only`` or ``--light``, as `make report` documents). ``left_out``: committed runs the publisher left out
     (`left_out_runs`), counted and compared, not shown. ``pages`` (make
     publish): the operators' sections and the defects on pages of their own,
     ``OUT/report/<op>.md`` and ``.html``, linked both ways, their HTML
     linking the figures; else one page holds everything."""
     out = store.writable_dir(Path(out), "the report")  # before any work: one line if it cannot be written
-    figures = FigureDir(out / "figures", svg=(not light) if svg is None else bool(svg))
+    figures = FigureDir(out / "figures", svg=bool(svg) and not light)
     rows, metas = load(dirs)
     left_out = list(left_out)
     fit = rows[rows["fit"]]
@@ -478,7 +478,7 @@ def main(argv=None) -> int:
         if args.fresh_figures:
             shutil.rmtree(Path(args.output) / "figures", ignore_errors=True)
         written = build([Path(d) for d in args.dirs], Path(args.output), args.name, light=args.light,
-                        left_out=left_out, pages=args.pages, svg=False if args.png_only else None)
+                        left_out=left_out, pages=args.pages, svg=not args.png_only)
     except ResultError as error:
         print(f"report.py: error: {error}", file=sys.stderr)
         return 2

@@ -34,7 +34,7 @@ def built(tmp_path_factory):
     """The report `make publish` writes, built into a fresh directory, with its fit rows."""
     out = tmp_path_factory.mktemp("published")
     left_out = left_out_runs(read_left_out(DOCS / "RUNS_LEFT_OUT"))
-    main = build(published_runs(), out, "REPORT", left_out=left_out, pages=True, svg=False)  # as make publish
+    main = build(published_runs(), out, "REPORT", left_out=left_out, pages=True)  # PNG only, as make publish
     rows, _metas = load(published_runs())
     return main, rows[rows["fit"]]
 
