@@ -601,14 +601,33 @@ def torch_max_unpool2d(inputs, params):
 # graphs bake in their shapes (zeros((A, B, P)), the unrolled rows, the offset
 # table): every new shape is a compile of 1 to 3 s, so their checks use the
 # reduced case set of the per-shape compiled strategies (``quick_check``).
-def _pytensor_function(values, build):
-    """Compiles ``build(v, p)`` once (outside the timed region), like ``theano.function``."""
+# The compiled functions of this process, by what their graphs bake in: a
+# sweep prepares a strategy once for its check and again for each round, and
+# compiling the unrolled loop each time was 2.5 s a prepare (10 s of a `make
+# bench`). At most PYTENSOR_KEPT, the oldest let go first.
+PYTENSOR_KEPT = 8
+_PYTENSOR_COMPILED: dict = {}
+
+
+def _pytensor_function(values, build, graph: str):
+    """Compiles ``build(v, p)`` (outside the timed region), like
+    ``theano.function``; once per process for ``graph`` (the strategy's
+    name) on values of one shape and dtype, which is all the graph bakes in
+    (its shapes, its offset table): a new prepare gets new inputs, the
+    compiled code is a constant like a numba kernel."""
     import pytensor
     import pytensor.tensor as pt
 
-    v = pt.tensor3("values", dtype=str(values.dtype))
-    p = pt.tensor3("positions", dtype="int64")
-    return pytensor.function([v, p], build(v, p, pt))
+    key = (graph, tuple(values.shape), str(values.dtype))
+    fn = _PYTENSOR_COMPILED.get(key)
+    if fn is None:
+        v = pt.tensor3("values", dtype=str(values.dtype))
+        p = pt.tensor3("positions", dtype="int64")
+        fn = pytensor.function([v, p], build(v, p, pt))
+        while len(_PYTENSOR_COMPILED) >= PYTENSOR_KEPT:
+            _PYTENSOR_COMPILED.pop(next(iter(_PYTENSOR_COMPILED)))
+        _PYTENSOR_COMPILED[key] = fn
+    return fn
 
 
 @strategy("maxunpool", backend="pytensor", source=f"{SEED} upsamplecode (set_subtensor loop, PyTensor)",
@@ -627,7 +646,7 @@ def pytensor_seed_row_loop(inputs, params):
                                              v[whichitem, whichfilt, :])
         return upsampled
 
-    fn = _pytensor_function(values, build)
+    fn = _pytensor_function(values, build, "pytensor_seed_row_loop")
     return lambda: fn(values, positions).reshape(out_shape)
 
 
@@ -649,7 +668,7 @@ def pytensor_seed_flat_set(inputs, params):
         return pt.set_subtensor(upsampled.flatten()[p.flatten() + add_to_flattened_indices],
                                 v.flatten()).reshape(upsampled.shape)
 
-    fn = _pytensor_function(values, build)
+    fn = _pytensor_function(values, build, "pytensor_seed_flat_set")
     return lambda: fn(values, positions).reshape(out_shape)
 
 
@@ -665,7 +684,7 @@ def pytensor_seed_broadcast(inputs, params):
         return pt.set_subtensor(upsampled[pt.arange(shp[0]).reshape((-1, 1, 1)),
                                           pt.arange(shp[1]).reshape((1, -1, 1)), p], v)
 
-    fn = _pytensor_function(values, build)
+    fn = _pytensor_function(values, build, "pytensor_seed_broadcast")
     return lambda: fn(values, positions).reshape(out_shape)
 
 

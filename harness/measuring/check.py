@@ -68,7 +68,7 @@ STRATEGY_FAULTS = (Exception, SystemExit, timing.CaseTimeout)
 # The call judged after the first, on the same prepared inputs: state kept
 # between calls (an accumulator zeroed once in prepare) shows by then, as 4x the
 # answer, and the three calls cost little on the check's small cases. The sweep
-# judges a timed case's call 1 and the call after its timed samples (which
+# judges a timed case's call 1 and the last of its timed samples (which
 # follow many calls); a case it counts or does not time, call 2
 # (SWEEP_REPEAT_CALL): a call and a judgement of a big case can take seconds.
 REPEAT_CALL = 4
@@ -358,7 +358,7 @@ class Prepared:
 
 
 def prepare_case(strat: Strategy, ref: Reference, params: dict, dtype: str, device: str,
-                 layout: str = "contiguous") -> Prepared:
+                 layout: str = "contiguous", watch_inputs: bool = True) -> Prepared:
     """The reference inputs on the strategy's backend and device (a copy of each
     kept), and the strategy prepared on them; in a training
     mode, the incoming gradient too, in the same layout (an input like the
@@ -377,7 +377,7 @@ def prepare_case(strat: Strategy, ref: Reference, params: dict, dtype: str, devi
         native_grad = training.gradient_to_backend(op, ref.grad, strat.backend, device, dtype, layout)
         watched[op.gradient.name] = native_grad
     backend.synchronize(device)
-    before = snapshots(watched, on_device=ref.judged_on is not None)
+    before = snapshots(watched, on_device=ref.judged_on is not None) if watch_inputs else {}
     start = time.perf_counter()
     if ref.training == FORWARD:
         run = strat.prepare(inputs, params)
@@ -454,11 +454,16 @@ def attempt(strat: Strategy, ref: Reference, dtype: str, device: str, layout: st
     return Attempt(verdict, prepared, setup_s, peak_bytes, first_call_s)
 
 
+_CALL_IT = object()
+
+
 def judge_again(strat: Strategy, prepared: Prepared, ref: Reference, dtype: str, device: str,
-                layout: str, first: Verdict, *, calls: int, which: str) -> Verdict:
+                layout: str, first: Verdict, *, calls: int, which: str, output: Any = _CALL_IT) -> Verdict:
     """The verdict on ``prepared`` once it has been called ``calls`` more
     times on the same inputs (``which`` names the last of them in messages),
-    given ``first``, the verdict on its first call. Its inputs changed since
+    given ``first``, the verdict on its first call; ``output``: that last
+    call's output where the caller made the calls (the sweep's last timed
+    sample; ``calls`` is then 0). Its inputs changed since
     prepare: ``input-modified``, naming them (the likelier cause of any wrong
     answer). The last call wrong where the first was not: ``unrepeatable``.
     A later call raising: its ``failure_verdict``, saying which call.
@@ -469,10 +474,11 @@ def judge_again(strat: Strategy, prepared: Prepared, ref: Reference, dtype: str,
     if first.status != MISMATCH:
         last = which
         try:
-            output = None
-            for _ in range(calls):
-                output = None  # dropped before the next call, as the timer drops it
-                output = prepared.run()
+            if output is _CALL_IT:
+                output = None
+                for _ in range(calls):
+                    output = None  # dropped before the next call, as the timer drops it
+                    output = prepared.run()
             later = judge(strat, output, ref, dtype, device, layout)
             del output
         except STRATEGY_FAULTS as error:

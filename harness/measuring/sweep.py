@@ -15,6 +15,7 @@ hang in native code then costs only that case).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -203,7 +204,7 @@ def check_case(case: Case, config: Config, run_id: str, ceiling_gbps: float,
             if ref is None:
                 ref = reference(case.op, case.params_dict, case.dtype, "random", config.seed, case.mode,
                                 device=case.device)
-            # A case that will be timed is judged on call 1 and on the call after its last round's
+            # A case that will be timed is judged on call 1 and on the last of its last round's
             # samples (time_in_rounds); one that will not (counted, interpreted) on call 1 and call 2.
             timed_here = measure is None and not strat.interpreted_on(case.device)
             tried = check.attempt(strat, ref, case.dtype, case.device, peak=True, on_phase=on_phase,
@@ -238,9 +239,10 @@ def check_case(case: Case, config: Config, run_id: str, ceiling_gbps: float,
 def time_round(pending: PendingCase, share, last: bool, on_phase: Callable[[str], None]) -> None:
     """One round of one pending case: prepared afresh on new copies of its
     inputs, warmed up, sampled for the round's ``share`` of the budget; in
-    the ``last`` round, its call after the samples is judged again (and the
-    inputs), and a wrong answer publishes no time. A fault or the case's time
-    limit (over all its rounds) ends the case with its status."""
+    the ``last`` round, its last timed call's output is judged again (and the
+    inputs, copied at this round's prepare), and a wrong answer publishes no
+    time. A fault or the case's time limit (over all its rounds) ends the
+    case with its status."""
     case, strat = pending.case, pending.strat
     began = time.perf_counter()
     remaining = pending.timeout_s - pending.spent_s
@@ -249,27 +251,34 @@ def time_round(pending: PendingCase, share, last: bool, on_phase: Callable[[str]
             raise timing.CaseTimeout(f"exceeded the case time limit of {pending.timeout_s:g} s")
         with timing.deadline(remaining):
             on_phase(check.PHASE_PREPARE)
-            prepared = check.prepare_case(strat, pending.ref, pending.ref.params, case.dtype, case.device)
+            # Only the judged round needs a copy of the inputs to compare them with afterwards.
+            prepared = check.prepare_case(strat, pending.ref, pending.ref.params, case.dtype, case.device,
+                                          watch_inputs=last)
             on_phase(PHASE_TIME)
             # A call at least a round's warm-up long is its own warm-up: the check's call 1
             # compiled and touched what the code needs, and a fresh prepare does not undo that.
             warmed = pending.first_call_s if pending.first_call_s >= share.warmup_s else 0.0
             timed = timing.time_call(prepared.run, pending.backend, case.device, share, pending.flush,
                                      cross_check=pending.cross_check and last, warmed_s=warmed,
-                                     host_s=pending.rounds[0].host_s if pending.rounds else None)
-            pending.rounds.append(timed)
+                                     host_s=pending.rounds[0].host_s if pending.rounds else None,
+                                     keep_last=last)
+            output = timed.last_output
+            pending.rounds.append(dataclasses.replace(timed, last_output=None))
+            del timed
             if last:
-                # Every timed call must have computed the answer: the one after them is judged again.
+                # Every timed call must have computed the answer: the last of them is judged
+                # (a wrong one after the first shows there: state kept between calls), and the
+                # inputs are compared with their copy.
                 on_phase(PHASE_CHECK)
-                count = sum(len(t.samples_s) for t in pending.rounds)
-                after = f"the call after its {count} timed samples"
+                count = sum(len(t.samples_s) + t.slow_start for t in pending.rounds)
+                which = f"the last of its {count} timed samples"
                 again = check.judge_again(strat, prepared, pending.ref, case.dtype, case.device, "contiguous",
-                                          pending.verdict, calls=1, which=after)
+                                          pending.verdict, calls=0, which=which, output=output)
                 if again.status not in CORRECT:
                     pending.fail(again.status, f"{again.message}; its timing is not published")
                 else:
                     pending.verdict = again
-            del prepared
+            del output, prepared
     except check.STRATEGY_FAULTS as error:
         failed = check.failure_verdict(error, strat, case.device)
         pending.fail(failed.status, failed.message)
@@ -295,9 +304,9 @@ def time_in_rounds(pending: list[PendingCase], rounds: int, timing_config, rng: 
     strategy's block of samples. ``before(case)``: called as each case's
     round starts (what the run records in flight). Returns the order of each
     round (indices into ``pending``)."""
-    share = timing.round_share(timing_config, rounds)
     orders = []
     for index in range(rounds):
+        share = timing.round_share(timing_config, rounds, index)
         order = [int(i) for i in rng.permutation(len(pending))]
         orders.append(order)
         for position in order:

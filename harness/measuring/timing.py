@@ -83,21 +83,25 @@ SETTLE_BUDGETS = 4
 @dataclass(frozen=True)
 class RoundShare:
     """One round's part of a case's sampling (SPEC 3 "Rounds"): the config's
-    budget and warm-up divided by the rounds, and its sample counts divided
-    rounding up (so the rounds together take at least ``min_samples``, and
-    each round has a median of its own). Duck-typed as the config's
-    ``Timing`` wherever the timers read it."""
+    budget and warm-up divided by the rounds, and its minimum sample count
+    dealt out over them (5 in 3 rounds: 2, 2, 1), so the rounds together
+    take exactly ``min_samples`` and each has a median of its own. Duck-typed
+    as the config's ``Timing`` wherever the timers read it."""
     min_samples: int
     max_samples: int
     budget_s: float
     warmup_s: float
 
 
-def round_share(timing, rounds: int) -> RoundShare:
-    """``timing`` (the config's) split over ``rounds``: the case's total
-    budget is unchanged, so rounds make no run slower than one block would."""
+def round_share(timing, rounds: int, index: int = 0) -> RoundShare:
+    """Round ``index``'s share of ``timing`` (the config's) over ``rounds``:
+    the case's total budget is unchanged, so rounds make no run slower than
+    one block would. The minimum count is dealt out, not rounded up in every
+    round: a case slower than its budget takes ``min_samples`` calls in all,
+    as one block did (rounding up took 6 calls of a 4-second seed for 5)."""
     rounds = max(1, int(rounds))
-    return RoundShare(min_samples=math.ceil(timing.min_samples / rounds),
+    base, extra = divmod(int(timing.min_samples), rounds)
+    return RoundShare(min_samples=max(1, base + (1 if index < extra else 0)),
                       max_samples=max(1, math.ceil(timing.max_samples / rounds)),
                       budget_s=timing.budget_s / rounds, warmup_s=timing.warmup_s / rounds)
 
@@ -108,6 +112,9 @@ class Timed:
     host_s: float  # median host cost of one call, without synchronising
     xcheck_s: float = float("nan")  # an independent timer's median (CUDA: triton.testing.do_bench)
     slow_start: int = 0  # leading samples dropped as a slow start (not in samples_s)
+    # The last timed call's output, kept only when asked (``time_call(keep_last=True)``): the
+    # sweep judges it, so every timed call is shown right without one more call to judge.
+    last_output: Any = dataclasses.field(default=None, repr=False, compare=False)
 
 
 class CaseTimeout(BaseException):
@@ -213,13 +220,19 @@ class Clock:
         return out
 
     def sample_s(self, fn: Callable[[], Any], delay_s: float = 0.0) -> float:
-        """Seconds of one call of ``fn``."""
+        """Seconds of one call of ``fn``; its output dropped at once."""
+        elapsed, out = self.sample_kept(fn, delay_s)
+        del out  # the next call allocates its output afresh, as users' calls do
+        return elapsed
+
+    def sample_kept(self, fn: Callable[[], Any], delay_s: float = 0.0) -> tuple[float, Any]:
+        """Seconds of one call of ``fn``, and its output (dropped outside the
+        clock either way: the caller drops it before the next call)."""
         if not self.has_events:
             t0 = time.perf_counter()
             out = self.call(fn)
             t1 = time.perf_counter()
-            del out  # the next call allocates its output afresh, as users' calls do
-            return t1 - t0
+            return t1 - t0, out
         if self.backend.device_delay is not None and delay_s > 0:
             self.backend.device_delay(self.device, delay_s)
         if self.flush is not None:
@@ -230,9 +243,7 @@ class Clock:
         events.stop()
         # One sample at a time keeps the wall-clock budget honest; the events
         # measure only the device time between them.
-        elapsed = events.elapsed_s()
-        del out
-        return elapsed
+        return events.elapsed_s(), out
 
 
 def _warm_up(fn: Callable[[], Any], clock: Clock, warmup_s: float) -> None:
@@ -258,17 +269,25 @@ def host_cost_s(fn: Callable[[], Any], clock: Clock, calls: int = HOST_COST_CALL
     return statistics.median(costs)
 
 
-def _sample(fn: Callable[[], Any], timing, clock: Clock, delay_s: float = 0.0, host_s: float | None = None) -> Timed:
-    """Samples until ``_done``, one ``clock.sample_s`` at a time."""
+def _sample(fn: Callable[[], Any], timing, clock: Clock, delay_s: float = 0.0, host_s: float | None = None,
+            keep_last: bool = False) -> Timed:
+    """Samples until ``_done``, one ``clock.sample_kept`` at a time, each
+    output dropped before the next call (the allocator sees what it sees when
+    a user drops a result), the last one kept when ``keep_last``."""
     samples: list[float] = []
     begin = time.perf_counter()
+    out = None
     while True:
-        samples.append(clock.sample_s(fn, delay_s))
+        out = None
+        elapsed, out = clock.sample_kept(fn, delay_s)
+        samples.append(elapsed)
         if _done(samples, time.perf_counter() - begin, timing):
-            return _settled(samples, timing, host_s)
+            timed = _settled(samples, timing, host_s)
+            return dataclasses.replace(timed, last_output=out) if keep_last else timed
 
 
-def time_host(fn: Callable[[], Any], timing, clock: Clock | None = None, warmed_s: float = 0.0) -> Timed:
+def time_host(fn: Callable[[], Any], timing, clock: Clock | None = None, warmed_s: float = 0.0,
+              keep_last: bool = False) -> Timed:
     """Host clock around the call and the backend's synchronize (``clock``:
     a host clock of a backend; without one, nothing to wait for).
     ``warmed_s``: how long the calls of ``fn`` already made took (the
@@ -280,21 +299,22 @@ def time_host(fn: Callable[[], Any], timing, clock: Clock | None = None, warmed_
     with _collector_paused():
         if warmed_s < timing.warmup_s:
             _warm_up(fn, clock, timing.warmup_s)
-        return _sample(fn, timing, clock)
+        return _sample(fn, timing, clock, keep_last=keep_last)
 
 
 def device_delay_s(host_s: float) -> float:
     return min(DELAY_CAP_S, DELAY_HOST_MULTIPLE * host_s + DELAY_MARGIN_S)
 
 
-def time_device(fn: Callable[[], Any], timing, clock: Clock, host_s: float | None = None) -> Timed:
+def time_device(fn: Callable[[], Any], timing, clock: Clock, host_s: float | None = None,
+                keep_last: bool = False) -> Timed:
     """Device events around each call; see the module docstring for the delay.
     ``host_s``: the call's host cost, already measured (an earlier round's),
     or None to measure it here."""
     with _collector_paused():
         _warm_up(fn, clock, timing.warmup_s)
         host_s = host_cost_s(fn, clock) if host_s is None else host_s
-        return _sample(fn, timing, clock, device_delay_s(host_s), host_s)
+        return _sample(fn, timing, clock, device_delay_s(host_s), host_s, keep_last)
 
 
 def xcheck_s(fn: Callable[[], Any], device: str) -> float:
@@ -311,16 +331,18 @@ def xcheck_s(fn: Callable[[], Any], device: str) -> float:
 
 
 def time_call(fn: Callable[[], Any], backend, device: str, timing, flush: Callable[[], None] | None = None,
-              cross_check: bool = True, warmed_s: float = 0.0, host_s: float | None = None) -> Timed:
+              cross_check: bool = True, warmed_s: float = 0.0, host_s: float | None = None,
+              keep_last: bool = False) -> Timed:
     """Times ``fn`` with the timer its backend needs on ``device``;
     ``warmed_s``: the host clock's (``time_host``). Device events always warm
     up by time: the device's clocks ramp up under load, which a check's one
     call need not have done. ``timing``: the config's, or one round's share
-    of it (``round_share``); ``host_s``: the device path's (``time_device``)."""
+    of it (``round_share``); ``host_s``: the device path's (``time_device``).
+    ``keep_last``: the last timed call's output comes back in ``last_output``."""
     clock = Clock(backend, device, flush)
     if not clock.has_events:
-        return time_host(fn, timing, clock, warmed_s)
-    timed = time_device(fn, timing, clock, host_s)
+        return time_host(fn, timing, clock, warmed_s, keep_last)
+    timed = time_device(fn, timing, clock, host_s, keep_last)
     if cross_check:
         return dataclasses.replace(timed, xcheck_s=xcheck_s(fn, device))
     return timed

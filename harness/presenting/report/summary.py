@@ -217,30 +217,24 @@ def shape_cell(case: pd.DataFrame, kind: str) -> str:
 
 
 # ------------------------------------------------------------------ runs and their agreement
-def disagreements(published: pd.DataFrame, other: pd.DataFrame) -> list[tuple[str, str, str]]:
-    """Cases measured by both (same operator, params, dtype, mode, machine)
-    where each has a clear winner (`analysis.answer`, no tie) and the winners
-    differ: (case label, published winner, the other run's winner)."""
+def disagreements(published: pd.DataFrame, other: pd.DataFrame) -> list[tuple[str, str, str, str]]:
+    """Where another fit run contradicts the published one, by the A/A rule
+    (`analysis.contradictions`: one run's clear winner clearly slower than
+    another strategy in the other run; a tie is no claim): (case label,
+    which run named the winner, "published" or "other", the winner, the
+    strategy clearly faster than it in the other run)."""
     found = []
-    keys = ["op", "params", "dtype", "mode", "machine"]
-    other_groups = {key: group for key, group in with_mode(other).groupby(keys, sort=False)}
-    for key, group in with_mode(published).groupby(keys, sort=False):
-        if key not in other_groups:
-            continue
-        mine, theirs = analysis.answer(group), analysis.answer(other_groups[key])
-        if mine is None or theirs is None or not mine.clear or not theirs.clear:
-            continue
-        if mine.best["strategy"] != theirs.best["strategy"]:
-            op, params, dtype, mode, _machine = key
-            found.append((f"{op} {params_label(params)} {dtype}" + ("" if mode == FORWARD else f" {mode}"),
-                          str(mine.best["strategy"]), str(theirs.best["strategy"])))
+    for key, named, winner, rival in analysis.contradictions(published, other):
+        op, _device, dtype, params, mode = key[:5]
+        label = f"{op} {params_label(params)} {dtype}" + ("" if mode == FORWARD else f" {mode}")
+        found.append((label, "published" if named == "first" else "other", winner, rival))
     return found
 
 
 def agreement_table(shown: pd.DataFrame, metas: list[dict], extra: list[tuple[dict, pd.DataFrame]]):
     """Per config and machine: the fit runs committed, the ones published,
-    and for each other fit run the cases where its clear winner differs from
-    the published one's. ``extra``: the fit runs left out, (meta, rows)."""
+    and for each other fit run the cases where it contradicts the published
+    one (`disagreements`: the A/A rule). ``extra``: the fit runs left out, (meta, rows)."""
     def config(meta):
         return str((meta.get("config") or {}).get("name") or "?")
 
@@ -254,7 +248,8 @@ def agreement_table(shown: pd.DataFrame, metas: list[dict], extra: list[tuple[di
     for meta, rows in extra:
         for machine in dict.fromkeys(rows["machine"]):
             others.setdefault((config(meta), machine), []).append((meta, rows[rows["machine"] == machine]))
-    header = ["config", "machine", "fit runs", "published", "other fit runs: cases whose clear winner differs"]
+    header = ["config", "machine", "fit runs", "published",
+              "other fit runs: contradictions (a clear winner clearly slower than another strategy in the other run)"]
     table = []
     for key in sorted(set(published) | set(others)):
         shown_runs = published.get(key, [])
@@ -263,7 +258,9 @@ def agreement_table(shown: pd.DataFrame, metas: list[dict], extra: list[tuple[di
         for meta, rows in others.get(key, []):
             differ = disagreements(mine, rows)
             notes.append(f"{meta.get('run_id', '?')[-4:]}: " + ("; ".join(
-                f"{case} ({theirs}, published {ours})" for case, ours, theirs in differ) if differ else "none"))
+                f"{case}: {winner}, clear in the {named} run, clearly slower than {rival} in the "
+                f"{'other' if named == 'published' else 'published'}" for case, named, winner, rival in differ)
+                if differ else "none"))
         table.append([key[0], key[1], str(len(shown_runs) + len(others.get(key, []))),
                       ", ".join(str(m.get("run_id", "?"))[-4:] for m in shown_runs) or "none",
                       " · ".join(notes) or "–"])

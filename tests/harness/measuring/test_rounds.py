@@ -39,9 +39,10 @@ class FakeMachine:
             slow = self.slowdown if len(self.calls) < self.slow_calls else 1.0
             self.calls.append(name)
             self.now += self.costs[name] * slow
+            return (name, len(self.calls))  # which call made this output
         return call
 
-    def prepare(self, strat, ref, params, dtype, device, layout="contiguous"):
+    def prepare(self, strat, ref, params, dtype, device, layout="contiguous", watch_inputs=True):
         self.prepares[strat.name] = self.prepares.get(strat.name, 0) + 1
         return check.Prepared(self.call_of(strat.name), 0.0)
 
@@ -134,7 +135,10 @@ def test_rounds_interleave_in_fresh_random_orders_and_prepare_afresh_each_round(
 def test_the_round_share_keeps_the_case_budget():
     share = timing.round_share(Timing(min_samples=5, max_samples=2000, budget_s=0.5, warmup_s=0.05), 3)
     assert share.budget_s * 3 == pytest.approx(0.5) and share.warmup_s * 3 == pytest.approx(0.05)
-    assert share.min_samples == 2 and share.max_samples == 667  # at least 5 samples in all, a median per round
+    assert share.min_samples == 2 and share.max_samples == 667  # a median per round
+    counts = [timing.round_share(Timing(min_samples=5, max_samples=2000, budget_s=0.5, warmup_s=0.05), 3, i)
+              for i in range(3)]
+    assert [c.min_samples for c in counts] == [2, 2, 1]  # exactly 5 in all: a slow case makes no extra call
 
 
 def test_a_failure_in_a_later_round_ends_the_case_with_its_status(machine, monkeypatch):
@@ -154,6 +158,28 @@ def test_a_failure_in_a_later_round_ends_the_case_with_its_status(machine, monke
     rows = _rows(pending).set_index("strategy")
     assert rows.loc[SLOW, "status"] == "error" and "deliberate failure" in rows.loc[SLOW, "message"]
     assert rows.loc[FAST, "status"] == OK and len(json.loads(rows.loc[FAST, "round_medians_s"])) == 3
+
+
+def test_a_case_slower_than_its_budget_makes_its_minimum_calls_and_the_last_is_judged(machine, monkeypatch):
+    """Rounds deal out the 5 samples (2, 2, 1): a 4-second seed costs 5 timed
+    calls, not 6, and no sixth call to judge: the judge gets the last timed
+    call's own output, and the inputs are copied only for that round."""
+    fake = machine({SLOW: 4.0})
+    judged, watched = [], []
+    monkeypatch.setattr(check, "judge_again", lambda strat, prepared, ref, dtype, device, layout, first, **kwargs:
+                        judged.append(kwargs) or first)
+    real_prepare = fake.prepare
+    monkeypatch.setattr(check, "prepare_case", lambda *args, **kwargs: watched.append(kwargs["watch_inputs"])
+                        or real_prepare(*args, **kwargs))
+    config = Timing(min_samples=5, max_samples=2000, budget_s=0.5, warmup_s=0, rounds=3)
+    pending = [pending_case(SLOW, config)]
+    sweep.time_in_rounds(pending, 3, config, np.random.default_rng(0))
+    assert fake.calls == [SLOW] * 5
+    assert [len(timed.samples_s) for timed in pending[0].rounds] == [2, 2, 1]
+    assert len(judged) == 1 and judged[0]["calls"] == 0 and judged[0]["output"] == (SLOW, 5)
+    assert "the last of its 5 timed samples" in judged[0]["which"]
+    assert watched == [False, False, True]
+    assert _rows(pending).loc[0, "n_samples"] == 5
 
 
 class ListWriter:
