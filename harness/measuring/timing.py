@@ -278,8 +278,10 @@ def _sample(fn: Callable[[], Any], timing, clock: Clock, delay_s: float = 0.0, h
     begin = time.perf_counter()
     out = None
     while True:
-        out = None
+        out = None  # the kept output (keep_last) let go before the next call, as a user lets a result go
         elapsed, out = clock.sample_kept(fn, delay_s)
+        if not keep_last:
+            out = None
         samples.append(elapsed)
         if _done(samples, time.perf_counter() - begin, timing):
             timed = _settled(samples, timing, host_s)
