@@ -311,14 +311,14 @@ def legend_section(doc: Doc, rows) -> None:
 
 def runs_list_section(doc: Doc, rows, metas: list[dict], left_out: list[dict]) -> None:
     """How many fit runs of each config and machine are committed, which are
-    published, and where the others' clear winners differ (issue 40 item 4)."""
+    published, and where the others contradict them (issue 40 item 4: the A/A rule)."""
     doc.heading(2, "Runs and their agreement")
     fit_extra = [(run["meta"], run["rows"]) for run in left_out if not run["unfit_reasons"]]
     doc.para(f"Every run committed under results/ is listed in docs/RUNS (published here) or docs/RUNS_LEFT_OUT "
              f"(with its reason): {len(metas)} published, {len(left_out)} left out. Per config and machine, the fit "
-             f"runs committed, and for each fit run left out the cases measured by both where its clear winner "
-             f"(no tie on either side) differs from the published one: in parentheses its winner, then the "
-             f"published one.")
+             f"runs committed, and for each fit run left out the cases measured by both where the two contradict "
+             f"each other by the A/A rule (`analysis.contradictions`): one run's clear winner clearly slower than "
+             f"another strategy in the other run. A tie in either run is no claim, so it contradicts nothing.")
     doc.table(*summary.agreement_table(rows[rows["fit"]], metas, fit_extra))
     doc.table(["left out", "reason"], [[run["run_id"], run["reason"]] for run in left_out])
 
