@@ -609,16 +609,17 @@ PYTENSOR_KEPT = 8
 _PYTENSOR_COMPILED: dict = {}
 
 
-def _pytensor_function(values, build, graph: str):
+def _pytensor_function(values, build, graph: str, P: int):
     """Compiles ``build(v, p)`` (outside the timed region), like
     ``theano.function``; once per process for ``graph`` (the strategy's
-    name) on values of one shape and dtype, which is all the graph bakes in
-    (its shapes, its offset table): a new prepare gets new inputs, the
-    compiled code is a constant like a numba kernel."""
+    name) on values of one shape and dtype and output rows of ``P``, which
+    is all the graph bakes in (its shapes, its offset table; P apart: a
+    cropped 9×9 plane pools to 4×4 as an 8×8 one does): a new prepare gets
+    new inputs, the compiled code is a constant like a numba kernel."""
     import pytensor
     import pytensor.tensor as pt
 
-    key = (graph, tuple(values.shape), str(values.dtype))
+    key = (graph, tuple(values.shape), str(values.dtype), int(P))
     fn = _PYTENSOR_COMPILED.get(key)
     if fn is None:
         v = pt.tensor3("values", dtype=str(values.dtype))
@@ -646,7 +647,7 @@ def pytensor_seed_row_loop(inputs, params):
                                              v[whichitem, whichfilt, :])
         return upsampled
 
-    fn = _pytensor_function(values, build, "pytensor_seed_row_loop")
+    fn = _pytensor_function(values, build, "pytensor_seed_row_loop", P)
     return lambda: fn(values, positions).reshape(out_shape)
 
 
@@ -668,7 +669,7 @@ def pytensor_seed_flat_set(inputs, params):
         return pt.set_subtensor(upsampled.flatten()[p.flatten() + add_to_flattened_indices],
                                 v.flatten()).reshape(upsampled.shape)
 
-    fn = _pytensor_function(values, build, "pytensor_seed_flat_set")
+    fn = _pytensor_function(values, build, "pytensor_seed_flat_set", P)
     return lambda: fn(values, positions).reshape(out_shape)
 
 
@@ -684,7 +685,7 @@ def pytensor_seed_broadcast(inputs, params):
         return pt.set_subtensor(upsampled[pt.arange(shp[0]).reshape((-1, 1, 1)),
                                           pt.arange(shp[1]).reshape((1, -1, 1)), p], v)
 
-    fn = _pytensor_function(values, build, "pytensor_seed_broadcast")
+    fn = _pytensor_function(values, build, "pytensor_seed_broadcast", P)
     return lambda: fn(values, positions).reshape(out_shape)
 
 

@@ -39,6 +39,22 @@ def test_every_strategy_reproduces_the_seed_output(strat):
     np.testing.assert_array_equal(out, SEED_PRINTED.astype(np.float32))
 
 
+@pytest.mark.parametrize("name", ["pytensor_seed_row_loop", "pytensor_seed_flat_set", "pytensor_seed_broadcast"])
+def test_a_kept_pytensor_function_is_never_used_for_another_output_size(name):
+    """PyTensor's functions are kept per shape in the process (a sweep's
+    rounds prepare a case four times); 9×9 and 8×8 planes both pool to 4×4,
+    and each must get its own output size, whichever comes first."""
+    strat = get_operator("maxunpool").strategies[name]
+    if strat.available():
+        pytest.skip(strat.available())
+    op = get_operator("maxunpool")
+    for H in (9, 8, 9):
+        params = dict(form="2d", N=1, C=1, H=H, W=H, k=2)
+        inputs = maxunpool.generate(params, "random", 3)
+        out = to_numpy(strat.prepare(op.to_backend(inputs, strat.backend, "cpu", "float64"), params)())
+        np.testing.assert_array_equal(out, maxunpool.oracle(inputs, params))
+
+
 def test_generator_positions_are_distinct_and_inside_their_bins():
     for mode in ("random", "adversarial"):
         positions = maxunpool.generate(dict(form="1d", B=3, F=4, L=50, f=5), mode, 1)["positions"]
