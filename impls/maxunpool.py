@@ -609,17 +609,17 @@ PYTENSOR_KEPT = 8
 _PYTENSOR_COMPILED: dict = {}
 
 
-def _pytensor_function(values, build, graph: str, P: int):
+def _pytensor_function(values, build, P: int):
     """Compiles ``build(v, p)`` (outside the timed region), like
-    ``theano.function``; once per process for ``graph`` (the strategy's
-    name) on values of one shape and dtype and output rows of ``P``, which
+    ``theano.function``; once per process for each strategy's ``build``
+    (named by where it is defined) on values of one shape and dtype and output rows of ``P``, which
     is all the graph bakes in (its shapes, its offset table; P apart: a
     cropped 9×9 plane pools to 4×4 as an 8×8 one does): a new prepare gets
     new inputs, the compiled code is a constant like a numba kernel."""
     import pytensor
     import pytensor.tensor as pt
 
-    key = (graph, tuple(values.shape), str(values.dtype), int(P))
+    key = (build.__qualname__, tuple(values.shape), str(values.dtype), int(P))
     fn = _PYTENSOR_COMPILED.get(key)
     if fn is None:
         v = pt.tensor3("values", dtype=str(values.dtype))
@@ -647,7 +647,7 @@ def pytensor_seed_row_loop(inputs, params):
                                              v[whichitem, whichfilt, :])
         return upsampled
 
-    fn = _pytensor_function(values, build, "pytensor_seed_row_loop", P)
+    fn = _pytensor_function(values, build, P)
     return lambda: fn(values, positions).reshape(out_shape)
 
 
@@ -669,7 +669,7 @@ def pytensor_seed_flat_set(inputs, params):
         return pt.set_subtensor(upsampled.flatten()[p.flatten() + add_to_flattened_indices],
                                 v.flatten()).reshape(upsampled.shape)
 
-    fn = _pytensor_function(values, build, "pytensor_seed_flat_set", P)
+    fn = _pytensor_function(values, build, P)
     return lambda: fn(values, positions).reshape(out_shape)
 
 
@@ -685,7 +685,7 @@ def pytensor_seed_broadcast(inputs, params):
         return pt.set_subtensor(upsampled[pt.arange(shp[0]).reshape((-1, 1, 1)),
                                           pt.arange(shp[1]).reshape((1, -1, 1)), p], v)
 
-    fn = _pytensor_function(values, build, "pytensor_seed_broadcast", P)
+    fn = _pytensor_function(values, build, P)
     return lambda: fn(values, positions).reshape(out_shape)
 
 

@@ -276,7 +276,6 @@ def _sample(fn: Callable[[], Any], timing, clock: Clock, delay_s: float = 0.0, h
     a user drops a result), the last one kept when ``keep_last``."""
     samples: list[float] = []
     begin = time.perf_counter()
-    out = None
     while True:
         out = None  # the kept output (keep_last) let go before the next call, as a user lets a result go
         elapsed, out = clock.sample_kept(fn, delay_s)
