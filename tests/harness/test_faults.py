@@ -13,8 +13,8 @@ Everything runs in real processes: commands that must be signalled, limited
 the others go through ``cli_zygote.py``, which forks a fresh child with the
 harness already imported (the interpreter's start-up costs seconds here).
 ``SCATTERBENCH_FAULTS_SUBPROCESS=1`` runs those as ``python -m`` too. Runs
-load ``quick_ceilings_plugin`` (a 4 MiB ceiling) unless a test needs the
-real start-up. Result files are read here with ``csv`` and ``json``, not with
+load ``quick_ceilings_plugin`` (a 4 MiB ceiling, as ``helpers.plugin_env``
+does) unless a test needs the real start-up. Result files are read here with ``csv`` and ``json``, not with
 the harness under test.
 """
 
@@ -52,8 +52,7 @@ def plugin_env(*plugins: str, quick: bool = True, **variables: str) -> dict:
     """``helpers.plugin_env`` with the given plugins (plus the quick ceilings
     unless ``quick`` is false) loaded, wide output and no planted slowdown
     inherited."""
-    names = (("quick_ceilings_plugin",) if quick else ()) + plugins
-    env = helpers.plugin_env(*names, COLUMNS="1000")
+    env = helpers.plugin_env(*plugins, accurate_ceilings=not quick, COLUMNS="1000")
     env.pop("SCATTERBENCH_TEST_SLOWDOWN", None)
     env.update(variables)
     return env
@@ -214,7 +213,7 @@ def stderr_lines(stderr: str) -> list[str]:
             lines.pop(0)
     # the start's notes: a busy or reused ceiling, the bandwidth curves measured or reused, the verdicts from the cache
     while lines and (lines[0].startswith("adversarial check: ") or " copy ceiling measured busy " in lines[0]
-                     or " bandwidth curves (" in lines[0]):
+                     or " bandwidth curves (" in lines[0] or " bandwidth curves measured busy " in lines[0]):
         lines.pop(0)
     return lines
 

@@ -1,5 +1,5 @@
 """`scatterbench launch`: the command line refused before anything is
-submitted; a local launch of configs/quick.yaml interrupted, one shard killed,
+submitted; a local launch of six groups of cases interrupted, one shard killed,
 followed again and merged into what one process measures; and, where the
 machine can start one, the same through a one-node Slurm cluster."""
 
@@ -26,7 +26,7 @@ from harness.measuring import launch
 from harness.results import store
 from tests.harness import slurm_cluster
 from tests.harness.terminal import sigint_as_at_a_terminal
-from tests.helpers import ROOT, benchmark, config_yaml, wait_for
+from tests.helpers import ROOT, benchmark, config_yaml, plugin_env, wait_for
 
 # Imported now, while pytest's session-wide capture is sys.stderr: submitit's
 # log handlers keep the stream they find at import, and one test's capsys
@@ -56,10 +56,20 @@ def launch_argv(config, out, *extra, executor="local", shards=3):
             "-o", str(out), "--no-progress", *extra]
 
 
-def quick_cases() -> int:
-    from harness.base.config import expand, load_config
+def launched() -> str:
+    """Six groups of cases sharing inputs (six sizes), two per shard of three,
+    of two strategies that need no compiling: each case takes its 0.5 s
+    budget, so a shard is still measuring when its first case is written.
+    (configs/quick.yaml made this fixture cost 2.5 min: four of its sweeps
+    and a resumed one, each checking 28 cases and measuring the machine.)"""
+    return config_yaml(benchmark("maxpool2d", ["torch_max_pool2d_indices", "numpy_sliding_window"], N=2, C=4,
+                                 H=[8, 12, 16, 20, 24, 28], W=16, k=2),
+                       name="launched", devices=["cpu"], dtypes=["float32"],
+                       timing={"min_samples": 5, "max_samples": 200, "budget_s": 0.5, "warmup_s": 0.02,
+                               "timeout_s": 60})
 
-    return len(expand(load_config(ROOT / "configs" / "quick.yaml")))
+
+LAUNCHED_CASES = 12
 
 
 def cases_of(directory) -> list[dict]:
@@ -192,7 +202,7 @@ def _sweep_process(shard_directory: Path) -> psutil.Process:
 
 @pytest.fixture(scope="module")
 def interrupted_launch(tmp_path_factory):
-    """configs/quick.yaml in 3 local shards: the launcher is interrupted once
+    """``launched()`` in 3 local shards: the launcher is interrupted once
     the shards run; shard 0's sweep is then killed (SIGKILL) after its first
     finished cases; the same command again follows the recorded jobs,
     resubmits shard 0 with --resume and merges. A one-process run of the same
@@ -200,14 +210,18 @@ def interrupted_launch(tmp_path_factory):
     if submitit is None:
         pytest.skip("submitit not installed (pip install -e '.[launch]')")
     base = tmp_path_factory.mktemp("launch")
-    out, single = base / "launch", base / "single" / "run"
-    one_process = subprocess.Popen([sys.executable, "-m", "harness", "run", str(QUICK), "-o", str(single),
-                                    "--no-progress"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    out, single, config = base / "launch", base / "single" / "run", base / "launched.yaml"
+    config.write_text(launched())
+    # Each sweep (its shards' jobs inherit the launcher's environment) needs a run, not accurate ceilings.
+    env = plugin_env("quick_ceilings_plugin")
+    one_process = subprocess.Popen([sys.executable, "-m", "harness", "run", str(config), "-o", str(single),
+                                    "--no-progress"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                                   env=env)
     # Files, not pipes: the local jobs inherit the launcher's streams and keep a pipe open after it exits.
     first_log = base / "first-launcher.err"
     with open(first_log, "w") as stream:
-        first = subprocess.Popen(launch_argv(QUICK, out), stdout=subprocess.DEVNULL, stderr=stream,
-                                 preexec_fn=sigint_as_at_a_terminal)
+        first = subprocess.Popen(launch_argv(config, out), stdout=subprocess.DEVNULL, stderr=stream,
+                                 preexec_fn=sigint_as_at_a_terminal, env=env)
     shard0 = launch.shard_dir(out, 0, 3)
     try:
         wait_for(lambda: (out / launch.LAUNCH_FILE).exists(), "the submission", timeout=180, process=first)
@@ -221,14 +235,14 @@ def interrupted_launch(tmp_path_factory):
         wait_for(lambda: launch._rows_on_disk(shard0, 0) >= 1, "shard 0's first finished case", timeout=180)
         _sweep_process(shard0).kill()
         before_kill = rows_after_a_kill(shard0)
-        second = subprocess.run(launch_argv(QUICK, out), capture_output=True, text=True, timeout=600)
+        second = subprocess.run(launch_argv(config, out), capture_output=True, text=True, timeout=600, env=env)
         single_err = one_process.communicate(timeout=600)[1]
     finally:
         for process in (first, one_process):
             if process.poll() is None:
                 process.kill()
     assert one_process.returncode == 0, single_err
-    return dict(out=out, single=single, recorded=recorded, first=(first.returncode, first_log.read_text()),
+    return dict(out=out, single=single, config=config, recorded=recorded, first=(first.returncode, first_log.read_text()),
                 second=second, before_kill=before_kill)
 
 
@@ -252,7 +266,7 @@ def test_the_launcher_says_each_shards_state_and_finished_cases(interrupted_laun
     last = {index: (state, int(finished), int(cases)) for index, state, _, finished, cases in second}
     assert sorted(last) == ["0", "1", "2"] and all(state == "done" for state, _, _ in last.values())
     assert all(finished == cases for _, finished, cases in last.values())
-    assert sum(cases for _, _, cases in last.values()) == quick_cases()  # split in three
+    assert sum(cases for _, _, cases in last.values()) == LAUNCHED_CASES  # split in three
     # shard 0 was killed and resubmitted: the launcher said so as it ran again, under a new job
     jobs = {job for index, state, job, *_ in second + first if index == "0"}
     assert len(jobs) >= 2, jobs
@@ -260,11 +274,11 @@ def test_the_launcher_says_each_shards_state_and_finished_cases(interrupted_laun
 
 @pytest.mark.slow
 def test_the_same_command_follows_the_recorded_jobs_and_resubmits_the_killed_shard(interrupted_launch):
-    second, out = interrupted_launch["second"], interrupted_launch["out"]
+    second, out, config = interrupted_launch["second"], interrupted_launch["out"], interrupted_launch["config"]
     assert second.returncode == 0, second.stderr
     assert "following job" in second.stderr
     shard0 = launch.shard_dir(out, 0, 3)
-    assert (f"shard 0/3: the sweep was killed by SIGKILL: scatterbench run {QUICK} --shard 0/3 -o {shard0} "
+    assert (f"shard 0/3: the sweep was killed by SIGKILL: scatterbench run {config} --shard 0/3 -o {shard0} "
             f"--no-progress; resubmitted with --resume {shard0} as job ") in second.stderr
     before = {s["index"]: s["job_id"] for s in interrupted_launch["recorded"]["shards"]}
     after = launch.read_launch(out)
@@ -292,7 +306,7 @@ def test_nothing_the_killed_shard_finished_is_lost_or_redone(interrupted_launch)
 @pytest.mark.slow
 def test_the_merge_equals_a_one_process_run_case_for_case(interrupted_launch):
     merged, single = cases_of(interrupted_launch["out"]), cases_of(interrupted_launch["single"])
-    assert len(single) == quick_cases()
+    assert len(single) == LAUNCHED_CASES
     assert merged == single
     meta = store.read_meta(interrupted_launch["out"])
     assert sorted(source["shard"] for source in meta["merged_from"]) == [[0, 3], [1, 3], [2, 3]]
@@ -300,12 +314,12 @@ def test_the_merge_equals_a_one_process_run_case_for_case(interrupted_launch):
 
 @pytest.mark.slow
 def test_a_finished_launch_is_not_run_again_and_another_command_is_refused(interrupted_launch, capsys):
-    out = interrupted_launch["out"]
+    out, config = interrupted_launch["out"], interrupted_launch["config"]
     rows_before = (out / store.ROWS).read_text()
-    assert main(["launch", str(QUICK), "--executor", "local", "--shards", "3", "-o", str(out), "--no-progress"]) == 0
+    assert main(["launch", str(config), "--executor", "local", "--shards", "3", "-o", str(out), "--no-progress"]) == 0
     assert "merged already" in capsys.readouterr().err
     assert (out / store.ROWS).read_text() == rows_before
-    assert main(["launch", str(QUICK), "--executor", "local", "--shards", "2", "-o", str(out)]) == 2
+    assert main(["launch", str(config), "--executor", "local", "--shards", "2", "-o", str(out)]) == 2
     assert "holds another launch (shards 3 then, 2 now)" in one_error_line(capsys)
 
 
