@@ -34,6 +34,14 @@ VALGRIND_SETUP = { command -v valgrind && command -v cc; } >/dev/null 2>&1 || \
 	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq valgrind gcc) >/dev/null 2>&1; } || \
 	  echo "valgrind not installed: the count gate and its tests will be skipped"
 
+# make test runs the tests in two parts, the second whatever the first says. tests/impls
+# holds the strategies' checks against the float64 oracle (the Triton kernels under the
+# interpreter: 11 of its 19 minutes in one process on the 2-core VM); nothing there times
+# anything or reads the machine's load, so it runs with one pytest-xdist worker per core
+# (13.6 min there). The rest stays in one process: its gate tests time things, and a
+# sweep beside another would be measured busy.
+IMPLS_TESTS = tests/impls
+
 # The dashboard test opens pages in Debian's headless Chromium, and launch's
 # end-to-end test starts a one-node Slurm cluster (slurm-wlm, munge); install
 # them when this machine lets us (root, apt), else those tests skip with their reason.
@@ -46,11 +54,12 @@ test: $(STAMP)
 	  echo "slurm-wlm not installed: the Slurm end-to-end test of launch will be skipped"
 	@$(VALGRIND_SETUP)
 	$(PY) -m ruff check .
-	$(PY) -m pytest -q
+	failed=0; $(PY) -m pytest -q -n auto $(IMPLS_TESTS) || failed=1; \
+	  $(PY) -m pytest -q $(addprefix --ignore=,$(IMPLS_TESTS)) || failed=1; exit $$failed
 
 # The edit-test loop: everything but the tests marked slow, one pytest-xdist
-# worker per core (on the 2-core VM: 59 s against 94 s in one process). CI's
-# `make test` stays in one process: its gate tests time things.
+# worker per core (on the 2-core VM: 59 s against 94 s in one process). The rest
+# of `make test` stays in one process: its gate tests time things.
 test-fast: $(STAMP)
 	$(PY) -m pytest -q -m "not slow" -n auto -x
 

@@ -28,6 +28,13 @@ SESSION_CACHE = tempfile.mkdtemp(prefix="scatterbench-test-cache-")
 os.environ[caches.ENV] = SESSION_CACHE
 atexit.register(shutil.rmtree, SESSION_CACHE, ignore_errors=True)
 
+# Under pytest-xdist (make test runs tests/impls so) the workers share the cores: torch's
+# pool in each at its share, or two workers' pools contend for every core.
+if os.environ.get("PYTEST_XDIST_WORKER_COUNT"):
+    import torch  # noqa: E402
+
+    torch.set_num_threads(max(1, (os.cpu_count() or 1) // int(os.environ["PYTEST_XDIST_WORKER_COUNT"])))
+
 # A run in a test measures its bandwidth curves (each test has its own cache) on
 # three small sizes, three tries each: the tests need curves, not accurate ones
 # (the measuring child is handed these: ceilings.curve_settings). The curves'

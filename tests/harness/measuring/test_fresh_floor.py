@@ -29,7 +29,7 @@ benchmarks:
 """)
     # A quiet machine taken as given: on a busy one the ceiling is flagged, and no floor is given at all.
     result = scatterbench("run", config, "-o", tmp_path / "out", "--no-progress",
-                          env=plugin_env("quiet_machine_plugin"))
+                          env=plugin_env("quiet_machine_plugin", accurate_ceilings=True))
     assert result.returncode == 0, result.stderr
     meta, rows, _ = store.read_run(tmp_path / "out")
     fresh = max(meta["fresh_write_gbps"].values())

@@ -23,7 +23,7 @@ benchmarks:
 """)
     # A quiet machine taken as given: a busy one's curves are refused, and no floor is given at all.
     result = scatterbench("run", config, "-o", tmp_path / "out", "--no-progress",
-                          env=plugin_env("overclaimed_bytes_plugin", "quiet_machine_plugin"))
+                          env=plugin_env("overclaimed_bytes_plugin", "quiet_machine_plugin", accurate_ceilings=True))
     assert result.returncode == 0, result.stderr
     meta, rows, _ = store.read_run(tmp_path / "out")
     assert meta[floors.CURVES]["cpu"]["busy"] is None and "cpu bandwidth curves" in result.stderr
