@@ -34,13 +34,14 @@ VALGRIND_SETUP = { command -v valgrind && command -v cc; } >/dev/null 2>&1 || \
 	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq valgrind gcc) >/dev/null 2>&1; } || \
 	  echo "valgrind not installed: the count gate and its tests will be skipped"
 
-# make test runs the tests in two parts, the second whatever the first says. tests/impls
-# holds the strategies' checks against the float64 oracle (the Triton kernels under the
-# interpreter: 11 of its 19 minutes in one process on the 2-core VM); nothing there times
-# anything or reads the machine's load, so it runs with one pytest-xdist worker per core
-# (13.6 min there). The rest stays in one process: its gate tests time things, and a
-# sweep beside another would be measured busy.
-IMPLS_TESTS = tests/impls
+# make test runs the tests in two parts, the second whatever the first says. First, with
+# one pytest-xdist worker per core: tests/impls (marked impls by tests/conftest.py), the
+# strategies' checks against the float64 oracle (the Triton kernels under the interpreter:
+# 11 of its 19 minutes in one process on the 2-core VM), which time nothing and read no
+# load, and every test not marked slow (make test-fast runs those so). Then the slow tests
+# outside tests/impls in one process: the gate tests time things, and a sweep beside
+# another would be measured busy.
+PARALLEL_TESTS = impls or not slow
 
 # The dashboard test opens pages in Debian's headless Chromium, and launch's
 # end-to-end test starts a one-node Slurm cluster (slurm-wlm, munge); install
@@ -54,8 +55,8 @@ test: $(STAMP)
 	  echo "slurm-wlm not installed: the Slurm end-to-end test of launch will be skipped"
 	@$(VALGRIND_SETUP)
 	$(PY) -m ruff check .
-	failed=0; $(PY) -m pytest -q -n auto $(IMPLS_TESTS) || failed=1; \
-	  $(PY) -m pytest -q $(addprefix --ignore=,$(IMPLS_TESTS)) || failed=1; exit $$failed
+	failed=0; $(PY) -m pytest -q -n auto -m "$(PARALLEL_TESTS)" || failed=1; \
+	  $(PY) -m pytest -q -m "not ($(PARALLEL_TESTS))" || failed=1; exit $$failed
 
 # The edit-test loop: everything but the tests marked slow, one pytest-xdist
 # worker per core (on the 2-core VM: 59 s against 94 s in one process). The rest

@@ -61,9 +61,14 @@ def _compiles(item) -> bool:
     return bool(names) and any(prefix in names for prefix in COMPILING)
 
 
+IMPLS = os.path.join(os.path.dirname(__file__), "impls")
+
+
 def pytest_collection_modifyitems(config, items):
     skip = pytest.mark.skip(reason="needs a CUDA device")
     for item in items:
+        if str(item.path).startswith(IMPLS + os.sep):
+            item.add_marker(pytest.mark.impls)
         if "cuda" in item.keywords and not HAS_CUDA:
             item.add_marker(skip)
         if _compiles(item):

@@ -241,5 +241,7 @@ def _stop(pool: concurrent.futures.ProcessPoolExecutor) -> None:
     # The executor's own thread ends once its workers are gone, closing its wake-up pipe; left to
     # end by itself, it raced the interpreter's exit, which wrote to that pipe as it closed
     # ("Exception ignored ... OSError: Bad file descriptor" after a check stopped by SIGTERM).
-    if manager is not None:
+    # A signal can land between the executor creating that thread and starting it: nothing to join
+    # then (joining it raised "cannot join thread before it is started", exit 2 instead of 130).
+    if manager is not None and manager.ident is not None:
         manager.join(timeout=STOP_GRACE_S)
