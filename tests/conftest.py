@@ -28,7 +28,7 @@ SESSION_CACHE = tempfile.mkdtemp(prefix="scatterbench-test-cache-")
 os.environ[caches.ENV] = SESSION_CACHE
 atexit.register(shutil.rmtree, SESSION_CACHE, ignore_errors=True)
 
-# Under pytest-xdist (make test runs tests/impls so) the workers share the cores: torch's
+# Under pytest-xdist (make test's first part, make test-fast) the workers share the cores: torch's
 # pool in each at its share, or two workers' pools contend for every core.
 if os.environ.get("PYTEST_XDIST_WORKER_COUNT"):
     import torch  # noqa: E402

@@ -64,6 +64,9 @@ class _PlainDumper(yaml.SafeDumper):
         return True
 
 
+QUICK_CEILINGS = "quick_ceilings_plugin"  # loaded by every test sweep unless it asks for accurate ceilings
+
+
 def plugin_env(*plugins: str, accurate_ceilings: bool = False, **variables: str) -> dict:
     """This process's environment with the given plugins loaded
     (SCATTERBENCH_PLUGINS: module names from tests/plugins, or file paths),
@@ -74,7 +77,7 @@ def plugin_env(*plugins: str, accurate_ceilings: bool = False, **variables: str)
     Unless ``accurate_ceilings``, ``quick_ceilings_plugin`` comes first: a
     sweep in a test needs its machine's ceilings and curves, not accurate
     ones (each test has its own cache, so every sweep measures them), and the
-    full measurement costs 7-12 s a sweep on a 2-core machine, about 2 with
+    full measurement costs 7-12 s a sweep on a 2-core machine, about 4 with
     the plugin. The tests of the ceilings and floors themselves ask for the
     accurate ones."""
     path = os.pathsep.join(filter(None, [str(PLUGINS), str(ROOT), os.environ.get("PYTHONPATH", "")]))
@@ -82,9 +85,6 @@ def plugin_env(*plugins: str, accurate_ceilings: bool = False, **variables: str)
     if not accurate_ceilings and QUICK_CEILINGS not in names:
         names.insert(0, QUICK_CEILINGS)
     return dict(os.environ, PYTHONPATH=path, SCATTERBENCH_PLUGINS=",".join(names), **variables)
-
-
-QUICK_CEILINGS = "quick_ceilings_plugin"
 
 
 def scatterbench(*args, env: dict | None = None, timeout: float = 600, cwd=ROOT) -> subprocess.CompletedProcess:

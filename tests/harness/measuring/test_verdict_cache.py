@@ -311,7 +311,7 @@ def test_editing_a_helper_module_a_plugin_imports_checks_again_both_ways(tmp_pat
     config = tmp_path / "tiny.yaml"
     config.write_text(config_yaml({**benchmark("maxpool2d", ["helper_backward_max_pool"], N=1, C=2, H=8, W=8, k=2),
                                    "modes": ["forward", "backward"]}))
-    env = plugin_env("quick_ceilings_plugin", "quiet_machine_plugin", str(tmp_path / "helper_plugin.py"))
+    env = plugin_env("quiet_machine_plugin", str(tmp_path / "helper_plugin.py"))
     env["PYTHONPATH"] = os.pathsep.join([str(tmp_path), env["PYTHONPATH"]])  # the helper's folder, as its author's
 
     def run(chosen, name):
