@@ -35,13 +35,14 @@ VALGRIND_SETUP = { command -v valgrind && command -v cc; } >/dev/null 2>&1 || \
 	  echo "valgrind not installed: the count gate and its tests will be skipped"
 
 # make test runs the tests in two parts, the second whatever the first says. First, with
-# one pytest-xdist worker per core: tests/impls (marked impls by tests/conftest.py), the
-# strategies' checks against the float64 oracle (the Triton kernels under the interpreter:
-# 11 of its 19 minutes in one process on the 2-core VM), which time nothing and read no
-# load, and every test not marked slow (make test-fast runs those so). Then the slow tests
-# outside tests/impls in one process: the gate tests time things, and a sweep beside
-# another would be measured busy.
-PARALLEL_TESTS = impls or not slow
+# one pytest-xdist worker per core, every test not marked quiet: the strategies' checks
+# against the float64 oracle (tests/impls; the Triton kernels under the interpreter: 11 of
+# its 19 minutes in one process on the 2-core VM) and the sweeps, faults and reports, none
+# of which depends on how busy the machine is. Tests sharing a module's fixture share a
+# worker (--dist loadgroup; tests/conftest.py groups them), so the fixture is built once.
+# Then the tests marked quiet, alone: the gates time things, and the floors' tests measure
+# bandwidth curves that a test beside them would drag down.
+QUIET_TESTS = quiet
 
 # The dashboard test opens pages in Debian's headless Chromium, and launch's
 # end-to-end test starts a one-node Slurm cluster (slurm-wlm, munge); install
@@ -55,12 +56,11 @@ test: $(STAMP)
 	  echo "slurm-wlm not installed: the Slurm end-to-end test of launch will be skipped"
 	@$(VALGRIND_SETUP)
 	$(PY) -m ruff check .
-	failed=0; $(PY) -m pytest -q -n auto -m "$(PARALLEL_TESTS)" || failed=1; \
-	  $(PY) -m pytest -q -m "not ($(PARALLEL_TESTS))" || failed=1; exit $$failed
+	failed=0; $(PY) -m pytest -q -n auto --dist loadgroup -m "not $(QUIET_TESTS)" || failed=1; \
+	  $(PY) -m pytest -q -m "$(QUIET_TESTS)" || failed=1; exit $$failed
 
 # The edit-test loop: everything but the tests marked slow, one pytest-xdist
-# worker per core (on the 2-core VM: 59 s against 94 s in one process). The rest
-# of `make test` stays in one process: its gate tests time things.
+# worker per core (on the 2-core VM: 59 s against 94 s in one process).
 test-fast: $(STAMP)
 	$(PY) -m pytest -q -m "not slow" -n auto -x
 

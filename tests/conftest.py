@@ -61,18 +61,31 @@ def _compiles(item) -> bool:
     return bool(names) and any(prefix in names for prefix in COMPILING)
 
 
-IMPLS = os.path.join(os.path.dirname(__file__), "impls")
+def _shared_fixture_module(item) -> str | None:
+    """The test's module, where the test uses a module- or session-scoped
+    fixture defined in that module (a sweep, a launch, a published report
+    built once for its tests); else None."""
+    module = item.nodeid.partition("::")[0]
+    for definitions in item._fixtureinfo.name2fixturedefs.values():
+        if any(d.scope in ("module", "session") and d.baseid == module for d in definitions):
+            return module
+    return None
 
 
+# tryfirst: pytest-xdist reads the xdist_group marks in its own hook of this name.
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
     skip = pytest.mark.skip(reason="needs a CUDA device")
     for item in items:
-        if str(item.path).startswith(IMPLS + os.sep):
-            item.add_marker(pytest.mark.impls)
         if "cuda" in item.keywords and not HAS_CUDA:
             item.add_marker(skip)
         if _compiles(item):
             item.add_marker(pytest.mark.slow)
+        # Under --dist loadgroup (make test), a module's tests that share its fixture run on
+        # one worker: each worker would otherwise build the fixture again (a minute or more).
+        shared = _shared_fixture_module(item)
+        if shared:
+            item.add_marker(pytest.mark.xdist_group(shared))
 
 
 @pytest.fixture(autouse=True)

@@ -33,6 +33,7 @@ def scatterbench(*args, plant=""):
 
 
 @pytest.mark.slow  # subprocesses and sweeps: `make test` runs it, `make test-fast` does not
+@pytest.mark.quiet  # the gate times things
 def test_gate_passes_unchanged_and_fails_on_planted_slowdowns(tmp_path, tiny_config):
     config = tiny_config(gate_config(GATE_TIMING), "gate.yaml")
     baseline_config = tiny_config(gate_config(BASELINE_TIMING), "baseline.yaml")
@@ -126,6 +127,7 @@ def test_gate_takes_one_result_directory_as_before_and_refuses_an_empty_one(tmp_
 
 
 @pytest.mark.slow  # two sweeps in subprocesses
+@pytest.mark.quiet  # the gate times things
 def test_gate_on_a_cpu_without_a_stored_baseline_measures_one_from_that_commit_and_gates(tmp_path, tiny_config):
     """The CI gate on a CPU the stored baselines were not measured on: it
     measures the baseline from the commit's own code on this machine, then
@@ -156,6 +158,7 @@ def test_each_committed_baseline_holds_every_case_of_the_quick_config_correct(ba
 
 
 @pytest.mark.slow  # a sweep
+@pytest.mark.quiet  # the gate times things
 def test_gate_falls_back_to_the_stored_baseline_when_its_commit_cannot_be_measured(tmp_path, tiny_config):
     import shutil
 

@@ -92,6 +92,7 @@ A_A_TOLERANCE = {"instructions": 1e-3, "est_cycles": 1e-3}
 
 
 @pytest.mark.slow
+@pytest.mark.quiet  # its baseline is counted quiet, then the repeat beside two hogs of its own
 @needs_valgrind
 def test_a_quiet_and_a_loaded_counting_run_agree_within_a_thousandth(counted):
     assert counted["load"] >= 2  # the hogs and the repeat were on the 2 cores together
@@ -116,6 +117,7 @@ def test_a_quiet_and_a_loaded_counting_run_agree_within_a_thousandth(counted):
 
 
 @pytest.mark.slow
+@pytest.mark.quiet  # the wall-time gate times things
 @needs_valgrind
 def test_the_gates_catch_5_percent_more_work_by_counts_in_one_line_and_a_3x_sleep_by_wall_time(counted):
     out = counted["root"] / "gate-5"

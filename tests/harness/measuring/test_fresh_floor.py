@@ -15,6 +15,7 @@ from tests.helpers import plugin_env, scatterbench
 pytestmark = pytest.mark.slow  # a sweep in a subprocess, the machine measured
 
 
+@pytest.mark.quiet  # the fresh-write rates and curves measured for real
 def test_every_cpu_row_of_a_fresh_run_has_its_fresh_output_floor(tiny_config, tmp_path):
     config = tiny_config("""
 timing: {min_samples: 5, budget_s: 0.01, warmup_s: 0}

@@ -12,6 +12,7 @@ from tests.helpers import plugin_env, scatterbench
 pytestmark = pytest.mark.slow  # a sweep in a subprocess, the curves measured
 
 
+@pytest.mark.quiet  # the bandwidth curves measured for real: a test beside them drags them down
 def test_a_formula_claiming_ten_times_the_traffic_is_flagged_over_the_floor(tiny_config, tmp_path):
     config = tiny_config("""
 timing: {min_samples: 5, budget_s: 0.05, warmup_s: 0.01}
