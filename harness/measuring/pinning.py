@@ -32,10 +32,14 @@ def apply_threads(threads: Mapping[str, int | None]) -> dict:
 
 def threads_in_force() -> dict:
     """What each installed backend's thread pool runs now (its knob read
-    back), enough for ``restore_threads`` to put it back."""
+    back), enough for ``restore_threads`` to put it back. Read in the reverse
+    of the setting order: reading a knob can start its library's threading
+    layer, and numba's resets the OpenMP runtime torch shares, so read first
+    it turned a caller's torch at 1 thread into 2 before torch's was read
+    (and that 2 was "put back")."""
     from impls.backends import thread_knobs
 
-    return {backend.name: backend.threads.get() for backend in thread_knobs() if not backend.unavailable()}
+    return {backend.name: backend.threads.get() for backend in reversed(thread_knobs()) if not backend.unavailable()}
 
 
 def restore_threads(saved: dict) -> None:

@@ -1,17 +1,36 @@
 """Thread pools: set by backend in the knobs' order, read back, put back
 after bench(); a loaded machine with unpinned pools is said in one line."""
 
+import os
+import subprocess
+import sys
+
 from harness.measuring import pinning
+from tests.helpers import ROOT
+
+
+# A fresh process: no library's threading layer started yet, the caller's torch pool at one thread.
+PIN_AND_PUT_BACK = """
+import torch
+torch.set_num_threads(1)
+print(torch.get_num_threads())  # read, as a caller does: torch's OpenMP pool is started at 1
+from harness.measuring import pinning
+with pinning.threads_applied({"torch": 2}) as applied:
+    print(applied["torch"], torch.get_num_threads())
+print(torch.get_num_threads())
+"""
 
 
 def test_threads_applied_pins_for_the_block_and_puts_the_callers_settings_back():
-    import torch
-
-    before = torch.get_num_threads()
-    target = 1 if before != 1 else 2
-    with pinning.threads_applied({"torch": target}) as applied:
-        assert applied["torch"] == target == torch.get_num_threads()
-    assert torch.get_num_threads() == before
+    """Reading numba's knob starts its threading layer, which resets the
+    OpenMP runtime torch shares: read before torch's, it turned the caller's
+    1 thread into the library's default, and that was what got put back (seen
+    only in a process where nothing had started numba's layer yet: an xdist
+    worker, its torch at its share of the cores)."""
+    done = subprocess.run([sys.executable, "-c", PIN_AND_PUT_BACK], capture_output=True, text=True, cwd=ROOT,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["1", "2", "2", "1"], done.stdout
 
 
 def test_only_the_named_backends_pools_left_unpinned_are_listed():
