@@ -27,6 +27,7 @@ import numpy as np
 import pandas as pd
 
 from harness.base.cases import CASE_GROUP, with_mode
+from harness.base.config import MIN_ROUNDS  # noqa: F401  (re-exported: a pair is judged on its rounds from this many)
 from harness.base.format import fmt_time
 from harness.judging.regression import (  # noqa: F401  (re-exported)
     DEFAULT_ALPHA,
@@ -344,8 +345,6 @@ def spread(row) -> tuple[float, float]:
     return (q1 if q1 > 0 else median), q3
 
 
-# SPEC 3 "Rounds": a pair is judged on its rounds only when both rows have at least this many.
-MIN_ROUNDS = 3
 ROUNDS_RULE, QUARTILE_RULE = "rounds", "Q1–Q3"
 
 
@@ -389,7 +388,10 @@ def rounds_agree(ratios) -> bool:
 def clearly_faster(fast, slow) -> bool:
     """The data supports "fast is faster than slow": the one rule of
     "inconclusive" (the answer table's ties, the conclusions, the ranking
-    flips, the mode check, the gate's stored confirmation and ``bench()``).
+    flips, the mode check and ``bench()``). The gates and the dashboard's
+    red ask another question, "slower than the base run by more than the
+    factor", from the rounds too: each round's change must pass the factor
+    (`wall_gate.settle`).
 
     Rows with rounds (SPEC 3): the per-round ratios of their medians agree
     beyond their own spread (`rounds_agree`); round i of both rows was taken
@@ -523,8 +525,8 @@ def answer(case: pd.DataFrame, planned=None) -> Answer | None:
     """The answer for one case on one machine, or None when nothing is
     rankable. ``planned``: the strategies the case's benchmark meant to time
     (`incomplete`). A tie names every rankable strategy the fastest does not
-    clearly beat; a case whose fastest strategy's timers disagree, or that
-    is incomplete, is never a clear win (``unclear`` says why)."""
+    clearly beat; a case where some rankable strategy's timers disagree, or
+    that is incomplete, is never a clear win (``unclear`` says why)."""
     order = ranked(case)
     if order.empty:
         return None
@@ -538,9 +540,8 @@ def answer(case: pd.DataFrame, planned=None) -> Answer | None:
     others = [order.iloc[i] for i in range(1, len(order))]
     tied = [other for other in others if not clearly_faster(best, other)]
     runner_up = tied[0] if tied else (others[0] if others else None)
-    reasons = []
-    if timers_disagree(best):
-        reasons.append(f"{best['strategy']}'s {timer_disagreement(best)}")
+    # Any rankable strategy's timers disagreeing leaves its place unsure, and so the order.
+    reasons = [f"{row['strategy']}'s {timer_disagreement(row)}" for _, row in order.iterrows() if timers_disagree(row)]
     if planned is None and PLANNED in case:
         # the report's rows carry it (an unfinished run's points: report/load.py)
         planned = sorted({name for names in case[PLANNED].dropna() for name in str(names).split()}) or None

@@ -185,6 +185,16 @@ def _iqr_text(row) -> str:
     return f"[yellow]{text}{UNSTABLE_MARK}[/]" if analysis.unstable(row) else text
 
 
+def _ceiling_text(row) -> str:
+    """A row's % of the copy ceiling: past ``floors.OVER_FLOOR_PCT`` marked in
+    yellow (``floors.ceiling_note`` under the table says why), never a plain
+    number a reader takes for a speed past memory's."""
+    pct = row.get("pct_of_ceiling")
+    if floors.over_floor(pct):
+        return f"[yellow]{floors.OVER_FLOOR_MARK} {fmt_num(pct, 3)}[/]"
+    return fmt_num(pct, 3)
+
+
 def _floor_text(row) -> str:
     """A row's % of floor by size: the percentage, or the flag in yellow (``floors.floor_cell``)."""
     pct = row.get("pct_of_floor")
@@ -228,13 +238,15 @@ def case_tables(rows: pd.DataFrame, judged: bool = True) -> list:
         found = analysis.answer(group) if judged else None
         best = set(analysis.winners(found))
         notes = [f"starred: {analysis.winner_text(found)}"] if len(best) > 1 or (found and found.unclear) else []
+        if ordered["pct_of_ceiling"].map(floors.over_floor).any():
+            notes.append(floors.ceiling_note())
         for _, r in ordered.iterrows():
             name = escape(r["strategy"])
             floor = [_floor_text(r)] if with_floor else []
             table.add_row(f"[bold]{name} {BEST_MARK}[/]" if r["strategy"] in best else name,
                           f"[{STATUS_STYLE.get(r['status'], '')}]{escape(r['status'])}[/]",
                           fmt_time(r["median_s"]), _iqr_text(r), fmt_num(r["gbps"]),
-                          fmt_num(r["pct_of_ceiling"], 3), *floor, fmt_ratio(r["speedup"]))
+                          _ceiling_text(r), *floor, fmt_ratio(r["speedup"]))
             over = floors.over_floor_line(r["strategy"], r.get("pct_of_floor"))
             if over:
                 notes.append(over)

@@ -33,6 +33,7 @@ from harness.presenting.report.sections import (
     machines_sentence,
     machines_table,
     mode_suffix,
+    part_faster_sentences,
     run_warnings,
     section_intro,
     sections,
@@ -41,6 +42,7 @@ from harness.presenting.report.sections import (
     what_ran_where,
 )
 from harness.results import store
+from impls.training import FORWARD_BACKWARD
 
 DOC = """The comparison report: ``python report.py RESULT_DIR [RESULT_DIR ...] [-o OUT]``."""
 
@@ -235,6 +237,10 @@ def operator_section(doc: Doc, op: str, op_rows, metas: list[dict], figures: Fig
         doc.para("Conclusion: " + verdict_text)
         for sentence in failures:
             doc.para(sentence)
+        if mode == FORWARD_BACKWARD:
+            both = op_rows[(op_rows["machine"] == machine) & (op_rows["dtype"] == dtype)]
+            for sentence in part_faster_sentences(both):
+                doc.para(sentence)
         models = models_directories(metas)
         for _, group in section.groupby("params", sort=False):
             # a models run's case is tabled, not drawn (see network_shapes_section)

@@ -40,10 +40,11 @@ from matplotlib.font_manager import FontProperties  # noqa: E402
 from matplotlib.textpath import text_to_path  # noqa: E402
 from matplotlib.ticker import FuncFormatter, Locator, NullLocator  # noqa: E402
 
-from harness.base.format import fmt_pct, fmt_plain, fmt_ratio, fmt_time, slug  # noqa: E402
+from harness.base.format import fmt_plain, fmt_ratio, fmt_time, slug  # noqa: E402
 from harness.judging import analysis  # noqa: E402
 from harness.judging.analysis import finite, unstable  # noqa: E402
 from harness.presenting.report.load import case_title  # noqa: E402
+from harness.results import floors  # noqa: E402
 from impls.backends import BACKENDS  # noqa: E402
 from impls.status import CORRECT, INEXACT  # noqa: E402
 
@@ -415,7 +416,7 @@ def figure_times(group: pd.DataFrame, figures: FigureDir, stem: str) -> str:
     notes = [""] * offset
     for (_, row), clip in zip(timed.iterrows(), clipped):
         pct = row["pct_of_ceiling"]
-        note = [f"{fmt_pct(pct)} of ceiling"] if finite(pct) else []
+        note = [f"{floors.ceiling_cell(pct)} of ceiling"] if finite(pct) else []
         if row["status"] == INEXACT:
             note.append(f"inexact {row['rel_err']:.1g}")
         if unstable(row):

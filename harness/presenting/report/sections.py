@@ -15,7 +15,6 @@ from harness.judging import analysis
 from harness.judging.analysis import (
     TIMERS_DISAGREE,
     UNSTABLE,
-    clearly_faster,
     finite,
     timers_disagree,
     unstable,
@@ -206,41 +205,48 @@ def _median_iqr(row) -> str:
 
 
 def verdict(op: str, case: pd.DataFrame, where: str) -> str:
-    """The sentence on one case: use the fastest correct strategy, and by how
-    much, only where its lead exceeds the spread; else why it is inconclusive.
-    Only strategies returning the operator's whole output are ranked: one
-    that skips part of it (maxpool2d without indices) does less work."""
+    """The sentence on one case, from the case's answer (`analysis.answer`,
+    the one rule the answer table uses too): use the fastest correct
+    strategy, and by how much, only where it is a clear win; a tie names
+    every strategy the fastest does not clearly beat, and a case that cannot
+    have a clear win (timers disagree, incomplete) says why; neither prints a
+    speed-up. Only strategies returning the operator's whole output are
+    ranked: one that skips part of it (maxpool2d without indices) does less work."""
     ok = analysis.ranked(case)
     partial = analysis.partial_rows(case)
     whole = analysis.whole_output(op)
-    if ok.empty:
+    found = analysis.answer(case)
+    if found is None:
         return f"{where}: no strategy returning {whole or 'the whole output'} passed the check."
-    best = ok.iloc[0]
+    best = found.best
+    if found.tie:
+        tied = ok[ok["strategy"].isin(found.tied)]
+        listed = "; ".join(f"{row['strategy']} ({_median_iqr(row)})" for _, row in tied.iterrows())
+        runner = found.runner_up
+        text = (f"{where}: inconclusive: {best['strategy']} ({_median_iqr(best)}) is the fastest measured, but "
+                f"it does not clearly beat {listed} ({analysis.tie_reason(best, runner)}"
+                + (" for the closest" if len(tied) > 1 else "") + "), so the data does not say which is "
+                "fastest; rerun on a quieter machine or with a larger timing budget")
+        if found.unclear:
+            text += f"; and no win could be claimed anyway: {found.unclear}"
+        return text + "."
+    if found.unclear:
+        return (f"{where}: {best['strategy']} ({_median_iqr(best)}) is the fastest measured, but no clear win: "
+                f"{found.unclear}.")
     text = f"{where}: use {best['strategy']} ({best['backend']}), {_median_iqr(best)}"
     if len(ok) == 1:
         text += (f", the only strategy returning {whole} that passed the check" if len(partial)
                  else ", the only strategy that passed the check")
     else:
-        runner = ok.iloc[1]
-        if not clearly_faster(best, runner):
-            return (f"{where}: inconclusive between {best['strategy']} ({_median_iqr(best)}) and "
-                    f"{runner['strategy']} ({_median_iqr(runner)}): a lead of "
-                    f"{fmt_ratio(runner['median_s'] / best['median_s'])} is within their spread "
-                    f"({analysis.tie_reason(best, runner)}), so the data does not say which is faster; rerun on a "
-                    f"quieter machine or with a "
-                    f"larger timing budget.")
-        text += (f", {fmt_pct(best['pct_of_ceiling'])} of the copy ceiling, "
+        runner = found.runner_up
+        text += (f", {floors.ceiling_cell(best['pct_of_ceiling'])} of the copy ceiling, "
                  f"{fmt_ratio(runner['median_s'] / best['median_s'])} faster than the runner-up "
                  f"{runner['strategy']} ({_median_iqr(runner)})")
-        baseline = ok[ok["strategy"].map(lambda name: analysis.is_baseline(op, name))]
-        if len(baseline) and baseline.index[0] not in (best.name, runner.name) \
-                and clearly_faster(best, baseline.iloc[0]):
-            text += f", {fmt_ratio(baseline.iloc[0]['median_s'] / best['median_s'])} the seed's original"
-        builtin = analysis.fastest_builtin(case)
-        if builtin is not None and builtin["strategy"] not in (best["strategy"], runner["strategy"]) \
-                and clearly_faster(best, builtin):
-            text += (f", {fmt_ratio(builtin['median_s'] / best['median_s'])} faster than the fastest "
-                     f"library built-in, {builtin['strategy']}")
+        if finite(found.over_seed) and analysis.baseline_name(op) not in (best["strategy"], runner["strategy"]):
+            text += f", {fmt_ratio(found.over_seed)} the seed's original"
+        if found.builtin is not None and found.builtin not in (best["strategy"], runner["strategy"]):
+            text += (f", {fmt_ratio(found.over_builtin)} faster than the fastest "
+                     f"library built-in, {found.builtin}")
     if finite(best.get("host_s")) and best["device"] != "cpu" and best["host_s"] > best["median_s"]:
         text += (f"; its host cost per call ({fmt_time(best['host_s'])}) exceeds its device time, so calls in a "
                  f"loop are bound by the host")
@@ -415,6 +421,17 @@ def _device_rank(device: str) -> int:
     """Devices in the registered backends' order (the CPU first); unknown ones last."""
     order = devices()
     return order.index(device) if device in order else len(order)
+
+
+def part_faster_sentences(rows: pd.DataFrame) -> list[str]:
+    """One sentence per forward+backward row that is clearly faster than its
+    own forward or backward alone (`analysis.training_faster_than_parts`,
+    flagged ``PART_FASTER``): for the training section of ``rows`` (one
+    machine and dtype, every mode)."""
+    return [f"{analysis.PART_FASTER.mark} {found['strategy']} at {params_label(found['params'])}: forward+backward "
+            f"{fmt_time(found['step_s'])} is clearly faster than its {found['part']} alone "
+            f"({fmt_time(found['part_s'])}): {analysis.PART_FASTER.meaning}."
+            for found in analysis.training_faster_than_parts(rows)]
 
 
 def sections(op_rows: pd.DataFrame) -> list[tuple[tuple[str, str, str], pd.DataFrame]]:
@@ -716,7 +733,7 @@ def _answer_cells(case: pd.DataFrame) -> list[str]:
 TIE_LEGEND = ("A 'tie' names every strategy the fastest does not clearly beat (analysis.clearly_faster: the "
               "per-round ratios of their medians agree beyond their spread, or, in a run from before rounds, "
               "their Q1–Q3 ranges are apart; the rule the conclusions and the ranking flips use too), with no "
-              "speed-up; its time is the first's. A win the data cannot claim (the winner's timers disagree, or "
+              "speed-up; its time is the first's. A win the data cannot claim (some ranked strategy's timers disagree, or "
               "the run ended before some of the case's strategies) says so: 'no clear win'.")
 
 
@@ -842,7 +859,7 @@ def machines_table(case: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
             place = ranks[machine].get(name)
             rank_text = f"rank {place}" if place else ("not ranked" if row["status"] in CORRECT else row["status"])
             cells.append(f"{fmt_time(row['median_s'])}{' ' + UNSTABLE.mark if unstable(row) else ''} · "
-                         f"{fmt_pct(row['pct_of_ceiling'])} · {rank_text}")
+                         f"{floors.ceiling_cell(row['pct_of_ceiling'])} · {rank_text}")
         table.append(cells)
     return header, table
 

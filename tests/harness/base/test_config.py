@@ -53,6 +53,8 @@ def test_good_config_expands_to_the_cross_product(tiny_config):
      "timing.min_samples"),
     ("timing: {min_samples: 50, max_samples: 10}\nbenchmarks: [{op: maxpool2d, params: {N: 1, C: 1, H: 4, W: 4, k: 2}}]",
      "max_samples 10 is below min_samples 50"),
+    # SPEC 3: at least 3 rounds, as analysis.clearly_faster judges them (with fewer it falls back to the quartiles)
+    ("timing: {rounds: 2}\nbenchmarks: [{op: maxpool2d, params: {N: 1, C: 1, H: 4, W: 4, k: 2}}]", "timing.rounds"),
 ])
 def test_bad_configs_are_one_line_errors_naming_the_key(tiny_config, text, expected):
     with pytest.raises(ConfigError) as error:

@@ -1,9 +1,15 @@
-"""The report's conclusions: a winner is named only when the data separates
-it from the runner-up; "Why" lines are plain text."""
+"""The report's conclusions: a winner is named only where the case's answer
+(`analysis.answer`, the answer table's rule) is a clear win; "Why" lines are
+plain text."""
+
+import pandas as pd
 
 import report
+from harness.judging import analysis
 from harness.presenting.report import load as report_load
 from harness.presenting.report import sections as report_sections
+
+from tests.harness.judging.test_rounds_rule import row
 
 from .test_report import fixture_run
 
@@ -51,8 +57,9 @@ def test_overlapping_spreads_are_inconclusive_with_both_medians_and_iqrs(tmp_pat
         "seed_loops": dict(median_s=2.1e-4, iqr_s=1.8e-5, min_s=1.9e-4),
         "torch_max_pool2d_indices": dict(iqr_s=1.8e-5, min_s=1.8e-4)})
     verdict = sentences[0]
-    assert "inconclusive between torch_max_pool2d_indices" in verdict and "and seed_loops" in verdict
-    assert "use " not in verdict and "Why" not in verdict
+    assert "inconclusive: torch_max_pool2d_indices (median 200 µs, IQR 18 µs) is the fastest measured, but it does " \
+           "not clearly beat seed_loops (median 210 µs, IQR 18 µs)" in verdict, verdict
+    assert "use " not in verdict and "Why" not in verdict and "faster than" not in verdict
     assert "median 200 µs, IQR 18 µs" in verdict and "median 210 µs, IQR 18 µs" in verdict
     assert "inconclusive" in md
 
@@ -68,3 +75,45 @@ def test_why_lines_carry_no_markup(tmp_path):
 def test_plain_doc_strips_rst_and_markdown_but_not_arithmetic():
     text = "``x*mask`` then *one* pass, **two** reads, :func:`torch.gather`, `view`_; 2*N*C bytes, a * b"
     assert report_sections.plain_doc(text) == "x*mask then one pass, two reads, torch.gather, view; 2*N*C bytes, a * b"
+
+
+def _case(*rows):
+    return pd.DataFrame([{**row, "pct_of_ceiling": 50.0} for row in rows])
+
+
+def test_a_strategy_the_fastest_does_not_clearly_beat_is_named_even_behind_a_clear_runner_up():
+    """The conclusion once compared the fastest with the runner-up only: a
+    clear lead over it printed "use ... faster than the runner-up" beside an
+    answer table that called the case a tie with the third."""
+    case = _case(row("numba_fused", [1.0, 1.0, 1.0]), row("seed_reshape_argmax", [1.5, 1.52, 1.48]),
+                 row("torch_reshape_argmax", [2.0, 0.95, 2.1]))  # one round says the opposite
+    assert analysis.winners(analysis.answer(case)) == ["numba_fused", "torch_reshape_argmax"]
+    verdict = report_sections.verdict("maxpool2d", case, "here")
+    assert verdict.startswith("here: inconclusive: numba_fused") and "does not clearly beat torch_reshape_argmax" \
+        in verdict and "per-round ratios 2.00, 0.95, 2.10" in verdict, verdict
+    assert "seed_reshape_argmax" not in verdict and "use " not in verdict and "faster than" not in verdict
+
+
+def test_a_case_no_win_can_be_claimed_in_says_why_and_prints_no_speed_up():
+    """A runner-up whose timers disagree (its place unsure), or a strategy the
+    benchmark planned with no row: never "use ... N× faster"."""
+    fast, slow = row("numba_fused", [1.0, 1.0, 1.0]), row("seed_reshape_argmax", [2.0, 2.0, 2.0])
+    disagree = _case(fast, {**slow, "xcheck_s": 2.6})
+    assert not analysis.answer(disagree).clear
+    verdict = report_sections.verdict("maxpool2d", disagree, "here")
+    assert verdict.startswith("here: numba_fused (median 1 s, IQR 40 ms) is the fastest measured, but no clear win: "
+                              "seed_reshape_argmax's timers disagree: median 2 s, triton.testing.do_bench 2.6 s"), verdict
+    assert "faster than" not in verdict and "use " not in verdict
+    incomplete = _case(fast, slow).assign(**{analysis.PLANNED: "numba_fused seed_reshape_argmax triton_fused"})
+    verdict = report_sections.verdict("maxpool2d", incomplete, "here")
+    assert "but no clear win: incomplete: triton_fused not timed." in verdict and "faster than" not in verdict
+
+
+def test_a_training_step_faster_than_its_part_is_said_under_its_section():
+    rows = pd.DataFrame([row("numba_fused", [1.0] * 3), row("numba_fused", [2.0] * 3, mode="backward"),
+                         row("numba_fused", [1.5] * 3, mode="forward+backward")])
+    assert report_sections.part_faster_sentences(rows) == [
+        "⚠ numba_fused at N=1 C=2 H=8 W=8 k=2: forward+backward 1.5 s is clearly faster than its backward alone (2 s): "
+        + analysis.PART_FASTER.meaning + "."]
+    assert report_sections.part_faster_sentences(rows[rows["mode"] != "forward+backward"]) == []
+

@@ -97,3 +97,24 @@ def test_a_row_over_its_floor_is_flagged_in_both_tables_never_shown_as_a_percent
     rows["pct_of_floor"] = [0.3, floors.OVER_FLOOR_PCT, 87.5]
     assert floors.OVER_FLOOR_TEXT not in rendered(tables.run_summary(rows, grid=True))
     assert "110 %" in rendered(tables.case_tables(rows))
+
+
+def test_a_percent_of_ceiling_past_110_is_marked_in_the_terminal_table_and_the_report():
+    """The audit found "169 % of the copy ceiling" printed plain in a conclusion
+    and "168 %" in the machines table: past 110 % a copy ceiling is no bound
+    for the row (a cache-resident case), and every place that prints it marks it."""
+    from harness.presenting.report import sections
+    from harness.results import floors
+
+    rows = _maxpool_case({"seed_loops": 1e-2, "numba_fused": 1e-4, "torch_max_pool2d_indices": 3e-4}, 0.01)
+    rows["pct_of_ceiling"] = [0.3, 169.0, 87.5]
+    rows["mode"] = "forward"
+    case = rendered(tables.case_tables(rows))
+    assert f"{floors.OVER_FLOOR_MARK} 169" in case and floors.ceiling_note() in " ".join(case.split())
+    assert "87.5" in case and f"{floors.OVER_FLOOR_MARK} 87.5" not in case
+    rows["machine"], rows["backend"], rows["pct_of_floor"] = "cpu", "numpy", float("nan")
+    verdict = sections.verdict("maxpool2d", rows.assign(q1_s=rows["median_s"], q3_s=rows["median_s"]), "here")
+    assert f"use numba_fused (numpy), median 100 µs, IQR 2 µs, {floors.OVER_FLOOR_MARK} 169 % of the copy ceiling" \
+        in verdict, verdict
+    _, table = sections.machines_table(rows.assign(machine=["a", "a", "a"]))
+    assert any(f"{floors.OVER_FLOOR_MARK} 169 %" in cell for cells in table for cell in cells), table
