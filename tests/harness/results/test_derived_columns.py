@@ -7,6 +7,7 @@ import json
 import math
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from harness.results import floors, stats, store
@@ -92,3 +93,33 @@ def test_a_new_rows_floor_by_size_recomputes_from_its_stored_columns(tmp_path):
     floor, pct = floors.recomputed(read_back)
     assert floor == pytest.approx(read_back["floor_by_size_s"], rel=1e-12) and floor > 0
     assert pct == pytest.approx(read_back["pct_of_floor"], rel=1e-12)
+
+
+# The published default run with rounds and floors by size (docs/RUNS).
+ROUNDS_RUN = ROOT / "results" / "20261129T002858-vm-default-5b79"
+
+
+def test_a_published_run_with_rounds_recomputes_its_rounds_and_floors_from_its_files():
+    """Item 3 for the columns rounds and floors by size added: each timed
+    row's median, round medians and within-round IQR from its raw samples
+    (samples.jsonl, with each round's sample count), and its floor by size
+    from the rates it stored, those rates read off the run's own curves."""
+    meta, rows, _ = store.read_run(ROUNDS_RUN)
+    assert str(ROUNDS_RUN.relative_to(ROOT)) in (ROOT / "docs" / "RUNS").read_text().split()
+    records = {record["case_id"]: record for record in map(json.loads, (ROUNDS_RUN / "samples.jsonl").open())}
+    curve = meta[floors.CURVES]["cpu"]
+    timed = rows[rows["median_s"].notna()]
+    assert len(timed) == 93
+    for _, row in timed.iterrows():
+        record = records[row["case_id"]]
+        samples, sizes = record["samples_s"], record["round_sizes"]
+        assert len(sizes) == 3 and sum(sizes) == len(samples) == row["n_samples"]
+        rounds = [samples[sum(sizes[:i]):sum(sizes[:i + 1])] for i in range(len(sizes))]
+        assert row["median_s"] == pytest.approx(float(np.median(samples)), rel=1e-12)
+        assert json.loads(row["round_medians_s"]) == pytest.approx([float(np.median(r)) for r in rounds], rel=1e-12)
+        assert row["within_round_iqr_s"] == pytest.approx(stats.within_round_iqr_s(rounds, row["median_s"]), rel=1e-9)
+        assert row["read_gbps_used"] == pytest.approx(
+            floors.rate_at(curve["sizes_bytes"], curve["read_gbps"], row["bytes"]), rel=1e-12)
+        floor, pct = floors.recomputed(row)
+        assert floor == pytest.approx(row["floor_by_size_s"], rel=1e-12)
+        assert pct == pytest.approx(row["pct_of_floor"], rel=1e-12)
