@@ -72,8 +72,17 @@ def _shared_fixture_module(item) -> str | None:
     return None
 
 
-# tryfirst: pytest-xdist reads the xdist_group marks in its own hook of this name.
-@pytest.hookimpl(tryfirst=True)
+def pytest_itemcollected(item):
+    """Under --dist loadgroup (make test), a module's tests that share its
+    fixture run on one worker: each worker would otherwise build the fixture
+    again (a minute or more). Marked as each test is collected, before any
+    pytest_collection_modifyitems: pytest-xdist reads the marks in its own
+    (tests/test_worker_groups.py checks that the group holds)."""
+    shared = _shared_fixture_module(item)
+    if shared:
+        item.add_marker(pytest.mark.xdist_group(shared))
+
+
 def pytest_collection_modifyitems(config, items):
     skip = pytest.mark.skip(reason="needs a CUDA device")
     for item in items:
@@ -81,11 +90,6 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip)
         if _compiles(item):
             item.add_marker(pytest.mark.slow)
-        # Under --dist loadgroup (make test), a module's tests that share its fixture run on
-        # one worker: each worker would otherwise build the fixture again (a minute or more).
-        shared = _shared_fixture_module(item)
-        if shared:
-            item.add_marker(pytest.mark.xdist_group(shared))
 
 
 @pytest.fixture(autouse=True)

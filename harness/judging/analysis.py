@@ -424,7 +424,7 @@ def inexact(row) -> bool:
 # ------------------------------------------------------------------ the modes
 PART_FASTER = Flag("faster than its part", "⚠", "!",
                    "forward+backward ran faster than its forward or its backward alone, beyond their spreads "
-                   "(`clearly_faster`): a step cannot cost less than a part of it, so one of the timings is not "
+                   "(analysis.clearly_faster): a step cannot cost less than a part of it, so one of the timings is not "
                    "of the work it claims (work skipped, a result kept between calls, a noisy part)")
 
 

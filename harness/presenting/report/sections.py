@@ -221,12 +221,15 @@ def verdict(op: str, case: pd.DataFrame, where: str) -> str:
     best = found.best
     if found.tie:
         tied = ok[ok["strategy"].isin(found.tied)]
-        listed = "; ".join(f"{row['strategy']} ({_median_iqr(row)})" for _, row in tied.iterrows())
+        named = [f"{row['strategy']} ({_median_iqr(row)})" for _, row in tied.iterrows()]
+        listed = named[0] if len(named) == 1 else ", ".join(named[:-1]) + f" or {named[-1]}"
         runner = found.runner_up
+        reason = analysis.tie_reason(best, runner)
         text = (f"{where}: inconclusive: {best['strategy']} ({_median_iqr(best)}) is the fastest measured, but "
-                f"it does not clearly beat {listed} ({analysis.tie_reason(best, runner)}"
-                + (" for the closest" if len(tied) > 1 else "") + "), so the data does not say which is "
-                "fastest; rerun on a quieter machine or with a larger timing budget")
+                f"it does not clearly beat {listed}"
+                + (f" ({reason})" if len(named) == 1 else f"; against {runner['strategy']}, {reason}")
+                + ", so the data does not say which is fastest; rerun on a quieter machine or with a larger "
+                "timing budget")
         if found.unclear:
             text += f"; and no win could be claimed anyway: {found.unclear}"
         return text + "."

@@ -74,9 +74,12 @@ def answer_paragraph(machine: str, kind: str, rows: pd.DataFrame) -> str | None:
     best = max(sorted(counts), key=counts.get)
     clear = [found for *_, found in answers if found is not None and found.clear and
              str(found.best["strategy"]) == best]
-    tied = counts[best] - len(clear)
+    # Not clear: a tie, or a win the data cannot claim (timers disagree, strategies not timed).
+    tied = sum(1 for *_, found in answers if found is not None and found.tie and best in analysis.winners(found))
+    unclear = counts[best] - len(clear) - tied
     text = (f"{where}: use {best}, the fastest in {counts[best]} of {len(answers)} cases ({len(clear)} clearly"
-            + (f", {tied} tied with another" if tied else "") + ").")
+            + (f", {tied} tied with another" if tied else "")
+            + (f", {unclear} where no clear win can be claimed" if unclear else "") + ").")
     builtin = [found.over_builtin for found in clear if found.builtin != best]
     seed = [found.over_seed for found in clear]
     beats = []
