@@ -521,12 +521,21 @@ def planned_strategies(meta: dict) -> dict | None:
     return planned
 
 
+def _readings(row) -> tuple[float, float]:
+    """A row's time by the faster and by the slower of its timers (the
+    median, and the independent timer's where it has one)."""
+    readings = [float(row["median_s"])] + ([float(row["xcheck_s"])] if finite(row.get("xcheck_s")) else [])
+    return min(readings), max(readings)
+
+
 def answer(case: pd.DataFrame, planned=None) -> Answer | None:
     """The answer for one case on one machine, or None when nothing is
     rankable. ``planned``: the strategies the case's benchmark meant to time
     (`incomplete`). A tie names every rankable strategy the fastest does not
-    clearly beat; a case where some rankable strategy's timers disagree, or
-    that is incomplete, is never a clear win (``unclear`` says why)."""
+    clearly beat; a case is never a clear win (``unclear`` says why) where
+    the fastest strategy's timers disagree, or a rival's do so that by one of
+    them it is as fast as the fastest by either (its place is unsure), or
+    that is incomplete."""
     order = ranked(case)
     if order.empty:
         return None
@@ -540,8 +549,8 @@ def answer(case: pd.DataFrame, planned=None) -> Answer | None:
     others = [order.iloc[i] for i in range(1, len(order))]
     tied = [other for other in others if not clearly_faster(best, other)]
     runner_up = tied[0] if tied else (others[0] if others else None)
-    # Any rankable strategy's timers disagreeing leaves its place unsure, and so the order.
-    reasons = [f"{row['strategy']}'s {timer_disagreement(row)}" for _, row in order.iterrows() if timers_disagree(row)]
+    reasons = [f"{row['strategy']}'s {timer_disagreement(row)}" for row in [best, *others]
+               if timers_disagree(row) and (row is best or _readings(row)[0] <= _readings(best)[1])]
     if planned is None and PLANNED in case:
         # the report's rows carry it (an unfinished run's points: report/load.py)
         planned = sorted({name for names in case[PLANNED].dropna() for name in str(names).split()}) or None

@@ -95,15 +95,21 @@ def test_a_strategy_the_fastest_does_not_clearly_beat_is_named_even_behind_a_cle
 
 
 def test_a_case_no_win_can_be_claimed_in_says_why_and_prints_no_speed_up():
-    """A runner-up whose timers disagree (its place unsure), or a strategy the
-    benchmark planned with no row: never "use ... N× faster"."""
+    """A runner-up whose independent timer puts it as fast as the winner (its
+    place unsure), or a strategy the benchmark planned with no row: never
+    "use ... N× faster". A rival both timers put behind leaves the win clear."""
     fast, slow = row("numba_fused", [1.0, 1.0, 1.0]), row("seed_reshape_argmax", [2.0, 2.0, 2.0])
-    disagree = _case(fast, {**slow, "xcheck_s": 2.6})
+    disagree = _case(fast, {**slow, "xcheck_s": 0.9})
     assert not analysis.answer(disagree).clear
     verdict = report_sections.verdict("maxpool2d", disagree, "here")
     assert verdict.startswith("here: numba_fused (median 1 s, IQR 40 ms) is the fastest measured, but no clear win: "
-                              "seed_reshape_argmax's timers disagree: median 2 s, triton.testing.do_bench 2.6 s"), verdict
+                              "seed_reshape_argmax's timers disagree: median 2 s, triton.testing.do_bench 900 ms"), verdict
     assert "faster than" not in verdict and "use " not in verdict
+    behind_by_both = _case(fast, {**slow, "xcheck_s": 2.6})
+    assert analysis.answer(behind_by_both).clear
+    assert report_sections.verdict("maxpool2d", behind_by_both, "here").startswith("here: use numba_fused")
+    winner_unsure = _case({**fast, "xcheck_s": 1.3}, slow)
+    assert analysis.answer(winner_unsure).unclear.startswith("numba_fused's timers disagree")
     incomplete = _case(fast, slow).assign(**{analysis.PLANNED: "numba_fused seed_reshape_argmax triton_fused"})
     verdict = report_sections.verdict("maxpool2d", incomplete, "here")
     assert "but no clear win: incomplete: triton_fused not timed." in verdict and "faster than" not in verdict

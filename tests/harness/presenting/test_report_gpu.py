@@ -25,8 +25,9 @@ def _fields():
         for name, _, _, median in ENTRIES:
             fields[(name, device, dtype)] = {"host_s": 7e-6}
             if device == "cuda" and median == median:
-                # torch agrees with do_bench within 1 %; the seed's loop is 20 % off
-                fields[(name, device, dtype)]["xcheck_s"] = median * (1.01 if "torch" in name else 0.8)
+                # torch agrees with do_bench within 1 %; the seed's loop is 20 % off (at both sizes: the
+                # fixture's medians grow with the size, so each is given here)
+                fields[(name, device, dtype)].update(median_s=median, xcheck_s=median * (1.01 if "torch" in name else 0.8))
         fields[("torch_max_pool2d", device, dtype)].update(
             message="known upstream defect torch-x (torch 2.13.0): index 0 for an all -inf window")
     return fields
