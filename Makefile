@@ -62,7 +62,7 @@ test: $(STAMP)
 # The edit-test loop: everything but the tests marked slow, one pytest-xdist
 # worker per core (on the 2-core VM: 59 s against 94 s in one process).
 test-fast: $(STAMP)
-	$(PY) -m pytest -q -m "not slow" -n auto -x
+	$(PY) -m pytest -q -m "not slow" -n auto --dist loadgroup -x
 
 check: $(STAMP)
 	$(PY) -m harness check $(CONFIG)

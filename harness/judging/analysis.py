@@ -27,7 +27,7 @@ import numpy as np
 import pandas as pd
 
 from harness.base.cases import CASE_GROUP, with_mode
-from harness.base.config import MIN_ROUNDS  # noqa: F401  (re-exported: a pair is judged on its rounds from this many)
+from harness.base.config import MIN_ROUNDS  # a pair is judged on its rounds from this many
 from harness.base.format import fmt_time
 from harness.judging.regression import (  # noqa: F401  (re-exported)
     DEFAULT_ALPHA,

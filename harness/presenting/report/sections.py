@@ -736,8 +736,9 @@ def _answer_cells(case: pd.DataFrame) -> list[str]:
 TIE_LEGEND = ("A 'tie' names every strategy the fastest does not clearly beat (analysis.clearly_faster: the "
               "per-round ratios of their medians agree beyond their spread, or, in a run from before rounds, "
               "their Q1–Q3 ranges are apart; the rule the conclusions and the ranking flips use too), with no "
-              "speed-up; its time is the first's. A win the data cannot claim (the winner's timers disagree, or a rival's so that by one of them it is as fast, or "
-              "the run ended before some of the case's strategies) says so: 'no clear win'.")
+              "speed-up; its time is the first's. A win the data cannot claim (the winner's timers disagree, or "
+              "a rival's so that by one of them it is as fast, or the run ended before some of the case's "
+              "strategies) says so: 'no clear win'.")
 
 
 ANSWER_NOTE = ("Per operator, size and dtype, the fastest strategy that passed the float64-oracle check exactly "
