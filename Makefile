@@ -60,7 +60,7 @@ test: $(STAMP)
 	  $(PY) -m pytest -q -m "$(QUIET_TESTS)" || failed=1; exit $$failed
 
 # The edit-test loop: everything but the tests marked slow, one pytest-xdist
-# worker per core (on the 2-core VM: 59 s against 94 s in one process).
+# worker per core (1,155 tests: 4 min 47 s on the 2-core 23-1 VM).
 test-fast: $(STAMP)
 	$(PY) -m pytest -q -m "not slow" -n auto --dist loadgroup -x
 
