@@ -338,6 +338,30 @@ def test_transposed_layout_swaps_the_gradient_and_the_positions_only():
                                                check.adversarial_items(strat, "cpu", strat.dtypes[0])}
 
 
+def test_strided_and_channels_last_gradients_and_positions_are_laid_out_so():
+    """The incoming gradient and the saved positions reach a backward in the
+    case's layout, as the inputs do (SPEC 1.5): strided where the backend has
+    strides, channels-last on torch, the values unchanged."""
+    import torch
+
+    op = get_operator("maxunpool")
+    params = dict(form="2d", N=2, C=3, H=6, W=6, k=2)
+    ref = cached_reference("maxunpool", params, "float32", "adversarial", 0, "backward")
+    for backend, layout in (("numpy", "noncontiguous"), ("torch", "noncontiguous"), ("torch", "channels_last")):
+        grad = training.gradient_to_backend(op, ref.grad, backend, "cpu", "float32", layout)
+        positions = training.inputs_to_backend(op, ref.inputs, backend, "cpu", "float32", layout)["positions"]
+        for array, expected in ((grad, ref.grad), (positions, ref.inputs["positions"])):
+            np.testing.assert_array_equal(common.to_numpy(array), expected.astype(common.to_numpy(array).dtype))
+            if backend == "numpy":
+                assert not array.flags.c_contiguous, (backend, layout, array.strides)
+            elif layout == "channels_last":
+                assert array.is_contiguous(memory_format=torch.channels_last) and not array.is_contiguous(), \
+                    array.stride()
+            else:
+                assert not array.is_contiguous() and not array.is_contiguous(memory_format=torch.channels_last), \
+                    array.stride()
+
+
 def _flushing_take_along_axis_backward(inputs, params):
     """maxunpool's take_along_axis backward, then subnormals flushed to zero (as FTZ does)."""
     inner = get_operator("maxunpool").strategies["numpy_put_along_axis"].backward(inputs, params)
