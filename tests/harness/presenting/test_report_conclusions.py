@@ -122,4 +122,3 @@ def test_a_training_step_faster_than_its_part_is_said_under_its_section():
         "⚠ numba_fused at N=1 C=2 H=8 W=8 k=2: forward+backward 1.5 s is clearly faster than its backward alone (2 s): "
         + analysis.PART_FASTER.meaning + "."]
     assert report_sections.part_faster_sentences(rows[rows["mode"] != "forward+backward"]) == []
-

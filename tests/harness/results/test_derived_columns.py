@@ -106,7 +106,7 @@ def test_a_published_run_with_rounds_recomputes_its_rounds_and_floors_from_its_f
     from the rates it stored, those rates read off the run's own curves."""
     meta, rows, _ = store.read_run(ROUNDS_RUN)
     assert str(ROUNDS_RUN.relative_to(ROOT)) in (ROOT / "docs" / "RUNS").read_text().split()
-    records = {record["case_id"]: record for record in map(json.loads, (ROUNDS_RUN / "samples.jsonl").open())}
+    records = {record["case_id"]: record for record in map(json.loads, (ROUNDS_RUN / "samples.jsonl").read_text().splitlines())}
     curve = meta[floors.CURVES]["cpu"]
     timed = rows[rows["median_s"].notna()]
     assert len(timed) == 93
