@@ -1,9 +1,9 @@
 """Where this checkout is: the directory that holds harness/ and impls/.
 
-One home, because a module that counts its own folders up to it breaks when
-it moves: after harness/ went into layer folders, three modules still counted
-one folder up, and the gate measured a baseline "from a commit" with this
-checkout's code (``git archive`` run inside harness/ archived harness/ only)."""
+One home, because a module that counts its own folders up to the checkout
+breaks when it moves to another folder, and finds a directory that is not
+the checkout (the gate's ``git archive`` of a baseline commit would then
+archive a subfolder only)."""
 
 from pathlib import Path
 

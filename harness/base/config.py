@@ -73,8 +73,8 @@ def auto_thread_count() -> int:
     """``threads: auto`` (and a config that sets no threads): every core but
     one, at least one. A pool sized to every core waits for its slowest
     thread, and one neighbour on one core stalls it: maxunpool numba_fused
-    1-D B=64 took 4.43 ms in one run and 44.4 ms in the next on the 2-core VM
-    (issue 40). The core left free takes the neighbour."""
+    1-D B=64 can take 10x longer from one run to the next on a 2-core machine.
+    The core left free takes the neighbour."""
     import os
 
     return max(1, (os.cpu_count() or 1) - 1)

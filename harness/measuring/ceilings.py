@@ -8,7 +8,7 @@ hour, and ``run`` and ``bench()`` reuse the curves for a day.
 would raise glibc's mmap threshold in the measuring one, docs/TIMING.md):
 ``TRIES`` tries per device, ``TRY_GAP_S`` apart, each recorded with the
 1-minute load it started under; the median is the ceiling (the luckiest try
-priced a whole run's rows 36 % below rows measured beside them: issue 40).
+would price a whole run's rows by one lucky moment).
 A device whose tries started, half or more of them, with the machine at
 capacity (``facts.at_capacity``: other work competing for every core) is
 *busy*: its median may be other work's share of the memory bus, not the

@@ -655,7 +655,7 @@ _FROM_SAMPLES = tuple(name for name, _, added in TIMING.columns() if added == 3)
 
 def derive_older(meta: dict, rows: pd.DataFrame, samples: dict) -> pd.DataFrame:
     """A run's rows with what derives from its stored figures, and nothing
-    they cannot give (issue 40, item 3):
+    they cannot give:
 
     - an older run's quartiles, 10th percentile and slowest sample (schema
       3) from its samples, by the same ``metrics.TIMING`` (only where the

@@ -177,7 +177,7 @@ def answer_section(doc: Doc, rows, metas: list[dict], shapes_dirs: set[str]) -> 
         doc.para(commits)
 
 
-MODELS_CONFIG = "models"  # configs/models.yaml's name: the shapes of published networks (issue 32)
+MODELS_CONFIG = "models"  # configs/models.yaml's name: the shapes of published networks
 
 
 def network_shapes_section(doc: Doc, rows, metas: list[dict]) -> None:
@@ -317,7 +317,7 @@ def legend_section(doc: Doc, rows) -> None:
 
 def runs_list_section(doc: Doc, rows, metas: list[dict], left_out: list[dict]) -> None:
     """How many fit runs of each config and machine are committed, which are
-    published, and where the others contradict them (issue 40 item 4: the A/A rule)."""
+    published, and where the others contradict them (the A/A rule)."""
     doc.heading(2, "Runs and their agreement")
     fit_extra = [(run["meta"], run["rows"]) for run in left_out if not run["unfit_reasons"]]
     doc.para(f"Every run committed under results/ is listed in docs/RUNS (published here) or docs/RUNS_LEFT_OUT "
