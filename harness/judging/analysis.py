@@ -75,7 +75,7 @@ TIMERS_DISAGREE = Flag("timers disagree", "⚠", "!",
 SLOW_START = Flag("slow start", "·", ".",
                   f"the first samples, each over {stats.SLOW_START_FACTOR:g}× the median, were dropped like "
                   f"warm-up and counted in the slow_start column")
-INEXACT_FLAG = Flag("inexact", "inexact", "~",
+INEXACT_FLAG = Flag(INEXACT, INEXACT, "~",
                     "over the dtype's rounding bound but under the wrong-answer bound: reported and timed, "
                     "never ranked fastest")
 BEST_MARK = "*"  # beside the bold, which a log or a pipe does not show

@@ -26,7 +26,7 @@ from harness.results.runmeta import Gpu
 from impls.backends import BACKENDS, devices, threads_text
 from impls.defects import for_operators
 from impls.registry import all_strategies, speedup_note, unranked_reason
-from impls.status import CORRECT, FAILED, INEXACT, UPSTREAM_DEFECT
+from impls.status import CORRECT, FAILED, INEXACT, MISMATCH, UPSTREAM_DEFECT
 from impls.training import BACKWARD, FORWARD, FORWARD_BACKWARD, MODES
 
 UNSTABLE_MARK = UNSTABLE.mark
@@ -504,7 +504,7 @@ def observability(defect, rows: pd.DataFrame, metas: list[dict] = ()) -> str:
         if allowed and not ran[column].isin(allowed).any():
             return (f"Not observable here: its condition needs {column} {' or '.join(allowed)}, and these runs ran "
                     f"{name} in {', '.join(sorted(set(ran[column])))} only.")
-    covered = ran[ran["status"] == "mismatch"]
+    covered = ran[ran["status"] == MISMATCH]
     for column, allowed in (("device", needs), ("dtype", tuple(getattr(condition, "dtypes", ()) or ()))):
         if allowed:
             covered = covered[covered[column].isin(allowed)]
