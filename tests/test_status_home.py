@@ -15,8 +15,8 @@ from harness.base.checkout import ROOT
 from impls import status
 
 HOME = ROOT / "impls" / "status.py"
-# The Python of the project: the dashboard's JavaScript (harness/presenting/dashboard_assets) is handed
-# its statuses by dashboard.py and spells none of its own.
+# The Python of the project; the dashboard's JavaScript (harness/presenting/dashboard_assets) reads no
+# status (the page's statuses are text dashboard.py wrote).
 SCANNED = ("harness", "impls", "benchmarks")
 TOP_LEVEL = ("report.py", "scatterbench.py")
 WORDS = set(status.STATUSES)
