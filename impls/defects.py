@@ -21,6 +21,7 @@ from typing import Mapping
 
 from impls import common
 from impls.dispersion_pinv import subnormal_mask_mode
+from impls.status import MISMATCH
 
 
 @dataclass(frozen=True)
@@ -228,7 +229,7 @@ def match(strategy, verdict, *, device: str, dtype: str, layout: str, mode: str,
     the strategy, device, dtype, layout, input and training modes and library
     versions it names.
     """
-    if verdict.status != "mismatch" or not verdict.differences:
+    if verdict.status != MISMATCH or not verdict.differences:
         return None
     key = getattr(strategy, "key", strategy)
     for defect in DEFECTS:

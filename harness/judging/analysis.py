@@ -1,7 +1,9 @@
 """The analysis layer: measured rows turned into judgements, each decided here once.
 
-- **Ranking**: which rows may be called fastest (exact, timed, returning the
-  operator's whole output), the fastest of a case, speedups over the seed's
+- **Ranking**: which rows are timed (`timed`: correct, with a finite,
+  positive median), which may be called fastest (exact, timed, returning the
+  operator's whole output), the fastest of a case (`answer`; a counting
+  run's fewest instructions, `fewest_counted`), speedups over the seed's
   original (the operator's baseline), and when the data supports "A is faster
   than B" at all (`clearly_faster`: the per-round ratios of their medians,
   SPEC 3 "Rounds"; the quartiles for a run that stored no rounds), and so
@@ -37,7 +39,7 @@ from harness.judging.regression import (  # noqa: F401  (re-exported)
     Rule,
 )
 from harness.measuring import facts
-from harness.results import runmeta, stats
+from harness.results import metrics, runmeta, stats
 from harness.results.runmeta import record
 from impls.registry import OPERATORS
 from impls.status import CORRECT, INEXACT, OK
@@ -75,7 +77,7 @@ TIMERS_DISAGREE = Flag("timers disagree", "⚠", "!",
 SLOW_START = Flag("slow start", "·", ".",
                   f"the first samples, each over {stats.SLOW_START_FACTOR:g}× the median, were dropped like "
                   f"warm-up and counted in the slow_start column")
-INEXACT_FLAG = Flag("inexact", "inexact", "~",
+INEXACT_FLAG = Flag(INEXACT, INEXACT, "~",
                     "over the dtype's rounding bound but under the wrong-answer bound: reported and timed, "
                     "never ranked fastest")
 BEST_MARK = "*"  # beside the bold, which a log or a pipe does not show
@@ -194,10 +196,10 @@ def run_unfit_reasons(meta: dict, rows: pd.DataFrame) -> list[str]:
         reasons.append(f"load {peak:.2g} on {cores(meta)} cores")
     medians = rows["median_s"].to_numpy(float)
     iqrs = [stats.steadiness_iqr_s(row) for _, row in rows.iterrows()]
-    timed = [index for index, status in enumerate(rows["status"]) if status in CORRECT and medians[index] > 0]
-    unstable_cases = sum(is_unstable(iqrs[index], medians[index]) for index in timed)
-    if timed and unstable_cases > MAX_UNSTABLE_SHARE * len(timed):
-        reasons.append(f"{unstable_cases} of {len(timed)} unstable")
+    counted = np.flatnonzero(timed(rows).to_numpy(bool))
+    unstable_cases = sum(is_unstable(iqrs[index], medians[index]) for index in counted)
+    if len(counted) and unstable_cases > MAX_UNSTABLE_SHARE * len(counted):
+        reasons.append(f"{unstable_cases} of {len(counted)} unstable")
     return reasons
 
 
@@ -244,13 +246,25 @@ def baseline_name(op: str) -> str | None:
     return OPERATORS[op].baseline if op in OPERATORS else None
 
 
+def timed(rows: pd.DataFrame) -> pd.Series:
+    """Which rows are correct and timed, as a mask over ``rows``: a status
+    in CORRECT (the answer is the operator's, exact or within tolerance) and
+    a finite, positive median. The one rule of what may be compared,
+    averaged, ranked or drawn as a time (the fitness rule's unstable share,
+    the gates' screen, the normalised comparison, the answer, the figures):
+    a failed row, a counting run's row (counts, no times) and a row whose
+    time was withheld are not timed."""
+    median = pd.to_numeric(rows["median_s"], errors="coerce")
+    return rows["status"].isin(CORRECT) & np.isfinite(median) & (median > 0)
+
+
 def rankable(rows: pd.DataFrame) -> pd.Series:
     """Rows that may be called fastest: exact (status ok, not merely inexact),
     timed, and returning the operator's whole output."""
     if rows.empty:
         return pd.Series(False, index=rows.index)
     whole = ~rows.apply(lambda r: partial_output(r["op"], r["strategy"]), axis=1).astype(bool)
-    return (rows["status"] == OK) & rows["median_s"].map(finite) & whole
+    return timed(rows) & (rows["status"] == OK) & whole
 
 
 def ranked(case: pd.DataFrame) -> pd.DataFrame:
@@ -260,9 +274,9 @@ def ranked(case: pd.DataFrame) -> pd.DataFrame:
 
 def partial_rows(case: pd.DataFrame) -> pd.DataFrame:
     """The exact, timed rows left out of the ranking for returning less than the whole output."""
-    timed = case[(case["status"] == OK) & case["median_s"].map(finite)]
-    return timed[timed.apply(lambda r: partial_output(r["op"], r["strategy"]), axis=1).astype(bool)] \
-        if len(timed) else timed
+    exact = case[timed(case) & (case["status"] == OK)]
+    return exact[exact.apply(lambda r: partial_output(r["op"], r["strategy"]), axis=1).astype(bool)] \
+        if len(exact) else exact
 
 
 def case_keys(rows: pd.DataFrame) -> list[str]:
@@ -437,10 +451,9 @@ def training_faster_than_parts(rows: pd.DataFrame) -> list[dict]:
     from impls.training import BACKWARD, FORWARD, FORWARD_BACKWARD
 
     rows = with_mode(rows)
-    timed = rows[rows["status"].isin(CORRECT) & rows["median_s"].map(finite)]
     keys = ["op", "strategy", "device", "dtype", "params"] + (["machine"] if "machine" in rows.columns else [])
     found = []
-    for key, group in timed.groupby(keys, sort=False, observed=True):
+    for key, group in rows[timed(rows)].groupby(keys, sort=False, observed=True):
         by_mode = {mode: group[group["mode"] == mode] for mode in (FORWARD, BACKWARD, FORWARD_BACKWARD)}
         if by_mode[FORWARD_BACKWARD].empty:
             continue
@@ -541,7 +554,7 @@ def answer(case: pd.DataFrame, planned=None) -> Answer | None:
         return None
     best = order.iloc[0]
     op = best["op"]
-    correct = case[case["status"].isin(CORRECT) & case["median_s"].map(finite)]
+    correct = case[timed(case)]
     seed = correct[correct["strategy"] == baseline_name(op)]
     builtin = fastest_builtin(case)
     over_seed = float(seed["median_s"].iloc[0]) / best["median_s"] if len(seed) else math.nan
@@ -560,6 +573,30 @@ def answer(case: pd.DataFrame, planned=None) -> Answer | None:
     basis = QUARTILE_RULE if any(rule_basis(best, other) == QUARTILE_RULE for other in others) else ROUNDS_RULE
     return Answer(best, over_seed, over_builtin, str(builtin["strategy"]) if builtin is not None else None,
                   runner_up, bool(tied), tuple(str(other["strategy"]) for other in tied), "; ".join(reasons), basis)
+
+
+def by_count(case: pd.DataFrame) -> pd.DataFrame:
+    """One case's correct rows (`CORRECT`) that hold the headline count
+    (`metrics.COUNTS.primary`, instructions per call), fewest first, ties in
+    the rows' order: a counting run's ranking, whose first is its answer
+    (`fewest_counted`)."""
+    name = metrics.COUNTS.primary.name
+    if name not in case:
+        return case.iloc[:0]
+    counted = case[case["status"].isin(CORRECT) & case[name].map(finite)]
+    return counted.sort_values(name, kind="stable")
+
+
+def fewest_counted(case: pd.DataFrame) -> pd.Series | None:
+    """A counting run's answer for one case on one machine: the correct
+    strategy that executes the fewest of the headline count per call (the
+    first of `by_count`), or None where the case holds a time (`answer`
+    judges it by time) or no correct strategy was counted. Counts are not
+    time (docs/COUNTING.md): the fewest is named, no speed-up."""
+    if case["median_s"].map(finite).any():
+        return None
+    order = by_count(case)
+    return order.iloc[0] if len(order) else None
 
 
 def winners(found: Answer | None) -> list[str]:
@@ -596,7 +633,7 @@ def fastest_builtin(case: pd.DataFrame) -> pd.Series | None:
     library built-in" both measure against; None where none was measured."""
     if case.empty:
         return None
-    correct = case[case["status"].isin(CORRECT) & case["median_s"].map(finite)]
+    correct = case[timed(case)]
     builtins = correct[correct.apply(lambda r: is_builtin(r["op"], r["strategy"])
                                      and not partial_output(r["op"], r["strategy"]), axis=1).astype(bool)] \
         if len(correct) else correct

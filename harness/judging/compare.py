@@ -43,7 +43,6 @@ from harness.base.format import (
 )
 from harness.judging import analysis, regression
 from harness.results import metrics, runmeta, stats, store
-from impls.status import CORRECT
 
 
 
@@ -67,7 +66,7 @@ def typical_by_group(rows: pd.DataFrame, samples: dict, statistic: str) -> dict:
     """{group key: {strategy: (case_id, typical seconds)}} over the rows that
     are correct and timed."""
     rows = with_mode(rows)
-    timed = rows[rows["status"].isin(CORRECT) & rows["median_s"].notna() & (rows["median_s"] > 0)]
+    timed = rows[analysis.timed(rows)]
     groups: dict = {}
     for row in timed.itertuples(index=False):
         key = tuple(getattr(row, column) for column in CASE_GROUP)

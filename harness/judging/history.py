@@ -311,7 +311,7 @@ def screen(cases: pd.DataFrame, changes: pd.DataFrame, factor: float) -> pd.Data
     cases, changes = with_mode(cases), with_mode(changes)
     pairs = changes[["base_run", "run"]].drop_duplicates()
     key = ["case_id"] + CASE_GROUP + ["strategy"]
-    timed = cases[cases["status"].isin(CORRECT) & (cases["median_s"] > 0)]
+    timed = cases[analysis.timed(cases)]
     timed = timed.assign(typical=_typical(timed))[["run", "typical"] + key]
     both = (pairs.merge(timed, on="run")
             .merge(timed.rename(columns={"run": "base_run", "typical": "base_typical"}), on=["base_run"] + key))
@@ -473,6 +473,6 @@ def _reason_kind(reason: str) -> str:
 
 def unstable_share(cases: pd.DataFrame) -> pd.Series:
     """Per run, the share of its timed cases flagged unstable."""
-    timed = cases[cases["status"].isin(CORRECT) & (cases["median_s"] > 0)]
+    timed = cases[analysis.timed(cases)]
     return timed["unstable"].astype(float).groupby(timed["run"]).mean()
 

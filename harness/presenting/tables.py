@@ -315,7 +315,7 @@ def grid_tables(rows: pd.DataFrame, judged: bool = True) -> list:
                     cells.append("")
                     continue
                 r = found.iloc[0]
-                if r["status"] not in CORRECT or not math.isfinite(r["median_s"]):
+                if not analysis.timed(found.iloc[:1]).iloc[0]:
                     cells.append(f"[{STATUS_STYLE.get(r['status'], '')}]{escape(r['status'])}[/]")
                     continue
                 mark = (UNSTABLE_MARK if analysis.unstable(r) else "") \

@@ -46,7 +46,7 @@ from harness.judging.analysis import finite, unstable  # noqa: E402
 from harness.presenting.report.load import case_title  # noqa: E402
 from harness.results import floors  # noqa: E402
 from impls.backends import BACKENDS  # noqa: E402
-from impls.status import CORRECT, INEXACT  # noqa: E402
+from impls.status import INEXACT  # noqa: E402
 
 FIGURE_WIDTH_IN, DPI = 8.0, 100  # every PNG is 800 px wide
 NOTE_SIZE = 8  # points: tick labels of the bars, their notes, legends
@@ -487,7 +487,7 @@ def figure_gbps(group: pd.DataFrame, figures: FigureDir, stem: str) -> str:
 
 
 def figure_speedup(group: pd.DataFrame, figures: FigureDir, stem: str, baseline: str) -> str | None:
-    timed = group[group["speedup"].notna() & group["status"].isin(CORRECT)].sort_values("speedup")
+    timed = group[analysis.timed(group) & group["speedup"].notna()].sort_values("speedup")
     if len(timed) < 2:
         return None
     fig, ax = _bar_figure(len(timed))
@@ -566,7 +566,7 @@ MAX_SERIES = 8  # lines a scaling figure draws: more cannot be told apart
 
 def figure_scaling(rows: pd.DataFrame, figures: FigureDir, stem: str, title: str) -> str | None:
     """Time against problem size per strategy, log-log, with the bandwidth floor."""
-    ok = rows[rows["status"].isin(CORRECT) & rows["median_s"].notna()].copy()
+    ok = rows[analysis.timed(rows)].copy()
     if ok.empty:
         return None
     params = ok["params"].map(json.loads)

@@ -26,7 +26,7 @@ from harness.results.runmeta import Gpu
 from impls.backends import BACKENDS, devices, threads_text
 from impls.defects import for_operators
 from impls.registry import all_strategies, speedup_note, unranked_reason
-from impls.status import CORRECT, FAILED, INEXACT, UPSTREAM_DEFECT
+from impls.status import CORRECT, FAILED, INEXACT, MISMATCH, UPSTREAM_DEFECT
 from impls.training import BACKWARD, FORWARD, FORWARD_BACKWARD, MODES
 
 UNSTABLE_MARK = UNSTABLE.mark
@@ -168,7 +168,7 @@ def count_verdict_sentence(case: pd.DataFrame, where: str) -> str:
     strategies by the headline count per call (instructions), fewest first."""
     headline = metrics.COUNTS.primary
     name, unit = headline.name, headline.unit
-    correct = case[case["status"].isin(CORRECT) & case[name].map(finite)].sort_values(name)
+    correct = analysis.by_count(case)
     if correct.empty:
         return f"{where}: counted, not timed; no strategy that passed the check was counted."
     first = correct.iloc[0]
@@ -504,7 +504,7 @@ def observability(defect, rows: pd.DataFrame, metas: list[dict] = ()) -> str:
         if allowed and not ran[column].isin(allowed).any():
             return (f"Not observable here: its condition needs {column} {' or '.join(allowed)}, and these runs ran "
                     f"{name} in {', '.join(sorted(set(ran[column])))} only.")
-    covered = ran[ran["status"] == "mismatch"]
+    covered = ran[ran["status"] == MISMATCH]
     for column, allowed in (("device", needs), ("dtype", tuple(getattr(condition, "dtypes", ()) or ()))):
         if allowed:
             covered = covered[covered[column].isin(allowed)]
@@ -710,18 +710,15 @@ def _size_order(rows: pd.DataFrame) -> list[tuple[str, str, str]]:
 def _answer_cells(case: pd.DataFrame) -> list[str]:
     found = analysis.answer(case)
     if found is None:
-        correct = case[case["status"].isin(CORRECT)]
-        headline = metrics.COUNTS.primary
-        fewest = correct.loc[correct[headline.name].idxmin()] if headline.name in correct \
-            and correct[headline.name].map(finite).any() else None
-        if fewest is not None and not case["median_s"].map(finite).any():  # a counting run: counts, no times
+        fewest = analysis.fewest_counted(case)
+        if fewest is not None:  # a counting run: counts, no times
+            headline = metrics.COUNTS.primary
             return [f"not timed; fewest {headline.unit}: {fewest['strategy']} "
                     f"({headline.format(fewest[headline.name])}/call)", "–", "–", "–", "–"]
         return ["none passed", "–", "–", "–", "–"]
     best = found.best
     median = fmt_time(best["median_s"]) + (f" {UNSTABLE.mark}" if unstable(best) else "")
-    faster_inexact = case[(case["status"] == INEXACT) & case["median_s"].map(finite)
-                          & (case["median_s"] < best["median_s"])]
+    faster_inexact = case[analysis.timed(case) & (case["status"] == INEXACT) & (case["median_s"] < best["median_s"])]
     # A tie names every strategy the winner does not clearly beat (analysis.answer) and prints no speed-up.
     name = (f"tie: {' / '.join(analysis.winners(found))} ({fmt_time(found.runner_up['median_s'])})"
             if found.tie else best["strategy"])
