@@ -41,11 +41,12 @@ def run_command(command: list[str]) -> int:
 
 
 def measure_baselines(config: str = CONFIG, wall_root=WALL_ROOT, counts_root=COUNTS_ROOT, *,
-                      run: Callable[[list[str]], int] = run_command, say: Callable[[str], None] = print) -> int:
+                      run: Callable[[list[str]], int] | None = None, say: Callable[[str], None] = print) -> int:
     """The wall-time baseline of this CPU, then (``counts_root`` not None) the counts baseline of
     this version set, each removed and measured again from ``config``. Returns the first failing
     run's exit status, else 0. Where counts cannot be taken here (no valgrind or C compiler), says
     why before anything is removed."""
+    run = run or run_command  # each run a subprocess, as `scatterbench run` from the shell
     unable = callgrind.unavailable() if counts_root is not None else None
     if unable:
         raise UsageError(f"the counts baseline cannot be counted here: {unable}; --no-counts re-measures the "
