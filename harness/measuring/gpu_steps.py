@@ -105,6 +105,10 @@ class Step:
 def plan_steps(config_path: str, directory: Path, tests: str, budgeted: bool) -> list[Step]:
     """The steps for ``config_path`` (read by ``load_config``) into ``directory``, in their order."""
     config = load_config(config_path)
+    try:
+        pytest_args = shlex.split(tests)
+    except ValueError as error:
+        raise UsageError(f"--tests {tests!r}: {error} (pytest's arguments, as a shell would split them)") from None
     python = sys.executable
     harness = [python, "-m", "harness"]
     steps = [Step(check_step(op), FINISHED[STEP_CHECK],
@@ -112,7 +116,7 @@ def plan_steps(config_path: str, directory: Path, tests: str, budgeted: bool) ->
              for op in checked_ops(config)]
     # pytest in the checkout, where its tests and their conftest are
     steps.append(Step(STEP_PYTEST, FINISHED[STEP_PYTEST],
-                      lambda left: [python, "-m", "pytest", "-q", "-p", "no:cacheprovider", *shlex.split(tests)], ROOT))
+                      lambda left: [python, "-m", "pytest", "-q", "-p", "no:cacheprovider", *pytest_args], ROOT))
 
     def sweep(left):
         into = ["--resume", str(directory)] if (directory / store.META).exists() else ["-o", str(directory)]
@@ -204,17 +208,18 @@ def run_gpu(config_path: str, directory, *, budget_s: float | None = None, tests
     """Every step not recorded yet in ``directory/steps``, in order, each given what is left of
     ``budget_s`` (None: no budget). Returns 0 when every step has finished without findings, 1 when
     every step has finished and one found failures, 130 when the budget ran out or the call was
-    interrupted before the last step finished, and a step's own exit status when it stopped otherwise."""
+    interrupted before the last step finished, and a step's own exit status when it stopped otherwise
+    (128 + the signal's number where a signal ended it)."""
     directory = Path(directory)
     if budget_s is not None and not budget_s > 0:
         raise UsageError(f"--budget {budget_s:g}: must be a positive number of seconds")
+    steps = plan_steps(config_path, directory, tests, budget_s is not None)  # a config that does not read: nothing made
     steps_dir = directory / store.STEPS
     try:
         (steps_dir / CACHE).mkdir(parents=True, exist_ok=True)
         (steps_dir / ".gitignore").write_text(f"{CACHE}/\n")
     except OSError as error:
         raise ResultError(f"{steps_dir}: cannot write ({store.describe_os_error(error, steps_dir)})") from None
-    steps = plan_steps(config_path, directory, tests, budget_s is not None)
     env = step_environment(steps_dir)
     end = clock() + budget_s if budget_s is not None else None
     again = f"the same command again goes on: make gpu GPU_RESULTS={directory}"
@@ -238,7 +243,9 @@ def run_gpu(config_path: str, directory, *, budget_s: float | None = None, tests
         if stopped or status not in step.finished:
             said = f"{stopped}, exit {status}" if stopped else f"exit {status}"
             say(f"{HEAD}: {step.name} stopped ({said}) after {seconds:.0f} s; {again}")
-            return EXIT_INTERRUPTED if stopped else status
+            if stopped:
+                return EXIT_INTERRUPTED
+            return status if status >= 0 else 128 - status  # ended by a signal: its status as a shell gives it
         findings = findings or status != 0
         write_record(steps_dir, step.name, status, seconds)
     say(f"{HEAD}: every step finished: {directory}" + (" (with failures: see its steps/*.log)" if findings else ""))

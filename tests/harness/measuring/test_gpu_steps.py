@@ -128,6 +128,23 @@ def test_a_budget_spent_before_a_step_stops_there_and_a_step_that_fails_to_finis
         gpu_steps.run_gpu("unread.yaml", out, budget_s=0)
 
 
+def test_bad_input_is_one_line_and_makes_nothing(tiny_config, tmp_path, capsys):
+    out = tmp_path / "gpu"
+    assert cli.main(["gpu", str(tmp_path / "missing.yaml"), "-o", str(out)]) == 2
+    assert "missing.yaml: cannot read" in capsys.readouterr().err
+    assert cli.main(["gpu", str(tiny_config(TINY)), "-o", str(out), "--tests=-k 'unclosed"]) == 2
+    assert "--tests \"-k 'unclosed\": No closing quotation" in capsys.readouterr().err
+    assert cli.main(["gpu", str(tiny_config(TINY)), "-o", str(out), "--budget", "-5"]) == 2
+    assert "--budget -5: must be a positive number of seconds" in capsys.readouterr().err
+    assert not out.exists()
+
+
+def test_a_step_ended_by_a_signal_exits_as_a_shell_says(fake_steps, tmp_path, capsys):
+    fake_steps.append(python_step("check-a", "import os, signal; os.kill(os.getpid(), signal.SIGKILL)"))
+    assert gpu_steps.run_gpu("unread.yaml", tmp_path / "gpu") == 128 + signal.SIGKILL
+    assert f"make gpu: check-a stopped (exit {-signal.SIGKILL})" in capsys.readouterr().out
+
+
 def test_a_record_that_does_not_read_is_run_again(fake_steps, tmp_path, capsys):
     out = tmp_path / "gpu"
     (out / "steps").mkdir(parents=True)
