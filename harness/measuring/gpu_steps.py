@@ -195,16 +195,23 @@ def _stop(process: subprocess.Popen) -> None:
 
 
 def _stdout_bytes(chunk: bytes) -> None:
+    """A step's output to this process's stdout, after any text printed before it."""
+    sys.stdout.flush()
     out = getattr(sys.stdout, "buffer", None)
     if out is None:  # a stdout that takes text only (a test's capture)
         sys.stdout.write(chunk.decode(errors="replace"))
+        sys.stdout.flush()
     else:
         out.write(chunk)
-    sys.stdout.flush()
+        out.flush()
+
+
+def _say(text: str) -> None:
+    print(text, flush=True)  # before the step's output, which goes to stdout's bytes
 
 
 def run_gpu(config_path: str, directory, *, budget_s: float | None = None, tests: str = DEFAULT_TESTS,
-            say: Callable[[str], None] = print, clock: Callable[[], float] = time.monotonic) -> int:
+            say: Callable[[str], None] = _say, clock: Callable[[], float] = time.monotonic) -> int:
     """Every step not recorded yet in ``directory/steps``, in order, each given what is left of
     ``budget_s`` (None: no budget). Returns 0 when every step has finished without findings, 1 when
     every step has finished and one found failures, 130 when the budget ran out or the call was

@@ -221,7 +221,9 @@ def test_sigterm_to_make_gpu_stops_the_step_and_exits_130(tmp_path):
     script = tmp_path / "gpu_steps_faked.py"
     script.write_text(STEPS_SCRIPT)
     out = tmp_path / "gpu"
-    process = subprocess.Popen([sys.executable, str(script), str(out)], env=plugin_env(), stdout=subprocess.PIPE,
+    env = plugin_env()
+    env.pop("PYTHONUNBUFFERED", None)  # its stdout buffered, as a pipe's is by default
+    process = subprocess.Popen([sys.executable, str(script), str(out)], env=env, stdout=subprocess.PIPE,
                                stderr=subprocess.STDOUT, text=True, cwd=ROOT)
     log = out / "steps" / "pytest.log"
     wait_for(lambda: log.exists() and "testing" in log.read_text(), "the pytest step to start", process=process)
@@ -229,6 +231,9 @@ def test_sigterm_to_make_gpu_stops_the_step_and_exits_130(tmp_path):
     said = process.communicate(timeout=60)[0]
     assert process.returncode == 130, said
     assert "make gpu: pytest stopped (interrupted by SIGTERM, exit 3)" in said and "pytest got TERM" in said
+    # each step's line before its output, through a pipe too
+    assert said.index("make gpu: check-a (no budget)") < said.index("checked") \
+        < said.index("make gpu: pytest (no budget)") < said.index("testing")
     assert sorted(window.read_steps(out)) == ["check-a"]
 
 
