@@ -86,83 +86,42 @@ dashboard: $(STAMP)
 
 # Two gates on the quick sweep. Wall time: compared against the committed
 # baseline, normalised to each operator's declared reference strategy (so a
-# faster or slower CI machine cancels out), failing only past REGRESS_FACTOR
+# faster or slower CI machine cancels out), failing only past the gate's factor
 # and only when the suspect case regresses again when re-measured. Counts:
 # the same sweep counted under Callgrind against COUNTS_BASELINE, failing past
-# COUNTS_FACTOR (see docs/REGRESSION.md and docs/COUNTING.md).
-REGRESS_FACTOR ?= 2.0
-COUNTS_FACTOR ?= 1.03
+# the count gate's factor (see docs/REGRESSION.md and docs/COUNTING.md). The
+# factors are the code's (`scatterbench regress --help` quotes them);
+# REGRESS_FACTOR and COUNTS_FACTOR, when set, replace them for one call.
 COUNTS_BASELINE ?= results/baseline-counts
 regress: $(STAMP)
 	@$(VALGRIND_SETUP)
 	@rm -rf $(VENV)/regress-new
 	$(PY) -m harness regress results/baseline-quick configs/quick.yaml -o $(VENV)/regress-new \
-	  --factor $(REGRESS_FACTOR) --counts $(COUNTS_BASELINE) --counts-factor $(COUNTS_FACTOR) --no-progress
+	  $(if $(REGRESS_FACTOR),--factor $(REGRESS_FACTOR)) --counts $(COUNTS_BASELINE) \
+	  $(if $(COUNTS_FACTOR),--counts-factor $(COUNTS_FACTOR)) --no-progress
 
-# Re-measure this CPU's committed baseline: results/baseline-quick holds one per
-# CPU (model name, family-model, cores), and `regress` picks the one measured on
-# the CPU it runs on (or measures one from the stored baselines' commit).
-# It also re-counts the counts baseline of this tool-and-library version set
-# (COUNTS_BASELINE holds one per set; the dumps stay out of git).
+# Re-measure this machine's committed baselines (`scatterbench baseline`): this
+# CPU's in results/baseline-quick (one per CPU: model name, family-model, cores;
+# `regress` picks the one measured on the CPU it runs on, or measures one from
+# the stored baselines' commit), and this tool-and-library version set's in
+# COUNTS_BASELINE (one per set; the Callgrind dumps stay out of git).
 baseline: $(STAMP)
-	@slug=$$($(PY) -c 'from harness.measuring.facts import cpu_slug; print(cpu_slug())') && \
-	  rm -rf results/baseline-quick/$$slug && \
-	  $(PY) -m harness run configs/quick.yaml -o results/baseline-quick/$$slug --no-progress
 	@$(VALGRIND_SETUP)
-	@set=$$($(PY) -c 'from harness.measuring import callgrind; from harness.judging import count_gate; print(count_gate.versions_slug(callgrind.count_versions()))') && \
-	  rm -rf $(COUNTS_BASELINE)/$$set && \
-	  $(PY) -m harness run configs/quick.yaml --instrument callgrind -o $(COUNTS_BASELINE)/$$set --no-progress && \
-	  rm -rf $(COUNTS_BASELINE)/$$set/callgrind
+	$(PY) -m harness baseline --counts $(COUNTS_BASELINE)
 
-# Everything a GPU machine should do, as steps a later call resumes: the check
-# (a step per operator), the CUDA tests, the GPU_CONFIG sweep and its report. Each
-# step that finishes is recorded in GPU_RESULTS/steps/<step>.json (exit status,
-# seconds; its output in <step>.log), and the same command again on the same
-# GPU_RESULTS skips those and resumes the sweep (--resume): nothing measured is
-# lost. GPU_BUDGET (seconds, optional): this call's share of a short window; each
-# step gets what is left (a check or test step cut by it is run again next call),
-# and the sweep takes the plan's order, stopping before a case that would outlast
-# it (`scatterbench plan GPU_CONFIG --device cuda --budget S` prints the estimate).
-# GPU_RESULTS defaults to one directory per commit and GPU (named by the commit's
-# date, so `make report`'s newest run stays the newest). The check's verdicts, which
-# the sweep reuses, live in GPU_RESULTS/steps/cache (a few kB, ignored by git; the
-# compiled kernels stay in the suite's compile cache): a second call on a bare
-# machine finds them when the results directory travels whole. The exit status is
-# 1 when a finished step found failures, and the step's own (130: budget or
-# interrupt) when one did not finish. A CUDA build of torch must be importable
+# Everything a GPU machine should do, as steps a later call resumes
+# (`scatterbench gpu`, docs/GPU.md): the check (a step per operator), the CUDA
+# tests, the sweep and its report, each recorded in GPU_RESULTS/steps when it
+# finishes. GPU_CONFIG (the config), GPU_RESULTS (-o: the directory),
+# GPU_BUDGET (--budget: this call's seconds) and GPU_TESTS (--tests: pytest's
+# arguments) are passed on when set; unset, the command's defaults hold
+# (`scatterbench gpu --help`). Exit 1 when a finished step found failures,
+# 130 when the budget or an interrupt stopped a step: the same command again
+# goes on. A CUDA build of torch must be importable
 # (VENV_ARGS=--system-site-packages reuses the machine's; PY=python3 uses the
 # machine's Python as it is, without a venv).
-GPU_CONFIG  ?= configs/gpu.yaml
-GPU_RESULTS ?= results/$(shell git log -1 --format=%cd --date=format:%Y%m%dT%H%M%S 2>/dev/null)-gpu-$(shell \
-  git rev-parse --short=10 HEAD 2>/dev/null || echo unknown)-$(shell nvidia-smi --query-gpu=name --format=csv,noheader \
-  2>/dev/null | head -n1 | tr -cs 'A-Za-z0-9' '-' | sed 's/-$$//' | grep . || echo nogpu)
-GPU_BUDGET  ?=
-GPU_TESTS   ?= -m cuda
-gpu: SHELL := /bin/bash
 gpu: $(if $(filter $(VENV)/bin/python,$(PY)),$(STAMP))
-	@dir='$(GPU_RESULTS)'; steps="$$dir/steps"; mkdir -p "$$steps/cache" && printf 'cache/\n' > "$$steps/.gitignore" || exit 2; \
-	export SCATTERBENCH_COMPILE_CACHE_DIR="$$($(PY) -c 'from harness.base import caches; print(caches.compile_cache_root())')" \
-	  SCATTERBENCH_CACHE_DIR="$${SCATTERBENCH_CACHE_DIR:-$$(cd "$$steps/cache" && pwd)}"; \
-	end=$$(( $$(date +%s) + $(or $(GPU_BUDGET),315360000) )); findings=0; \
-	step() { name=$$1 finished=$$2 command=$$3; \
-	  if [ -f "$$steps/$$name.json" ]; then echo "make gpu: $$name finished before ($$steps/$$name.json)"; \
-	    grep -q '"exit": 0,' "$$steps/$$name.json" || findings=1; return 0; fi; \
-	  left=$$(( end - $$(date +%s) )); \
-	  if [ $$left -le 0 ]; then echo "make gpu: GPU_BUDGET spent before $$name; the same command again goes on"; return 130; fi; \
-	  echo "make gpu: $$name ($(if $(GPU_BUDGET),$$left s of the budget left,no budget))"; start=$$(date +%s); export left; \
-	  timeout --foreground -s TERM -k 30 $$left bash -c "$$command" 2>&1 | tee "$$steps/$$name.log"; rc=$${PIPESTATUS[0]}; \
-	  if [[ " $$finished " != *" $$rc "* ]]; then \
-	    echo "make gpu: $$name stopped (exit $$rc) after $$(( $$(date +%s) - start )) s; the same command again goes on: make gpu GPU_RESULTS=$$dir"; return $$rc; fi; \
-	  [ $$rc = 0 ] || findings=1; \
-	  printf '{"step": "%s", "exit": %d, "seconds": %d, "end": "%s"}\n' "$$name" $$rc $$(( $$(date +%s) - start )) \
-	    "$$(date -u +%FT%TZ)" > "$$steps/$$name.json"; }; \
-	for op in $$($(PY) -c 'import sys, yaml; print(*dict.fromkeys(b["op"] for b in yaml.safe_load(open(sys.argv[1]))["benchmarks"]))' $(GPU_CONFIG)); do \
-	  step check-$$op "0 1" "$(PY) -m harness check $(GPU_CONFIG) --op $$op --no-progress" || exit $$?; done; \
-	step pytest "0 1 5" "$(PY) -m pytest -q -p no:cacheprovider $(GPU_TESTS)" || exit $$?; \
-	step sweep 0 "$(PY) -m harness run $(GPU_CONFIG) --grid --no-progress \
-	  $$([ -f "$$dir/meta.json" ] && echo --resume || echo -o) $$dir $(if $(GPU_BUDGET),--budget \$$left)" || exit $$?; \
-	step report 0 "$(PY) report.py $$dir -o $$dir/report" || exit $$?; \
-	echo "make gpu: every step finished: $$dir$$([ $$findings = 0 ] || echo ' (with failures: see its steps/*.log)')"; exit $$findings
+	$(PY) -m harness gpu $(GPU_CONFIG) $(if $(GPU_RESULTS),-o $(GPU_RESULTS)) $(if $(GPU_BUDGET),--budget $(GPU_BUDGET)) $(if $(GPU_TESTS),--tests='$(GPU_TESTS)')
 
 clean-venv:
 	rm -rf $(VENV)
@@ -170,6 +129,4 @@ clean-venv:
 # The suite's cache folder (docs/CACHES.md): adversarial verdicts, bench()'s
 # copy ceilings, JAX's and Inductor's compiled kernels. Only time is lost.
 clean-cache: $(STAMP)
-	@dir=$$($(PY) -c 'from harness.base import caches; print(caches.cache_root())') && \
-	  compile=$$($(PY) -c 'from harness.base import caches; print(caches.compile_cache_root())') && \
-	  rm -rf "$$dir" "$$compile" && echo "removed $$dir" "$$compile"
+	$(PY) -m harness cache clear

@@ -1,5 +1,5 @@
-"""``scatterbench`` (also ``python -m harness``): list, check, run, plan, launch, compare,
-regress, merge, dashboard, report.
+"""``scatterbench`` (also ``python -m harness``): list, check, run, plan, gpu, launch, compare,
+regress, baseline, merge, dashboard, report, cache.
 
 This module parses and prints; the work is done by the module each command
 names (check.py, sweep.py, compare.py, ...). Every subcommand is declared
@@ -515,6 +515,49 @@ def cmd_regress(args) -> int:
     return EXIT_FINDINGS if failed else EXIT_OK
 
 
+# ------------------------------------------------------------------------- gpu
+@command("gpu", "everything a GPU machine should do (make gpu), as steps a later call resumes: the check "
+                "(a step per operator), the CUDA tests, the sweep and its report",
+         arg("config", nargs="?", default=None,
+             help=quoting("sweep config (default: the checkout's {})", "harness.measuring.gpu_steps", "DEFAULT_CONFIG")),
+         arg("-o", "--output", metavar="DIR",
+             help="the run's directory, its steps' records and logs in DIR/steps (make gpu's GPU_RESULTS; "
+                  "default: results/<commit date>-gpu-<commit>-<GPU>); the same command again on it goes on"),
+         arg("--budget", type=float, metavar="SECONDS",
+             help="this call's seconds (GPU_BUDGET): each step gets what is left, a step cut by it runs again next "
+                  "call, and the sweep stops before a case that would outlast it (exit 130)"),
+         arg("--tests", metavar="ARGS", default=None,
+             help=quoting("pytest's arguments, as one string (GPU_TESTS; default {!r}); give it as --tests='...'",
+                          "harness.measuring.gpu_steps", "DEFAULT_TESTS")))
+def cmd_gpu(args) -> int:
+    from harness.measuring import gpu_steps
+
+    directory = args.output or gpu_steps.default_directory()
+    return gpu_steps.run_gpu(str(args.config or gpu_steps.default_config()), directory, budget_s=args.budget,
+                             tests=gpu_steps.DEFAULT_TESTS if args.tests is None else args.tests)
+
+
+# -------------------------------------------------------------------- baseline
+@command("baseline", "re-measure this machine's baselines of the regress gates (make baseline): wall time for "
+                     "this CPU, counts for this tool-and-library version set",
+         arg("--config", default=None,
+             help=quoting("the gates' config (default {})", "harness.judging.baselines", "CONFIG")),
+         arg("--wall", metavar="ROOT", default=None,
+             help=quoting("where the wall-time baselines are, one per CPU (default {})", "harness.judging.baselines",
+                          "WALL_ROOT")),
+         arg("--counts", metavar="ROOT", default=None,
+             help=quoting("where the counts baselines are, one per version set (default {}; make's "
+                          "COUNTS_BASELINE)", "harness.judging.baselines", "COUNTS_ROOT")),
+         arg("--no-counts", action="store_true", help="the wall-time baseline alone (no Callgrind here)"))
+def cmd_baseline(args) -> int:
+    from harness.judging import baselines
+
+    if args.no_counts and args.counts:
+        raise UsageError("--no-counts: drop --counts, or this flag")
+    return baselines.measure_baselines(args.config or baselines.CONFIG, args.wall or baselines.WALL_ROOT,
+                                       None if args.no_counts else args.counts or baselines.COUNTS_ROOT)
+
+
 # ---------------------------------------------------------------------- launch
 @command("launch", "run a sweep as N shards through submitit (Slurm or local processes), then merge them",
          CONFIG,
@@ -621,6 +664,17 @@ def cmd_report(args) -> int:
     from harness.presenting import report
 
     return report.main(args.report_args)
+
+
+@command("cache", "the suite's cache folder (docs/CACHES.md): clear removes it and the compile caches; "
+                  "only time is lost",
+         arg("action", choices=("clear",), help="clear: remove the cache folder and the compile caches' folder"))
+def cmd_cache(args) -> int:
+    from harness.base import caches
+
+    for folder, there in caches.clear().items():
+        print(f"removed {folder}" if there else f"{folder}: not there, nothing to remove")
+    return EXIT_OK
 
 
 def cmd_case(args) -> int:

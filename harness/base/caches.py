@@ -8,8 +8,8 @@ harness/measuring/ceilings.py), the adversarial verdicts of unchanged code
 
 The folder is ``$SCATTERBENCH_CACHE_DIR``, else ``$XDG_CACHE_HOME/scatterbench``,
 else ``~/.cache/scatterbench`` (the compile caches in its ``compile`` folder
-unless ``$SCATTERBENCH_COMPILE_CACHE_DIR`` names another); ``make
-clean-cache`` removes both. Everything in
+unless ``$SCATTERBENCH_COMPILE_CACHE_DIR`` names another); ``scatterbench
+cache clear`` (``make clean-cache``) removes both (``clear``). Everything in
 it is keyed by what it depends on (code, library versions, machine), so a
 stale entry is never used, only left for the cleaner. A file that cannot be
 read (cut off, hand-edited, from another version) is ignored with a
@@ -20,12 +20,13 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import tempfile
 import warnings
 from pathlib import Path
 from typing import Callable
 
-from harness.base.errors import CacheWarning
+from harness.base.errors import CacheWarning, UsageError
 
 ENV = "SCATTERBENCH_CACHE_DIR"
 COMPILE_ENV = "SCATTERBENCH_COMPILE_CACHE_DIR"  # the compile caches elsewhere (the test suite shares one)
@@ -45,6 +46,25 @@ def compile_cache_root() -> Path:
     else ``cache_root()/compile``."""
     chosen = os.environ.get(COMPILE_ENV)
     return Path(chosen).expanduser() if chosen else cache_root() / "compile"
+
+
+def clear() -> dict[Path, bool]:
+    """Removes ``cache_root()`` and ``compile_cache_root()`` whole; returns each folder and whether
+    it was there. A folder that holds the home directory or this checkout is refused, never
+    removed: a cache variable set to one by mistake."""
+    from harness.base.checkout import ROOT
+
+    folders = list(dict.fromkeys(path.resolve() for path in (cache_root(), compile_cache_root())))
+    for folder in folders:
+        for kept in (Path.home(), ROOT):
+            if kept.resolve().is_relative_to(folder):
+                raise UsageError(f"{folder}: holds {kept}, not a cache folder to remove (check ${ENV} and "
+                                 f"${COMPILE_ENV})")
+    found = {folder: folder.exists() for folder in folders}
+    for folder in folders:
+        if folder.exists():  # the compile folder may have gone with the cache folder holding it
+            shutil.rmtree(folder)
+    return found
 
 
 def warn(text: str) -> None:

@@ -25,7 +25,6 @@ memory than the device has) with the reason.
 
 from __future__ import annotations
 
-import json
 import math
 import statistics
 import time
@@ -34,7 +33,8 @@ from pathlib import Path
 
 from harness.base.config import Case, Config
 from harness.base.errors import ResultError, UsageError
-from harness.measuring import check, memory, timing, verdict_cache
+from harness.measuring import check, gpu_steps, memory, timing, verdict_cache
+from harness.measuring.gpu_steps import read_steps
 from harness.measuring.sweep import PHASE_ADVERSARIAL, PHASE_SETTLE, PHASE_TIME
 from harness.results import store
 from impls import training
@@ -61,9 +61,6 @@ XCHECK_S = 0.15  # triton.testing.do_bench's warm-up (25 ms) and repetitions (10
 PHASE_CASE_CHECK, PHASE_REPORT = "check per case", "report"
 CASE_PHASES = (PHASE_CASE_CHECK, check.PHASE_PREPARE, PHASE_TIME)
 
-# The steps of `make gpu`, as its records in DIR/steps name them (the Makefile writes them).
-STEP_CHECK, STEP_PYTEST, STEP_SWEEP, STEP_REPORT = "check", "pytest", "sweep", "report"
-
 
 # ---------------------------------------------------------------- what was measured
 @dataclass
@@ -79,19 +76,6 @@ class Measured:
     def label(self) -> str:
         gpu = self.meta.get("gpu_name")
         return f"{self.path}" + (f" ({gpu})" if gpu else "")
-
-
-def read_steps(directory) -> dict[str, dict]:
-    """The records ``make gpu`` left in ``directory/steps`` (name -> record), those that read."""
-    found = {}
-    for path in sorted((Path(directory) / store.STEPS).glob("*.json")):
-        try:
-            record = json.loads(path.read_text())
-        except (OSError, ValueError):
-            continue
-        if isinstance(record, dict) and isinstance(record.get("seconds"), (int, float)):
-            found[path.stem] = record
-    return found
 
 
 def measured_runs(roots, device: str) -> list[Measured]:
@@ -368,7 +352,7 @@ def _step_estimate(runs: list[Measured], step: str, default: float, what: str, p
     recorded per operator (``step``-<op>, ``parts`` of them): the operators a run did not record are
     taken at the mean of those it did."""
     for run in runs:
-        records = [record for name, record in run.steps.items() if name == step or name.startswith(step + "-")]
+        records = [record for name, record in run.steps.items() if gpu_steps.step_of(name) == step]
         if records:
             seconds = sum(float(r["seconds"]) for r in records)
             if len(records) < parts:
@@ -403,10 +387,9 @@ def _adversarial_estimate(runs: list[Measured], keys: int) -> Estimate:
                     f"no measurement: assumes {DEFAULT_ADVERSARIAL_S_PER_KEY:g} s a strategy key, {keys} keys")
 
 
-def _left_of(estimate: Estimate, finished: dict[str, dict], step: str, parts: list[str]) -> Estimate:
-    """``estimate`` of a step less its ``parts`` (the check's operators; [] for a step in one piece)
-    already recorded in ``finished`` (the resumed directory's steps)."""
-    names = [f"{step}-{part}" for part in parts] or [step]
+def _left_of(estimate: Estimate, finished: dict[str, dict], names: list[str]) -> Estimate:
+    """``estimate`` of a step less its parts ``names`` (the check's, one per operator; a step in one
+    piece is its own) already recorded in ``finished`` (the resumed directory's steps)."""
     done = [name for name in names if name in finished]
     if not done:
         return estimate
@@ -432,8 +415,8 @@ def make_plan(config: Config, config_path: str, cases: list[Case], device: str, 
     points = coverage_first(list(groups.values()))
     keys = len(verdict_cache.VerdictCache.keys(cases))
     adversarial = _adversarial_estimate(runs, keys)
-    ops = list(dict.fromkeys(bench.op for bench in config.benchmarks))  # make gpu checks an operator a step
-    check_step = _step_estimate(runs, STEP_CHECK, adversarial.seconds,
+    ops = gpu_steps.checked_ops(config)  # make gpu checks an operator a step
+    check_estimate = _step_estimate(runs, gpu_steps.STEP_CHECK, adversarial.seconds,
                                 f"the adversarial check of {keys} strategy keys, as estimated for the sweep", len(ops))
     sweep_phases = [
         ("ceilings", _phase_estimate(runs, "ceilings", DEFAULT_CEILINGS_S, "copies on the device")),
@@ -445,12 +428,12 @@ def make_plan(config: Config, config_path: str, cases: list[Case], device: str, 
         (PHASE_TIME, _case_phase([c.time for p in points for c in p.measured])),
     ]
     phases = [
-        ("check (make gpu)", _left_of(check_step, finished, STEP_CHECK, ops)),
+        ("check (make gpu)", _left_of(check_estimate, finished, [gpu_steps.check_step(op) for op in ops])),
         (f"pytest -m {device}" if device == "cuda" else "pytest",
-         _left_of(_step_estimate(runs, STEP_PYTEST, DEFAULT_PYTEST_S, "its tests on the device"), finished,
-                  STEP_PYTEST, [])),
+         _left_of(_step_estimate(runs, gpu_steps.STEP_PYTEST, DEFAULT_PYTEST_S, "its tests on the device"), finished,
+                  [gpu_steps.STEP_PYTEST])),
         *sweep_phases,
-        (PHASE_REPORT, _step_estimate(runs, STEP_REPORT, DEFAULT_REPORT_S, "report.build with its figures")),
+        (PHASE_REPORT, _step_estimate(runs, gpu_steps.STEP_REPORT, DEFAULT_REPORT_S, "report.build with its figures")),
     ] if steps else sweep_phases
     plan = Plan(config_path, device, phases, points, runs, done, budget_s)
     if not runs:

@@ -48,7 +48,8 @@ META, ROWS, SAMPLES, LOCK = "meta.json", "rows.csv", "samples.jsonl", ".lock"
 IN_FLIGHT = "in-flight.json"
 PROBE = ".write-probe-"
 # What `make gpu` records of its steps (the check, the CUDA tests, the sweep, the report), beside
-# the run it makes: a folder a new run may find in its directory (harness/measuring/plan.py reads it).
+# the run it makes: a folder a new run may find in its directory (harness/measuring/gpu_steps.py
+# writes and reads it; plan.py estimates from it).
 STEPS = "steps"
 # Room kept while a run writes (sixteen times a typical meta.json), given back when the disk
 # fills, so that meta.json can still say the run stopped, and why (RunWriter.free_reserve).

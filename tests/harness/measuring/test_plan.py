@@ -9,7 +9,7 @@ import pytest
 
 from harness import cli
 from harness.base.config import Case, expand, load_config
-from harness.measuring import check
+from harness.measuring import check, gpu_steps
 from harness.measuring import plan as window
 from harness.measuring.session import Interrupted, MemoryWriter
 from harness.measuring.sweep import run_sweep
@@ -30,11 +30,10 @@ def h200_copy(tmp_path, **meta):
 
 
 def record_step(directory, name: str, seconds: float, exit_status: int = 0) -> None:
-    """A step's record as `make gpu` writes it."""
+    """A step's record as `make gpu` writes it (harness/measuring/gpu_steps.py)."""
     steps = directory / store.STEPS
     steps.mkdir(parents=True, exist_ok=True)
-    (steps / f"{name}.json").write_text(json.dumps({"step": name, "exit": exit_status, "seconds": seconds,
-                                                    "end": "2026-11-28T00:00:00Z"}) + "\n")
+    gpu_steps.write_record(steps, name, exit_status, seconds)
 
 
 def phases(plan) -> dict:
