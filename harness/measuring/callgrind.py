@@ -32,7 +32,7 @@ from harness.base.checkout import ROOT
 from harness.base.config import Case
 from harness.base.errors import ResultError, UsageError
 from harness.measuring import facts, pinning, sweep
-from harness.measuring.session import RunSession
+from harness.measuring.session import NoCaseInFlight, RunSession
 from harness.results import counts, metrics, store
 from impls.backends import BACKENDS, get_backend
 from impls.registry import get_operator
@@ -365,21 +365,16 @@ def _count_in(work: Path, dumps: Path, cases, by_id, first: int, plan, writer, c
 
 
 # --------------------------------------------------------------- the child
-class _RowPrinter:
-    """The child's writer: each finished case as one marked line on stdout."""
+class _RowPrinter(NoCaseInFlight):
+    """The child's writer: each finished case as one marked line on stdout.
+    The parent, not the counting child, keeps the run's directory: a case
+    the child dies in is the parent's to record (a missing row), so the
+    child marks no case in flight."""
 
     def append(self, row: dict, samples_s=None, round_sizes=None) -> None:
         clean = {key: (None if isinstance(value, float) and math.isnan(value) else value)
                  for key, value in row.items()}
         _emit({"event": "row", "case_id": row["case_id"], "row": clean})
-
-    # The parent, not the counting child, keeps the run's directory: a case the
-    # child dies in is the parent's to record (a missing row), so nothing is marked here.
-    def begin_case(self, case: dict) -> None:
-        pass
-
-    def end_case(self) -> None:
-        pass
 
 
 def _emit(event: dict) -> None:

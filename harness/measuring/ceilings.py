@@ -373,18 +373,15 @@ def _fresh_writers(allocate, size: int, passes: int) -> list:
     import numpy as np
     import torch
 
-    def with_torch():
-        for _ in range(passes):
-            buffer = torch.as_tensor(allocate(size))
-            buffer.fill_(1.0)
-            del buffer
+    def writer(wrap, fill):
+        def write():
+            for _ in range(passes):
+                buffer = wrap(allocate(size))
+                fill(buffer, 1.0)
+                del buffer
+        return write
 
-    def with_numpy():
-        for _ in range(passes):
-            buffer = np.asarray(allocate(size))
-            buffer.fill(1.0)
-            del buffer
-
+    with_torch, with_numpy = writer(torch.as_tensor, torch.Tensor.fill_), writer(np.asarray, np.ndarray.fill)
     return [with_torch, with_numpy] if size <= CURVE_SMALL_WRITE_BYTES else [with_torch]
 
 

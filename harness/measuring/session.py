@@ -87,7 +87,19 @@ class PhaseClock:
         return {phase: round(seconds, 3) for phase, seconds in self.seconds.items()}
 
 
-class MemoryWriter:
+class NoCaseInFlight:
+    """A writer's ``begin_case`` and ``end_case`` for a writer that marks no
+    case in flight (``store.RunWriter`` marks one on disk, for --resume to
+    record the case a run died in): they do nothing."""
+
+    def begin_case(self, case: dict) -> None:
+        pass
+
+    def end_case(self) -> None:
+        pass
+
+
+class MemoryWriter(NoCaseInFlight):
     """A run's rows kept in memory (``bench()`` without ``out``): nothing on
     disk for a later --resume, so no case in flight to record, nothing to
     close. ``meta``: the fields of a run's meta.json that its cases and its
@@ -104,12 +116,6 @@ class MemoryWriter:
 
     def append(self, row: dict, samples_s=None, round_sizes=None) -> None:
         self.rows.append(dict(row))
-
-    def begin_case(self, case: dict) -> None:
-        pass
-
-    def end_case(self) -> None:
-        pass
 
     def update_meta(self, **fields) -> None:
         self.meta.update(fields)
