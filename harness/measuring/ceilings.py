@@ -513,23 +513,39 @@ def remember(measured: Measured, threads=None, *, max_age_s: float = REUSE_MAX_A
     entries past ``max_age_s`` are dropped."""
     if measured.reused_from or not measured.ceilings or not math.isfinite(measured.measured_epoch):
         return
-    path = _cache_path()
-    data = caches.read_json(path, on_warning) or {}
-    machines = data.get("machines") if isinstance(data.get("machines"), dict) else {}
-    key = machine_key(threads)
-    entries = machines.get(key) if isinstance(machines.get(key), dict) else {}
+    entries = {}
     for device, gbps in measured.ceilings.items():
         if math.isfinite(gbps) and gbps > 0:
             entries[device] = {"gbps": gbps, "tries": measured.tries.get(device, []),
                                "measured_at": measured.measured_at, "measured_epoch": measured.measured_epoch}
             if device == "cpu" and measured.fresh_writes:  # measured with it: as quiet, as old
                 entries[device]["fresh_writes"] = dict(measured.fresh_writes)
-    machines[key] = entries
     moment = time.time()
-    machines = {name: {device: entry for device, entry in found.items()
-                       if _usable_entry(entry, moment, max_age_s)}
-                for name, found in machines.items() if isinstance(found, dict)}
-    caches.write_json(path, {"machines": {name: found for name, found in machines.items() if found}}, on_warning)
+    _store(_cache_path(), threads, entries, lambda entry: _usable_entry(entry, moment, max_age_s), on_warning)
+
+
+def _stored_machines(path, on_warning: Callable[[str], None]) -> dict:
+    """A cache file's entries (ceilings or curves) per machine key: {} where it holds none."""
+    data = caches.read_json(path, on_warning) or {}
+    return data.get("machines") if isinstance(data.get("machines"), dict) else {}
+
+
+def _this_machine(machines: dict, key: str) -> dict:
+    """The entries per device ``machines`` holds under ``key``: {} where it holds none."""
+    return machines.get(key) if isinstance(machines.get(key), dict) else {}
+
+
+def _store(path, threads, entries: dict, usable: Callable[[object], bool], on_warning: Callable[[str], None]) -> None:
+    """Adds ``entries`` (device -> entry, replacing those stored) to this
+    machine's under ``threads`` in the cache file ``path``, and writes it
+    back with each machine's entries that ``usable`` keeps, and only the
+    machines left with any."""
+    machines = _stored_machines(path, on_warning)
+    key = machine_key(threads)
+    machines[key] = {**_this_machine(machines, key), **entries}
+    kept = {name: {device: entry for device, entry in found.items() if usable(entry)}
+            for name, found in machines.items() if isinstance(found, dict)}
+    caches.write_json(path, {"machines": {name: found for name, found in kept.items() if found}}, on_warning)
 
 
 def _curves_path():
@@ -556,10 +572,7 @@ def reuse_curves(devices, threads=None, *, max_age_s: float = CURVES_REUSE_MAX_A
     """The quiet curves of ``devices`` this machine measured under the same
     threads within ``max_age_s`` (those it has): (device -> curve, device ->
     when it was measured)."""
-    data = caches.read_json(_curves_path(), on_warning) or {}
-    machines = data.get("machines") if isinstance(data.get("machines"), dict) else {}
-    stored = machines.get(machine_key(threads))
-    stored = stored if isinstance(stored, dict) else {}
+    stored = _this_machine(_stored_machines(_curves_path(), on_warning), machine_key(threads))
     moment = now()
     kept = {device: stored[device] for device in sorted(set(devices))
             if _usable_curve(stored.get(device), moment, max_age_s)}
@@ -574,14 +587,7 @@ def remember_curves(curves: dict, threads=None, *, max_age_s: float = CURVES_REU
     quiet = {device: curve for device, curve in curves.items() if _usable_curve(curve, moment, max_age_s)}
     if not quiet:
         return
-    path = _curves_path()
-    data = caches.read_json(path, on_warning) or {}
-    machines = data.get("machines") if isinstance(data.get("machines"), dict) else {}
-    key = machine_key(threads)
-    machines[key] = {**(machines.get(key) if isinstance(machines.get(key), dict) else {}), **quiet}
-    machines = {name: {device: curve for device, curve in found.items() if _usable_curve(curve, moment, max_age_s)}
-                for name, found in machines.items() if isinstance(found, dict)}
-    caches.write_json(path, {"machines": {name: found for name, found in machines.items() if found}}, on_warning)
+    _store(_curves_path(), threads, quiet, lambda curve: _usable_curve(curve, moment, max_age_s), on_warning)
 
 
 def measure_or_reuse(devices, threads=None, *, fresh: bool = False, max_age_s: float = REUSE_MAX_AGE_S,
