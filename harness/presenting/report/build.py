@@ -452,17 +452,19 @@ def refuse_unfit(dirs) -> None:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="report.py", description=DOC.splitlines()[0])
+
+    def switch(flag: str, help_text: str) -> None:
+        """An on/off option, off unless given."""
+        parser.add_argument(flag, action="store_true", help=help_text)
+
     parser.add_argument("dirs", nargs="+", help="result directories")
     parser.add_argument("-o", "--output", default="report", help="output directory (default ./report)")
     parser.add_argument("--name", default="report", help="file stem of the .md and .html (default report)")
-    parser.add_argument("--light", action="store_true",
-                        help="tables, conclusions and scaling plots only, figures linked (the dashboard's kind)")
-    parser.add_argument("--fit-only", action="store_true",
-                        help="refuse (exit 2) when any run fails the fitness rule, instead of putting it in the "
-                             "appendix (make publish; ALLOW_UNFIT=1 lifts it)")
-    parser.add_argument("--fresh-figures", action="store_true",
-                        help="empty OUT/figures first, once the runs are read (and found fit with --fit-only), so "
-                             "no figure of an older report lingers there")
+    switch("--light", "tables, conclusions and scaling plots only, figures linked (the dashboard's kind)")
+    switch("--fit-only", "refuse (exit 2) when any run fails the fitness rule, instead of putting it in the appendix "
+                         "(make publish; ALLOW_UNFIT=1 lifts it)")
+    switch("--fresh-figures", "empty OUT/figures first, once the runs are read (and found fit with --fit-only), so "
+                              "no figure of an older report lingers there")
     parser.add_argument("--left-out", action="append", default=[], metavar="DIR",
                         help="a run left out for failing the fitness rule: named, with the machine it leaves "
                              "missing, in the report's first paragraph (repeatable)")
@@ -470,11 +472,9 @@ def main(argv=None) -> int:
                         help="a file of committed runs left out, each line a directory and its reason (make "
                              "publish: docs/RUNS_LEFT_OUT); a fit run may be left out with a reason, and the report "
                              "compares its winners with the published ones")
-    parser.add_argument("--png-only", action="store_true",
-                        help="figures as PNG only, no SVG beside them (make publish: docs/figures in one format)")
-    parser.add_argument("--pages", action="store_true",
-                        help="the operators' sections and the defects on pages of their own, OUT/<name>/<op>.md "
-                             "(make publish)")
+    switch("--png-only", "figures as PNG only, no SVG beside them (make publish: docs/figures in one format)")
+    switch("--pages", "the operators' sections and the defects on pages of their own, OUT/<name>/<op>.md "
+                      "(make publish)")
     args = parser.parse_args(argv)
     try:
         if args.fit_only:
