@@ -39,3 +39,16 @@ def in_group(frame, row):
     for column in CASE_GROUP:
         mask = mask & (frame[column] == (row.get(column, "forward") if column == "mode" else row[column]))
     return frame[mask]
+
+
+def grid_cells(rows, column, values, missing: str, cell) -> list[str]:
+    """One strategy's cells in a grid of strategies × ``column`` (the
+    terminal's case tables: × parameters; the report's machines table: ×
+    machine), from ``rows`` (a DataFrame of that strategy's rows): for each
+    of ``values``, ``cell(value, found)`` of the first row with it in
+    ``column`` (``found``, a one-row frame), or ``missing`` where none has it."""
+    cells = []
+    for value in values:
+        found = rows[rows[column] == value]
+        cells.append(missing if found.empty else cell(value, found.iloc[:1]))
+    return cells

@@ -24,7 +24,7 @@ from rich.progress import (
 from rich.table import Table
 from rich.text import Text
 
-from harness.base.cases import CASE_GROUP
+from harness.base.cases import CASE_GROUP, grid_cells
 from harness.base.format import (  # noqa: F401
     fmt_num,
     fmt_p,
@@ -307,24 +307,21 @@ def grid_tables(rows: pd.DataFrame, judged: bool = True) -> list:
             table.add_column(labels[p], justify="right")
         best = {p: set(analysis.winners(analysis.answer(cell_group) if judged else None))
                 for p, cell_group in group.groupby("params")}
+
+        def cell(p, found):
+            r = found.iloc[0]
+            if not analysis.timed(found).iloc[0]:
+                return f"[{STATUS_STYLE.get(r['status'], '')}]{escape(r['status'])}[/]"
+            mark = (UNSTABLE_MARK if analysis.unstable(r) else "") \
+                + (f" {floors.OVER_FLOOR_MARK}" if floors.over_floor(r.get("pct_of_floor")) else "")
+            text = f"{fmt_time(r['median_s'])}{mark}"
+            if math.isfinite(r["speedup"]):
+                text += f" ({fmt_ratio(r['speedup'])})"
+            return f"[bold green]{text} {BEST_MARK}[/]" if r["strategy"] in best.get(p, ()) else text
+
         for name, by_strategy in group.groupby("strategy", sort=False):
-            cells = []
-            for p in columns:
-                found = by_strategy[by_strategy["params"] == p]
-                if found.empty:
-                    cells.append("")
-                    continue
-                r = found.iloc[0]
-                if not analysis.timed(found.iloc[:1]).iloc[0]:
-                    cells.append(f"[{STATUS_STYLE.get(r['status'], '')}]{escape(r['status'])}[/]")
-                    continue
-                mark = (UNSTABLE_MARK if analysis.unstable(r) else "") \
-                    + (f" {floors.OVER_FLOOR_MARK}" if floors.over_floor(r.get("pct_of_floor")) else "")
-                text = f"{fmt_time(r['median_s'])}{mark}"
-                if math.isfinite(r["speedup"]):
-                    text += f" ({fmt_ratio(r['speedup'])})"
-                cells.append(f"[bold green]{text} {BEST_MARK}[/]" if name in best.get(p, ()) else text)
-            table.add_row(escape(name) + (f" {PARTIAL_MARK}" if name in partial else ""), *cells)
+            table.add_row(escape(name) + (f" {PARTIAL_MARK}" if name in partial else ""),
+                          *grid_cells(by_strategy, "params", columns, "", cell))
         out.append(table)
     return out
 

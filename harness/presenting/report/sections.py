@@ -10,7 +10,7 @@ import re
 import pandas as pd
 
 from harness.base.format import fmt_num, fmt_pct, fmt_ratio, fmt_time, md_escape, params_label, shorten
-from harness.base.cases import with_mode
+from harness.base.cases import grid_cells, with_mode
 from harness.judging import analysis
 from harness.judging.analysis import (
     TIMERS_DISAGREE,
@@ -845,24 +845,18 @@ def machines_table(case: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
     # In the first machine's order, then the strategies it did not rank in the next one's.
     order = sorted(dict.fromkeys(case["strategy"]),
                    key=lambda name: tuple(ranks[m].get(name, 10**6) for m in machines))
-    table = []
-    for name in order:
-        cells = [name]
-        for machine in machines:
-            found = case[(case["machine"] == machine) & (case["strategy"] == name)]
-            if found.empty:
-                cells.append("–")
-                continue
-            row = found.iloc[0]
-            if not finite(row["median_s"]):
-                cells.append(str(row["status"]))
-                continue
-            place = ranks[machine].get(name)
-            rank_text = f"rank {place}" if place else ("not ranked" if row["status"] in CORRECT else row["status"])
-            cells.append(f"{fmt_time(row['median_s'])}{' ' + UNSTABLE.mark if unstable(row) else ''} · "
-                         f"{floors.ceiling_cell(row['pct_of_ceiling'])} · {rank_text}")
-        table.append(cells)
-    return header, table
+
+    def cell(machine, found):
+        row = found.iloc[0]
+        if not finite(row["median_s"]):
+            return str(row["status"])
+        place = ranks[machine].get(row["strategy"])
+        rank_text = f"rank {place}" if place else ("not ranked" if row["status"] in CORRECT else row["status"])
+        return (f"{fmt_time(row['median_s'])}{' ' + UNSTABLE.mark if unstable(row) else ''} · "
+                f"{floors.ceiling_cell(row['pct_of_ceiling'])} · {rank_text}")
+
+    return header, [[name] + grid_cells(case[case["strategy"] == name], "machine", machines, "–", cell)
+                    for name in order]
 
 
 def machines_sentence(case: pd.DataFrame) -> str:
