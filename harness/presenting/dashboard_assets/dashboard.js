@@ -67,30 +67,28 @@
   }
   SB.timeTick = timeTick;
 
-  function dashSample(dash) {
-    var svg = document.createElementNS(SVG, "svg"), line = document.createElementNS(SVG, "line");
-    svg.setAttribute("width", "28");
-    svg.setAttribute("height", "8");
-    line.setAttribute("x1", "0");
-    line.setAttribute("y1", "4");
-    line.setAttribute("x2", "28");
-    line.setAttribute("y2", "4");
-    line.setAttribute("stroke", "#444");
-    line.setAttribute("stroke-width", "2");
-    if (dash.length) line.setAttribute("stroke-dasharray", dash.join(" "));
-    svg.appendChild(line);
+  // An SVG element with the given attributes, set in the object's order.
+  function svgElement(name, attributes) {
+    var element = document.createElementNS(SVG, name);
+    Object.keys(attributes).forEach(function (key) { element.setAttribute(key, attributes[key]); });
+    return element;
+  }
+
+  // A legend entry's sample: ``shape`` in an SVG of its own, ``width`` × ``height``.
+  function sample(width, height, shape) {
+    var svg = svgElement("svg", {width: String(width), height: String(height)});
+    svg.appendChild(shape);
     return svg;
   }
 
+  function dashSample(dash) {
+    var line = svgElement("line", {x1: "0", y1: "4", x2: "28", y2: "4", stroke: "#444", "stroke-width": "2"});
+    if (dash.length) line.setAttribute("stroke-dasharray", dash.join(" "));
+    return sample(28, 8, line);
+  }
+
   function colourSample(colour) {
-    var svg = document.createElementNS(SVG, "svg"), box = document.createElementNS(SVG, "rect");
-    svg.setAttribute("width", "12");
-    svg.setAttribute("height", "12");
-    box.setAttribute("width", "12");
-    box.setAttribute("height", "12");
-    box.setAttribute("fill", colour);
-    svg.appendChild(box);
-    return svg;
+    return sample(12, 12, svgElement("rect", {width: "12", height: "12", fill: colour}));
   }
 
   // The chart's legend, grouped: one entry per machine (its dash pattern), one per strategy
