@@ -33,6 +33,7 @@ cannot do so for the standard library's.
 
 from __future__ import annotations
 
+import math
 import os
 
 # Fused multiply-add in the dispersion sums (one rounding, not two); said
@@ -160,6 +161,13 @@ def _launch(kernel, grid, *args, **constexprs):
     kernel[grid](*args, **constexprs)
 
 
+def _launch_tiles(kernel, rows: int, width: int, extents: tuple[int, ...], *args, **constexprs):
+    """``kernel`` launched over the tiles of a (rows, width) grid (`_grid`),
+    with its WIDTH_P2 and its WIDE (`needs_int64` of ``extents``)."""
+    grid, width_p2 = _grid(kernel, rows, width)
+    _launch(kernel, grid, *args, WIDTH_P2=width_p2, WIDE=needs_int64(*extents), **constexprs)
+
+
 @triton.jit
 def _tile(rows, width, WIDTH_P2: tl.constexpr, WIDE: tl.constexpr, TILE: tl.constexpr, MAX_W: tl.constexpr):
     """This program's tile of a (rows, width) grid, as `_grid` numbers them:
@@ -217,10 +225,8 @@ def maxpool2d(x: torch.Tensor, k: int):
     indices = torch.empty((N, C, h, w), dtype=torch.int64, device=x.device)
     rows = N * C * h
     if values.numel():
-        grid, width_p2 = _grid(_maxpool2d_kernel, rows, w)
-        wide = needs_int64(_span(x), H * W, values.numel())
-        _launch(_maxpool2d_kernel, grid, x, values, indices, rows, C, h, w, W, *x.stride(),
-                K=k, WIDTH_P2=width_p2, WIDE=wide)
+        _launch_tiles(_maxpool2d_kernel, rows, w, (_span(x), H * W, values.numel()),
+                      x, values, indices, rows, C, h, w, W, *x.stride(), K=k)
     return values, indices
 
 
@@ -255,10 +261,8 @@ def unpool_gather(values: torch.Tensor, positions: torch.Tensor, out_shape, wind
     values, positions = values.contiguous(), positions.contiguous()
     out = torch.empty(out_shape, dtype=values.dtype, device=values.device)
     if out.numel():
-        grid, width_p2 = _grid(_unpool_gather_kernel, planes * H, W)
-        wide = needs_int64(out.numel(), values.numel())
-        _launch(_unpool_gather_kernel, grid, values, positions, out, planes * H, H, W, h, w,
-                KH=KH, KW=KW, WIDTH_P2=width_p2, WIDE=wide)
+        _launch_tiles(_unpool_gather_kernel, planes * H, W, (out.numel(), values.numel()),
+                      values, positions, out, planes * H, H, W, h, w, KH=KH, KW=KW)
     return out
 
 
@@ -296,15 +300,10 @@ def unpool_scatter(values: torch.Tensor, positions: torch.Tensor, out_shape):
     positions are masked, never written)."""
     rows = out_shape[0] * out_shape[1]
     values, positions = values.reshape(rows, -1).contiguous(), positions.reshape(rows, -1).contiguous()
-    L = values.shape[1]
-    P = 1
-    for size in out_shape[2:]:
-        P *= size
+    L, P = values.shape[1], math.prod(out_shape[2:])
     out = torch.zeros(out_shape, dtype=values.dtype, device=values.device)
     if values.numel():
-        grid, width_p2 = _grid(_unpool_scatter_kernel, rows, L)
-        wide = needs_int64(values.numel(), out.numel())
-        _launch(_unpool_scatter_kernel, grid, values, positions, out, rows, L, P, WIDTH_P2=width_p2, WIDE=wide)
+        _launch_tiles(_unpool_scatter_kernel, rows, L, (values.numel(), out.numel()), values, positions, out, rows, L, P)
     return out
 
 
@@ -323,19 +322,14 @@ def unpool_backward(grad_out: torch.Tensor, positions: torch.Tensor, values_shap
     """maxunpool's backward (docs/SPEC.md §1.5): grad_values = grad_out gathered at the
     positions, one read per pooled element, grad_values written once. A
     strided gradient is copied first (the kernel reads rows of P)."""
-    rows = values_shape[0] * values_shape[1]
-    L = 1
-    for size in values_shape[2:]:
-        L *= size
+    rows, L = values_shape[0] * values_shape[1], math.prod(values_shape[2:])
     P = grad_out.numel() // max(rows, 1)
     grad_out = grad_out.contiguous().reshape(rows, P)
     positions = positions.reshape(rows, L).contiguous()
     grad_values = torch.empty(values_shape, dtype=grad_out.dtype, device=grad_out.device)
     if grad_values.numel():
-        grid, width_p2 = _grid(_unpool_backward_kernel, rows, L)
-        wide = needs_int64(grad_out.numel(), grad_values.numel())
-        _launch(_unpool_backward_kernel, grid, grad_out, positions, grad_values, rows, L, P,
-                WIDTH_P2=width_p2, WIDE=wide)
+        _launch_tiles(_unpool_backward_kernel, rows, L, (grad_out.numel(), grad_values.numel()),
+                      grad_out, positions, grad_values, rows, L, P)
     return grad_values
 
 
@@ -377,10 +371,8 @@ def dispersion(x: torch.Tensor, mask: torch.Tensor, S: int):
     y = torch.empty((B, 1, H, out_W), dtype=x.dtype, device=x.device)
     mask = mask.contiguous()
     if y.numel():
-        grid, width_p2 = _grid(_dispersion_kernel, B * H, out_W)
-        wide = needs_int64(_span(x), H * W, y.numel())
-        _launch(_dispersion_kernel, grid, x, mask, y, B * H, C, H, W, out_W, S, *x.stride(),
-                WIDTH_P2=width_p2, WIDE=wide)
+        _launch_tiles(_dispersion_kernel, B * H, out_W, (_span(x), H * W, y.numel()),
+                      x, mask, y, B * H, C, H, W, out_W, S, *x.stride())
     return y
 
 
@@ -438,8 +430,6 @@ def dispersion_pinv(y: torch.Tensor, mask: torch.Tensor, S: int, C: int, tables=
     x = torch.empty((B, C, H, W), dtype=y.dtype, device=y.device)
     if x.numel():
         inv_coverage, inv_mask = tables if tables is not None else pinv_tables(mask, S, C)
-        grid, width_p2 = _grid(_dispersion_pinv_kernel, B * C * H, W)
-        wide = needs_int64(_span(y), H * W, x.numel())
-        _launch(_dispersion_pinv_kernel, grid, y, inv_coverage, inv_mask, x, B * C * H, C, H, W, S, y.stride(0),
-                y.stride(2), y.stride(3), WIDTH_P2=width_p2, WIDE=wide)
+        _launch_tiles(_dispersion_pinv_kernel, B * C * H, W, (_span(y), H * W, x.numel()),
+                      y, inv_coverage, inv_mask, x, B * C * H, C, H, W, S, y.stride(0), y.stride(2), y.stride(3))
     return x
