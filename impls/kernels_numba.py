@@ -112,27 +112,32 @@ def maxunpool(values, positions, out):
     return bad
 
 
+@numba.njit(inline="always")
+def _spread_row(narrow, b, h, mask_row, S, W, wide_row, divide):
+    """One (b, h) row of the dispersion's sum (the forward, and the
+    pseudo-inverse's adjoint): ``wide_row`` (W' values, in L1) zeroed, then
+    each channel's row of ``narrow`` times ``mask_row`` (divided by it, with
+    ``divide``) added at offset i*S along contiguous 1-D views (vectorised).
+    Inlined, so ``divide`` is a constant where the loop is compiled."""
+    for col in range(wide_row.shape[0]):
+        wide_row[col] = 0
+    for i in range(narrow.shape[1]):
+        row = narrow[b, i, h]
+        # A slice, so the loop indexes with plain w: an index like offset + w
+        # keeps numba's negative-index wraparound in the loop and blocks SIMD.
+        wide_slice = wide_row[i * S:i * S + W]
+        for w in range(W):
+            wide_slice[w] += row[w] / mask_row[w] if divide else row[w] * mask_row[w]
+
+
 @numba.njit(**_JIT)
 def dispersion(x, mask, S, y):
-    """Per (b, h) row: y's row (W' values, in L1) zeroed, then each channel's
-    masked row added at offset i*S along contiguous 1-D views (vectorised).
-    x is read once, y written once."""
+    """Per (b, h) row, y's row summed from x's (`_spread_row`): x read once,
+    y written once."""
     B, C, H, W = x.shape
-    out_W = y.shape[3]
     for plane_row in prange(B * H):
-        b = plane_row // H
-        h = plane_row % H
-        y_row = y[b, 0, h]
-        mask_row = mask[h]
-        for col in range(out_W):
-            y_row[col] = 0
-        for i in range(C):
-            x_row = x[b, i, h]
-            # A slice, so the loop indexes with plain w: an index like offset + w
-            # keeps numba's negative-index wraparound in the loop and blocks SIMD.
-            y_slice = y_row[i * S:i * S + W]
-            for w in range(W):
-                y_slice[w] += x_row[w] * mask_row[w]
+        b, h = plane_row // H, plane_row % H
+        _spread_row(x, b, h, mask[h], S, W, y[b, 0, h], False)
 
 
 @numba.njit(cache=True)
@@ -156,13 +161,12 @@ def dispersion_pinv(y, mask, S, x):
     out_W = y.shape[3]
     coverage = _coverage(C, W, S, out_W, x.dtype)
     for plane_row in prange(B * H):
-        b = plane_row // H
-        h = plane_row % H
+        b, h = plane_row // H, plane_row % H
         y_row = y[b, 0, h]
         mask_row = mask[h]
         for i in range(C):
             x_row = x[b, i, h]
-            # Slices, so the loop indexes with plain w (see dispersion): 6x faster.
+            # Slices, so the loop indexes with plain w (see _spread_row): 6x faster.
             y_slice = y_row[i * S:i * S + W]
             coverage_slice = coverage[i * S:i * S + W]
             for w in range(W):
@@ -236,8 +240,7 @@ def dispersion_backward(grad_y, mask, S, grad_x):
     inner loop vectorises): grad_y read once, grad_x written once."""
     B, C, H, W = grad_x.shape
     for plane_row in prange(B * H):
-        b = plane_row // H
-        h = plane_row % H
+        b, h = plane_row // H, plane_row % H
         source = grad_y[b, 0, h]
         mask_row = mask[h]
         for i in range(C):
@@ -258,16 +261,8 @@ def dispersion_pinv_backward(grad_x, mask, S, grad_y):
     out_W = grad_y.shape[3]
     coverage = _coverage(C, W, S, out_W, grad_y.dtype)
     for plane_row in prange(B * H):
-        b = plane_row // H
-        h = plane_row % H
+        b, h = plane_row // H, plane_row % H
         out_row = grad_y[b, 0, h]
-        mask_row = mask[h]
-        for col in range(out_W):
-            out_row[col] = 0
-        for i in range(C):
-            source = grad_x[b, i, h]
-            out_slice = out_row[i * S:i * S + W]
-            for w in range(W):
-                out_slice[w] += source[w] / mask_row[w]
+        _spread_row(grad_x, b, h, mask[h], S, W, out_row, True)
         for col in range(out_W):
             out_row[col] = out_row[col] / coverage[col] if coverage[col] > 0 else out_row[col]
