@@ -19,11 +19,11 @@ import numpy as np
 from array_api_compat import array_namespace, device as array_api_device, is_array_api_obj, is_numpy_array, is_numpy_namespace, is_torch_array
 
 from impls import status
-from impls.backends import DTYPE, dtype_record, to_numpy
+from impls.backends import DTYPE_RECORDS, DTYPES, dtype_record, to_numpy
 
 # docs/SPEC.md §1.3's bounds per dtype, read from the dtype records (impls/backends.py).
-REL_TOL = {name: record.rel_tol for name, record in DTYPE.items()}
-WRONG_REL_ERR = {name: record.wrong_rel_err for name, record in DTYPE.items()}
+REL_TOL = {record.name: record.rel_tol for record in DTYPE_RECORDS}
+WRONG_REL_ERR = {record.name: record.wrong_rel_err for record in DTYPE_RECORDS}
 
 
 # Kinds of difference a bitwise compare finds (Verdict.differences); a known
@@ -73,8 +73,8 @@ def special_integers(rng, shape, bounds: tuple[float, float, float]) -> np.ndarr
 # (``Dtype.subnormal_unit`` and ``subnormal_steps``), smallest unit first:
 # the order the adversarial generators give each type its turn in.
 SUBNORMAL_UNIT = {record.name: record.subnormal_unit
-                  for record in sorted(DTYPE.values(), key=lambda record: record.subnormal_unit)}
-SUBNORMAL_STEPS = {name: DTYPE[name].subnormal_steps for name in SUBNORMAL_UNIT}
+                  for record in sorted(DTYPE_RECORDS, key=lambda record: record.subnormal_unit)}
+SUBNORMAL_STEPS = {name: dtype_record(name).subnormal_steps for name in SUBNORMAL_UNIT}
 
 
 def subnormal(dtype: str, multiple) -> np.ndarray | float:
@@ -210,7 +210,7 @@ def storage_dtype_name(array, expected: str) -> str:
     """The dtype a strategy made ``array`` in: a numpy array holding a type
     numpy lacks (bfloat16, widened to float32 by ``to_numpy``) is named as that type."""
     name = dtype_name(array)
-    record = DTYPE.get(expected)
+    record = dtype_record(expected) if expected in DTYPES else None
     if is_numpy_array(array) and record is not None and not record.in_numpy and name == record.host:
         return expected
     return name

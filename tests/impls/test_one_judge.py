@@ -245,8 +245,14 @@ def assert_same_verdicts(found: list[tuple]) -> None:
         assert verdict_bits(host) == verdict_bits(device), label
 
 
-@pytest.mark.parametrize("op_name", OPS)
-@pytest.mark.parametrize("dtype", DTYPES)
+# maxpool2d's planted outputs in the other dtypes take 20-50 s each on the
+# 2-core VM (its wide check cases, half a dozen plants, three tie rules):
+# `make test` judges them, `make test-fast` bfloat16's (the dtype numpy lacks).
+VERDICT_CASES = [pytest.param(op_name, dtype, marks=[pytest.mark.slow] if op_name == "maxpool2d"
+                              and dtype != "bfloat16" else []) for op_name in OPS for dtype in DTYPES]
+
+
+@pytest.mark.parametrize(("op_name", "dtype"), VERDICT_CASES)
 def test_the_judge_gives_the_same_verdicts_on_numpy_and_on_torch(op_name, dtype):
     """Every check case and extra check, in both input modes, every training
     mode (forward, backward, forward+backward), right and planted wrong
