@@ -41,7 +41,7 @@ class Dtype:
     # ... and above which it is wrong, not rounded (``inexact`` between). One
     # lost channel of 512 is an error of about 1.5e-2 and one of 56 about
     # 4.6e-2, so one bound for every dtype (5e-2) called those float32 results
-    # "inexact": correct, timed and compared. The widest honest rounding is a
+    # inexact: correct, timed and compared. The widest honest rounding is a
     # half-type accumulator over hundreds of channels (about 2e-2) and, in
     # float32, cuDNN's TF32 convolutions (about 5e-4).
     wrong_rel_err: float

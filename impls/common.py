@@ -16,7 +16,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from array_api_compat import array_namespace, device as array_api_device, is_array_api_obj, is_numpy_array, is_numpy_namespace, is_torch_array
+from array_api_compat import array_namespace, is_array_api_obj, is_numpy_array, is_numpy_namespace, is_torch_array
+from array_api_compat import device as array_api_device
 
 from impls import status
 from impls.backends import DTYPE_RECORDS, DTYPES, dtype_record, to_numpy
@@ -226,14 +227,14 @@ def storage_dtype(xp, dtype: str):
     return getattr(torch, dtype)
 
 
-def device_of(array):
+def array_device(array):
     """Where an array lives (what ``xp.zeros(..., device=)`` takes)."""
     return array_api_device(array)
 
 
 def float64_zeros(xp, shape, like):
     """float64 zeros of ``shape`` where ``like`` lives: an oracle's output."""
-    return xp.zeros(tuple(shape), dtype=xp.float64, device=device_of(like))
+    return xp.zeros(tuple(shape), dtype=xp.float64, device=array_device(like))
 
 
 def bits(array):
@@ -490,7 +491,7 @@ def tree_sum(values) -> float:
         return 0.0
     size = 1 << (n - 1).bit_length()
     if size != n:
-        values = xp.concat([values, xp.zeros(size - n, dtype=values.dtype, device=device_of(values))])
+        values = xp.concat([values, xp.zeros(size - n, dtype=values.dtype, device=array_device(values))])
     while size > 1:
         size //= 2
         values = values[:size] + values[size:]

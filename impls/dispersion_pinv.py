@@ -167,7 +167,7 @@ def grad_bytes_written(params, itemsize: int) -> int:
 
 def _coverage(xp, C: int, W: int, S: int, like):
     """``dispersion.alpha`` (float64) where ``like`` lives."""
-    return xp.asarray(dispersion.alpha(C, W, S), device=common.device_of(like))
+    return xp.asarray(dispersion.alpha(C, W, S), device=common.array_device(like))
 
 
 OP.gradient = Gradient(input="y", name="grad_x", generate=generate_grad, oracle=grad_oracle,

@@ -47,8 +47,8 @@ def oracle(inputs, params):
     h, w = shape_of(values)[2:]
     W = shape_of(x)[3]
     in_window = xp.astype(in_window, xp.int64)
-    rows = xp.reshape(xp.arange(h, device=common.device_of(x)), (h, 1)) * k + in_window // k
-    cols = xp.reshape(xp.arange(w, device=common.device_of(x)), (1, w)) * k + in_window % k
+    rows = xp.reshape(xp.arange(h, device=common.array_device(x)), (h, 1)) * k + in_window // k
+    cols = xp.reshape(xp.arange(w, device=common.array_device(x)), (1, w)) * k + in_window % k
     return values, rows * W + cols
 
 
@@ -60,7 +60,7 @@ def _first_maxima(x, k: int):
     h, w = H // k, W // k
     values = xp.asarray(x[:, :, 0:h * k:k, 0:w * k:k], copy=True)
     place = xp.uint8 if k * k <= 1 << 8 else xp.int16 if k * k <= 1 << 15 else xp.int32
-    in_window = xp.zeros(shape_of(values), dtype=place, device=common.device_of(x))
+    in_window = xp.zeros(shape_of(values), dtype=place, device=common.array_device(x))
     has_nan = common.any_of(xp.isnan(x))  # NaN masks only where there is one (not in random inputs)
     for position in range(1, k * k):
         di, dj = divmod(position, k)
@@ -240,7 +240,7 @@ def _compare_indices(got, expected, ref_values, x, ties: str, k: int, dtype: str
     # the next window's first row would pass as this window's.
     k_rows, k_cols = _window_of(got, W, k)
     h, w = shape_of(got)[2:]
-    device = common.device_of(got)
+    device = common.array_device(got)
     own = ((k_rows == xp.reshape(xp.arange(h, device=device), (h, 1)))
            & (k_cols == xp.reshape(xp.arange(w, device=device), (1, w))))
     nan_window = xp.isnan(ref_values)
@@ -440,7 +440,7 @@ def _all_at_index_0_for_neg_inf_windows(out, ref, x, k: int, dtype: str) -> bool
     neg_inf = xp.all(_windows(x, k) == -math.inf, axis=-1)  # (N, C, h, w)
     if not any_of(neg_inf):
         return False
-    device = common.device_of(x)
+    device = common.array_device(x)
     first = xp.zeros((N, C, H, W), dtype=xp.bool, device=device)
     first[:, :, :h * k:k, :w * k:k] = neg_inf
     ref64 = xp.astype(ref, xp.float64)

@@ -64,7 +64,7 @@ def oracle(inputs, params):
 
 def _row_ids(xp, rows: int, like):
     """(rows, 1): each row's number, beside its positions in an index."""
-    return xp.reshape(xp.arange(rows, device=common.device_of(like)), (rows, 1))
+    return xp.reshape(xp.arange(rows, device=common.array_device(like)), (rows, 1))
 
 
 def generate(params, mode: str = "random", seed: int = 0):

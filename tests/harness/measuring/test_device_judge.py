@@ -288,4 +288,4 @@ def test_inputs_of_a_case_judged_on_its_device_are_watched_there(monkeypatch, pl
     if spoil == "none":
         assert tried.verdict.status == status.OK
     else:
-        assert tried.verdict.status == "input-modified" and "overwrote its input 'x'" in tried.verdict.message
+        assert tried.verdict.status == status.INPUT_MODIFIED and "overwrote its input 'x'" in tried.verdict.message
