@@ -279,10 +279,12 @@ def count(mask) -> int:
 
 
 def any_of(mask) -> bool:
+    """Whether any element of a boolean array holds (a Python bool, brought back from a device)."""
     return bool(array_namespace(mask).any(mask))
 
 
 def all_of(mask) -> bool:
+    """Whether every element of a boolean array holds."""
     return bool(array_namespace(mask).all(mask))
 
 
@@ -308,11 +310,6 @@ def on_device(output: Any, device: str) -> Any:
     if isinstance(array, np.ndarray) and array.dtype.kind in "fiub":
         return torch.from_numpy(np.ascontiguousarray(array)).to(device)
     return array
-
-
-def on_host(output: Any) -> Any:
-    """A strategy's output as numpy arrays, to be judged on the host (``to_numpy``)."""
-    return to_numpy(output)
 
 
 # ------------------------------------------------------------ the compares
