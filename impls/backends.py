@@ -28,16 +28,83 @@ from typing import Any, Callable, Mapping
 
 import numpy as np
 
-# The dtypes the suite knows, all floating: the one list (impls.registry and
-# the config re-export it; per-dtype tables are keyed by it, tests check so).
-DTYPES = ("float16", "bfloat16", "float32", "float64")
-# Bytes per element of each dtype (bytes-moved formulas take it).
-ITEMSIZE = {"float16": 2, "bfloat16": 2, "float32": 4, "float64": 8}
+@dataclass(frozen=True)
+class Dtype:
+    """Everything the suite knows about one floating dtype, in one record:
+    every per-dtype table (itemsizes, bounds, subnormal ranges, accumulators)
+    and every branch on a dtype reads a field of it."""
+
+    name: str
+    itemsize: int  # bytes per element (bytes-moved formulas take it)
+    # docs/SPEC.md §1.3: the relative error up to which a result is ok ...
+    rel_tol: float
+    # ... and above which it is wrong, not rounded (``inexact`` between). One
+    # lost channel of 512 is an error of about 1.5e-2 and one of 56 about
+    # 4.6e-2, so one bound for every dtype (5e-2) called those float32 results
+    # inexact: correct, timed and compared. The widest honest rounding is a
+    # half-type accumulator over hundreds of channels (about 2e-2) and, in
+    # float32, cuDNN's TF32 convolutions (about 5e-4).
+    wrong_rel_err: float
+    # Its subnormals are m * subnormal_unit for 0 < m < subnormal_steps; its
+    # smallest normal number is subnormal_unit * subnormal_steps. bfloat16 has
+    # float32's exponent range and 7 mantissa bits, so its subnormals are
+    # float32 subnormals too (those that are multiples of 2**-133). All are
+    # exact float64s.
+    subnormal_unit: float
+    subnormal_steps: int
+    largest: float  # its largest finite value (exact in float64)
+    eps: float  # the gap between 1 and the next value
+    # The type an added strategy sums it in (docs/SPEC.md §2: a half type in
+    # float32, then cast back); the dtype itself otherwise.
+    accumulator: str
+    # The numpy type that holds its values on the host: itself, or (bfloat16,
+    # which numpy lacks) float32, which holds it exactly; such a dtype is
+    # rounded through torch (``impls.common.round_to_dtype``).
+    host: str
+    # The report's order of presentation (float32 first, the type most runs take).
+    shown: int
+
+    @property
+    def in_numpy(self) -> bool:
+        """Whether numpy has the type itself (not only a wider one holding it)."""
+        return self.host == self.name
+
+    @property
+    def backends(self) -> tuple[str, ...]:
+        """The registered backends that compute in it (each ``Backend.dtypes`` says)."""
+        return tuple(name for name, backend in BACKENDS.items() if self.name in backend.dtypes)
+
+
+# The dtypes the suite knows, all floating: the one home of every per-dtype
+# fact (impls.registry and the config re-export DTYPES; tests check that no
+# other module lists the names or keeps a table of its own).
+DTYPE_RECORDS = (
+    Dtype("float16", 2, rel_tol=1e-2, wrong_rel_err=5e-2, subnormal_unit=2.0**-24, subnormal_steps=2**10,
+          largest=65504.0, eps=2.0**-10, accumulator="float32", host="float16", shown=1),
+    Dtype("bfloat16", 2, rel_tol=1e-2, wrong_rel_err=5e-2, subnormal_unit=2.0**-133, subnormal_steps=2**7,
+          largest=(2 - 2.0**-7) * 2.0**127, eps=2.0**-7, accumulator="float32", host="float32", shown=2),
+    Dtype("float32", 4, rel_tol=1e-5, wrong_rel_err=1e-2, subnormal_unit=2.0**-149, subnormal_steps=2**23,
+          largest=(2 - 2.0**-23) * 2.0**127, eps=2.0**-23, accumulator="float32", host="float32", shown=0),
+    Dtype("float64", 8, rel_tol=1e-12, wrong_rel_err=1e-4, subnormal_unit=2.0**-1074, subnormal_steps=2**52,
+          largest=float(np.finfo(np.float64).max), eps=2.0**-52, accumulator="float64", host="float64", shown=3),
+)
+DTYPE: dict[str, Dtype] = {record.name: record for record in DTYPE_RECORDS}
+DTYPES = tuple(DTYPE)
+# The two-byte types, whose sums an added strategy takes in float32 (``Dtype.accumulator``).
+HALF_DTYPES = tuple(record.name for record in DTYPE_RECORDS if record.itemsize == 2)
 LAYOUTS = ("contiguous", "noncontiguous", "channels_last")
 
 
 def itemsize(dtype: str) -> int:
-    return ITEMSIZE[dtype]
+    return dtype_record(dtype).itemsize
+
+
+def dtype_record(name: str) -> Dtype:
+    """The record of the dtype named ``name``; an unknown name is a one-line error."""
+    try:
+        return DTYPE[name]
+    except KeyError:
+        raise ValueError(f"unknown dtype {name!r}: expected one of {', '.join(DTYPES)}") from None
 
 
 @dataclass(frozen=True)
@@ -428,8 +495,9 @@ def _torch_to_numpy(tensor) -> np.ndarray:
     import torch
 
     tensor = tensor.detach().cpu()
-    if tensor.dtype == torch.bfloat16:
-        tensor = tensor.to(torch.float32)
+    name = str(tensor.dtype).removeprefix("torch.")
+    if name in DTYPE and not DTYPE[name].in_numpy:
+        tensor = tensor.to(getattr(torch, DTYPE[name].host))
     return tensor.numpy()
 
 
@@ -745,7 +813,8 @@ def _jax_to_native(array: np.ndarray, device: str, dtype: str, layout: str):
 
 def _jax_to_numpy(array) -> np.ndarray:
     out = np.asarray(array)
-    return out.astype(np.float32) if out.dtype.name == "bfloat16" else out
+    name = out.dtype.name
+    return out.astype(DTYPE[name].host) if name in DTYPE and not DTYPE[name].in_numpy else out
 
 
 def _is_jax(value: Any) -> bool:
@@ -834,6 +903,6 @@ register_backend(Backend(
     block_until_ready=_jax_block, is_oom=_jax_is_oom, compiles=True, version=_jax_version,
     differentiates="jax.vjp", compile_cache=_jax_compile_cache, colour="#c44e52", extra="jax"))
 
-__all__ = ["Backend", "BACKENDS", "DTYPES", "ITEMSIZE", "LAYOUTS", "DeviceEvents", "JaxCall", "NotApplicable", "ThreadKnob",
-           "backend_of", "convert", "device_info", "device_present", "devices", "float_dtypes", "get_backend", "itemsize",
+__all__ = ["Backend", "BACKENDS", "DTYPE", "DTYPE_RECORDS", "DTYPES", "Dtype", "HALF_DTYPES", "LAYOUTS", "DeviceEvents", "JaxCall", "NotApplicable", "ThreadKnob",
+           "backend_of", "convert", "device_info", "device_present", "devices", "float_dtypes", "dtype_record", "get_backend", "itemsize",
            "register_backend", "thread_knobs", "threads_text", "to_numpy", "versions"]

@@ -14,8 +14,10 @@ from __future__ import annotations
 import contextlib
 
 import numpy as np
+from array_api_compat import array_namespace
 
 from impls import common
+from impls.backends import HALF_DTYPES, dtype_record
 from impls.common import Verdict
 from impls.registry import Gradient, Operator, ParamSpec, compiled, register_operator, strategy
 
@@ -33,10 +35,11 @@ def validate(params) -> None:
 
 
 def oracle(inputs, params):
-    """Literally the definition: every channel's masked plane added at offset i*S."""
+    """Literally the definition, in the namespace of x: every channel's masked
+    plane added at offset i*S, a channel at a time (no temporary the size of x)."""
     x, mask, S = inputs["x"], inputs["mask"], params["S"]
-    B, C, H, W = x.shape
-    y = np.zeros((B, 1, H, out_width(params)))
+    B, C, H, W = common.shape_of(x)
+    y = common.float64_zeros(array_namespace(x, mask), (B, 1, H, out_width(params)), x)
     for i in range(C):
         y[:, 0, :, i * S:i * S + W] += x[:, i] * mask
     return y
@@ -98,7 +101,7 @@ def extra_checks():
     for. Compiled strategies are left out: torch.compile unrolls the seed's
     C-step loop, minutes of compile for C=300."""
     # random mode only: positive terms, so the sums grow and an accumulator's rounding shows.
-    return [dict(params=params, modes=("random",), dtypes=("float16", "bfloat16"),
+    return [dict(params=params, modes=("random",), dtypes=HALF_DTYPES,
                  layouts=("contiguous",), compiled=False,
                  why="hundreds of channels summed into one output, in float16 and bfloat16")
             for params in MANY_CHANNELS]
@@ -110,7 +113,7 @@ def accumulator(dtype):
     casts back), the dtype itself otherwise."""
     import torch
 
-    return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
+    return getattr(torch, dtype_record(str(dtype).removeprefix("torch.")).accumulator)
 
 
 OP = register_operator(Operator(
@@ -119,16 +122,16 @@ OP = register_operator(Operator(
             ParamSpec("S", minimum=0, doc="shift per channel")),
     generate=generate, oracle=oracle, bytes_moved=bytes_moved, bytes_written=bytes_written, compare=compare,
     validate=validate, reference="seed_loop", layout_keys=("x",),
-    check_cases=check_cases, extra_checks=extra_checks))
+    check_cases=check_cases, extra_checks=extra_checks, any_namespace=True))
 
 
 # ------------------------------------------------------------- gradient (docs/SPEC.md §1.5)
 def grad_oracle(inputs, grad, params):
-    """float64 adjoint Aᵀ, the formula itself: ``grad_x[b,i,h,w] =
-    grad_y[b,0,h,w+i*S] * mask[h,w]``, channel by channel."""
+    """float64 adjoint Aᵀ, the formula itself, in the namespace of the
+    gradient: ``grad_x[b,i,h,w] = grad_y[b,0,h,w+i*S] * mask[h,w]``, channel by channel."""
     mask, S = inputs["mask"], params["S"]
-    B, C, H, W = inputs["x"].shape
-    grad_x = np.empty((B, C, H, W))
+    B, C, H, W = common.shape_of(inputs["x"])
+    grad_x = common.float64_zeros(array_namespace(grad, mask), (B, C, H, W), grad)
     for i in range(C):
         grad_x[:, i] = grad[:, 0, :, i * S:i * S + W] * mask
     return grad_x
@@ -155,48 +158,8 @@ def grad_bytes_written(params, itemsize: int) -> int:
     return params["B"] * params["C"] * params["H"] * params["W"] * itemsize
 
 
-# ------------------------------------------------- judged on the device (torch)
-def channel_windows(row, C: int, W: int, S: int):
-    """(..., W') -> (..., C, W), a view: channel i's W columns start at i*S
-    (a stride of 0 between channels when S = 0)."""
-    *lead, _ = row.shape
-    return row.as_strided((*lead, C, W), (*row.stride()[:-1], S * row.stride(-1), row.stride(-1)),
-                          row.storage_offset())
-
-
-def device_oracle(inputs, params):
-    """``oracle`` in torch float64 on x's device: the channels' masked planes
-    added at their offsets, in the same order (the same float64 sums).
-    A loop over C, as the numpy oracle's: C small kernels on a GPU."""
-    import torch
-
-    x, mask, S = inputs["x"], inputs["mask"], params["S"]
-    B, C, H, W = x.shape
-    y = torch.zeros((B, 1, H, out_width(params)), dtype=torch.float64, device=x.device)
-    for i in range(C):  # a channel at a time: no temporary the size of x
-        y[:, 0, :, i * S:i * S + W] += x[:, i] * mask
-    return y
-
-
-def device_compare(out, ref, inputs, dtype: str, strat, params=None) -> Verdict:
-    return common.device_compare_relative("y", out, ref, dtype)
-
-
-def device_grad_oracle(inputs, grad, params):
-    """``grad_oracle`` in torch float64: each channel's window of grad_y times the mask, all at once."""
-    mask, S = inputs["mask"], params["S"]
-    B, C, H, W = inputs["x"].shape
-    return channel_windows(grad[:, 0], C, W, S).permute(0, 2, 1, 3) * mask
-
-
-def device_grad_compare(out, ref, inputs, grad, dtype: str, strat, params=None) -> Verdict:
-    return common.device_compare_relative("grad_x", out, ref, dtype)
-
-
-OP.device_oracle, OP.device_compare = device_oracle, device_compare
 OP.gradient = Gradient(input="x", name="grad_y", generate=generate_grad, oracle=grad_oracle,
-                       bytes_moved=grad_bytes, compare=grad_compare, bytes_written=grad_bytes_written,
-                       device_oracle=device_grad_oracle, device_compare=device_grad_compare)
+                       bytes_moved=grad_bytes, compare=grad_compare, bytes_written=grad_bytes_written)
 
 
 def loop_backward(inputs, params):
@@ -527,7 +490,7 @@ def jax_accumulator(dtype):
     casts back), the dtype itself otherwise (JAX)."""
     import jax.numpy as jnp
 
-    return jnp.float32 if dtype in (jnp.float16, jnp.bfloat16) else dtype
+    return getattr(jnp, dtype_record(str(dtype)).accumulator)
 
 
 def jax_at_add_fn(x, mask, index, S: int):

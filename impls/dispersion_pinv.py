@@ -12,8 +12,10 @@ compare: relative error as dispersion. bytes: y + mask + x.
 from __future__ import annotations
 
 import numpy as np
+from array_api_compat import array_namespace
 
 from impls import common, dispersion
+from impls.backends import HALF_DTYPES
 from impls.common import Verdict
 from impls.registry import Gradient, NotApplicable, Operator, compiled, register_operator, strategy
 
@@ -25,11 +27,12 @@ def validate(params) -> None:
 
 
 def oracle(inputs, params):
-    """Each channel reads its W-wide slice of y, divided by coverage and mask."""
+    """In the namespace of y: each channel reads its W-wide slice of y, divided by coverage and mask."""
     y, mask, S, C = inputs["y"], inputs["mask"], params["S"], params["C"]
-    H, W = mask.shape
-    coverage = dispersion.alpha(C, W, S)
-    x = np.empty((y.shape[0], C, H, W))
+    xp = array_namespace(y, mask)
+    H, W = common.shape_of(mask)
+    coverage = _coverage(xp, C, W, S, y)
+    x = common.float64_zeros(xp, (common.shape_of(y)[0], C, H, W), y)
     for i in range(C):
         x[:, i] = y[:, 0, :, i * S:i * S + W] / coverage[i * S:i * S + W] / mask
     return x
@@ -103,7 +106,7 @@ def extra_checks():
     the layouts change y, not the mask). Compiled strategies get the float32
     one, whose shapes their adversarial check has compiled already; each other
     dtype would be a compile of its own."""
-    many = [dict(params=params, modes=("random",), dtypes=("float16", "bfloat16"),
+    many = [dict(params=params, modes=("random",), dtypes=HALF_DTYPES,
                  layouts=("contiguous",), compiled=False,
                  why="coverage of hundreds of channels, in float16 and bfloat16")
             for params in dispersion.MANY_CHANNELS]
@@ -118,19 +121,20 @@ OP = register_operator(Operator(
     name="dispersion_pinv", doc=__doc__, params=dispersion.OP.params,
     generate=generate, oracle=oracle, bytes_moved=bytes_moved, bytes_written=bytes_written, compare=compare,
     validate=validate, reference="seed_loop_cat", layout_keys=("y",),
-    check_cases=dispersion.check_cases, extra_checks=extra_checks))
+    check_cases=dispersion.check_cases, extra_checks=extra_checks, any_namespace=True))
 
 
 # ------------------------------------------------------------- gradient (docs/SPEC.md §1.5)
 def grad_oracle(inputs, grad, params):
-    """float64 adjoint of the pseudo-inverse, the formula itself:
+    """float64 adjoint of the pseudo-inverse, the formula itself, in the namespace of the gradient:
     ``grad_y[b,0,h,w'] = Σ_i grad_x[b,i,h,w'-i*S] / alpha[w'] / mask[h,w'-i*S]``
     over the channels covering w'; a column no channel covers (S > W) gets
     the empty sum, 0."""
     mask, S, C = inputs["mask"], params["S"], params["C"]
-    H, W = mask.shape
-    coverage = dispersion.alpha(C, W, S)
-    grad_y = np.zeros((grad.shape[0], 1, H, dispersion.out_width(params)))
+    xp = array_namespace(grad, mask)
+    H, W = common.shape_of(mask)
+    coverage = _coverage(xp, C, W, S, grad)
+    grad_y = common.float64_zeros(xp, (common.shape_of(grad)[0], 1, H, dispersion.out_width(params)), grad)
     for i in range(C):
         grad_y[:, 0, :, i * S:i * S + W] += grad[:, i] / coverage[i * S:i * S + W] / mask
     return grad_y
@@ -161,43 +165,13 @@ def grad_bytes_written(params, itemsize: int) -> int:
     return params["B"] * params["H"] * dispersion.out_width(params) * itemsize
 
 
-# ------------------------------------------------- judged on the device (torch)
-def device_oracle(inputs, params):
-    """``oracle`` in torch float64 on y's device: every channel's window of y
-    divided by its coverage, then by the mask, all at once."""
-    y, mask, S, C = inputs["y"], inputs["mask"], params["S"], params["C"]
-    H, W = mask.shape
-    coverage = dispersion.channel_windows(dispersion.alpha(C, W, S, like=y), C, W, S)  # (C, W)
-    return (dispersion.channel_windows(y[:, 0], C, W, S).permute(0, 2, 1, 3) / coverage[:, None, :]).div_(mask)
+def _coverage(xp, C: int, W: int, S: int, like):
+    """``dispersion.alpha`` (float64) where ``like`` lives."""
+    return xp.asarray(dispersion.alpha(C, W, S), device=common.array_device(like))
 
 
-def device_compare(out, ref, inputs, dtype: str, strat, params=None) -> Verdict:
-    return common.device_compare_relative("x", out, ref, dtype)
-
-
-def device_grad_oracle(inputs, grad, params):
-    """``grad_oracle`` in torch float64: each channel's quotient added into
-    zeros at its offset, in the same order (the same float64 sums)."""
-    import torch
-
-    mask, S, C = inputs["mask"], params["S"], params["C"]
-    H, W = mask.shape
-    coverage = dispersion.alpha(C, W, S, like=grad)
-    grad_y = torch.zeros((grad.shape[0], 1, H, dispersion.out_width(params)), dtype=torch.float64,
-                         device=grad.device)
-    for i in range(C):
-        grad_y[:, 0, :, i * S:i * S + W] += grad[:, i] / coverage[i * S:i * S + W] / mask
-    return grad_y
-
-
-def device_grad_compare(out, ref, inputs, grad, dtype: str, strat, params=None) -> Verdict:
-    return common.device_compare_relative("grad_y", out, ref, dtype)
-
-
-OP.device_oracle, OP.device_compare = device_oracle, device_compare
 OP.gradient = Gradient(input="y", name="grad_x", generate=generate_grad, oracle=grad_oracle,
-                       bytes_moved=grad_bytes, compare=grad_compare, bytes_written=grad_bytes_written,
-                       device_oracle=device_grad_oracle, device_compare=device_grad_compare)
+                       bytes_moved=grad_bytes, compare=grad_compare, bytes_written=grad_bytes_written)
 
 
 def loop_cat_backward(inputs, params):

@@ -13,13 +13,14 @@ bytes: x + values + indices.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
-from typing import Callable
+from dataclasses import replace
 
 import numpy as np
 
-from impls import common
-from impls.common import Verdict
+from array_api_compat import array_namespace
+
+from impls import common, status
+from impls.common import Verdict, any_of, shape_of
 from impls.registry import Gradient, Operator, ParamSpec, compiled, register_operator, strategy
 
 SEED = "seed 000_ed8c570cde2fae5b.txt"
@@ -32,32 +33,44 @@ def validate(params) -> None:
 
 
 def oracle(inputs, params):
-    """float64 reference: the k*k elements of every window visited in
-    row-major order, all windows at once, a later element taking the place
-    of the best so far only when it is greater, or NaN where the best is
-    not: the first maximum, and the first NaN when there is one, which is
-    exactly docs/SPEC.md §1.1's rule (and ``np.argmax``'s over the window laid out as
-    a row, what this oracle was first: at 64x32x128² that copied x and took
-    0.4-1.3 s, this takes about 0.5 s, on the 2-core VM)."""
+    """float64 reference, in the namespace of x (numpy on the host, torch on
+    x's device): the k*k elements of every window visited in row-major order,
+    all windows at once, a later element taking the place of the best so far
+    only when it is greater, or NaN where the best is not: the first maximum,
+    and the first NaN when there is one, which is exactly docs/SPEC.md §1.1's
+    rule (and ``np.argmax``'s over the window laid out as a row, what this
+    oracle was first: at 64x32x128² that copied x and took 0.4-1.3 s, this
+    takes about 0.5 s, on the 2-core VM)."""
     x, k = inputs["x"], params["k"]
-    H, W = x.shape[2:]
+    xp = array_namespace(x)
+    values, in_window = _first_maxima(x, k)
+    h, w = shape_of(values)[2:]
+    W = shape_of(x)[3]
+    in_window = xp.astype(in_window, xp.int64)
+    rows = xp.reshape(xp.arange(h, device=common.array_device(x)), (h, 1)) * k + in_window // k
+    cols = xp.reshape(xp.arange(w, device=common.array_device(x)), (1, w)) * k + in_window % k
+    return values, rows * W + cols
+
+
+def _first_maxima(x, k: int):
+    """Every window's first maximum (or first NaN) and its row-major place in
+    the window, in the narrowest integer type that holds k*k - 1."""
+    xp = array_namespace(x)
+    H, W = shape_of(x)[2:]
     h, w = H // k, W // k
-    values = x[:, :, 0:h * k:k, 0:w * k:k].copy()
-    # row-major position inside the window, in the narrowest integer that holds k*k - 1
-    in_window = np.zeros(values.shape, dtype=np.min_scalar_type(k * k - 1))
-    has_nan = bool(np.isnan(x).any())  # NaN masks only where there is one (not in random inputs)
+    values = xp.asarray(x[:, :, 0:h * k:k, 0:w * k:k], copy=True)
+    place = xp.uint8 if k * k <= 1 << 8 else xp.int16 if k * k <= 1 << 15 else xp.int32
+    in_window = xp.zeros(shape_of(values), dtype=place, device=common.array_device(x))
+    has_nan = common.any_of(xp.isnan(x))  # NaN masks only where there is one (not in random inputs)
     for position in range(1, k * k):
         di, dj = divmod(position, k)
         candidate = x[:, :, di:h * k:k, dj:w * k:k]
         take = candidate > values
         if has_nan:
-            take |= np.isnan(candidate) & ~np.isnan(values)
-        np.copyto(values, candidate, where=take)
-        np.copyto(in_window, position, where=take)
-    in_window = in_window.astype(np.int64)
-    rows = np.arange(h)[:, None] * k + in_window // k
-    cols = np.arange(w)[None, :] * k + in_window % k
-    return values, rows * W + cols
+            take |= xp.isnan(candidate) & ~xp.isnan(values)
+        common.assign_where(values, take, candidate)
+        common.assign_where(in_window, take, position)
+    return values, in_window
 
 
 def generate(params, mode: str = "random", seed: int = 0):
@@ -186,92 +199,105 @@ def compare(out, ref, inputs, dtype: str, strat, params: dict) -> Verdict:
     """Values bitwise, then indices exactly (or, with ``ties="any"``, pointing at
     a maximum of their own window); both are judged, so a mismatch names every
     kind of difference it holds (a known defect excuses only its own kinds)."""
-    return _compare(out, ref, inputs, dtype, strat, params, HOST)
-
-
-def _compare(out, ref, inputs, dtype: str, strat, params: dict, judge) -> Verdict:
-    """``compare``'s rule, with ``judge``'s primitives (numpy on the host, torch on the device)."""
     ref_values, ref_indices = ref
     if strat.returns == "values":
         out_values, out_indices = (out[0] if isinstance(out, tuple) else out), None
     else:
         if not (isinstance(out, tuple) and len(out) == 2):
-            return Verdict("mismatch", "expected (values, indices)", differences=frozenset({common.SHAPE}))
+            return Verdict(status.MISMATCH, "expected (values, indices)", differences=frozenset({common.SHAPE}))
         out_values, out_indices = out
     if strat.ties == "any":
-        ref_values = judge.pointed_maximum(out_indices, ref_values, inputs["x"])
-    verdict = judge.bitwise("values", out_values, ref_values, dtype)
+        ref_values = _pointed_maximum(out_indices, ref_values, inputs["x"])
+    verdict = common.compare_bitwise("values", out_values, ref_values, dtype)
     if out_indices is None:
         return verdict
-    return common.merge_verdicts(verdict, judge.compare_indices(out_indices, ref_indices, ref_values,
-                                                                inputs["x"], strat.ties, params["k"], dtype))
+    return common.merge_verdicts(verdict, _compare_indices(out_indices, ref_indices, ref_values, inputs["x"],
+                                                           strat.ties, params["k"], dtype))
+
+
+def _int64_indices(got, expected) -> bool:
+    """Whether ``got`` is an int64 array of ``expected``'s shape (the index compare says what else it is)."""
+    return common.is_array(got) and shape_of(got) == shape_of(expected) and common.dtype_name(got) == "int64"
 
 
 def _compare_indices(got, expected, ref_values, x, ties: str, k: int, dtype: str) -> Verdict:
-    if not isinstance(got, np.ndarray) or got.shape != expected.shape:
-        return Verdict("mismatch", f"indices: shape {getattr(got, 'shape', None)}, expected {expected.shape}",
+    if not common.is_array(got) or shape_of(got) != shape_of(expected):
+        return Verdict(status.MISMATCH, f"indices: shape {shape_of(got)}, expected {shape_of(expected)}",
                        differences=frozenset({common.SHAPE}))
-    if got.dtype != np.int64:
-        return Verdict("mismatch", f"indices: dtype {got.dtype}, expected int64",
+    if common.dtype_name(got) != "int64":
+        return Verdict(status.MISMATCH, f"indices: dtype {common.dtype_name(got)}, expected int64",
                        differences=frozenset({common.DTYPE_DIFFERENCE}))
-    if np.array_equal(got, expected):  # the oracle's own indices: right under either tie rule
-        return Verdict("ok")
-    N, C, H, W = x.shape
-    if ((got < 0) | (got >= H * W)).any():
-        bad = (got < 0) | (got >= H * W)
-        return Verdict("mismatch", "indices: outside the plane; " + common.first_difference(got, expected, bad),
+    xp = array_namespace(got, expected, x)
+    if common.all_of(got == expected):  # the oracle's own indices: right under either tie rule
+        return Verdict(status.OK)
+    N, C, H, W = shape_of(x)
+    bad = (got < 0) | (got >= H * W)
+    if any_of(bad):
+        return Verdict(status.MISMATCH, "indices: outside the plane; " + common.first_difference(got, expected, bad),
                        differences=frozenset({common.INDEX_OUTSIDE}))
-    planes = x.reshape(N, C, H * W)
-    pointed = np.take_along_axis(planes, got.reshape(N, C, -1), axis=-1).reshape(got.shape)
+    pointed = _pointed(x, got)
     # k from the case, not H // h: with H=8, k=3 that is 4, and an index in
     # the next window's first row would pass as this window's.
     k_rows, k_cols = _window_of(got, W, k)
-    own = (k_rows == np.arange(got.shape[2])[:, None]) & (k_cols == np.arange(got.shape[3])[None, :])
-    nan_window = np.isnan(ref_values)
+    h, w = shape_of(got)[2:]
+    device = common.array_device(got)
+    own = ((k_rows == xp.reshape(xp.arange(h, device=device), (h, 1)))
+           & (k_cols == xp.reshape(xp.arange(w, device=device), (1, w))))
+    nan_window = xp.isnan(ref_values)
     # Where the window holds a NaN, any NaN *of that window* will do (libraries
     # differ); a NaN of another window would send max_unpool's NaN astray.
-    nan_ok = nan_window & np.isnan(pointed) & own
+    nan_ok = nan_window & xp.isnan(pointed) & own
     if ties == "any":
         # Must point at an element equal to the maximum, inside its own window.
         fine = ((pointed == ref_values) & own) | nan_ok
     else:
         fine = (got == expected) | nan_ok
-    if not fine.all():
-        wrong = ~fine
-        # The window's maximum is -inf only when all of it is -inf.
-        zero_for_neg_inf = wrong & np.isneginf(ref_values) & (got == 0)
-        # A window holding a subnormal: where a backend that flushes them picks another element.
-        subnormal_window = wrong & ~zero_for_neg_inf & _windows_holding_subnormals(x, k, dtype, got.shape)
-        kinds = frozenset(kind for kind, mask in ((common.NEG_INF_WINDOW_INDEX_0, zero_for_neg_inf),
-                                                  (common.SUBNORMAL_WINDOW_INDEX, subnormal_window),
-                                                  (common.INDEX, wrong & ~zero_for_neg_inf & ~subnormal_window))
-                          if mask.any())
-        detail = (" (index 0 for an all -inf window away from the origin)"
-                  if kinds == {common.NEG_INF_WINDOW_INDEX_0} else "")
-        rule = "any" if ties == "any" else "first"  # undeclared ties are held to the contract's first maximum
-        return Verdict("mismatch", f"indices ({rule} ties): {int(wrong.sum())} wrong{detail}; "
-                       + common.first_difference(got, expected, wrong), differences=kinds)
-    return Verdict("ok")
+    if common.all_of(fine):
+        return Verdict(status.OK)
+    wrong = ~fine
+    # The window's maximum is -inf only when all of it is -inf.
+    zero_for_neg_inf = wrong & (ref_values == -math.inf) & (got == 0)
+    # A window holding a subnormal: where a backend that flushes them picks another element.
+    subnormal_window = wrong & ~zero_for_neg_inf & _windows_holding_subnormals(x, k, dtype, shape_of(got))
+    kinds = frozenset(kind for kind, mask in ((common.NEG_INF_WINDOW_INDEX_0, zero_for_neg_inf),
+                                              (common.SUBNORMAL_WINDOW_INDEX, subnormal_window),
+                                              (common.INDEX, wrong & ~zero_for_neg_inf & ~subnormal_window))
+                      if any_of(mask))
+    detail = (" (index 0 for an all -inf window away from the origin)"
+              if kinds == {common.NEG_INF_WINDOW_INDEX_0} else "")
+    rule = "any" if ties == "any" else "first"  # undeclared ties are held to the contract's first maximum
+    return Verdict(status.MISMATCH, f"indices ({rule} ties): {common.count(wrong)} wrong{detail}; "
+                   + common.first_difference(got, expected, wrong), differences=kinds)
 
 
-def _windows_holding_subnormals(x, k: int, dtype: str, pooled_shape) -> np.ndarray:
-    N, C, H, W = x.shape
+def _pointed(x, indices):
+    """The elements of x the (in-plane) flat indices point at."""
+    xp = array_namespace(x, indices)
+    N, C, H, W = shape_of(x)
+    flat = xp.take_along_axis(xp.reshape(x, (N, C, H * W)), xp.reshape(indices, (N, C, -1)), axis=-1)
+    return xp.reshape(flat, shape_of(indices))
+
+
+def _windows_holding_subnormals(x, k: int, dtype: str, pooled_shape):
+    xp = array_namespace(x)
+    N, C, H, W = shape_of(x)
     h, w = pooled_shape[2], pooled_shape[3]
     tiny = common.is_subnormal(x[:, :, :h * k, :w * k], dtype)
-    return tiny.reshape(N, C, h, k, w, k).any(axis=(3, 5))
+    return xp.any(xp.reshape(tiny, (N, C, h, k, w, k)), axis=(3, 5))
 
 
 def _pointed_maximum(indices, ref_values, x):
     """With ``ties="any"`` the value may be the bits of whichever maximum the
     index points at (-0.0 or +0.0 when zeros tie); elsewhere, and for an index
     that is no maximum (judged by the index compare), the first maximum's."""
-    if not isinstance(indices, np.ndarray) or indices.shape != ref_values.shape or indices.dtype != np.int64:
+    if not _int64_indices(indices, ref_values):
         return ref_values
-    N, C, H, W = x.shape
-    if ((indices < 0) | (indices >= H * W)).any():
+    xp = array_namespace(indices, ref_values, x)
+    H, W = shape_of(x)[2:]
+    if any_of((indices < 0) | (indices >= H * W)):
         return ref_values
-    pointed = np.take_along_axis(x.reshape(N, C, H * W), indices.reshape(N, C, -1), axis=-1).reshape(indices.shape)
-    return np.where(pointed == ref_values, pointed, ref_values)
+    pointed = _pointed(x, indices)
+    return xp.where(pointed == ref_values, pointed, ref_values)
 
 
 def _window_of(flat, W, k):
@@ -296,21 +322,26 @@ OP = register_operator(Operator(
             ParamSpec("k", doc="window and stride")),
     generate=generate, oracle=oracle, bytes_moved=bytes_moved, bytes_written=bytes_written, compare=compare,
     validate=validate, reference="torch_max_pool2d_indices", layout_keys=("x",),
-    check_cases=check_cases, outputs=("values+indices", "values")))
+    check_cases=check_cases, outputs=("values+indices", "values"), any_namespace=True))
 
 
 # ------------------------------------------------------------- gradient (docs/SPEC.md §1.5)
 def grad_oracle(inputs, grad, params):
-    """float64 backward: zeros, and each window's gradient written at the
-    forward oracle's own index (the first maximum, the first NaN of a NaN
-    window, the first element of an all -inf window); cropped rows and
-    columns get zero. The scatter itself, not the derivative of a strategy."""
-    x = inputs["x"]
-    N, C, H, W = x.shape
-    _, indices = oracle(inputs, params)
-    grad_x = np.zeros((N, C, H * W))
-    np.put_along_axis(grad_x, indices.reshape(N, C, -1), grad.reshape(N, C, -1), axis=-1)
-    return grad_x.reshape(N, C, H, W)
+    """float64 backward, in the namespace of x: zeros, and each window's
+    gradient written at the forward oracle's own index (the first maximum,
+    the first NaN of a NaN window, the first element of an all -inf window);
+    cropped rows and columns get zero. The scatter itself, not the derivative
+    of a strategy: for each place in the window, the windows whose maximum
+    sits there write their gradient into it."""
+    x, k = inputs["x"], params["k"]
+    xp = array_namespace(x, grad)
+    _, in_window = _first_maxima(x, k)
+    h, w = shape_of(in_window)[2:]
+    grad_x = common.float64_zeros(xp, shape_of(x), x)
+    for position in range(k * k):
+        di, dj = divmod(position, k)
+        grad_x[:, :, di:h * k:k, dj:w * k:k] = xp.where(in_window == position, grad, 0.0)
+    return grad_x
 
 
 def generate_grad(params, mode: str = "random", seed: int = 0):
@@ -329,9 +360,19 @@ def grad_bytes(params, itemsize: int) -> int:
 
 def _windows(a, k: int):
     """(N, C, h, w, k*k): every window of the crop as a row, row-major."""
-    N, C, H, W = a.shape
+    xp = array_namespace(a)
+    N, C, H, W = shape_of(a)
     h, w = H // k, W // k
-    return a[:, :, :h * k, :w * k].reshape(N, C, h, k, w, k).transpose(0, 1, 2, 4, 3, 5).reshape(N, C, h, w, k * k)
+    blocks = xp.reshape(a[:, :, :h * k, :w * k], (N, C, h, k, w, k))
+    return xp.reshape(xp.permute_dims(blocks, (0, 1, 2, 4, 3, 5)), (N, C, h, w, k * k))
+
+
+def _unwindowed(windows, k: int):
+    """``_windows``'s inverse: (N, C, h, w, k*k) rows back to the (N, C, h*k, w*k) crop."""
+    xp = array_namespace(windows)
+    N, C, h, w, _ = shape_of(windows)
+    blocks = xp.permute_dims(xp.reshape(windows, (N, C, h, w, k, k)), (0, 1, 2, 4, 3, 5))
+    return xp.reshape(blocks, (N, C, h * k, w * k))
 
 
 def _gradient_where_it_may_land(out, ref, x, grad, ties: str, k: int):
@@ -341,28 +382,29 @@ def _gradient_where_it_may_land(out, ref, x, grad, ties: str, k: int):
     with ``ties="any"`` a tied window's on any of its maxima. Moved only when
     the window of ``out`` holds exactly one non-zero, equal to the window's
     gradient, on such an element; anything else is judged as it is."""
-    if not isinstance(out, np.ndarray) or out.shape != ref.shape:
+    if not common.is_array(out) or shape_of(out) != shape_of(ref):
         return ref
+    xp = array_namespace(out, ref, x, grad)
     windows = _windows(x, k)
-    nan_window = np.isnan(windows).any(axis=-1)
-    allowed = np.isnan(windows) & nan_window[..., None]
+    nan_window = xp.any(xp.isnan(windows), axis=-1)
+    allowed = xp.isnan(windows) & nan_window[..., None]
     if ties == "any":
-        maxima = np.where(nan_window, np.nan, windows.max(axis=-1))
+        maxima = xp.where(nan_window, math.nan, xp.max(windows, axis=-1))
         allowed |= windows == maxima[..., None]
-    landed = _windows(out.astype(np.float64), k)
+    landed = _windows(xp.astype(out, xp.float64), k)
     nonzero = landed != 0
-    where = nonzero.argmax(axis=-1)[..., None]
-    sent = np.take_along_axis(landed, where, axis=-1)[..., 0]
-    movable = ((nonzero.sum(axis=-1) == 1) & np.take_along_axis(allowed, where, axis=-1)[..., 0]
-               & ((sent == grad) | (np.isnan(sent) & np.isnan(grad))))  # a NaN gradient is one too
-    if not movable.any():
+    where = xp.argmax(xp.astype(nonzero, xp.uint8), axis=-1, keepdims=True)
+    sent = xp.take_along_axis(landed, where, axis=-1)[..., 0]
+    movable = ((xp.sum(xp.astype(nonzero, xp.int64), axis=-1) == 1)
+               & xp.take_along_axis(allowed, where, axis=-1)[..., 0]
+               & ((sent == grad) | (xp.isnan(sent) & xp.isnan(grad))))  # a NaN gradient is one too
+    if not any_of(movable):
         return ref
-    moved = _windows(ref, k).copy()
+    moved = xp.asarray(_windows(ref, k), copy=True)
     moved[movable] = landed[movable]
-    N, C, h, w, _ = moved.shape
-    result = ref.copy()
-    result[:, :, :h * k, :w * k] = moved.reshape(N, C, h, w, k, k).transpose(0, 1, 2, 4, 3, 5).reshape(
-        N, C, h * k, w * k)
+    h, w = shape_of(moved)[2:4]
+    result = xp.asarray(ref, copy=True)
+    result[:, :, :h * k, :w * k] = _unwindowed(moved, k)
     return result
 
 
@@ -370,18 +412,13 @@ def grad_compare(out, ref, inputs, grad, dtype: str, strat, params: dict) -> Ver
     """grad_x bitwise (docs/SPEC.md §1.5): a scatter moves values, it computes none.
     The gradient must land on the forward's index: the first maximum (or,
     with ``ties="any"``, any maximum), any NaN of a NaN window."""
-    return _grad_compare(out, ref, inputs, grad, dtype, strat, params, HOST)
-
-
-def _grad_compare(out, ref, inputs, grad, dtype: str, strat, params: dict, judge) -> Verdict:
-    """``grad_compare``'s rule, with ``judge``'s primitives."""
-    exact = judge.gradient_bitwise("grad_x", out, ref, dtype)
-    if exact.status == "ok":  # the reference itself: nothing is left for the moves to explain
+    exact = common.compare_gradient_bitwise("grad_x", out, ref, dtype)
+    if exact.status == status.OK:  # the reference itself: nothing is left for the moves to explain
         return exact
-    ref = judge.where_it_may_land(out, ref, inputs["x"], grad, strat.ties, params["k"])
-    verdict = judge.gradient_bitwise("grad_x", out, ref, dtype)
-    if verdict.status == "mismatch" and common.VALUE in verdict.differences \
-            and judge.all_at_index_0(out, ref, inputs["x"], params["k"], dtype):
+    ref = _gradient_where_it_may_land(out, ref, inputs["x"], grad, strat.ties, params["k"])
+    verdict = common.compare_gradient_bitwise("grad_x", out, ref, dtype)
+    if verdict.status == status.MISMATCH and common.VALUE in verdict.differences \
+            and _all_at_index_0_for_neg_inf_windows(out, ref, inputs["x"], params["k"], dtype):
         return replace(verdict, message=verdict.message + " (all -inf windows' gradients sent to index 0)",
                        differences=frozenset({common.NEG_INF_WINDOW_GRAD_0}))
     return verdict
@@ -395,26 +432,35 @@ def _all_at_index_0_for_neg_inf_windows(out, ref, x, k: int, dtype: str) -> bool
     rounding) or dropped (a gather by each input element over the windows
     covering it, which never visits a window's index outside it: what torch's
     CUDA channels-last backward was seen to do). Everything else bitwise."""
-    N, C, H, W = x.shape
-    h, w = H // k, W // k
-    neg_inf = np.isneginf(_windows(x, k)).all(axis=-1)  # (N, C, h, w)
-    if not neg_inf.any() or not isinstance(out, np.ndarray) or out.shape != ref.shape:
+    if not common.is_array(out) or shape_of(out) != shape_of(ref):
         return False
-    first = np.zeros((N, C, H, W), dtype=bool)
+    xp = array_namespace(out, ref, x)
+    N, C, H, W = shape_of(x)
+    h, w = H // k, W // k
+    neg_inf = xp.all(_windows(x, k) == -math.inf, axis=-1)  # (N, C, h, w)
+    if not any_of(neg_inf):
+        return False
+    device = common.array_device(x)
+    first = xp.zeros((N, C, H, W), dtype=xp.bool, device=device)
     first[:, :, :h * k:k, :w * k:k] = neg_inf
-    dropped = np.where(first, 0.0, ref.astype(np.float64))
+    ref64 = xp.astype(ref, xp.float64)
+    dropped = xp.where(first, 0.0, ref64)
     with np.errstate(invalid="ignore"):  # hostile gradients: inf + -inf sent to one element is NaN there
-        sent = np.where(first, ref.astype(np.float64), 0.0).reshape(N, C, -1).sum(axis=-1)
-    got = out.astype(np.float64)
-    origin = np.zeros_like(first)
+        sent = xp.sum(xp.reshape(xp.where(first, ref64, 0.0), (N, C, H * W)), axis=-1)
+    got = xp.astype(out, xp.float64)
+    origin = xp.zeros((N, C, H, W), dtype=xp.bool, device=device)
     origin[:, :, 0, 0] = True
-    if not np.array_equal(got[~origin], dropped[~origin].astype(out.dtype).astype(np.float64), equal_nan=True):
+    elsewhere = ~origin
+    expected = xp.astype(xp.astype(dropped[elsewhere], out.dtype), xp.float64)
+    if not common.all_of((got[elsewhere] == expected) | (xp.isnan(got[elsewhere]) & xp.isnan(expected))):
         return False
     at_origin, kept = got[origin], dropped[origin]
-    tolerance = 8 * float(np.finfo(np.float32 if dtype == "bfloat16" else dtype).eps)
-    return bool(np.all((at_origin == kept.astype(out.dtype))
-                       | np.isclose(at_origin, kept + sent.reshape(-1), rtol=tolerance, atol=0.0,
-                                      equal_nan=True)))
+    tolerance = 8 * common.dtype_record(dtype).eps
+    summed = kept + xp.reshape(sent, (-1,))
+    with np.errstate(invalid="ignore"):  # inf - inf: not close, unless equal (the first test)
+        close = ((at_origin == summed) | (xp.abs(at_origin - summed) <= tolerance * xp.abs(summed))
+                 | (xp.isnan(at_origin) & xp.isnan(summed)))
+    return common.all_of((at_origin == xp.astype(xp.astype(kept, out.dtype), xp.float64)) | close)
 
 
 def values_of(output):
@@ -428,203 +474,9 @@ def grad_bytes_written(params, itemsize: int) -> int:
     return math.prod(params[key] for key in ("N", "C", "H", "W")) * itemsize
 
 
-@dataclass(frozen=True)
-class _Primitives:
-    """What the compare rules above use, on the host (numpy) or the device (torch)."""
-    bitwise: Callable
-    gradient_bitwise: Callable  # bits but a zero's sign (docs/SPEC.md §1.5)
-    pointed_maximum: Callable
-    compare_indices: Callable
-    where_it_may_land: Callable
-    all_at_index_0: Callable
-
-
-HOST = _Primitives(common.compare_bitwise, common.compare_gradient_bitwise, _pointed_maximum, _compare_indices, _gradient_where_it_may_land,
-                   _all_at_index_0_for_neg_inf_windows)
-
-
-# ------------------------------------------------- judged on the device (torch)
-# The oracles and the compare primitives once more in torch, on whatever
-# device the tensors are on, step for step as the numpy ones above (the tests
-# hold the two to the same answers and verdicts): a CUDA case's float64
-# reference and its judgement stay on the GPU.
-def device_oracle(inputs, params):
-    """``oracle`` in torch float64: every window's k*k elements visited in
-    row-major order, a later one taking the best's place only when greater,
-    or NaN where the best is not."""
-    import torch
-
-    x, k = inputs["x"], params["k"]
-    H, W = x.shape[2:]
-    h, w = H // k, W // k
-    values = x[:, :, 0:h * k:k, 0:w * k:k].clone()
-    in_window = torch.zeros(values.shape, dtype=torch.int32, device=x.device)
-    has_nan = bool(torch.isnan(x).any())
-    for position in range(1, k * k):
-        di, dj = divmod(position, k)
-        candidate = x[:, :, di:h * k:k, dj:w * k:k]
-        take = candidate > values
-        if has_nan:
-            take |= torch.isnan(candidate) & ~torch.isnan(values)
-        values = torch.where(take, candidate, values)
-        in_window = torch.where(take, position, in_window)
-    in_window = in_window.long()
-    rows = torch.arange(h, device=x.device)[:, None] * k + in_window // k
-    cols = torch.arange(w, device=x.device)[None, :] * k + in_window % k
-    return values, rows * W + cols
-
-
-def device_grad_oracle(inputs, grad, params):
-    """``grad_oracle`` in torch float64: each window's gradient scattered to
-    the forward oracle's index in zeros."""
-    import torch
-
-    x = inputs["x"]
-    N, C, H, W = x.shape
-    _, indices = device_oracle(inputs, params)
-    grad_x = torch.zeros((N, C, H * W), dtype=torch.float64, device=x.device)
-    grad_x.scatter_(-1, indices.reshape(N, C, -1), grad.reshape(N, C, -1))
-    return grad_x.reshape(N, C, H, W)
-
-
-def device_compare(out, ref, inputs, dtype: str, strat, params: dict) -> Verdict:
-    """``compare`` on the device."""
-    return _compare(out, ref, inputs, dtype, strat, params, DEVICE)
-
-
-def device_grad_compare(out, ref, inputs, grad, dtype: str, strat, params: dict) -> Verdict:
-    """``grad_compare`` on the device."""
-    return _grad_compare(out, ref, inputs, grad, dtype, strat, params, DEVICE)
-
-
-def _device_compare_indices(got, expected, ref_values, x, ties: str, k: int, dtype: str) -> Verdict:
-    import torch
-
-    if not torch.is_tensor(got) or tuple(got.shape) != tuple(expected.shape):
-        shape = getattr(got, "shape", None)
-        return Verdict("mismatch", f"indices: shape {None if shape is None else tuple(shape)}, expected "
-                                   f"{tuple(expected.shape)}", differences=frozenset({common.SHAPE}))
-    if got.dtype != torch.int64:
-        return Verdict("mismatch", f"indices: dtype {common.tensor_dtype_name(got)}, expected int64",
-                       differences=frozenset({common.DTYPE_DIFFERENCE}))
-    if bool((got == expected).all()):
-        return Verdict("ok")
-    N, C, H, W = x.shape
-    bad = (got < 0) | (got >= H * W)
-    if bool(bad.any()):
-        return Verdict("mismatch", "indices: outside the plane; " + common.device_first_difference(got, expected, bad),
-                       differences=frozenset({common.INDEX_OUTSIDE}))
-    pointed = torch.gather(x.reshape(N, C, H * W), -1, got.reshape(N, C, -1)).reshape(got.shape)
-    k_rows, k_cols = _window_of(got, W, k)
-    own = ((k_rows == torch.arange(got.shape[2], device=got.device)[:, None])
-           & (k_cols == torch.arange(got.shape[3], device=got.device)[None, :]))
-    nan_ok = torch.isnan(ref_values) & torch.isnan(pointed) & own
-    if ties == "any":
-        fine = ((pointed == ref_values) & own) | nan_ok
-    else:
-        fine = (got == expected) | nan_ok
-    if bool(fine.all()):
-        return Verdict("ok")
-    wrong = ~fine
-    zero_for_neg_inf = wrong & torch.isneginf(ref_values) & (got == 0)
-    subnormal_window = wrong & ~zero_for_neg_inf & _device_windows_holding_subnormals(x, k, dtype, got.shape)
-    kinds = frozenset(kind for kind, mask in ((common.NEG_INF_WINDOW_INDEX_0, zero_for_neg_inf),
-                                              (common.SUBNORMAL_WINDOW_INDEX, subnormal_window),
-                                              (common.INDEX, wrong & ~zero_for_neg_inf & ~subnormal_window))
-                      if bool(mask.any()))
-    detail = (" (index 0 for an all -inf window away from the origin)"
-              if kinds == {common.NEG_INF_WINDOW_INDEX_0} else "")
-    rule = "any" if ties == "any" else "first"
-    return Verdict("mismatch", f"indices ({rule} ties): {int(wrong.sum())} wrong{detail}; "
-                   + common.device_first_difference(got, expected, wrong), differences=kinds)
-
-
-def _device_windows_holding_subnormals(x, k: int, dtype: str, pooled_shape):
-    N, C, H, W = x.shape
-    h, w = pooled_shape[2], pooled_shape[3]
-    tiny = common.device_is_subnormal(x[:, :, :h * k, :w * k], dtype)
-    return tiny.reshape(N, C, h, k, w, k).any(dim=5).any(dim=3)
-
-
-def _device_pointed_maximum(indices, ref_values, x):
-    import torch
-
-    if not torch.is_tensor(indices) or tuple(indices.shape) != tuple(ref_values.shape) \
-            or indices.dtype != torch.int64:
-        return ref_values
-    N, C, H, W = x.shape
-    if bool(((indices < 0) | (indices >= H * W)).any()):
-        return ref_values
-    pointed = torch.gather(x.reshape(N, C, H * W), -1, indices.reshape(N, C, -1)).reshape(indices.shape)
-    return torch.where(pointed == ref_values, pointed, ref_values)
-
-
-def _device_windows(a, k: int):
-    N, C, H, W = a.shape
-    h, w = H // k, W // k
-    return a[:, :, :h * k, :w * k].reshape(N, C, h, k, w, k).permute(0, 1, 2, 4, 3, 5).reshape(N, C, h, w, k * k)
-
-
-def _device_where_it_may_land(out, ref, x, grad, ties: str, k: int):
-    import torch
-
-    if not torch.is_tensor(out) or tuple(out.shape) != tuple(ref.shape):
-        return ref
-    windows = _device_windows(x, k)
-    nan_window = torch.isnan(windows).any(dim=-1)
-    allowed = torch.isnan(windows) & nan_window[..., None]
-    if ties == "any":
-        maxima = torch.where(nan_window, torch.nan, windows.amax(dim=-1))
-        allowed |= windows == maxima[..., None]
-    landed = _device_windows(out.double(), k)
-    nonzero = landed != 0
-    where = nonzero.to(torch.uint8).argmax(dim=-1, keepdim=True)
-    sent = torch.gather(landed, -1, where)[..., 0]
-    movable = ((nonzero.sum(dim=-1) == 1) & torch.gather(allowed, -1, where)[..., 0]
-               & ((sent == grad) | (torch.isnan(sent) & torch.isnan(grad))))  # a NaN gradient is one too
-    if not bool(movable.any()):
-        return ref
-    moved = _device_windows(ref, k).clone()
-    moved[movable] = landed[movable]
-    N, C, h, w, _ = moved.shape
-    result = ref.clone()
-    result[:, :, :h * k, :w * k] = moved.reshape(N, C, h, w, k, k).permute(0, 1, 2, 4, 3, 5).reshape(
-        N, C, h * k, w * k)
-    return result
-
-
-def _device_all_at_index_0(out, ref, x, k: int, dtype: str) -> bool:
-    import torch
-
-    N, C, H, W = x.shape
-    h, w = H // k, W // k
-    neg_inf = torch.isneginf(_device_windows(x, k)).all(dim=-1)
-    if not bool(neg_inf.any()) or not torch.is_tensor(out) or tuple(out.shape) != tuple(ref.shape):
-        return False
-    first = torch.zeros((N, C, H, W), dtype=torch.bool, device=x.device)
-    first[:, :, :h * k:k, :w * k:k] = neg_inf
-    dropped = torch.where(first, 0.0, ref.double())
-    sent = torch.where(first, ref.double(), 0.0).reshape(N, C, -1).sum(dim=-1)
-    got = out.double()
-    origin = torch.zeros_like(first)
-    origin[:, :, 0, 0] = True
-    expected = dropped[~origin].to(out.dtype).double()
-    if not bool(((got[~origin] == expected) | (torch.isnan(got[~origin]) & torch.isnan(expected))).all()):
-        return False
-    at_origin, kept = got[origin], dropped[origin]
-    tolerance = 8 * float(np.finfo(np.float32 if dtype == "bfloat16" else dtype).eps)
-    close = torch.isclose(at_origin, kept + sent.reshape(-1), rtol=tolerance, atol=0.0, equal_nan=True)
-    return bool(((at_origin == kept.to(out.dtype)) | close).all())
-
-
-DEVICE = _Primitives(common.device_compare_bitwise, common.device_compare_gradient_bitwise, _device_pointed_maximum, _device_compare_indices,
-                     _device_where_it_may_land, _device_all_at_index_0)
-
-OP.device_oracle, OP.device_compare = device_oracle, device_compare
 OP.gradient = Gradient(input="x", name="grad_values", generate=generate_grad, oracle=grad_oracle,
                        bytes_moved=grad_bytes, compare=grad_compare, output=values_of,
-                       bytes_written=grad_bytes_written, device_oracle=device_grad_oracle,
-                       device_compare=device_grad_compare)
+                       bytes_written=grad_bytes_written)
 
 
 def seed_update_grad_input(inputs, params):

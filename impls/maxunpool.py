@@ -17,6 +17,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+from array_api_compat import array_namespace
 
 from impls import common, maxpool2d
 from impls.common import Verdict
@@ -50,16 +51,20 @@ def shapes(params) -> tuple[tuple, tuple]:
 
 
 def oracle(inputs, params):
-    """Row by row: a zeroed output row, the values written at their positions."""
+    """In the namespace of the inputs: zeroed output rows, each row's values
+    written at its positions (distinct in a row, so the order is moot)."""
     values, positions = inputs["values"], inputs["positions"]
+    xp = array_namespace(values, positions)
     _, out_shape = shapes(params)
     rows = math.prod(out_shape[:2])
-    flat_out = np.zeros((rows, math.prod(out_shape[2:])), dtype=np.float64)
-    flat_values = values.reshape(rows, -1)
-    flat_positions = positions.reshape(rows, -1)
-    for row in range(rows):
-        flat_out[row, flat_positions[row]] = flat_values[row]
-    return flat_out.reshape(out_shape)
+    flat_out = common.float64_zeros(xp, (rows, math.prod(out_shape[2:])), values)
+    flat_out[_row_ids(xp, rows, values), xp.reshape(positions, (rows, -1))] = xp.reshape(values, (rows, -1))
+    return xp.reshape(flat_out, out_shape)
+
+
+def _row_ids(xp, rows: int, like):
+    """(rows, 1): each row's number, beside its positions in an index."""
+    return xp.reshape(xp.arange(rows, device=common.array_device(like)), (rows, 1))
 
 
 def generate(params, mode: str = "random", seed: int = 0):
@@ -149,24 +154,21 @@ OP = register_operator(Operator(
             *(ParamSpec(key, required=False) for key in ("B", "F", "L", "f", "N", "C", "H", "W", "k"))),
     generate=generate, oracle=oracle, bytes_moved=bytes_moved, bytes_written=bytes_written, compare=compare,
     validate=validate, reference="torch_scatter", layout_keys=("values", "positions"),
-    check_cases=check_cases, extra_checks=extra_checks,
+    check_cases=check_cases, extra_checks=extra_checks, any_namespace=True,
     # channels_last would only apply to the 2-D form's small inputs; strided rows are the case that matters.
     check_layouts=("contiguous", "noncontiguous")))
 
 
 # ------------------------------------------------------------- gradient (docs/SPEC.md §1.5)
 def grad_oracle(inputs, grad, params):
-    """float64 backward: the gather ``grad_values[..., l] = grad_out[...,
-    positions[..., l]]``, row by row."""
+    """float64 backward, in the namespace of the inputs: the gather
+    ``grad_values[..., l] = grad_out[..., positions[..., l]]``, every row at once."""
     positions = inputs["positions"]
+    xp = array_namespace(positions, grad)
     pooled, out_shape = shapes(params)
     rows = math.prod(out_shape[:2])
-    flat_grad = grad.reshape(rows, -1)
-    flat_positions = positions.reshape(rows, -1)
-    grad_values = np.empty(flat_positions.shape)
-    for row in range(rows):
-        grad_values[row] = flat_grad[row, flat_positions[row]]
-    return grad_values.reshape(pooled)
+    gathered = xp.reshape(grad, (rows, -1))[_row_ids(xp, rows, grad), xp.reshape(positions, (rows, -1))]
+    return xp.reshape(xp.astype(gathered, xp.float64), pooled)
 
 
 def generate_grad(params, mode: str = "random", seed: int = 0):
@@ -192,43 +194,8 @@ def grad_bytes_written(params, itemsize: int) -> int:
     return math.prod(pooled) * itemsize
 
 
-# ------------------------------------------------- judged on the device (torch)
-def device_oracle(inputs, params):
-    """``oracle`` in torch float64 on the inputs' device: zeros, the values
-    scattered to their positions along the last axis (distinct in a row,
-    so the scatter's order is moot)."""
-    import torch
-
-    values, positions = inputs["values"], inputs["positions"]
-    _, out_shape = shapes(params)
-    rows = math.prod(out_shape[:2])
-    out = torch.zeros((rows, math.prod(out_shape[2:])), dtype=torch.float64, device=values.device)
-    out.scatter_(1, positions.reshape(rows, -1), values.reshape(rows, -1))
-    return out.reshape(out_shape)
-
-
-def device_compare(out, ref, inputs, dtype: str, strat, params=None) -> Verdict:
-    return common.device_compare_bitwise("output", out, ref, dtype)
-
-
-def device_grad_oracle(inputs, grad, params):
-    """``grad_oracle`` in torch float64: the gather of grad_out at the positions."""
-    import torch
-
-    positions = inputs["positions"]
-    pooled, out_shape = shapes(params)
-    rows = math.prod(out_shape[:2])
-    return torch.gather(grad.reshape(rows, -1), 1, positions.reshape(rows, -1)).reshape(pooled)
-
-
-def device_grad_compare(out, ref, inputs, grad, dtype: str, strat, params=None) -> Verdict:
-    return common.device_compare_gradient_bitwise("grad_values", out, ref, dtype)
-
-
-OP.device_oracle, OP.device_compare = device_oracle, device_compare
 OP.gradient = Gradient(input="values", name="grad_out", generate=generate_grad, oracle=grad_oracle,
-                       bytes_moved=grad_bytes, compare=grad_compare, bytes_written=grad_bytes_written,
-                       device_oracle=device_grad_oracle, device_compare=device_grad_compare)
+                       bytes_moved=grad_bytes, compare=grad_compare, bytes_written=grad_bytes_written)
 
 
 def _grad_rows(grad_out, values):

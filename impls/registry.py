@@ -153,11 +153,6 @@ class Gradient:
     # (params, itemsize) -> the bytes of ``bytes_moved`` that are the gradient
     # written, a fresh output (the fresh-output floor's split); None: not split.
     bytes_written: Callable[[Mapping[str, Any], int], int] | None = None
-    # The same formula in torch float64 on any device, and ``compare``'s rule
-    # on tensors there (``device_oracle`` and ``device_compare`` of Operator
-    # say more). None: judged on the host.
-    device_oracle: Callable[[Mapping[str, Any], Any, Mapping[str, Any]], Any] | None = None
-    device_compare: Callable[..., Any] | None = None
 
 
 @dataclass
@@ -204,14 +199,13 @@ class Operator:
     # Its backward (docs/SPEC.md §1.5); None: no training modes. Operator modules set
     # it after registering (``OP.gradient = Gradient(...)``).
     gradient: Gradient | None = None
-    # The oracle once more in torch float64, device-agnostic: (float64 and
-    # int64 tensors on one device, params) -> the output as tensors there;
-    # and ``compare``'s rule on tensors (the strategy's output moved to that
-    # device, the reference, the input tensors, dtype, strategy, params) ->
-    # Verdict. A case on a device other than the CPU is judged there with
-    # them (harness/measuring/check.py, ``judge_device``); None: on the host.
-    device_oracle: Callable | None = None
-    device_compare: Callable | None = None
+    # Whether its oracles and compares (forward and backward) are written over
+    # the array namespace of their arguments (array-api-compat: numpy, or
+    # torch tensors on any device), as impls/common.py's compares are: a case
+    # on a device other than the CPU is then judged there, the float64
+    # reference computed on the device (harness/measuring/check.py,
+    # ``judge_device``). False (a plugin's numpy oracle): judged on the host.
+    any_namespace: bool = False
 
     def __setattr__(self, name, value):
         # A Gradient is checked when it is declared (``OP.gradient = Gradient(...)`` or the

@@ -63,6 +63,7 @@ from typing import Any, Callable, Mapping
 
 import numpy as np
 
+from impls import status
 from impls.backends import NotApplicable, convert, float_dtypes, get_backend, to_numpy
 from impls.common import DTYPE_DIFFERENCE, Verdict, merge_verdicts, on_device, round_to_dtype
 from impls.registry import Gradient, Operator, Strategy, get_operator
@@ -123,8 +124,8 @@ def gradient_case(op: Operator | str, inputs: Mapping[str, Any], params: Mapping
     ``dtype`` can store) and the float64 oracle's gradient of the
     differentiated input. ``inputs``: the case's float64 inputs, already
     rounded to ``dtype`` (what the forward's reference holds). ``oracle``:
-    another home for the same formula (the device's, harness/measuring/check.py);
-    left out, ``Gradient.oracle``."""
+    ``Gradient.oracle`` called another way (on the device's tensors,
+    harness/measuring/check.py); left out, ``Gradient.oracle`` on these inputs."""
     op = get_operator(op) if isinstance(op, str) else op
     if op.gradient is None:
         raise NotApplicable(f"{op.name} defines no backward")
@@ -359,29 +360,25 @@ def compare(strat: Strategy, output: Any, expected: Any, expected_grad: np.ndarr
     naming every problem). ``expected``: the forward oracle's output;
     ``inputs``/``grad``: the case's float64 inputs and incoming gradient.
     ``device``: the oracles and ``inputs``/``grad`` are torch tensors there,
-    judged there by the ``device_compare`` rules. A known upstream defect is
-    the caller's to apply (as for the forward)."""
+    and the output is moved there to be judged by the same rules. A known
+    upstream defect is the caller's to apply (as for the forward)."""
     check_mode(mode)
     op = get_operator(strat.op)
     wrong = [name for name in float_dtypes(output) if name != dtype]
     if wrong:
-        return Verdict("mismatch", f"{strat.op} {mode} output: dtype {wrong[0]}, expected {dtype}",
+        return Verdict(status.MISMATCH, f"{strat.op} {mode} output: dtype {wrong[0]}, expected {dtype}",
                        differences=frozenset({DTYPE_DIFFERENCE}))
-    if device is None:
-        convert, forward_compare = to_numpy, op.compare
-        grad_compare = op.gradient.compare if op.gradient else None
-    else:
-        convert, forward_compare = (lambda value: on_device(value, device)), op.device_compare
-        grad_compare = op.gradient.device_compare if op.gradient else None
+    convert = to_numpy if device is None else (lambda value: on_device(value, device))
     if mode == FORWARD:
-        return forward_compare(convert(output), expected, inputs, dtype, strat, dict(params))
+        return op.compare(convert(output), expected, inputs, dtype, strat, dict(params))
     if mode == BACKWARD:
-        return grad_compare(convert(output), expected_grad, inputs, grad, dtype, strat, dict(params))
+        return op.gradient.compare(convert(output), expected_grad, inputs, grad, dtype, strat, dict(params))
     if not (isinstance(output, tuple) and len(output) == 2):
-        return Verdict("mismatch", "forward+backward: expected (forward output, gradient)")
+        return Verdict(status.MISMATCH, "forward+backward: expected (forward output, gradient)")
     forward_output, grad_input = output
-    return merge_verdicts(forward_compare(convert(forward_output), expected, inputs, dtype, strat, dict(params)),
-                          grad_compare(convert(grad_input), expected_grad, inputs, grad, dtype, strat, dict(params)))
+    return merge_verdicts(op.compare(convert(forward_output), expected, inputs, dtype, strat, dict(params)),
+                          op.gradient.compare(convert(grad_input), expected_grad, inputs, grad, dtype, strat,
+                                              dict(params)))
 
 
 # ------------------------------------------------------------------ bytes

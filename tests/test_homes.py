@@ -54,19 +54,68 @@ def test_a_config_case_groups_as_result_rows_do():
     assert case.group == tuple(row[column] for column in CASE_GROUP)
 
 
-def test_the_dtypes_are_listed_once_and_every_per_dtype_table_covers_them():
+def dtype_spellings(source: str, dtypes) -> list[tuple[int, str]]:
+    """(line, what) for each second home of dtype facts in ``source``: a
+    literal holding every dtype's name (the list itself), a table keyed by
+    two or more of them, or a branch on a two-byte type's name (``==``,
+    ``in``, against "bfloat16" or torch.float16 alike)."""
+    names, half = set(dtypes), {"float16", "bfloat16"}
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, (ast.List, ast.Tuple, ast.Set)) and node.elts and all(
+                isinstance(item, ast.Constant) and isinstance(item.value, str) for item in node.elts) \
+                and names <= {item.value for item in node.elts}:
+            found.append((node.lineno, "the list of dtypes"))
+        elif isinstance(node, ast.Dict) and sum(isinstance(key, ast.Constant) and key.value in names
+                                                for key in node.keys) >= 2:
+            found.append((node.lineno, "a table keyed by dtype names"))
+        elif isinstance(node, ast.Compare):
+            operands = [node.left, *node.comparators]
+            operands += [item for operand in operands if isinstance(operand, (ast.Tuple, ast.List, ast.Set))
+                         for item in operand.elts]
+            if any((isinstance(operand, ast.Constant) and operand.value in half)
+                   or (isinstance(operand, ast.Attribute) and operand.attr in half) for operand in operands):
+                found.append((node.lineno, "a branch on a dtype's name"))
+    return found
+
+
+def test_the_dtypes_have_one_home_the_dtype_records():
+    """impls/backends.py's ``Dtype`` records hold every per-dtype fact; the
+    dtype list, common's bounds and subnormal ranges, the report's order and
+    the itemsizes are read from them, and no other module lists the names,
+    keys a table by them or branches on a half type's name."""
+    import torch
+
     from impls import backends, common, registry
 
-    assert registry.DTYPES is backends.DTYPES
-    for table in (backends.ITEMSIZE, common.REL_TOL, common.WRONG_REL_ERR):
-        assert set(table) == set(backends.DTYPES)
-    every = set(backends.DTYPES)
-    # The report's order of presentation (unknown dtypes last) is its own decision.
-    allowed = {HARNESS / "presenting" / "report" / "sections.py"}
-    spelled = [f"{path.relative_to(ROOT)}:{line}" for path in python_files("harness", "impls")
-               if path != ROOT / "impls" / "backends.py" and path not in allowed
-               for line, strings in string_lists(path) if every <= strings]
-    assert not spelled, f"use impls.backends.DTYPES: {spelled}"
+    assert registry.DTYPES is backends.DTYPES == tuple(backends.DTYPE)
+    for record in backends.DTYPE_RECORDS:
+        info = torch.finfo(getattr(torch, record.name))
+        assert (record.itemsize, record.largest, record.eps) == (info.bits // 8, info.max, info.eps), record.name
+        assert record.subnormal_unit * record.subnormal_steps == info.tiny, record.name
+        assert record.subnormal_unit == info.tiny * info.eps, record.name
+        assert backends.itemsize(record.name) == record.itemsize
+        assert (common.REL_TOL[record.name], common.WRONG_REL_ERR[record.name]) == (record.rel_tol,
+                                                                                  record.wrong_rel_err)
+    assert set(common.SUBNORMAL_UNIT) == set(common.SUBNORMAL_STEPS) == set(backends.DTYPES)
+    spelled = [f"{path.relative_to(ROOT)}:{line} ({what})" for path in python_files("harness", "impls")
+               if path != ROOT / "impls" / "backends.py"
+               for line, what in dtype_spellings(path.read_text(), backends.DTYPES)]
+    assert not spelled, f"read impls.backends' Dtype records instead: {spelled}"
+
+
+def test_a_planted_second_home_of_dtype_facts_is_found():
+    from impls.backends import DTYPES
+
+    planted = {
+        'ORDER = ("float32", "float16", "bfloat16", "float64")': "the list of dtypes",
+        'EPS = {"float32": 1e-7, "float64": 1e-16}': "a table keyed by dtype names",
+        'wide = np.float32 if dtype == "bfloat16" else dtype': "a branch on a dtype's name",
+        'acc = torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype': "a branch on a dtype's name",
+    }
+    for source, what in planted.items():
+        assert [kind for _, kind in dtype_spellings(source, DTYPES)] == [what], source
+    assert dtype_spellings('single = dtype == "float32"\nsome = ("float16",)', DTYPES) == []
 
 
 def test_the_dashboard_judges_with_the_gates_public_screen():

@@ -95,25 +95,24 @@ def rules_predated(schema_written: int | None) -> tuple[str, bool]:
 
 
 # Where a case is judged (SCATTERBENCH_JUDGE): "auto", a case on a device
-# other than the CPU where its arrays are (the operator's torch float64
-# ``device_oracle`` and ``device_compare``: a CUDA case's reference and
-# judgement stay on the GPU, and only the verdict comes back), a CPU case by
-# numpy on the host; "numpy", every case on the host; "device", CPU cases too
-# with torch on CPU tensors (the tests' rehearsal of the device path).
+# other than the CPU where its arrays are (the operator's one oracle and
+# compare, written over the array namespace, run on torch float64 tensors
+# there: a CUDA case's reference and judgement stay on the GPU, and only the
+# verdict comes back), a CPU case by numpy on the host; "numpy", every case on
+# the host; "device", CPU cases too with torch on CPU tensors (the tests'
+# rehearsal of the device path).
 JUDGE_ENV = "SCATTERBENCH_JUDGE"
 JUDGES = ("auto", "numpy", "device")
 
 
 def judge_device(device: str, op) -> str | None:
     """The torch device a case of ``op`` on ``device`` is judged on, or None:
-    by numpy on the host (also for an operator, a plugin's, with no device
-    oracle or compare, forward or backward)."""
+    by numpy on the host (also for an operator whose oracles and compares
+    take numpy arrays only, ``Operator.any_namespace`` False: a plugin's)."""
     choice = os.environ.get(JUDGE_ENV) or "auto"
     if choice not in JUDGES:
         raise ValueError(f"{JUDGE_ENV}={choice!r}: expected one of {', '.join(JUDGES)}")
-    gradient = op.gradient
-    if choice == "numpy" or op.device_oracle is None or op.device_compare is None or (
-            gradient is not None and (gradient.device_oracle is None or gradient.device_compare is None)):
+    if choice == "numpy" or not op.any_namespace:
         return None
     if device == "cpu" and choice == "auto":
         return None
@@ -169,7 +168,7 @@ def reference(op_name: str, params: dict, dtype: str, mode: str, seed: int, trai
             reuse = Reference(inputs, op.oracle(inputs, params), mode, dict(params))
         else:
             tensors = device_tensors(inputs, on)
-            reuse = Reference(inputs, op.device_oracle(tensors, params), mode, dict(params), judged_on=on,
+            reuse = Reference(inputs, op.oracle(tensors, params), mode, dict(params), judged_on=on,
                               device_inputs=tensors)
     elif reuse.mode != mode or reuse.params != dict(params) or reuse.judged_on != on:
         raise ValueError(f"reuse: a reference of {reuse.mode} inputs at {reuse.params} judged on "
@@ -185,11 +184,11 @@ def reference(op_name: str, params: dict, dtype: str, mode: str, seed: int, trai
         return replace(ref, grad=grad, expected_grad=expected_grad)
     on_device = {}
 
-    def device_oracle(inputs, grad, params):
+    def oracle_on_device(inputs, grad, params):
         on_device["grad"] = device_tensors({"grad": grad}, on)["grad"]
-        return op.gradient.device_oracle(ref.device_inputs, on_device["grad"], params)
+        return op.gradient.oracle(ref.device_inputs, on_device["grad"], params)
 
-    grad, expected_grad = training.gradient_case(op, ref.inputs, params, mode, seed, dtype, oracle=device_oracle)
+    grad, expected_grad = training.gradient_case(op, ref.inputs, params, mode, seed, dtype, oracle=oracle_on_device)
     return replace(ref, grad=grad, expected_grad=expected_grad, device_grad=on_device["grad"])
 
 
@@ -409,7 +408,7 @@ def judge(strat: Strategy, output: Any, ref: Reference, dtype: str, device: str 
     if on is None:
         verdict = op.compare(to_numpy(output), ref.expected, ref.inputs, dtype, strat, ref.params)
     else:
-        verdict = op.device_compare(on_device(output, on), ref.expected, ref.device_inputs, dtype, strat, ref.params)
+        verdict = op.compare(on_device(output, on), ref.expected, ref.device_inputs, dtype, strat, ref.params)
     return known_defect(strat, verdict, device=device, dtype=dtype, layout=layout, mode=ref.mode)
 
 

@@ -23,7 +23,7 @@ from harness.judging.analysis import (
 from harness.presenting.report.document import Doc
 from harness.results import floors, metrics, runmeta, stats
 from harness.results.runmeta import Gpu
-from impls.backends import BACKENDS, devices, threads_text
+from impls.backends import BACKENDS, DTYPE_RECORDS, devices, threads_text
 from impls.defects import for_operators
 from impls.registry import all_strategies, speedup_note, unranked_reason
 from impls.status import CORRECT, FAILED, INEXACT, MISMATCH, UPSTREAM_DEFECT
@@ -417,7 +417,7 @@ def hardware_table(metas: list[dict]) -> tuple[list[str], list[list[str]]]:
     return header, [[key[0], ", ".join(runs), *key[1:]] for key, runs in machines.items()]
 
 
-DTYPE_ORDER = ("float32", "float16", "bfloat16", "float64")
+DTYPE_ORDER = tuple(record.name for record in sorted(DTYPE_RECORDS, key=lambda record: record.shown))
 
 
 def _device_rank(device: str) -> int:
