@@ -598,7 +598,8 @@ def seed_loops(inputs, params):
     return run
 
 
-@strategy("maxpool2d", backend="numpy", source=f"{SEED} update_output_1", returns="values", no_backward=VALUES_ONLY)
+@strategy("maxpool2d", backend="numpy", source=f"{SEED} update_output_1", returns="values",
+          no_backward=VALUES_ONLY)
 def seed_loop_max(inputs, params):
     """The answer's values-only loop, the one its "~20× faster" is measured
     against: ``M.max()`` per window over the crop, no indices; batched over N
@@ -621,7 +622,8 @@ def seed_loop_max(inputs, params):
     return run
 
 
-@strategy("maxpool2d", backend="numpy", source=f"{SEED} update_output_2", returns="values", no_backward=VALUES_ONLY)
+@strategy("maxpool2d", backend="numpy", source=f"{SEED} update_output_2",
+          returns="values", no_backward=VALUES_ONLY)
 def seed_reshape_max(inputs, params):
     """The answer's vectorised values-only version: crop, max over runs of k
     along W, then max over k rows. Two reductions, one copy of the crop when
