@@ -174,6 +174,15 @@ OP.gradient = Gradient(input="y", name="grad_x", generate=generate_grad, oracle=
                        bytes_moved=grad_bytes, compare=grad_compare, bytes_written=grad_bytes_written)
 
 
+def _backward_case(inputs, params):
+    """What the numpy backwards read off a case: mask, S, C, y's B, H and W',
+    x's W, and the coverage alpha (float64, W' columns)."""
+    mask, S, C = inputs["mask"], params["S"], params["C"]
+    B, _, H, out_W = inputs["y"].shape
+    W = mask.shape[1]
+    return mask, S, C, B, H, out_W, W, dispersion.alpha(C, W, S)
+
+
 def loop_cat_backward(inputs, params):
     """The explicit backward of ``numpy_loop_cat``, in the seed's own style
     (the adjoint of its three passes, last first): grad_x divided by the
@@ -181,10 +190,7 @@ def loop_cat_backward(inputs, params):
     adjoint of the concatenation of slices), then a division by alpha
     (columns no channel covers keep 0, where ``y / alpha`` read backwards
     would make 0/0). Source and cost: seed 001's ``A_pinv``, read backwards."""
-    mask, S, C = inputs["mask"], params["S"], params["C"]
-    B, _, H, out_W = inputs["y"].shape
-    W = mask.shape[1]
-    coverage = dispersion.alpha(C, W, S)
+    mask, S, C, B, H, out_W, W, coverage = _backward_case(inputs, params)
     covered = coverage > 0
 
     def backward(saved, grad_x):
@@ -203,10 +209,7 @@ def window_view_backward(inputs, params):
     divided by the case's constant alpha·mask, then ``np.add.at`` into
     zeroed grad_y through the (C·H·W) flat positions of the window view
     (the adjoint of its strided gather; built once)."""
-    mask, S, C = inputs["mask"], params["S"], params["C"]
-    B, _, H, out_W = inputs["y"].shape
-    W = mask.shape[1]
-    coverage = dispersion.alpha(C, W, S)
+    mask, S, C, B, H, out_W, W, coverage = _backward_case(inputs, params)
     columns = np.arange(W) + np.arange(C)[:, None] * S
     denominator = (coverage[columns][:, None, :] * mask).astype(mask.dtype)
     index = (columns[:, None, :] + np.arange(H)[None, :, None] * out_W).reshape(-1)
