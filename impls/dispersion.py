@@ -264,9 +264,7 @@ def dispersion(x, mask, S: int):
     """Public entry point: validated shift-and-sum, numpy or torch."""
     check_public(x, mask, S)
     params = dict(B=x.shape[0], C=x.shape[1], H=x.shape[2], W=x.shape[3], S=S)
-    if hasattr(x, "detach"):
-        return seed_loop({"x": x, "mask": mask}, params)()
-    return numpy_loop({"x": x, "mask": mask}, params)()
+    return common.public_call(seed_loop, numpy_loop, {"x": x, "mask": mask}, params)
 
 
 # ------------------------------------------------------------- strategies
@@ -463,14 +461,8 @@ def numba_fused(inputs, params):
 
     x, mask, S = inputs["x"], inputs["mask"], params["S"]
     B, C, H, W = x.shape
-
-    def run():
-        y = np.empty((B, 1, H, W + (C - 1) * S), dtype=x.dtype)
-        kernels_numba.dispersion(x, mask, S, y)
-        return y
-
-    run()  # JIT compile outside the timed region
-    return run
+    return kernels_numba.compiled_into_fresh(kernels_numba.dispersion, (B, 1, H, W + (C - 1) * S), x.dtype,
+                                             x, mask, S)
 
 
 @strategy("dispersion", backend="triton", backward=triton_adjoint_backward)
