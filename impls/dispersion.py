@@ -185,14 +185,8 @@ def numba_adjoint_backward(inputs, params):
     the mask; grad_x written once."""
     from impls import kernels_numba
 
-    x, mask, S = inputs["x"], inputs["mask"], params["S"]
-
-    def backward(saved, grad_y):
-        grad_x = np.empty(x.shape, dtype=grad_y.dtype)
-        kernels_numba.dispersion_backward(grad_y, mask, S, grad_x)
-        return grad_x
-
-    return backward
+    return kernels_numba.backward_into_fresh(kernels_numba.dispersion_backward, inputs["x"].shape, inputs["mask"],
+                                             params["S"])
 
 
 def triton_adjoint_backward(inputs, params):

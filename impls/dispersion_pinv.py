@@ -229,15 +229,8 @@ def numba_adjoint_backward(inputs, params):
     mask added at its offset, then divided by the coverage; grad_y written once."""
     from impls import kernels_numba
 
-    mask, S = inputs["mask"], params["S"]
-    shape = inputs["y"].shape
-
-    def backward(saved, grad_x):
-        grad_y = np.empty(shape, dtype=grad_x.dtype)
-        kernels_numba.dispersion_pinv_backward(grad_x, mask, S, grad_y)
-        return grad_y
-
-    return backward
+    return kernels_numba.backward_into_fresh(kernels_numba.dispersion_pinv_backward, inputs["y"].shape,
+                                             inputs["mask"], params["S"])
 
 
 def triton_adjoint_backward(inputs, params):
