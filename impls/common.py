@@ -202,6 +202,14 @@ def shape_of(value) -> tuple | None:
     return None if shape is None else tuple(shape)
 
 
+def public_call(torch_prepare, numpy_prepare, inputs: dict, params: dict):
+    """A public entry point's result: ``torch_prepare``'s strategy, prepared
+    and called once, when the first input is a torch tensor, else
+    ``numpy_prepare``'s."""
+    prepare = torch_prepare if hasattr(next(iter(inputs.values())), "detach") else numpy_prepare
+    return prepare(inputs, params)()
+
+
 def dtype_name(array) -> str:
     """An array's dtype as numpy names it ("float32", "int64", "bfloat16")."""
     return str(array.dtype).removeprefix("torch.")

@@ -185,14 +185,8 @@ def numba_adjoint_backward(inputs, params):
     the mask; grad_x written once."""
     from impls import kernels_numba
 
-    x, mask, S = inputs["x"], inputs["mask"], params["S"]
-
-    def backward(saved, grad_y):
-        grad_x = np.empty(x.shape, dtype=grad_y.dtype)
-        kernels_numba.dispersion_backward(grad_y, mask, S, grad_x)
-        return grad_x
-
-    return backward
+    return kernels_numba.backward_into_fresh(kernels_numba.dispersion_backward, inputs["x"].shape, inputs["mask"],
+                                             params["S"])
 
 
 def triton_adjoint_backward(inputs, params):
@@ -264,9 +258,7 @@ def dispersion(x, mask, S: int):
     """Public entry point: validated shift-and-sum, numpy or torch."""
     check_public(x, mask, S)
     params = dict(B=x.shape[0], C=x.shape[1], H=x.shape[2], W=x.shape[3], S=S)
-    if hasattr(x, "detach"):
-        return seed_loop({"x": x, "mask": mask}, params)()
-    return numpy_loop({"x": x, "mask": mask}, params)()
+    return common.public_call(seed_loop, numpy_loop, {"x": x, "mask": mask}, params)
 
 
 # ------------------------------------------------------------- strategies
@@ -463,14 +455,8 @@ def numba_fused(inputs, params):
 
     x, mask, S = inputs["x"], inputs["mask"], params["S"]
     B, C, H, W = x.shape
-
-    def run():
-        y = np.empty((B, 1, H, W + (C - 1) * S), dtype=x.dtype)
-        kernels_numba.dispersion(x, mask, S, y)
-        return y
-
-    run()  # JIT compile outside the timed region
-    return run
+    return kernels_numba.compiled_into_fresh(kernels_numba.dispersion, (B, 1, H, W + (C - 1) * S), x.dtype,
+                                             x, mask, S)
 
 
 @strategy("dispersion", backend="triton", backward=triton_adjoint_backward)

@@ -174,6 +174,15 @@ OP.gradient = Gradient(input="y", name="grad_x", generate=generate_grad, oracle=
                        bytes_moved=grad_bytes, compare=grad_compare, bytes_written=grad_bytes_written)
 
 
+def _backward_case(inputs, params):
+    """What the numpy backwards read off a case: mask, S, C, y's B, H and W',
+    x's W, and the coverage alpha (float64, W' columns)."""
+    mask, S, C = inputs["mask"], params["S"], params["C"]
+    B, _, H, out_W = inputs["y"].shape
+    W = mask.shape[1]
+    return mask, S, C, B, H, out_W, W, dispersion.alpha(C, W, S)
+
+
 def loop_cat_backward(inputs, params):
     """The explicit backward of ``numpy_loop_cat``, in the seed's own style
     (the adjoint of its three passes, last first): grad_x divided by the
@@ -181,10 +190,7 @@ def loop_cat_backward(inputs, params):
     adjoint of the concatenation of slices), then a division by alpha
     (columns no channel covers keep 0, where ``y / alpha`` read backwards
     would make 0/0). Source and cost: seed 001's ``A_pinv``, read backwards."""
-    mask, S, C = inputs["mask"], params["S"], params["C"]
-    B, _, H, out_W = inputs["y"].shape
-    W = mask.shape[1]
-    coverage = dispersion.alpha(C, W, S)
+    mask, S, C, B, H, out_W, W, coverage = _backward_case(inputs, params)
     covered = coverage > 0
 
     def backward(saved, grad_x):
@@ -203,10 +209,7 @@ def window_view_backward(inputs, params):
     divided by the case's constant alpha·mask, then ``np.add.at`` into
     zeroed grad_y through the (C·H·W) flat positions of the window view
     (the adjoint of its strided gather; built once)."""
-    mask, S, C = inputs["mask"], params["S"], params["C"]
-    B, _, H, out_W = inputs["y"].shape
-    W = mask.shape[1]
-    coverage = dispersion.alpha(C, W, S)
+    mask, S, C, B, H, out_W, W, coverage = _backward_case(inputs, params)
     columns = np.arange(W) + np.arange(C)[:, None] * S
     denominator = (coverage[columns][:, None, :] * mask).astype(mask.dtype)
     index = (columns[:, None, :] + np.arange(H)[None, :, None] * out_W).reshape(-1)
@@ -226,15 +229,8 @@ def numba_adjoint_backward(inputs, params):
     mask added at its offset, then divided by the coverage; grad_y written once."""
     from impls import kernels_numba
 
-    mask, S = inputs["mask"], params["S"]
-    shape = inputs["y"].shape
-
-    def backward(saved, grad_x):
-        grad_y = np.empty(shape, dtype=grad_x.dtype)
-        kernels_numba.dispersion_pinv_backward(grad_x, mask, S, grad_y)
-        return grad_y
-
-    return backward
+    return kernels_numba.backward_into_fresh(kernels_numba.dispersion_pinv_backward, inputs["y"].shape,
+                                             inputs["mask"], params["S"])
 
 
 def triton_adjoint_backward(inputs, params):
@@ -284,9 +280,7 @@ def dispersion_pinv(y, mask, S: int, C: int):
     if bool((mask == 0).any()):
         raise ValueError("mask has zeros: the pseudo-inverse divides by it")
     params = dict(B=y.shape[0], C=C, H=H, W=W, S=S)
-    if hasattr(y, "detach"):
-        return torch_unfold_view({"y": y, "mask": mask}, params)()
-    return numpy_window_view({"y": y, "mask": mask}, params)()
+    return common.public_call(torch_unfold_view, numpy_window_view, {"y": y, "mask": mask}, params)
 
 
 # ------------------------------------------------------------- strategies
@@ -437,14 +431,7 @@ def numba_fused(inputs, params):
     y, mask, S, C = inputs["y"], inputs["mask"], params["S"], params["C"]
     B, _, H, _ = y.shape
     W = mask.shape[1]
-
-    def run():
-        x = np.empty((B, C, H, W), dtype=y.dtype)
-        kernels_numba.dispersion_pinv(y, mask, S, x)
-        return x
-
-    run()  # JIT compile outside the timed region
-    return run
+    return kernels_numba.compiled_into_fresh(kernels_numba.dispersion_pinv, (B, C, H, W), y.dtype, y, mask, S)
 
 
 @strategy("dispersion_pinv", backend="triton", backward=triton_adjoint_backward)

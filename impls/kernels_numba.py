@@ -17,6 +17,32 @@ from numba import prange
 _JIT = dict(parallel=True, cache=True, nogil=True, fastmath=False)
 
 
+def compiled_into_fresh(kernel, shape, dtype, *arguments):
+    """A strategy's timed call for a kernel that writes its whole result into
+    its last argument: each call allocates ``np.empty(shape, dtype)``, runs
+    ``kernel(*arguments, out)`` and returns ``out``. Called once here, so the
+    JIT compiles for these types outside the timed region."""
+    def run():
+        out = np.empty(shape, dtype=dtype)
+        kernel(*arguments, out)
+        return out
+
+    run()
+    return run
+
+
+def backward_into_fresh(kernel, shape, *arguments):
+    """An explicit backward for a kernel that writes its whole result into its
+    last argument: each call allocates ``np.empty(shape)`` in the incoming
+    gradient's dtype, runs ``kernel(grad, *arguments, out)`` and returns ``out``."""
+    def backward(saved, grad):
+        out = np.empty(shape, dtype=grad.dtype)
+        kernel(grad, *arguments, out)
+        return out
+
+    return backward
+
+
 @functools.lru_cache(maxsize=None)
 def maxpool2d_kernel(K: int):
     """The maxpool kernel for one window size K (a compile-time constant).

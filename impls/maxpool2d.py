@@ -24,6 +24,9 @@ from impls.common import Verdict, any_of, shape_of
 from impls.registry import Gradient, Operator, ParamSpec, compiled, register_operator, strategy
 
 SEED = "seed 000_ed8c570cde2fae5b.txt"
+# What a strategy returning the values and each window's flat argmax declares: the first
+# maximum in row-major order wins a tie (most strategies return this pair).
+INDICES_FIRST_TIE = dict(returns="values+indices", ties="first")
 
 
 # ---------------------------------------------------------------- contract
@@ -569,7 +572,7 @@ def _cropped(x, k):
 
 # ------------------------------------------------------------- strategies
 @strategy("maxpool2d", backend="numpy", source=f"{SEED} MaxPool2d.updateOutput",
-          returns="values+indices", ties="first", baseline=True, backward=seed_update_grad_input)
+          **INDICES_FIRST_TIE, baseline=True, backward=seed_update_grad_input)
 def seed_loops(inputs, params):
     """The question's 4-deep python loop: ``M.max()`` and
     ``unravel_index(M.argmax())`` per window, the (row, col) pair stored into
@@ -638,7 +641,7 @@ def seed_reshape_max(inputs, params):
 
 
 @strategy("maxpool2d", backend="numpy", source=f"{SEED} update_output_3",
-          returns="values+indices", ties="first", backward=numpy_scatter_backward)
+          **INDICES_FIRST_TIE, backward=numpy_scatter_backward)
 def seed_reshape_argmax(inputs, params):
     """The answer's two-stage argmax on a 2-D array, as written, with the
     N·C cropped planes stacked as rows (a view when nothing is cropped):
@@ -676,8 +679,7 @@ def seed_reshape_argmax(inputs, params):
     return run
 
 
-@strategy("maxpool2d", backend="numpy", returns="values+indices", ties="first",
-          backward=numpy_scatter_backward)
+@strategy("maxpool2d", backend="numpy", **INDICES_FIRST_TIE, backward=numpy_scatter_backward)
 def numpy_sliding_window(inputs, params):
     """Added: ``sliding_window_view`` strided by k gives a zero-copy
     (N, C, h, w, k, k) view; one reshape copies the windows into rows, one
@@ -709,7 +711,7 @@ def torch_max_pool2d(inputs, params):
     return lambda: F.max_pool2d(x, k)
 
 
-@strategy("maxpool2d", backend="torch", returns="values+indices", ties="first", builtin=True)
+@strategy("maxpool2d", backend="torch", **INDICES_FIRST_TIE, builtin=True)
 def torch_max_pool2d_indices(inputs, params):
     """Added: ``F.max_pool2d(x, k, return_indices=True)`` — what PyTorch users
     call; one kernel, reads x once, writes values and int64 indices."""
@@ -735,7 +737,7 @@ def torch_reshape_argmax_fn(x, k: int):
     return values, rows * W + cols
 
 
-@strategy("maxpool2d", backend="torch", returns="values+indices", ties="first")
+@strategy("maxpool2d", backend="torch", **INDICES_FIRST_TIE)
 def torch_reshape_argmax(inputs, params):
     """Added: a torch port of the reshape-argmax idea in one stage — the
     windows copied into rows, ``argmax``, ``gather`` and index arithmetic;
@@ -745,7 +747,7 @@ def torch_reshape_argmax(inputs, params):
 
 
 @strategy("maxpool2d", backend="torch", source="added: torch.compile of torch_reshape_argmax",
-          returns="values+indices", ties="first", quick_check=True)
+          **INDICES_FIRST_TIE, quick_check=True)
 def torch_compile_reshape_argmax(inputs, params):
     """``torch.compile`` of the torch reshape-argmax: Inductor fuses the window
     copy, argmax, gather and index arithmetic into one or two kernels. Compile
@@ -753,8 +755,7 @@ def torch_compile_reshape_argmax(inputs, params):
     return compiled(torch_reshape_argmax_fn, inputs["x"], params["k"])
 
 
-@strategy("maxpool2d", backend="numba", returns="values+indices", ties="first",
-          backward=numba_scatter_backward)
+@strategy("maxpool2d", backend="numba", **INDICES_FIRST_TIE, backward=numba_scatter_backward)
 def numba_fused(inputs, params):
     """Added: one parallel numba kernel compiled for this k. Per chunk of
     bands sized to stay in L1, a vectorised vertical max (with its flat index)
@@ -791,8 +792,7 @@ def numba_fused(inputs, params):
     return run
 
 
-@strategy("maxpool2d", backend="triton", returns="values+indices", ties="first",
-          backward=triton_gather_backward)
+@strategy("maxpool2d", backend="triton", **INDICES_FIRST_TIE, backward=triton_gather_backward)
 def triton_fused(inputs, params):
     """Added: one Triton kernel, one output element per lane, k² strided loads
     (neighbouring lanes share cache lines), first-maximum and NaN rules as
@@ -839,7 +839,7 @@ def jax_reshape_argmax_fn(x, k: int):
     return values, (rows * W + cols).astype(jnp.int64)
 
 
-@strategy("maxpool2d", backend="jax", returns="values+indices", ties="first")
+@strategy("maxpool2d", backend="jax", **INDICES_FIRST_TIE)
 def jax_reshape_argmax(inputs, params):
     """Added: the reshape-argmax of the seed's answer in JAX, jitted: XLA
     fuses the window copy, argmax, gather and index arithmetic (one or two

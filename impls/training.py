@@ -244,16 +244,12 @@ def _explicit(strat, inputs, grad, params, mode, layout, device):
         # (SPEC 1.5: the saved indices are as hostile as the inputs).
         saved = relaid(run(), strat.backend, device, dtype_of(grad), layout)
 
-        def call_backward():
+        def call():
             return backward(saved, grad)
-
-        call = call_backward
     else:
-        def step():
+        def call():
             output = run()
             return output, backward(output, grad)
-
-        call = step
     if get_backend(strat.backend).compiles:
         call()  # compiles the backward (numba) outside the timed calls, as the forwards do
     return call
@@ -284,17 +280,13 @@ def _autograd(strat, gradient: Gradient, inputs, grad, params, mode):
         # The graph, once; each call replays its backward into a fresh gradient.
         differentiable = gradient.output(run())
 
-        def call_backward():
+        def call():
             return torch.autograd.grad(differentiable, leaf, grad, retain_graph=True)[0]
-
-        call = call_backward
     else:
-        def step():
+        def call():
             output = run()
             (grad_input,) = torch.autograd.grad(gradient.output(output), leaf, grad)
             return _detached(output), grad_input
-
-        call = step
     if strat.quick_check or get_backend(strat.backend).compiles:
         call()  # torch.compile compiles the backward graph at its first call: outside the timed calls
     return call
@@ -332,10 +324,8 @@ def _jax_vjp(strat, gradient: Gradient, inputs, grad, params, mode):
         pullback, _ = jax.jit(vjp_of, static_argnums=static)(*args)
         apply = jax.jit(lambda pull, cotangent: pull(cotangent)[0].reshape(shape))
 
-        def call_backward():
+        def call():
             return apply(pullback, grad)
-
-        call = call_backward
     else:
         def step_of(*arguments):
             pullback, output = vjp_of(*arguments[:-1])
@@ -343,10 +333,8 @@ def _jax_vjp(strat, gradient: Gradient, inputs, grad, params, mode):
 
         jitted = jax.jit(step_of, static_argnums=static)
 
-        def step():
+        def call():
             return jitted(*args, grad)
-
-        call = step
     jax.block_until_ready(call())  # compiled here, outside the timed calls
     return call
 

@@ -718,9 +718,9 @@ def check_memory_guard(item: CheckItem) -> str | None:
         places = [(on, needed, memory.free_bytes(backend, on)),
                   ("the host", memory.reference_bytes(op, params, item.training), memory.host_free_bytes())]
     for where, bytes_needed, free in places:
-        if not memory.fits(bytes_needed, free):
-            return (f"the check needs about {bytes_needed / 2**30:.2f} GiB on {where} with its float64 reference, "
-                    f"{free / 2**30:.2f} GiB free: skipped before allocating (lower check.max_bytes)")
+        gap = memory.shortfall(bytes_needed, free, where, " with its float64 reference")
+        if gap:
+            return f"the check {gap}: skipped before allocating (lower check.max_bytes)"
     return None
 
 

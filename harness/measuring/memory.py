@@ -145,3 +145,13 @@ def _bytes(op, params: dict, size: int, mode: str) -> int:
 def fits(needed: float, free: float) -> bool:
     """Whether ``needed`` bytes leave the `HEADROOM` of ``free`` bytes."""
     return needed <= HEADROOM * free
+
+
+def shortfall(needed: float, free: float, where: str, carrying: str = "") -> str | None:
+    """What a memory guard says when ``needed`` bytes do not fit ``free`` on
+    ``where`` (``fits``): "needs about N GiB on WHERE<carrying>, F GiB free";
+    None when they fit. ``carrying`` names what the need includes (" with its
+    float64 reference")."""
+    if fits(needed, free):
+        return None
+    return f"needs about {needed / 2**30:.2f} GiB on {where}{carrying}, {free / 2**30:.2f} GiB free"

@@ -81,10 +81,8 @@ def memory_guard(case: Case) -> str | None:
     strat = op.strategies[case.strategy]
     needed = memory.needed_bytes(op, strat, case.params_dict, case.dtype, case.mode)
     free = memory.free_bytes(get_backend(strat.backend), case.device)
-    if not memory.fits(needed, free):
-        return (f"needs about {needed / 2**30:.2f} GiB on {case.device}, "
-                f"{free / 2**30:.2f} GiB free: skipped before allocating")
-    return None
+    gap = memory.shortfall(needed, free, case.device)
+    return f"{gap}: skipped before allocating" if gap else None
 
 
 # ------------------------------------------------------------------------ case
