@@ -13,7 +13,7 @@ PY         := $(VENV)/bin/python
 STAMP      := $(VENV)/.installed-$(subst $(comma),_,$(EXTRAS))
 comma      := ,
 
-.PHONY: venv bench test test-fast check report publish dashboard regress baseline gpu clean-venv clean-cache
+.PHONY: venv bench test test-all test-fast check report publish dashboard regress baseline gpu clean-venv clean-cache
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV_ARGS) $(VENV)
@@ -36,18 +36,23 @@ VALGRIND_SETUP = { command -v valgrind && command -v cc; } >/dev/null 2>&1 || \
 
 # make test runs the tests in two parts, the second whatever the first says. First, with
 # one pytest-xdist worker per core, every test not marked quiet: the strategies' checks
-# against the float64 oracle (tests/impls; the Triton kernels under the interpreter: 11 of
-# its 19 minutes in one process on the 2-core VM) and the sweeps, faults and reports, none
-# of which depends on how busy the machine is. Tests sharing a module's fixture share a
-# worker (--dist loadgroup; tests/conftest.py groups them), so the fixture is built once.
-# Then the tests marked quiet, alone: the gates time things, and the floors' tests measure
-# bandwidth curves that a test beside them would drag down.
+# against the float64 oracle (tests/impls; the Triton kernels under the interpreter) and the
+# sweeps, faults and reports, none of which depends on how busy the machine is. Tests sharing
+# a module's fixture share a worker (--dist loadgroup; tests/conftest.py groups them), so the
+# fixture is built once. Then the tests marked quiet, alone: the gates time things, and the
+# floors' tests measure bandwidth curves that a test beside them would drag down.
+# Of the compiling strategies' checks (numba, PyTensor, JAX, torch.compile, Triton's
+# interpreter: seconds of compiling each), make test runs a sample, the same in every run:
+# each test function checks every compile family x operator x dtype and every strategy at
+# least once (tests/conftest.py marks the rest exhaustive). make test-all runs the whole
+# product; on a GPU, `pytest -m cuda` runs the kernels for real.
 QUIET_TESTS = quiet
+SAMPLED_OUT = exhaustive
 
 # The dashboard test opens pages in Debian's headless Chromium, and launch's
 # end-to-end test starts a one-node Slurm cluster (slurm-wlm, munge); install
 # them when this machine lets us (root, apt), else those tests skip with their reason.
-test: $(STAMP)
+test test-all: $(STAMP)
 	@command -v chromium >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && \
 	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium) >/dev/null 2>&1; } || \
 	  echo "chromium not installed: the browser test of the dashboard will be skipped"
@@ -56,8 +61,11 @@ test: $(STAMP)
 	  echo "slurm-wlm not installed: the Slurm end-to-end test of launch will be skipped"
 	@$(VALGRIND_SETUP)
 	$(PY) -m ruff check .
-	failed=0; $(PY) -m pytest -q -n auto --dist loadgroup -m "not $(QUIET_TESTS)" || failed=1; \
-	  $(PY) -m pytest -q -m "$(QUIET_TESTS)" || failed=1; exit $$failed
+	failed=0; $(PY) -m pytest -q -n auto --dist loadgroup -m "not $(QUIET_TESTS)$(sampled)" || failed=1; \
+	  $(PY) -m pytest -q -m "$(QUIET_TESTS)$(sampled)" || failed=1; exit $$failed
+# make test leaves out what the sample leaves out; make test-all runs everything.
+test: sampled = $(if $(SAMPLED_OUT), and not $(SAMPLED_OUT))
+test-all: sampled =
 
 # The edit-test loop: everything but the tests marked slow, one pytest-xdist
 # worker per core (1,155 tests: 4 min 47 s on the 2-core 23-1 VM).

@@ -16,6 +16,7 @@ if not HAS_CUDA:
 
 from impls.registry import Strategy, get_operator  # noqa: E402
 from harness.base import caches  # noqa: E402
+from tests.helpers import compiled_family, sample_of_the_product  # noqa: E402
 
 # The libraries' compile caches are shared by every test (keyed by the code
 # they compile, as torch's own default folder was): a folder per test would
@@ -83,6 +84,22 @@ def pytest_itemcollected(item):
         item.add_marker(pytest.mark.xdist_group(shared))
 
 
+def sampled_case(item):
+    """(group, strategy, dtype) of a test parametrised by one compiling
+    strategy and a dtype, for ``tests.helpers.sample_of_the_product``: the
+    group is the test function, the strategy's compile family and operator,
+    and the test's other parameters; None for any other test."""
+    parameters = dict(getattr(getattr(item, "callspec", None), "params", {}))
+    strategies = [name for name, value in parameters.items() if isinstance(value, Strategy)]
+    if len(strategies) != 1 or not isinstance(parameters.get("dtype"), str):
+        return None
+    strat, dtype = parameters.pop(strategies[0]), parameters.pop("dtype")
+    if not (strat.quick_check or get_backend(strat.backend).compiles):
+        return None
+    others = tuple(sorted((name, repr(value)) for name, value in parameters.items()))
+    return (item.nodeid.partition("[")[0], compiled_family(strat), strat.op, others), strat.name, dtype
+
+
 def pytest_collection_modifyitems(config, items):
     skip = pytest.mark.skip(reason="needs a CUDA device")
     for item in items:
@@ -90,6 +107,13 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip)
         if _compiles(item):
             item.add_marker(pytest.mark.slow)
+    # make test runs a sample of the compiling strategies' checks (tests.helpers.sample_of_the_product);
+    # the rest are marked exhaustive, for make test-all.
+    cases = {item: sampled_case(item) for item in items}
+    kept = sample_of_the_product(case for case in cases.values() if case)
+    for item, case in cases.items():
+        if case and case not in kept:
+            item.add_marker(pytest.mark.exhaustive)
 
 
 @pytest.fixture(autouse=True)

@@ -159,3 +159,67 @@ def strategy_dtype_params(strategies):
     return [pytest.param(strat, dtype, id=f"{strat.key}-{dtype}") for strat in strategies
             for dtype in ([d for d in strat.dtypes if d in ("float32", "float64")] if strat.quick_check
                           else strat.dtypes)]
+
+
+
+def compiled_family(strat) -> str:
+    """How a compiling strategy's checks compile: by its backend (numba,
+    pytensor, jax, Triton's interpreter), or, for one that compiles an eager
+    backend's code per shape (``quick_check``: torch.compile), ``<backend>.compile``."""
+    from impls.backends import get_backend
+
+    return strat.backend if get_backend(strat.backend).compiles else f"{strat.backend}.compile"
+
+
+def sample_of_the_product(cases) -> set:
+    """The sample ``make test`` runs of a product of compiling strategies'
+    checks; ``make test-all`` runs all of it.
+
+    ``cases``: (group, strategy, dtype) triples, where a group is one test
+    function's checks of one compile family on one operator (and any other
+    parameter the test has, kept whole). In each group the sample holds every
+    dtype of the group at least once and every strategy at least once, so
+    every family x operator x dtype x test function is checked, and every
+    strategy by every test function: a group of n strategies in m dtypes
+    keeps about max(n, m) of its n x m. Chosen by name, never at random: the
+    same cases give the same sample in every run."""
+    kept = set()
+    for group, pairs in sorted(_pairs_by_group(cases).items(), key=lambda entry: repr(entry[0])):
+        chosen: list = []
+        strategy_uses: dict = {}
+        dtype_uses: dict = {}
+
+        def take(candidates, uses_of):
+            strategy, dtype = min(sorted(candidates), key=uses_of)
+            chosen.append((strategy, dtype))
+            strategy_uses[strategy] = strategy_uses.get(strategy, 0) + 1
+            dtype_uses[dtype] = dtype_uses.get(dtype, 0) + 1
+
+        # each dtype once, by the strategy least chosen so far; then each strategy still out, in its least-chosen dtype
+        for dtype in sorted({dtype for _, dtype in pairs}):
+            take([pair for pair in pairs if pair[1] == dtype], lambda pair: strategy_uses.get(pair[0], 0))
+        for strategy in sorted({strategy for strategy, _ in pairs} - set(strategy_uses)):
+            take([pair for pair in pairs if pair[0] == strategy], lambda pair: dtype_uses.get(pair[1], 0))
+        kept.update((group, strategy, dtype) for strategy, dtype in chosen)
+    return kept
+
+
+def missing_from_sample(cases, kept) -> list[str]:
+    """What ``kept`` leaves uncovered of ``cases`` against the promise of
+    ``sample_of_the_product``: each group's dtype, and each group's strategy,
+    with no case kept, named."""
+    kept_by_group = _pairs_by_group(kept)
+    missing = []
+    for group, pairs in sorted(_pairs_by_group(cases).items(), key=lambda entry: repr(entry[0])):
+        chosen = kept_by_group.get(group, set())
+        for index, what in ((1, "dtype"), (0, "strategy")):
+            missing += [f"{group}: no {what} {name}" for name in
+                        sorted({pair[index] for pair in pairs} - {pair[index] for pair in chosen})]
+    return missing
+
+
+def _pairs_by_group(cases) -> dict:
+    by_group: dict = {}
+    for group, strategy, dtype in cases:
+        by_group.setdefault(group, set()).add((strategy, dtype))
+    return by_group

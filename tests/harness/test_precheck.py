@@ -7,16 +7,14 @@ process is run isolated on --resume instead of crashing it again."""
 import json
 import os
 import signal
-import subprocess
 import sys
-import time
 
 import pandas as pd
 import pytest
 
 from harness.base.errors import UnpinnedThreadsWarning
 from harness.base.plugins import sha256
-from harness.measuring import facts, pinning
+from harness.measuring import pinning
 from harness.results.store import IN_FLIGHT, read_meta, read_rows, read_samples
 from tests.helpers import PLUGINS, QUICK_CEILINGS, plugin_env, scatterbench
 
@@ -146,21 +144,6 @@ def test_bench_applies_records_and_restores_thread_settings(planted):
         scatterbench.bench("maxpool2d", ["thread_recorder"], N=1, C=1, H=8, W=8, k=2, threads={"torch": 0})
 
 
-@pytest.fixture
-def cpu_hogs():
-    """One busy process per core (two on the 2-core VM), until the machine reads loaded."""
-    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(os.cpu_count() or 1)]
-    try:
-        deadline = time.time() + 30
-        while facts.competing_load() < (os.cpu_count() or 1) and time.time() < deadline:
-            time.sleep(0.2)
-        yield
-    finally:
-        for hog in hogs:
-            hog.kill()
-            hog.wait()
-
-
 UNPINNED_CONFIG = """
 timing: {min_samples: 5, budget_s: 0.01, warmup_s: 0}
 threads: {torch: null}  # the library's default (every core); unset is every core but one
@@ -171,8 +154,13 @@ benchmarks:
 """
 
 
-def test_unpinned_threads_on_a_loaded_machine_are_said_in_one_line(cpu_hogs, tmp_path, tiny_config):
+BUSY = "busy_machine_plugin"  # the machine read as loaded (a task per core), in this process and in a run's
+
+
+def test_unpinned_threads_on_a_loaded_machine_are_said_in_one_line(monkeypatch, tmp_path, tiny_config):
     import scatterbench
+
+    monkeypatch.setattr(pinning, "competing_load", lambda *args, **kwargs: float(os.cpu_count() or 1))
 
     small = dict(N=1, C=1, H=4, W=4, k=2, timing=TINY_TIMING, plot=False)
     # Only the pools the timed strategies run on: a torch strategy does not wait on JAX's or numba's.
@@ -190,7 +178,7 @@ def test_unpinned_threads_on_a_loaded_machine_are_said_in_one_line(cpu_hogs, tmp
     assert "and threads.numpy is unpinned" in pinning.oversubscription_warning({}, 2.0, 2, backends={"numpy", "cupy"})
     assert pinning.oversubscription_warning({"torch": 1}, 2.0, 2, backends={"torch"}) is None
     config = tiny_config(UNPINNED_CONFIG)
-    ran = cli("run", config, "-o", tmp_path / "out", "--no-progress")
+    ran = cli("run", config, "-o", tmp_path / "out", "--no-progress", plugins=[BUSY])
     assert ran.returncode == 0, ran.stderr
     lines = [line for line in ran.stderr.splitlines() if line.startswith("warning: the machine is loaded")]
     assert len(lines) == 1 and "threads.torch" in lines[0] and "threads: 1 in the config" in lines[0], ran.stderr

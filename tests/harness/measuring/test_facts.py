@@ -3,6 +3,8 @@
 import math
 import os
 import subprocess
+import sys
+import time
 
 from harness.measuring import facts
 from tests.helpers import ROOT
@@ -17,6 +19,24 @@ def test_at_capacity_is_a_load_of_the_core_count_or_more():
 def test_competing_load_counts_no_negative_work_and_at_least_the_average():
     load = facts.competing_load(samples=2, interval_s=0.0)
     assert load >= 0 and load >= (facts.load_average() or [0.0])[0]
+
+
+def test_competing_load_reads_a_busy_process_per_core_as_at_capacity():
+    """A machine loaded for real (one spinning process per core) reads at
+    capacity within seconds: the runnable count sees them before the
+    1-minute average does. (The warning this load raises is tested on a
+    load taken as given, test_precheck.py's busy_machine_plugin.)"""
+    cores = os.cpu_count() or 1
+    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(cores)]
+    try:
+        deadline, load = time.monotonic() + 30, 0.0
+        while not facts.at_capacity(load, cores) and time.monotonic() < deadline:
+            load = facts.competing_load()
+        assert facts.at_capacity(load, cores), f"{cores} busy processes read as a load of {load}"
+    finally:
+        for hog in hogs:
+            hog.kill()
+            hog.wait()
 
 
 def test_the_hardware_record_names_this_cpu():
