@@ -68,7 +68,7 @@ test: sampled = $(if $(SAMPLED_OUT), and not $(SAMPLED_OUT))
 test-all: sampled =
 
 # The edit-test loop: everything but the tests marked slow, one pytest-xdist
-# worker per core (1,155 tests: 4 min 47 s on the 2-core 23-1 VM).
+# worker per core (about 1,200 tests).
 test-fast: $(STAMP)
 	$(PY) -m pytest -q -m "not slow" -n auto --dist loadgroup -x
 
