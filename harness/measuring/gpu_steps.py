@@ -39,6 +39,7 @@ from harness.base import caches
 from harness.base.checkout import ROOT
 from harness.base.config import load_config
 from harness.base.errors import EXIT_FINDINGS, EXIT_INTERRUPTED, EXIT_OK, ResultError, UsageError
+from harness.measuring import facts
 from harness.results import store
 
 # The steps, as their records in DIR/steps name them: the check is one step per operator (check-<op>).
@@ -269,7 +270,7 @@ def default_directory() -> Path:
     """``results/<commit date>-gpu-<commit>-<GPU>`` in the checkout: one directory per commit and GPU,
     named by the commit's date so that the newest commit's run sorts last (``make report``'s newest)."""
     date = _git("log", "-1", "--format=%cd", "--date=format:%Y%m%dT%H%M%S") or time.strftime("%Y%m%dT%H%M%S")
-    commit = _git("rev-parse", "--short=10", "HEAD") or "unknown"
+    commit = (facts.git_commit() or "unknown")[:10]  # the commit the run records (a copy's SCATTERBENCH_GIT_COMMIT)
     return shown(ROOT / "results" / f"{date}-gpu-{commit}-{_gpu_label()}")
 
 
@@ -300,7 +301,5 @@ def _gpu_label() -> str:
     except (OSError, subprocess.SubprocessError):
         name = None
     if name is None:
-        from harness.measuring import facts
-
         name = facts.gpu_name()
     return re.sub(r"[^A-Za-z0-9]+", "-", name or "").strip("-") or "nogpu"

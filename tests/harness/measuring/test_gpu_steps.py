@@ -238,9 +238,10 @@ def test_sigterm_to_make_gpu_stops_the_step_and_exits_130(tmp_path):
 
 
 def test_the_default_directory_is_named_by_commit_date_commit_and_gpu(monkeypatch):
-    answers = {("log", "-1", "--format=%cd", "--date=format:%Y%m%dT%H%M%S"): "20261201T101010",
-               ("rev-parse", "--short=10", "HEAD"): "0123456789"}
+    answers = {("log", "-1", "--format=%cd", "--date=format:%Y%m%dT%H%M%S"): "20261201T101010"}
     monkeypatch.setattr(gpu_steps, "_git", lambda *args: answers[args])
+    # The commit the run records: a copy's, where the copy names it (a lent machine's stale .git).
+    monkeypatch.setenv(facts.COMMIT_ENV, "0123456789abcdef0123456789abcdef01234567")
 
     def nvidia_smi(command, **kwargs):
         return subprocess.CompletedProcess(command, 0, stdout="NVIDIA H200 (SXM)\nNVIDIA H200\n", stderr="")
