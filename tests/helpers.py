@@ -161,7 +161,6 @@ def strategy_dtype_params(strategies):
                           else strat.dtypes)]
 
 
-
 def compiled_family(strat) -> str:
     """How a compiling strategy's checks compile: by its backend (numba,
     pytensor, jax, Triton's interpreter), or, for one that compiles an eager
