@@ -689,7 +689,7 @@ def plan_run(config_path: str, *, output: str | None = None, resume: str | None 
                              f"(scatterbench merge and report.py take runs of different commits side by side)")
         store.prepare_output_dir(out_dir, resuming=True)
         run_id = meta["run_id"]
-        done = set(store.read_rows(out_dir)["case_id"])
+        done = set(store.resumed_rows(out_dir)["case_id"])
         cases = [c for c in cases if c.case_id not in done]
         plan = RunPlan(str(config_path), config, cases, out_dir, run_id, True, shard_spec, len(done))
         plan.notes.append(f"resuming {out_dir}: {len(done)} cases done, {len(cases)} to run")

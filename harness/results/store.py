@@ -238,8 +238,9 @@ def prepare_output_dir(directory: Path, resuming: bool = False) -> Path:
         if holder is not None:
             raise ResultError(_busy(directory, holder))
         # Appending to a run that cannot be read back would bury the damage under new rows.
-        read_rows(directory)
-        read_samples(directory)
+        if not nothing_written(directory):
+            read_rows(directory)
+            read_samples(directory)
     else:
         # The lock, write probes, and a first metadata write cut short are no run.
         present = [entry.name for entry in directory.iterdir()
@@ -550,6 +551,18 @@ def read_run_meta(directory: Path):
     from harness.results.runmeta import RunMeta
 
     return RunMeta.of(read_meta(directory))
+
+
+def nothing_written(directory: Path) -> bool:
+    """Whether a run stopped between its ``meta.json`` and its first write
+    (a signal as the writer opened): neither rows nor samples exist yet, so
+    none of its cases is done. A run missing one of the two is damaged, not this."""
+    return not (Path(directory) / ROWS).exists() and not (Path(directory) / SAMPLES).exists()
+
+
+def resumed_rows(directory: Path) -> pd.DataFrame:
+    """The rows a resumed run has done: ``read_rows``, or none where nothing was written yet."""
+    return pd.DataFrame(columns=COLUMNS) if nothing_written(directory) else read_rows(directory)
 
 
 def read_rows(directory: Path) -> pd.DataFrame:

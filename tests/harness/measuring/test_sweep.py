@@ -143,6 +143,24 @@ def test_a_run_is_not_resumed_from_another_commit(tiny_config, tmp_path):
     assert read_meta(out)["git_commit"] == "a" * 40 and "resumed" not in read_meta(out)
 
 
+def test_a_run_stopped_before_its_first_write_resumes_and_a_damaged_one_does_not(tiny_config, tmp_path):
+    """A signal between meta.json and the writer's first line leaves a run with
+    neither rows nor samples: none of its cases is done, and --resume runs them
+    all. A run that has samples but lost its rows is damaged and refused."""
+    config = tiny_config(config_yaml(benchmark("maxpool2d", ["torch_max_pool2d_indices"], N=1, C=2, H=8, W=8, k=2)))
+    out, env = tmp_path / "out", plugin_env(SCATTERBENCH_GIT_COMMIT="a" * 40)
+    first = scatterbench("run", config, "-o", out, "--no-progress", env=env)
+    assert first.returncode == 0, first.stderr
+    cases = len(read_rows(out))
+    (out / "rows.csv").unlink()
+    damaged = scatterbench("run", config, "--resume", out, "--no-progress", env=env)
+    assert damaged.returncode == 2 and f"{out / 'rows.csv'}: missing" in damaged.stderr, damaged.stderr
+    (out / "samples.jsonl").unlink()
+    resumed = scatterbench("run", config, "--resume", out, "--no-progress", env=env)
+    assert resumed.returncode == 0, resumed.stderr
+    assert len(read_rows(out)) == cases and read_rows(out)["case_id"].is_unique
+
+
 def test_bad_plugin_is_a_usage_error(tmp_path):
     result = scatterbench("list", env=plugin_env("no_such_plugin_module"))
     assert result.returncode == 2 and "SCATTERBENCH_PLUGINS: cannot import 'no_such_plugin_module'" in result.stderr
