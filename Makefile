@@ -82,7 +82,7 @@ report: $(STAMP)
 
 # docs/REPORT.md from the committed runs of the suite itself.
 # docs/figures holds only the published report's figures: old ones would linger unreferenced.
-# A run the fitness rule refuses (busy machine, too many unstable cases) stops it;
+# A run the fitness rule refuses (busy machine, or a ceiling or curve measured busy) stops it;
 # ALLOW_UNFIT=1 publishes it anyway, in the report's appendix, judged nowhere.
 # docs/RUNS_LEFT_OUT: unfit runs left out, named in the report's first paragraph.
 publish: $(STAMP)

@@ -83,11 +83,13 @@ def bench(op: str, strategies: list[str] | None = None, *, device: str = "cpu", 
     so each CPU row carries its fresh-output-aware floor
     (``fresh_floor_s``, ``pct_of_fresh_floor``), as a run's rows do.
     A measurement the fitness rule does not stand behind (load at the core
-    count, too many unstable cases: ``result.unfit_reasons``) gives its times
+    count, a ceiling measured busy: ``result.unfit_reasons``) gives its times
     but no ``speedup``, and ``result.notes`` says why. The strategies of each
-    point are timed in rounds (``timing={"rounds": 3}``, the default; SPEC 3),
-    and a ``speedup`` the rounds do not separate from the seed's is blank;
-    ``result.notes`` names each point's winner, or every strategy of its tie.
+    point race in rounds (SPEC 3 "Racing"): each leaves when the rounds show
+    it slower than the fastest or equivalent to it; ``timing={"max_rounds":
+    32, "budget_s": 1.0}`` gives an undecided point more. A ``speedup`` the
+    rule does not separate from the seed's is blank; ``result.notes`` names
+    each point's winner, or its equivalent or undecided strategies.
     """
     plugins.load_plugins()  # the built-in strategies, and those SCATTERBENCH_PLUGINS names
     config = parse_config({

@@ -36,9 +36,10 @@ class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=False)
 
 
-# SPEC 3 "Rounds": at least this many; the rule that judges rounds (analysis.clearly_faster)
-# needs them, and falls back to the quartiles for rows with fewer (a run from before rounds).
-MIN_ROUNDS = 3
+# SPEC 3 "Racing": every strategy runs at least this many rounds (harness/results/racing.py).
+MIN_ROUNDS = 2
+# SPEC 3 "Racing": two strategies within this fraction of each other are equivalent.
+DEFAULT_EQUIVALENCE = 0.05
 
 
 class Timing(Strict):
@@ -50,10 +51,15 @@ class Timing(Strict):
     timeout_s: float = Field(120.0, gt=0, le=86400)
     # CUDA: also time each case with triton.testing.do_bench and store it (xcheck_s)
     cross_check: bool = True
-    # SPEC 3 "Rounds": the strategies of one point are sampled in this many rounds, a fresh random
-    # order and a fresh prepare each round; the budget, warm-up and sample counts above are split
-    # across them (harness/measuring/timing.py, round_share), so rounds cost no extra time.
-    rounds: int = Field(MIN_ROUNDS, ge=MIN_ROUNDS, le=50)
+    # SPEC 3 "Rounds" and "Racing": the strategies of one point are sampled in rounds, a fresh
+    # random order and a fresh prepare each round. After each round from the second, each one
+    # still in the race is judged against the fastest (harness/results/racing.py): slower or
+    # equivalent, it leaves; undecided, it runs another round while its budget lasts: at most
+    # max_rounds rounds, and budget_s of sampling (each round a 1/max_rounds share of it; a
+    # strategy that spends it keeps racing only until it has min_samples samples).
+    max_rounds: int = Field(24, ge=MIN_ROUNDS, le=200)
+    # Two strategies within this fraction of each other are "equivalent": an answer, either will do.
+    equivalence: float = Field(DEFAULT_EQUIVALENCE, gt=0, lt=1)
 
     @model_validator(mode="after")
     def _max_at_least_min(self):

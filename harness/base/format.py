@@ -70,6 +70,17 @@ def fmt_ratio(value: float | None, suffix: str = "×") -> str:
     return f"{value:.3g}{suffix}"
 
 
+def fmt_ratio_interval(value: float | None, interval=None, suffix: str = "×") -> str:
+    """A ratio with the interval of its per-round ratios, "8.9× (7.1–10.4)"
+    (SPEC 3 "Racing": every printed ratio carries it); the ratio alone
+    where no interval is known."""
+    text = fmt_ratio(value, suffix)
+    if text == "–" or not interval:
+        return text
+    low, high = interval
+    return f"{text} ({fmt_ratio(low, '')}–{fmt_ratio(high, '')})"
+
+
 def param_order() -> tuple[str, ...]:
     """Every operator's parameter names, in the order the operators declare
     them (case ids store them sorted)."""

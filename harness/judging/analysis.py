@@ -30,7 +30,7 @@ import pandas as pd
 
 from harness.base.cases import CASE_GROUP, with_mode
 from harness.base.config import MIN_ROUNDS  # a pair is judged on its rounds from this many
-from harness.base.format import fmt_time
+from harness.base.format import fmt_time, params_label
 from harness.judging.regression import (  # noqa: F401  (re-exported)
     DEFAULT_ALPHA,
     DEFAULT_FACTOR,
@@ -39,7 +39,7 @@ from harness.judging.regression import (  # noqa: F401  (re-exported)
     Rule,
 )
 from harness.measuring import facts
-from harness.results import metrics, runmeta, stats
+from harness.results import metrics, racing, runmeta, stats
 from harness.results.runmeta import record
 from impls.registry import OPERATORS
 from impls.status import CORRECT, INEXACT, OK
@@ -141,11 +141,9 @@ def busy(load: float | None, meta: dict) -> bool:
     return facts.at_capacity(load, cores(meta))
 
 
-# A run more than this share of whose timed cases are unstable is not fit to be
-# judged on wall time (`unfit_reasons`). Measured over the committed results:
-# quiet runs had 0-21 % of their cases unstable, the two default runs taken on
-# a busy VM 56 %, a baseline taken under load 79 %.
-MAX_UNSTABLE_SHARE = 0.25
+# The fitness rule in words, for every page that states it (`run_unfit_reasons` decides it).
+FITNESS_RULE = ("a 1-minute load at or above the core count at the start, at the end or when a case finished, "
+                "or a copy ceiling or bandwidth curve measured busy")
 
 
 def unfit_reasons(base_meta: dict, base_rows: pd.DataFrame, new_meta: dict, new_rows: pd.DataFrame,
@@ -158,8 +156,7 @@ def unfit_reasons(base_meta: dict, base_rows: pd.DataFrame, new_meta: dict, new_
     Wall time is judged only between runs on the same CPU (`runmeta.same_machine`),
     neither of them `busy` at its peak 1-minute load (at its start, at its end,
     or when any case finished; a run that recorded none is not known to be
-    quiet) and neither with more than MAX_UNSTABLE_SHARE of its timed cases
-    unstable. Counts do not see load: they are judged between runs on the
+    quiet), nor measured its ceiling or curves busy (`run_unfit_reasons`). Counts do not see load: they are judged between runs on the
     same CPU counted with the same tool-and-library versions (``count_versions``). ``*_rows``: the runs' rows
     (status, median_s, iqr_s, load_avg)."""
     reasons = []
@@ -178,12 +175,16 @@ def run_unfit_reasons(meta: dict, rows: pd.DataFrame) -> list[str]:
     """Why one run's wall times cannot be stood behind, as short phrases;
     empty when it is fit. The one fitness rule of every judge of wall time
     (the dashboard's red, the report's answers, winners, speed-ups, flips and
-    % of ceiling, ``make publish``, `run`'s tables, ``bench()``'s speed-ups): a run is unfit when its peak 1-minute load
-    (at its start, at its end, or when any case finished) was at or above its
-    core count (`busy`; a run that recorded no load is not known to be quiet),
-    or when more than MAX_UNSTABLE_SHARE of its timed cases are unstable.
-    ``rows``: the run's rows (status, median_s, iqr_s, load_avg). A counting
-    run (no times) is judged by `unfit_reasons` with its metric instead."""
+    % of ceiling, ``make publish``, `run`'s tables, ``bench()``'s speed-ups).
+    Fitness judges the machine; the race judges each point (SPEC 3
+    "Racing": a point whose rounds stay noisy gets more of them, and is
+    undecided if they do not settle). A run is unfit when the machine was
+    busy: its peak 1-minute load (at its start, at its end, or when any case
+    finished) at or above its core count (`busy`; a run that recorded no
+    load is not known to be quiet), or its copy ceiling or bandwidth curves
+    measured busy. Noisy small cases do not make a run unfit; their points
+    say how well their rounds decided. ``rows``: the run's rows (load_avg).
+    A counting run (no times) is judged by `unfit_reasons` with its metric instead."""
     run = record(meta)
     loads = [first_load(run.load_avg_start), first_load(run.load_avg_end)]
     loads += rows["load_avg"].to_numpy(float).tolist() if "load_avg" in rows else []
@@ -194,12 +195,13 @@ def run_unfit_reasons(meta: dict, rows: pd.DataFrame) -> list[str]:
         reasons.append("load not recorded")
     elif busy(peak, meta):
         reasons.append(f"load {peak:.2g} on {cores(meta)} cores")
-    medians = rows["median_s"].to_numpy(float)
-    iqrs = [stats.steadiness_iqr_s(row) for _, row in rows.iterrows()]
-    counted = np.flatnonzero(timed(rows).to_numpy(bool))
-    unstable_cases = sum(is_unstable(iqrs[index], medians[index]) for index in counted)
-    if len(counted) and unstable_cases > MAX_UNSTABLE_SHARE * len(counted):
-        reasons.append(f"{unstable_cases} of {len(counted)} unstable")
+    ceiling_busy = meta.get("ceiling_busy") if isinstance(meta, dict) else None
+    if isinstance(ceiling_busy, dict) and ceiling_busy:
+        reasons += [f"{device} ceiling measured busy ({why})" for device, why in sorted(ceiling_busy.items())]
+    curves = meta.get("bandwidth_curves") if isinstance(meta, dict) else None
+    if isinstance(curves, dict):
+        reasons += [f"{device} curves measured busy ({curve['busy']})" for device, curve in sorted(curves.items())
+                    if isinstance(curve, dict) and curve.get("busy")]
     return reasons
 
 
@@ -250,7 +252,7 @@ def timed(rows: pd.DataFrame) -> pd.Series:
     """Which rows are correct and timed, as a mask over ``rows``: a status
     in CORRECT (the answer is the operator's, exact or within tolerance) and
     a finite, positive median. The one rule of what may be compared,
-    averaged, ranked or drawn as a time (the fitness rule's unstable share,
+    averaged, ranked or drawn as a time (the unstable flags,
     the gates' screen, the normalised comparison, the answer, the figures):
     a failed row, a counting run's row (counts, no times) and a row whose
     time was withheld are not timed."""
@@ -325,7 +327,8 @@ def with_speedups(rows: pd.DataFrame) -> pd.DataFrame:
     for _, group in rows.groupby(case_keys(rows), sort=False):
         base = group[(group["strategy"] == baseline_name(group["op"].iloc[0])) & group["status"].isin(CORRECT)]
         if len(base):
-            rows.loc[group.index, "speedup"] = float(base["median_s"].iloc[0]) / group["median_s"]
+            seed = base.iloc[0]
+            rows.loc[group.index, "speedup"] = [ratio(row, seed) for _, row in group.iterrows()]
     return rows
 
 
@@ -359,7 +362,58 @@ def spread(row) -> tuple[float, float]:
     return (q1 if q1 > 0 else median), q3
 
 
-ROUNDS_RULE, QUARTILE_RULE = "rounds", "Q1–Q3"
+# The rules a pair of rows may be judged by: the race's (SPEC 3 "Racing", rows with a decision:
+# harness/results/racing.py), and the rules of older runs, which keep theirs: the agreement of
+# their rounds beyond their spread (schema 7-9), the quartiles (before rounds).
+RACING_RULE, ROUNDS_RULE, QUARTILE_RULE = "racing", "rounds", "Q1–Q3"
+# What each of the race's decisions means, for every legend (harness/results/racing.py).
+DECISIONS = racing.DECISIONS
+FASTER, EQUIVALENT, UNDECIDED, SLOWER = racing.FASTER, racing.EQUIVALENT, racing.UNDECIDED, racing.SLOWER
+
+
+def raced(row) -> bool:
+    """The row was timed in a race (schema 10): it carries its decision."""
+    value = row.get("decision", "") if hasattr(row, "get") else ""
+    return isinstance(value, str) and value in racing.DECISIONS
+
+
+def equivalence_of(row) -> float:
+    """The equivalence margin the row's race was judged with."""
+    value = _value(row, "equivalence")
+    return value if math.isfinite(value) and value > 0 else racing.DEFAULT_EQUIVALENCE
+
+
+def race_verdict(fast, slow) -> str:
+    """What the race's rule says of ``slow`` against ``fast`` (both raced
+    rows of one point) over the rounds both ran, at the noise and margin
+    their race judged by: racing.SLOWER, FASTER, EQUIVALENT or UNDECIDED."""
+    noise = _value(fast, "round_noise")
+    noise = noise if math.isfinite(noise) and noise > 0 else racing.PRIOR_NOISE
+    return racing.pair_decision(racing.log_ratios(round_medians(fast), round_medians(slow)), noise,
+                                equivalence_of(fast))
+
+
+def ratio(fast, slow) -> float:
+    """How many times slower ``slow`` is than ``fast``: the one factor every
+    reader prints (× seed, × built-in, the runner-up's lead, ``speedup``).
+    The median of their per-round ratios over the rounds both ran (SPEC 3:
+    decided from the per-round ratios of their medians, and so always inside
+    its own `ratio_interval`); the ratio of their medians for rows without
+    two common rounds (a run before rounds)."""
+    logs = racing.log_ratios(round_medians(fast), round_medians(slow))
+    if logs.size >= MIN_ROUNDS and np.isfinite(logs).all():
+        return float(np.exp(np.median(logs)))
+    return float(slow["median_s"]) / float(fast["median_s"])
+
+
+def ratio_interval(fast, slow) -> tuple[float, float] | None:
+    """(lowest, highest) of slow's per-round ratio to fast over the rounds both
+    ran: the interval every printed ratio carries ("8.9× (7.1–10.4)"); None
+    where either stored no rounds."""
+    ratios = np.exp(racing.log_ratios(round_medians(fast), round_medians(slow)))
+    if ratios.size == 0 or not np.isfinite(ratios).all():
+        return None
+    return float(ratios.min()), float(ratios.max())
 
 
 def round_medians(row) -> list[float]:
@@ -379,8 +433,11 @@ def round_ratios(fast, slow) -> list[float] | None:
 
 
 def rule_basis(fast, slow) -> str:
-    """Which rule `clearly_faster` decides this pair by: ROUNDS_RULE, or
-    QUARTILE_RULE for rows that stored no rounds (a run before schema 7)."""
+    """Which rule `clearly_faster` decides this pair by: RACING_RULE for two
+    raced rows; an older run keeps its own: ROUNDS_RULE, or QUARTILE_RULE
+    for rows that stored no rounds (a run before schema 7)."""
+    if raced(fast) and raced(slow):
+        return RACING_RULE
     return ROUNDS_RULE if round_ratios(fast, slow) is not None else QUARTILE_RULE
 
 
@@ -415,7 +472,10 @@ def clearly_faster(fast, slow) -> bool:
     widens every strategy's Q1–Q3 until they overlap, which is the drift
     the rounds see through. Rows of an older run, which stored no rounds,
     fall back to the quartiles (fast's Q1–Q3 wholly below slow's, `spread`;
-    `rule_basis` says which rule decided)."""
+    `rule_basis` says which rule decided). Raced rows (SPEC 3 "Racing") are
+    judged by the race's rule (`race_verdict`): slow is shown slower."""
+    if rule_basis(fast, slow) == RACING_RULE:
+        return race_verdict(fast, slow) == racing.SLOWER
     ratios = round_ratios(fast, slow)
     if ratios is None:
         return spread(fast)[1] < spread(slow)[0]
@@ -424,6 +484,11 @@ def clearly_faster(fast, slow) -> bool:
 
 def tie_reason(fast, slow) -> str:
     """Why fast is not clearly faster than slow, in a phrase for a cell or a note."""
+    if rule_basis(fast, slow) == RACING_RULE:
+        rounds = len(racing.log_ratios(round_medians(fast), round_medians(slow)))
+        if race_verdict(fast, slow) == racing.EQUIVALENT:
+            return f"equivalent: within ±{equivalence_of(fast):.0%} over {rounds} rounds"
+        return f"undecided after {rounds} rounds"
     ratios = round_ratios(fast, slow)
     if ratios is None:
         return "their Q1–Q3 ranges overlap (no rounds stored: the older quartile rule)"
@@ -486,6 +551,22 @@ class Answer:
     tied: tuple = ()  # every rankable strategy ``best`` does not clearly beat, fastest first
     unclear: str = ""  # why no win can be claimed whatever the times (timers disagree, incomplete)
     basis: str = ROUNDS_RULE  # the rule the pairs were judged by (QUARTILE_RULE: a run without rounds)
+    # (lowest, highest) per-round ratio behind each factor (`ratio_interval`); None without rounds
+    seed_interval: tuple | None = None
+    builtin_interval: tuple | None = None
+    # Of a tie judged by the race: the tied strategies shown equivalent to ``best``; the rest are undecided.
+    equivalent: tuple = ()
+
+    @property
+    def outcome(self) -> str:
+        """FASTER (a clear win), EQUIVALENT (every tied strategy within the
+        margin: either will do) or UNDECIDED (the rounds could not tell);
+        "tie" for a tie judged by an older run's rule, which cannot say which."""
+        if not self.tie:
+            return FASTER
+        if self.basis != RACING_RULE:
+            return "tie"
+        return EQUIVALENT if set(self.equivalent) == set(self.tied) else UNDECIDED
 
     @property
     def clear(self) -> bool:
@@ -557,8 +638,8 @@ def answer(case: pd.DataFrame, planned=None) -> Answer | None:
     correct = case[timed(case)]
     seed = correct[correct["strategy"] == baseline_name(op)]
     builtin = fastest_builtin(case)
-    over_seed = float(seed["median_s"].iloc[0]) / best["median_s"] if len(seed) else math.nan
-    over_builtin = float(builtin["median_s"]) / best["median_s"] if builtin is not None else math.nan
+    over_seed = ratio(best, seed.iloc[0]) if len(seed) else math.nan
+    over_builtin = ratio(best, builtin) if builtin is not None else math.nan
     others = [order.iloc[i] for i in range(1, len(order))]
     tied = [other for other in others if not clearly_faster(best, other)]
     runner_up = tied[0] if tied else (others[0] if others else None)
@@ -570,9 +651,15 @@ def answer(case: pd.DataFrame, planned=None) -> Answer | None:
     not_timed = incomplete(case, planned)
     if not_timed:
         reasons.append(f"incomplete: {', '.join(not_timed)} not timed")
-    basis = QUARTILE_RULE if any(rule_basis(best, other) == QUARTILE_RULE for other in others) else ROUNDS_RULE
+    bases = {rule_basis(best, other) for other in others}
+    basis = (QUARTILE_RULE if QUARTILE_RULE in bases else ROUNDS_RULE if ROUNDS_RULE in bases
+             else RACING_RULE if bases else (RACING_RULE if raced(best) else ROUNDS_RULE))
+    equivalent = tuple(str(other["strategy"]) for other in tied
+                       if basis == RACING_RULE and race_verdict(best, other) == racing.EQUIVALENT)
     return Answer(best, over_seed, over_builtin, str(builtin["strategy"]) if builtin is not None else None,
-                  runner_up, bool(tied), tuple(str(other["strategy"]) for other in tied), "; ".join(reasons), basis)
+                  runner_up, bool(tied), tuple(str(other["strategy"]) for other in tied), "; ".join(reasons), basis,
+                  ratio_interval(best, seed.iloc[0]) if len(seed) else None,
+                  ratio_interval(best, builtin) if builtin is not None else None, equivalent)
 
 
 def by_count(case: pd.DataFrame) -> pd.DataFrame:
@@ -617,13 +704,43 @@ def winner_text(found: Answer | None) -> str | None:
         return None
     if len(names) > 1:
         listed = ", ".join(names[:-1]) + f" and {names[-1]}"
-        why = (f"{found.best['strategy']} does not beat "
-               + ("it" if len(names) == 2 else "them") + " beyond the rounds' spread"
-               if found.basis == ROUNDS_RULE else "their Q1–Q3 ranges overlap")
-        text = f"{listed} (a tie: {why})"
+        if found.basis == RACING_RULE:
+            text = f"{listed} ({tie_label(found)})"
+        else:
+            why = (f"{found.best['strategy']} does not beat "
+                   + ("it" if len(names) == 2 else "them") + " beyond the rounds' spread"
+                   if found.basis == ROUNDS_RULE else "their Q1–Q3 ranges overlap")
+            text = f"{listed} (a tie: {why})"
     else:
         text = names[0]
     return text + (f" (no clear win: {found.unclear})" if found.unclear else "")
+
+
+def undecided_points(rows: pd.DataFrame) -> list[tuple[str, list[str], int]]:
+    """Every point whose answer is UNDECIDED: (its label, the strategies
+    still in the race when its budget ran out, fastest first, the rounds
+    they ran)."""
+    found_points = []
+    for _group, case in with_mode(rows).groupby(CASE_GROUP, sort=False):
+        found = answer(case)
+        if found is None or found.outcome != UNDECIDED:
+            continue
+        first = case.iloc[0]
+        label = f"{first['op']} {first['device']} {first['dtype']} {params_label(first['params'])} ({first['mode']})"
+        found_points.append((label, winners(found), len(round_medians(found.best))))
+    return found_points
+
+
+def tie_label(found: Answer) -> str:
+    """A tie in a phrase: "equivalent within ±5 %" (an answer: either will
+    do), "undecided after N rounds" (the budget ran out before the rounds
+    could tell), or "tie" for an older run's rule, which cannot say which."""
+    if found.outcome == EQUIVALENT:
+        return f"equivalent within ±{equivalence_of(found.best):.0%}"
+    if found.outcome == UNDECIDED:
+        rounds = max(len(round_medians(found.best)), 0)
+        return f"undecided after {rounds} rounds"
+    return "tie"
 
 
 def fastest_builtin(case: pd.DataFrame) -> pd.Series | None:

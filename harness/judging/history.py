@@ -12,7 +12,7 @@ confirmation against the other strategies of the case,
 and, where both runs counted instructions, by the count gate's rule
 (`regression.count_verdict`). It is *red* only when that fails it and
 `analysis.unfit_reasons` finds nothing against the pair of runs; a change
-failed between runs that were not fit (load, unstable share, library
+failed between runs that were not fit (load, a busy ceiling or curve, library
 versions for counts) is *not judged*, with the reasons; a change across a
 new ``source`` of the strategy is marked as such, never called a
 regression.
@@ -77,7 +77,7 @@ def stored_changes(base_rows, base_samples, new_rows, new_samples, suspect, name
     """The suspect's changes against its partners (`wall_gate.partner_change`)
     from two stored runs, one per round of the new run (SPEC 3 "Rounds"),
     each against the base run's median round where both runs stored rounds
-    for every strategy named (the same number, at least
+    for every strategy named (the rounds all of them ran, at least
     ``analysis.MIN_ROUNDS``), so that a change must hold in every round to
     fail (`wall_gate.settle`); a slow state or a slow minute that fell on one
     round clears it. Without rounds: one change, from the 10th percentiles
@@ -94,14 +94,16 @@ def stored_changes(base_rows, base_samples, new_rows, new_samples, suspect, name
 
 
 def _rounds_of(rows: pd.DataFrame, suspect, names: list[str]) -> dict | None:
-    """Each named strategy's round medians in the suspect's case, or None
-    unless every one has the same number of them, at least MIN_ROUNDS."""
+    """Each named strategy's round medians in the suspect's case, over the
+    rounds all of them ran (at least MIN_ROUNDS), or None."""
     if "round_medians_s" not in rows:
         return None
     case = in_group(rows, suspect).drop_duplicates("strategy").set_index("strategy")
     found = {name: analysis.round_medians(case.loc[name]) if name in case.index else [] for name in names}
-    counts = {len(values) for values in found.values()}
-    return found if len(counts) == 1 and min(counts) >= analysis.MIN_ROUNDS else None
+    # A race (SPEC 3 "Racing") runs its strategies for different numbers of rounds: the rounds
+    # they all ran are the first ones.
+    count = min(len(values) for values in found.values()) if found else 0
+    return {name: values[:count] for name, values in found.items()} if count >= analysis.MIN_ROUNDS else None
 
 
 # ----------------------------------------------------------------- loading
@@ -468,7 +470,7 @@ def _reason_kind(reason: str) -> str:
         return "load not recorded"
     if reason.startswith("load"):
         return "load at or above the core count"
-    return f"more than {100 * analysis.MAX_UNSTABLE_SHARE:.0f} % of the cases unstable"
+    return "ceiling or curves measured busy"
 
 
 def unstable_share(cases: pd.DataFrame) -> pd.Series:

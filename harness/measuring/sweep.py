@@ -45,7 +45,7 @@ from harness.measuring import ceilings as machine_ceilings
 from harness.measuring import check, facts, memory, pinning, prefetch, timing, verdict_cache
 from harness.measuring.check import PHASE_CHECK, Reference, reference
 from harness.measuring.session import Interrupted, PhaseClock, RunOutcome, RunSession  # noqa: F401 - Interrupted: sweep's public name
-from harness.results import floors, stats, store
+from harness.results import floors, racing, stats, store
 from impls import training
 from impls.backends import NotApplicable, device_present, get_backend, itemsize
 from impls.common import Verdict
@@ -133,6 +133,20 @@ class PendingCase:
     spent_s: float = 0.0  # of the case's time limit, the check included
     rounds: list = field(default_factory=list)  # timing.Timed per round
     result: CaseResult | None = None
+    standing: racing.Standing | None = None  # its place in its point's race, once the race ends
+    round_noise: float = math.nan  # the point's round-to-round noise the race judged by
+    equivalence: float = math.nan  # the margin it judged with (the config's timing.equivalence)
+
+    @property
+    def round_medians(self) -> list[float]:
+        return [float(np.median(timed.samples_s)) for timed in self.rounds]
+
+    def budget_spent(self, timing_config) -> bool:
+        """Its sampling budget (``budget_s`` of timed calls) spent, with at
+        least ``min_samples`` samples and MIN_ROUNDS rounds: it races no more."""
+        samples = [sample for timed in self.rounds for sample in timed.samples_s]
+        return (len(self.rounds) >= racing.MIN_ROUNDS and len(samples) >= timing_config.min_samples
+                and float(np.sum(samples)) >= timing_config.budget_s)
 
     def fail(self, status: str, message: str) -> None:
         self.row.update(status=status, message=message, load_avg=_load_avg())
@@ -160,6 +174,10 @@ class PendingCase:
                         within_round_iqr_s=stats.within_round_iqr_s([timed.samples_s for timed in self.rounds],
                                                                     summary.median_s),
                         status=self.verdict.status, message=self.verdict.message, load_avg=_load_avg())
+        if self.standing is not None:
+            self.row.update(decision=self.standing.decision, decision_round=self.standing.round,
+                            decided_against=self.standing.against, round_noise=self.round_noise,
+                            equivalence=self.equivalence)
         self.result = CaseResult(self.row, samples.tolist(), [len(timed.samples_s) for timed in self.rounds])
         return self.result
 
@@ -234,13 +252,15 @@ def check_case(case: Case, config: Config, run_id: str, ceiling_gbps: float,
                        tried.first_call_s, config.timing.timeout_s, spent_s=time.perf_counter() - began)
 
 
-def time_round(pending: PendingCase, share, last: bool, on_phase: Callable[[str], None]) -> None:
+def time_round(pending: PendingCase, share, on_phase: Callable[[str], None], cross_check: bool = False) -> None:
     """One round of one pending case: prepared afresh on new copies of its
-    inputs, warmed up, sampled for the round's ``share`` of the budget; in
-    the ``last`` round, its last timed call's output is judged again (and the
-    inputs, copied at this round's prepare), and a wrong answer publishes no
-    time. A fault or the case's time limit (over all its rounds) ends the
-    case with its status."""
+    inputs, warmed up, sampled for the round's ``share`` of the budget, and
+    its last timed call's output judged again (and its inputs, against their
+    copy): a wrong answer in any round publishes no time. Every round is
+    judged because any round may be a strategy's last (it leaves the race
+    when the rounds decide it). A fault or the case's time limit (over all
+    its rounds) ends the case with its status. ``cross_check``: time it with
+    the independent timer too (CUDA), in one round of its race."""
     case, strat = pending.case, pending.strat
     began = time.perf_counter()
     remaining = pending.timeout_s - pending.spent_s
@@ -249,33 +269,30 @@ def time_round(pending: PendingCase, share, last: bool, on_phase: Callable[[str]
             raise timing.CaseTimeout(f"exceeded the case time limit of {pending.timeout_s:g} s")
         with timing.deadline(remaining):
             on_phase(check.PHASE_PREPARE)
-            # Only the judged round needs a copy of the inputs to compare them with afterwards.
-            prepared = check.prepare_case(strat, pending.ref, pending.ref.params, case.dtype, case.device,
-                                          watch_inputs=last)
+            prepared = check.prepare_case(strat, pending.ref, pending.ref.params, case.dtype, case.device)
             on_phase(PHASE_TIME)
             # A call at least a round's warm-up long is its own warm-up: the check's call 1
             # compiled and touched what the code needs, and a fresh prepare does not undo that.
             warmed = pending.first_call_s if pending.first_call_s >= share.warmup_s else 0.0
             timed = timing.time_call(prepared.run, pending.backend, case.device, share, pending.flush,
-                                     cross_check=pending.cross_check and last, warmed_s=warmed,
+                                     cross_check=pending.cross_check and cross_check, warmed_s=warmed,
                                      host_s=pending.rounds[0].host_s if pending.rounds else None,
-                                     keep_last=last)
+                                     keep_last=True)
             output = timed.last_output
             pending.rounds.append(dataclasses.replace(timed, last_output=None))
             del timed
-            if last:
-                # Every timed call must have computed the answer: the last of them is judged
-                # (a wrong one after the first shows there: state kept between calls), and the
-                # inputs are compared with their copy.
-                on_phase(PHASE_CHECK)
-                count = sum(len(t.samples_s) + t.slow_start for t in pending.rounds)
-                which = f"the last of its {count} timed samples"
-                again = check.judge_again(strat, prepared, pending.ref, case.dtype, case.device, "contiguous",
-                                          pending.verdict, calls=0, which=which, output=output)
-                if again.status not in CORRECT:
-                    pending.fail(again.status, f"{again.message}; its timing is not published")
-                else:
-                    pending.verdict = again
+            # Every timed call must have computed the answer: the last of the round is judged
+            # (a wrong one after the first shows there: state kept between calls), and the
+            # inputs are compared with their copy.
+            on_phase(PHASE_CHECK)
+            count = sum(len(t.samples_s) + t.slow_start for t in pending.rounds)
+            which = f"the last of its {count} timed samples (round {len(pending.rounds)})"
+            again = check.judge_again(strat, prepared, pending.ref, case.dtype, case.device, "contiguous",
+                                      pending.verdict, calls=0, which=which, output=output)
+            if again.status not in CORRECT:
+                pending.fail(again.status, f"{again.message}; its timing is not published")
+            else:
+                pending.verdict = again
             del output, prepared
     except check.STRATEGY_FAULTS as error:
         failed = check.failure_verdict(error, strat, case.device)
@@ -292,27 +309,73 @@ def round_order(order_seed: int, group: tuple) -> np.random.Generator:
     return np.random.default_rng([int(order_seed), key])
 
 
-def time_in_rounds(pending: list[PendingCase], rounds: int, timing_config, rng: np.random.Generator,
+def time_in_rounds(pending: list[PendingCase], timing_config, rng: np.random.Generator,
                    on_phase: Callable[[str], None] = lambda phase: None, before=None) -> list[list[int]]:
-    """SPEC 3 "Rounds": the pending cases of one point sampled in ``rounds``
-    rounds, each in a fresh random order drawn from ``rng`` and each case
-    prepared afresh every round (``time_round``), with a round's share of the
-    case's budget (``timing.round_share``), so a slow period of the machine,
-    or a slow state set at prepare time, falls on all of them and not on one
-    strategy's block of samples. ``before(case)``: called as each case's
-    round starts (what the run records in flight). Returns the order of each
-    round (indices into ``pending``)."""
+    """SPEC 3 "Rounds" and "Racing": the pending cases of one point sampled
+    in rounds, each in a fresh random order drawn from ``rng`` and each case
+    prepared afresh every round (``time_round``), with a round's share of
+    its budget (``timing.round_share``), so a slow period of the machine, or
+    a slow state set at prepare time, falls on all of them and not on one
+    strategy's block of samples. From the second round on, the rule of
+    harness/results/racing.py takes out each strategy the rounds decide
+    (slower than the fastest, or equivalent to it), and one whose budget is
+    spent; the race ends when one is left or at ``timing_config.max_rounds``.
+    Each case's ``standing`` says where it ended. ``before(case)``: called as
+    each case's round starts (what the run records in flight). Returns the
+    order of each round (indices into ``pending``)."""
+    share = timing.round_share(timing_config)
+    equivalence = timing_config.equivalence
+    in_race = list(range(len(pending)))
+    left: dict[int, racing.Standing] = {}
+    noise = racing.PRIOR_NOISE
     orders = []
-    for index in range(rounds):
-        share = timing.round_share(timing_config, rounds, index)
+    for index in range(timing_config.max_rounds):
         order = [int(i) for i in rng.permutation(len(pending))]
         orders.append(order)
         for position in order:
-            if pending[position].result is not None:  # failed in an earlier round
+            if position not in in_race:
                 continue
             if before:
                 before(pending[position].case)
-            time_round(pending[position], share, index == rounds - 1, on_phase)
+            time_round(pending[position], share, on_phase, cross_check=index == racing.MIN_ROUNDS - 1)
+        in_race = [position for position in in_race if pending[position].result is None]  # failed: out
+        if len(in_race) < 2 and len(pending) > 1:
+            break
+        if index + 1 < racing.MIN_ROUNDS:
+            continue
+        if len(in_race) < 2:  # a case timed alone: no race, its whole budget
+            if not in_race or pending[in_race[0]].budget_spent(timing_config):
+                break
+            continue
+        medians = {position: pending[position].round_medians for position in in_race}
+        if index + 1 == racing.MIN_ROUNDS:
+            noise = racing.point_noise(medians)
+        leaving = racing.race_step(medians, in_race, noise, equivalence)
+        front = racing.leader(medians, in_race)
+        spent = [position for position in in_race
+                 if position not in leaving and pending[position].budget_spent(timing_config)]
+        if front in spent:  # the leader's budget is spent: the race ends with its round
+            left.update(leaving)
+            in_race = [position for position in in_race if position not in leaving]
+            break
+        leaving.update({position: racing.Standing(racing.UNDECIDED, len(medians[position]), front)
+                        for position in spent})
+        left.update(leaving)
+        in_race = [position for position in in_race if position not in leaving]
+        if len(in_race) < 2:
+            break
+    timed_ones = [position for position in range(len(pending)) if pending[position].result is None]
+    if len(timed_ones) < 2:
+        return orders
+    medians = {position: pending[position].round_medians for position in timed_ones}
+    standings = racing.final_standings(medians, [p for p in in_race if p in medians],
+                                       {p: standing for p, standing in left.items() if p in medians})
+    for position, standing in standings.items():
+        against = standing.against
+        pending[position].standing = dataclasses.replace(
+            standing, against=str(pending[against].case.strategy) if against != "" else "")
+        pending[position].round_noise = noise
+        pending[position].equivalence = equivalence
     return orders
 
 
@@ -342,7 +405,7 @@ def execute_case(case: Case, config: Config, run_id: str, ceiling_gbps: float,
     checked = check_case(case, config, run_id, ceiling_gbps, ref, flush, on_phase, adversarial, measure)
     if isinstance(checked, CaseResult):
         return checked
-    time_in_rounds([checked], config.timing.rounds, config.timing, round_order(order_seed, case.group), on_phase)
+    time_in_rounds([checked], config.timing, round_order(order_seed, case.group), on_phase)
     return checked.finish()
 
 
@@ -453,7 +516,7 @@ def run_sweep(cases: list[Case], config: Config, writer, run_id: str, ceilings: 
     ref, flushes, previous_case = None, {}, None
     adversarial = adversarial if adversarial is not None else check.AdversarialCheck(config.seed, config.timing.timeout_s)
     on_phase = on_phase or (lambda phase: None)
-    order_seed = recorded_order_seed(writer, config.timing.rounds)
+    order_seed = recorded_order_seed(writer, config.timing.max_rounds)
     for group in grouped(cases):
         stop = stop_before(group) if stop_before else None
         if stop:
@@ -501,8 +564,7 @@ def run_sweep(cases: list[Case], config: Config, writer, run_id: str, ceilings: 
             writer.begin_case({"case_id": case.case_id, "strategy_key": list(strategy_key(case))})
 
         if pending:
-            time_in_rounds(pending, config.timing.rounds, config.timing, round_order(order_seed, group[0].group),
-                           on_phase, before)
+            time_in_rounds(pending, config.timing, round_order(order_seed, group[0].group), on_phase, before)
         for item in pending:
             results[item.case.case_id] = item.finish()
         for case in group:
@@ -532,7 +594,7 @@ def grouped(cases: list[Case]) -> list[list[Case]]:
 def recorded_order_seed(writer, rounds: int) -> int:
     """The seed of the run's round orders: the one its metadata records (a
     resumed run keeps its own), else a fresh one, recorded there with the
-    number of rounds (``round_order_seed``, ``rounds``) so the orders can be drawn again."""
+    most rounds a race may run (``round_order_seed``, ``rounds``) so the orders can be drawn again."""
     meta = getattr(writer, "meta", None)
     if isinstance(meta, dict) and isinstance(meta.get("round_order_seed"), int):
         return meta["round_order_seed"]

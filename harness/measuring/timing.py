@@ -82,26 +82,24 @@ SETTLE_BUDGETS = 4
 
 @dataclass(frozen=True)
 class RoundShare:
-    """One round's part of a case's sampling (SPEC 3 "Rounds"): the config's
-    budget and warm-up divided by the rounds, and its minimum sample count
-    dealt out over them (5 in 3 rounds: 2, 2, 1), so the rounds together
-    take exactly ``min_samples`` and each has a median of its own. Duck-typed
-    as the config's ``Timing`` wherever the timers read it."""
+    """One round's part of a case's sampling (SPEC 3 "Rounds" and "Racing"):
+    the config's budget and warm-up divided by its ``max_rounds``, and at
+    least one sample, so a strategy that races to the end has had its
+    budget, and one that leaves early has spent only its rounds' share.
+    Duck-typed as the config's ``Timing`` wherever the timers read it."""
     min_samples: int
     max_samples: int
     budget_s: float
     warmup_s: float
 
 
-def round_share(timing, rounds: int, index: int = 0) -> RoundShare:
-    """Round ``index``'s share of ``timing`` (the config's) over ``rounds``:
-    the case's total budget is unchanged, so rounds make no run slower than
-    one block would. The minimum count is dealt out, not rounded up in every
-    round: a case slower than its budget takes ``min_samples`` calls in all,
-    as one block did (rounding up took 6 calls of a 4-second seed for 5)."""
-    rounds = max(1, int(rounds))
-    base, extra = divmod(int(timing.min_samples), rounds)
-    return RoundShare(min_samples=max(1, base + (1 if index < extra else 0)),
+def round_share(timing) -> RoundShare:
+    """Each round's share of ``timing`` (the config's) over its ``max_rounds``:
+    at least ``min_samples / max_rounds`` samples (one, at the defaults), so a
+    strategy slower than its budget takes one call a round, and two rounds
+    of one call each show a seed 1,000× slower than the leader the door."""
+    rounds = max(1, int(timing.max_rounds))
+    return RoundShare(min_samples=max(1, math.ceil(timing.min_samples / rounds)),
                       max_samples=max(1, math.ceil(timing.max_samples / rounds)),
                       budget_s=timing.budget_s / rounds, warmup_s=timing.warmup_s / rounds)
 

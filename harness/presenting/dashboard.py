@@ -324,8 +324,8 @@ def rule_text(rule: regression.Rule) -> str:
             f"round is not red; or a correct "
             f"case started failing its check; or an instruction count, where runs have them, grew past "
             f"{100 * (regression.DEFAULT_COUNT_FACTOR - 1):.0f} % (the count gate's factor). And only between two runs "
-            f"fit to judge: the same CPU, each run's peak 1-minute load below its core count and at most "
-            f"{100 * analysis.MAX_UNSTABLE_SHARE:.0f} % of its cases unstable (counts: the same CPU and "
+            f"fit to judge: the same CPU, and neither run unfit by the fitness rule ("
+            f"{analysis.FITNESS_RULE}; counts: the same CPU and "
             f"tool-and-library versions). A change failed between runs not fit to judge is listed in grey, not "
             f"judged, with the reason; one across a change of the strategy's source is marked as such.")
 

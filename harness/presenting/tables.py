@@ -350,6 +350,11 @@ def run_summary(rows: pd.DataFrame, grid: bool = True, unfit_reasons: list[str] 
                                           f"{params_label(r['params'])}{_mode_title(r.get('mode', training.FORWARD))}: "
                                           f"{r['status']}: {shorten(r['message'], 160)}"
                                           for _, r in failed.iterrows()), style="dim"))
+    undecided = analysis.undecided_points(rows) if judged and grid else []
+    if undecided:
+        renderables.append(Text("\n".join(
+            f"{point}: undecided after {rounds} rounds: {', '.join(names)} (more rounds or budget may tell: "
+            f"timing.max_rounds, timing.budget_s)" for point, names, rounds in undecided), style="yellow"))
     unstable = rows[rows.apply(analysis.unstable, axis=1)] \
         if len(rows) else rows
     if len(unstable):

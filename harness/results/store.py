@@ -87,6 +87,12 @@ COLUMN_SPECS = (
     ("round_medians_s", "text", 7),
     # the median round's IQR, scaled to the median: the steadiness the unstable mark reads (stats.within_round_iqr_s)
     ("within_round_iqr_s", "number", 9),
+    # SPEC 3 "Racing" (harness/results/racing.py): the row's decision in its point's race (faster,
+    # equivalent, undecided or slower), the round it left in (or the last it ran), the strategy it
+    # was judged against, and the point's round-to-round noise the rule judged by. An older run's
+    # are empty: it keeps the rule it was judged by (harness/judging/analysis.py, rule_basis).
+    ("decision", "text", 10), ("decision_round", "number", 10), ("decided_against", "text", 10),
+    ("round_noise", "number", 10), ("equivalence", "number", 10),
     # Last, so that a metric added to COUNTS is appended (test_metrics: older columns keep their place).
     *COUNTS.columns(),  # per call, from `run --instrument callgrind` (metrics.COUNTS); a timed run leaves them empty
 )

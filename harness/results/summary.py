@@ -31,7 +31,7 @@ from harness.results import metrics, stats
 from impls.status import CORRECT
 
 SUMMARY = "summary.json"
-VERSION = 6  # of the summary's layout: a summary of another version is rebuilt (4: plugins; 5: mode; 6: rounds' IQR)
+VERSION = 7  # of the summary's layout: a summary of another version is rebuilt (4: plugins; 5: mode; 6: rounds' IQR; 7: busy ceilings)
 
 # Copied from each row as they are.
 ROW_COLUMNS = ("case_id", "op", "strategy", "backend", "device", "dtype", "params", "mode", "status", "source",
@@ -100,7 +100,14 @@ def summarize(meta: dict, rows: pd.DataFrame, samples: dict, key: dict) -> dict:
     cases["p10_s"] = [stats.typical_s(values, "p10") if values else None for values in timed]
     cases["flags"] = [_flags(status, slow, bool(values))
                       for status, slow, values in zip(rows["status"], rows["slow_start"].tolist(), timed)]
-    return {"fingerprint": key, "meta": {name: meta[name] for name in META_KEYS if name in meta}, "cases": cases}
+    kept = {name: meta[name] for name in META_KEYS if name in meta}
+    # What the fitness rule reads of the machine beyond its load (analysis.run_unfit_reasons):
+    # a ceiling or curve measured busy, without the curves themselves.
+    kept["ceiling_busy"] = dict(meta.get("ceiling_busy") or {})
+    curves = meta.get("bandwidth_curves") if isinstance(meta.get("bandwidth_curves"), dict) else {}
+    kept["bandwidth_curves"] = {device: {"busy": curve["busy"]} for device, curve in curves.items()
+                                if isinstance(curve, dict) and curve.get("busy")}
+    return {"fingerprint": key, "meta": kept, "cases": cases}
 
 
 def write(path: Path, summary: dict) -> None:

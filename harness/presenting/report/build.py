@@ -259,9 +259,8 @@ def unfit_appendix(doc: Doc, rows, metas: list[dict]) -> None:
     if not unfit:
         return
     doc.heading(2, "Appendix: runs not fit to be judged")
-    doc.para(f"These runs fail the suite's one fitness rule (the dashboard's, `run`'s summary's and `make publish`'s): a 1-minute load at or "
-             f"above the core count at the start, at the end or when a case finished, or more than "
-             f"{100 * analysis.MAX_UNSTABLE_SHARE:.0f} % of the timed cases unstable. Their times are listed as "
+    doc.para(f"These runs fail the suite's one fitness rule (the dashboard's, `run`'s summary's and `make publish`'s): "
+             f"{analysis.FITNESS_RULE}. Their times are listed as "
              f"measured; nothing in the report above is drawn from them, and where a fit run measured the same "
              f"case on the same machine its measurement is the one shown above.")
     for meta in unfit:

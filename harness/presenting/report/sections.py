@@ -9,7 +9,8 @@ import re
 
 import pandas as pd
 
-from harness.base.format import fmt_num, fmt_pct, fmt_ratio, fmt_time, md_escape, params_label, shorten
+from harness.base.format import (fmt_num, fmt_pct, fmt_ratio, fmt_ratio_interval, fmt_time, md_escape, params_label,
+                                 shorten)
 from harness.base.cases import grid_cells, with_mode
 from harness.judging import analysis
 from harness.judging.analysis import (
@@ -225,11 +226,15 @@ def verdict(op: str, case: pd.DataFrame, where: str) -> str:
         listed = named[0] if len(named) == 1 else ", ".join(named[:-1]) + f" or {named[-1]}"
         runner = found.runner_up
         reason = analysis.tie_reason(best, runner)
-        text = (f"{where}: inconclusive: {best['strategy']} ({_median_iqr(best)}) is the fastest measured, but "
-                f"it does not clearly beat {listed}"
-                + (f" ({reason})" if len(named) == 1 else f"; against {runner['strategy']}, {reason}")
-                + ", so the data does not say which is fastest; rerun on a quieter machine or with a larger "
-                "timing budget")
+        if found.outcome == analysis.EQUIVALENT:
+            text = (f"{where}: either: {best['strategy']} ({_median_iqr(best)}) and {listed} are "
+                    f"{analysis.tie_label(found)}, so any of them will do")
+        else:
+            text = (f"{where}: inconclusive: {best['strategy']} ({_median_iqr(best)}) is the fastest measured, but "
+                    f"it does not clearly beat {listed}"
+                    + (f" ({reason})" if len(named) == 1 else f"; against {runner['strategy']}, {reason}")
+                    + ", so the data does not say which is fastest; rerun on a quieter machine or with a larger "
+                    "timing budget")
         if found.unclear:
             text += f"; and no win could be claimed anyway: {found.unclear}"
         return text + "."
@@ -243,12 +248,13 @@ def verdict(op: str, case: pd.DataFrame, where: str) -> str:
     else:
         runner = found.runner_up
         text += (f", {floors.ceiling_cell(best['pct_of_ceiling'])} of the copy ceiling, "
-                 f"{fmt_ratio(runner['median_s'] / best['median_s'])} faster than the runner-up "
+                 f"{fmt_ratio_interval(analysis.ratio(best, runner), analysis.ratio_interval(best, runner))} "
+                 f"faster than the runner-up "
                  f"{runner['strategy']} ({_median_iqr(runner)})")
         if finite(found.over_seed) and analysis.baseline_name(op) not in (best["strategy"], runner["strategy"]):
-            text += f", {fmt_ratio(found.over_seed)} the seed's original"
+            text += f", {fmt_ratio_interval(found.over_seed, found.seed_interval)} the seed's original"
         if found.builtin is not None and found.builtin not in (best["strategy"], runner["strategy"]):
-            text += (f", {fmt_ratio(found.over_builtin)} faster than the fastest "
+            text += (f", {fmt_ratio_interval(found.over_builtin, found.builtin_interval)} faster than the fastest "
                      f"library built-in, {found.builtin}")
     if finite(best.get("host_s")) and best["device"] != "cpu" and best["host_s"] > best["median_s"]:
         text += (f"; its host cost per call ({fmt_time(best['host_s'])}) exceeds its device time, so calls in a "
@@ -720,22 +726,26 @@ def _answer_cells(case: pd.DataFrame) -> list[str]:
     median = fmt_time(best["median_s"]) + (f" {UNSTABLE.mark}" if unstable(best) else "")
     faster_inexact = case[analysis.timed(case) & (case["status"] == INEXACT) & (case["median_s"] < best["median_s"])]
     # A tie names every strategy the winner does not clearly beat (analysis.answer) and prints no speed-up.
-    name = (f"tie: {' / '.join(analysis.winners(found))} ({fmt_time(found.runner_up['median_s'])})"
-            if found.tie else best["strategy"])
+    name = (f"{analysis.tie_label(found)}: {' / '.join(analysis.winners(found))}" if found.tie else best["strategy"])
     name += f" (no clear win: {found.unclear})" if found.unclear else ""
     name += f" (faster but inexact: {', '.join(faster_inexact['strategy'])})" if len(faster_inexact) else ""
-    builtin = "is one" if found.builtin == best["strategy"] else fmt_ratio(found.over_builtin) if found.clear else "–"
-    return [name, median, floors.ceiling_cell(best["pct_of_ceiling"]), fmt_ratio(found.over_seed) if found.clear else "–",
-            builtin]
+    builtin = ("is one" if found.builtin == best["strategy"]
+               else fmt_ratio_interval(found.over_builtin, found.builtin_interval) if found.clear else "–")
+    return [name, median, floors.ceiling_cell(best["pct_of_ceiling"]),
+            fmt_ratio_interval(found.over_seed, found.seed_interval) if found.clear else "–", builtin]
 
 
 # What a tie and an unclear win are, said once for the answer tables (here and the legend's).
-TIE_LEGEND = ("A 'tie' names every strategy the fastest does not clearly beat (analysis.clearly_faster: the "
-              "per-round ratios of their medians agree beyond their spread, or, in a run from before rounds, "
-              "their Q1–Q3 ranges are apart; the rule the conclusions and the ranking flips use too), with no "
-              "speed-up; its time is the first's. A win the data cannot claim (the winner's timers disagree, or "
-              "a rival's so that by one of them it is as fast, or the run ended before some of the case's "
-              "strategies) says so: 'no clear win'.")
+TIE_LEGEND = ("Each point is a race (SPEC 3 \"Racing\"): after each round from the second, every strategy "
+              "still running is judged against the fastest and leaves when the rounds decide it. A winner is named "
+              "only where every rival left slower ('faster'); 'equivalent within ±5 %' names strategies the rounds "
+              "put within the margin of the fastest, an answer: either will do; 'undecided after N rounds' names "
+              "those the budget ran out on, no answer yet (a larger budget, or a quieter machine, may tell). Older "
+              "runs keep the rule they were judged by, and say 'tie' (their rounds did not agree beyond their "
+              "spread, or, before rounds, their Q1–Q3 ranges overlapped). A tie prints no speed-up; its time is "
+              "the first's. Each factor carries the range of its per-round ratios in parentheses. A win the data "
+              "cannot claim (the winner's timers disagree, or a rival's so that by one of them it is as fast, or "
+              "the run ended before some of the case's strategies) says so: 'no clear win'.")
 
 
 ANSWER_NOTE = ("Per operator, size and dtype, the fastest strategy that passed the float64-oracle check exactly "
@@ -766,10 +776,11 @@ def _training_cell(case: pd.DataFrame) -> str:
     if found is None:  # nothing timed and correct: a counting run's fewest instructions, or none passed
         return f"{_answer_cells(rows)[0]} ({mode})"
     best = found.best
-    name = (f"tie: {' / '.join(analysis.winners(found))}" if found.tie else best["strategy"])
+    name = (f"{analysis.tie_label(found)}: {' / '.join(analysis.winners(found))}" if found.tie else best["strategy"])
     name += f" (no clear win: {found.unclear})" if found.unclear else ""
     return f"{name} ({mode}: {fmt_time(best['median_s'])}" + (
-        f", {fmt_ratio(found.over_seed)} the seed's" if finite(found.over_seed) and found.clear else "") + ")"
+        f", {fmt_ratio_interval(found.over_seed, found.seed_interval)} the seed's"
+        if finite(found.over_seed) and found.clear else "") + ")"
 
 
 def answer_table(rows: pd.DataFrame) -> tuple[list[str], list[list[str]]]:

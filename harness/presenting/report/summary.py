@@ -15,7 +15,7 @@ import pandas as pd
 
 from harness.base.cases import with_mode
 from harness.base.checkout import ROOT
-from harness.base.format import fmt_ratio, fmt_time, params_label
+from harness.base.format import fmt_ratio_interval, fmt_ratio, fmt_time, params_label
 from harness.judging import analysis
 from harness.presenting.report.sections import machine_order, training_step
 from impls.training import BACKWARD, FORWARD, FORWARD_BACKWARD, MODES
@@ -211,11 +211,12 @@ def shape_cell(case: pd.DataFrame, kind: str) -> str:
     if found is None:
         return "none passed"
     mode = str(found_rows["mode"].iloc[0])
-    text = f"{' / '.join(analysis.winners(found))}{' (tie)' if found.tie else ''}: {fmt_time(found.best['median_s'])}"
+    text = (f"{' / '.join(analysis.winners(found))}{f' ({analysis.tie_label(found)})' if found.tie else ''}: "
+            f"{fmt_time(found.best['median_s'])}")
     if kind == TRAINING and mode == BACKWARD:
         text += " (backward)"
     if analysis.finite(found.over_seed) and found.clear:
-        text += f", {fmt_ratio(found.over_seed)} the seed"
+        text += f", {fmt_ratio_interval(found.over_seed, found.seed_interval)} the seed"
     return text
 
 

@@ -241,6 +241,10 @@ def test_fuzzed_yaml_text_never_crashes_the_loader(tmp_path, text):
 
 
 # ------------------------------------------------------------------ issue 31
+# Timing that counts calls, not seconds: thirty samples in three rounds of ten each.
+COUNTED = {"min_samples": 30, "max_samples": 30, "budget_s": 1e-9, "warmup_s": 0, "max_rounds": 3}
+
+
 def _goes_wrong_after(calls: int, how: str):
     """A maxpool2d strategy right for its first ``calls`` calls (more than the
     check makes), then wrong (``how="answer"``) or writing into its input
@@ -273,7 +277,9 @@ def test_the_call_after_timing_is_judged_and_a_wrong_one_publishes_no_time(plant
     name = f"wrong_after_timing_{how}"
     planted("maxpool2d", name, _goes_wrong_after(REPEAT_CALL + 2, how), returns="values+indices", ties="first")
     planted("maxpool2d", "right_every_time", _goes_wrong_after(10**9, how), returns="values+indices", ties="first")
-    config = parse_config({"timing": {"min_samples": 5, "budget_s": 0.01, "warmup_s": 0},
+    # Ten timed calls a round, whatever the machine's speed (a budget spent at once, thirty samples over
+    # three rounds): every round's judged call comes after the plant has gone wrong.
+    config = parse_config({"timing": COUNTED,
                            "benchmarks": [{"op": "maxpool2d", "strategies": [name, "right_every_time"],
                                            "params": {"N": 1, "C": 2, "H": 8, "W": 8, "k": 2}}]})
     params = (("C", 2), ("H", 8), ("N", 1), ("W", 8), ("k", 2))
@@ -287,7 +293,7 @@ def test_the_call_after_timing_is_judged_and_a_wrong_one_publishes_no_time(plant
     else:
         assert wrong.row["message"].startswith("call 1 matched the oracle, the last of its ")
     right = execute_case(Case("maxpool2d", "right_every_time", "cpu", "float32", params), config, "r", 30.0)
-    assert right.row["status"] == "ok" and right.row["median_s"] > 0 and len(right.samples_s) >= 5
+    assert right.row["status"] == "ok" and right.row["median_s"] > 0 and len(right.samples_s) == 30
 
 
 def test_a_case_wrong_from_its_second_call_publishes_no_time(planted):
@@ -298,7 +304,7 @@ def test_a_case_wrong_from_its_second_call_publishes_no_time(planted):
     from harness.measuring.sweep import execute_case
 
     planted("maxpool2d", "wrong_from_call_2", _goes_wrong_after(1, "answer"), returns="values+indices", ties="first")
-    config = parse_config({"timing": {"min_samples": 5, "budget_s": 0.01, "warmup_s": 0},
+    config = parse_config({"timing": COUNTED,
                            "benchmarks": [{"op": "maxpool2d", "strategies": ["wrong_from_call_2"],
                                            "params": {"N": 1, "C": 2, "H": 8, "W": 8, "k": 2}}]})
     params = (("C", 2), ("H", 8), ("N", 1), ("W", 8), ("k", 2))
