@@ -31,8 +31,10 @@ WRONG_REL_ERR = {record.name: record.wrong_rel_err for record in DTYPE_RECORDS}
 # upstream defect (impls/defects.py) explains a mismatch only when every
 # difference is of the kinds it lists.
 ZERO_SIGN = "zero-sign"  # both zero, the sign differs (-0.0 against +0.0)
-# both subnormal or zero in the dtype, not both zero (what flushing or mis-converting subnormals does)
+# both subnormal or zero in the dtype, not both zero, and not a flush (what mis-converting subnormals does)
 SUBNORMAL = "subnormal"
+# zero where the reference is a (non-zero) subnormal: what flushing subnormals to zero does
+FLUSHED_SUBNORMAL = "flushed-subnormal"
 VALUE = "value"  # any other differing value
 SHAPE = "shape"
 DTYPE_DIFFERENCE = "dtype"  # the output's dtype is not the one asked for (not a dtype itself)
@@ -398,8 +400,10 @@ def compare_bitwise(name: str, out, ref64, dtype: str, *, signed_zeros: bool = T
     zero_sign = differs & (out == 0) & (ref == 0)
     other = differs & ~zero_sign
     tiny = other & _subnormal_or_zero(out, dtype) & _subnormal_or_zero(ref, dtype)
-    kinds = frozenset(kind for kind, mask in ((ZERO_SIGN, zero_sign), (SUBNORMAL, tiny),
-                                              (VALUE, other & ~tiny)) if any_of(mask))
+    flushed = tiny & (out == 0)  # ref is then a non-zero subnormal: two zeros do not differ here
+    kinds = frozenset(kind for kind, mask in ((ZERO_SIGN, zero_sign), (FLUSHED_SUBNORMAL, flushed),
+                                              (SUBNORMAL, tiny & ~flushed), (VALUE, other & ~tiny))
+                      if any_of(mask))
     if not any_of(other):
         where = first_true(zero_sign)
         zeros = count(zero_sign)
