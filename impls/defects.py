@@ -135,12 +135,18 @@ print(x.float().tolist())  # [1.0102e-39, -2.7551e-40, 9.1835e-41, 1.0]: exact
 print(out.tolist())        # [4.4081e-39, -5.8775e-39, 0.0, 1.0]: the interpreter's
 """
 
-_CUDA_ATOMIC_ADD_FLUSHES = """\
+_TORCH_CUDA_ATOMIC_ADD_FLUSHES = """\
 import torch
 grad = torch.tensor([2.0**-130, -(2.0**-126 - 2.0**-149), 1.0], device="cuda")  # two float32 subnormals
 out = torch.zeros(3, device="cuda").scatter_add_(0, torch.arange(3, device="cuda"), grad)  # gather's backward
 print(grad.tolist())  # [7.3e-40, -1.1754942e-38, 1.0]
 print(out.tolist())   # [0.0, -0.0, 1.0]: atom.add.f32 flushes subnormal inputs and results
+"""
+
+_JAX_CUDA_ATOMIC_ADD_FLUSHES = """\
+import jax, jax.numpy as jnp
+grad = jnp.array([2.0**-130, -(2.0**-126 - 2.0**-149), 1.0], dtype=jnp.float32)  # on the GPU: two subnormals
+print(jax.jit(lambda g: jnp.zeros(3, jnp.float32).at[jnp.arange(3)].add(g))(grad))  # [0. -0. 1.]: a scatter-add
 """
 
 # The modes whose inputs hold a subnormal mask in the dtypes JAX divides in
@@ -149,10 +155,12 @@ print(out.tolist())   # [0.0, -0.0, 1.0]: atom.add.f32 flushes subnormal inputs 
 _JAX_FLUSHED_DTYPES = ("float32", "bfloat16", "float64")
 
 # The max-pools whose backward is a scatter-add at each window's argmax (autograd's
-# index_put/scatter_add or XLA's scatter), which CUDA runs as float32 atomic adds.
-_SCATTER_ADD_BACKWARDS = (("maxpool2d/torch_reshape_argmax", "torch", "torch 2.11.0+cu130"),
-                          ("maxpool2d/torch_compile_reshape_argmax", "torch", "torch 2.11.0+cu130"),
-                          ("maxpool2d/jax_reshape_argmax", "jaxlib", "jax 0.11.2"))
+# scatter_add, Inductor's atomic_add, XLA's scatter), which CUDA runs as float32 atomic adds.
+_SCATTER_ADD_BACKWARDS = (
+    ("torch-cuda-float32-atomic-add-flushes-subnormals", "torch", "torch 2.11.0+cu130", _TORCH_CUDA_ATOMIC_ADD_FLUSHES,
+     ("maxpool2d/torch_reshape_argmax", "maxpool2d/torch_compile_reshape_argmax")),
+    ("jax-cuda-float32-atomic-add-flushes-subnormals", "jaxlib", "jax 0.11.2", _JAX_CUDA_ATOMIC_ADD_FLUSHES,
+     ("maxpool2d/jax_reshape_argmax",)))
 
 DEFECTS: tuple[KnownDefect, ...] = tuple(
     KnownDefect(
@@ -180,18 +188,18 @@ DEFECTS: tuple[KnownDefect, ...] = tuple(
     for key in ("maxpool2d/torch_max_pool2d_indices", "maxpool2d/torch_max_pool2d")
 ) + tuple(
     KnownDefect(
-        id="cuda-float32-atomic-add-flushes-subnormals", strategy=key, library=library, versions=">=0",
+        id=defect_id, strategy=key, library=library, versions=">=0",
         condition=Condition(differences=frozenset({common.FLUSHED_SUBNORMAL}), devices=("cuda",),
                             dtypes=("float32",), training_modes=("backward", "forward+backward")),
         description="the backward is a scatter-add, which CUDA runs as float32 atomic adds, and atom.add.f32 "
                     "flushes subnormal inputs and results to zero: a subnormal incoming gradient comes back "
                     "0.0; normal gradients, float16 and the CPU are exact",
-        reproduction=_CUDA_ATOMIC_ADD_FLUSHES,
+        reproduction=reproduction,
         reference="PTX ISA, atom: 'atom.add.f32 rounds to nearest even and flushes subnormal inputs and "
                   "results to sign-preserving zero'; seen on an H200 by make gpu's check (2026-12-04: "
                   "9.18e-41 and -1.1754942e-38 came back 0.0 in float32, float16 passed)",
         kind=DOCUMENTED, seen=seen)
-    for key, library, seen in _SCATTER_ADD_BACKWARDS
+    for defect_id, library, seen, reproduction, keys in _SCATTER_ADD_BACKWARDS for key in keys
 ) + tuple(
     KnownDefect(
         id="jax-cpu-flushes-subnormals", strategy=key, library="jax", versions=">=0.4",
