@@ -97,9 +97,8 @@ def _autotuned(key: list[str]):
     every one of them."""
 
     def decorate(kernel):
-        # Checks take the first config unbenchmarked (impls/tuning.py); timed sizes tune for real.
-        tuned = triton.autotune(configs=[INTERPRETER_CONFIG] if INTERPRETED else TUNING_CONFIGS, key=key,
-                                prune_configs_by={"early_config_prune": tuning.prune})(kernel)
+        # Checks launch the first config, never the autotuner (impls/tuning.py); timed sizes tune for real.
+        tuned = triton.autotune(configs=[INTERPRETER_CONFIG] if INTERPRETED else TUNING_CONFIGS, key=key)(kernel)
         tuned.tuning_configs = TUNING_CONFIGS
         return tuning.register(tuned)
 

@@ -1,17 +1,20 @@
-"""Whether autotuned kernels benchmark their configs now.
+"""Whether autotuned kernels tune now.
 
-``triton.autotune`` benchmarks every config (``do_bench``: about 125 ms
-each, after compiling it) the first time it meets a size. That is the point
-where a case is timed. It is waste where nothing is timed: the checks run
-every Triton strategy at dozens of small adversarial sizes, and on an H100
-the sweep's adversarial phase (8,094 items, 1,314 of them Triton's) outlasted
-184 s in 16 workers. Inside ``untimed()`` (``harness/measuring/check.py``
-enters it for each check item) a kernel meeting a new size takes its first
-config without benchmarking (``prune``, its ``early_config_prune``), and on
-leaving, the sizes first met inside are forgotten, so a timed call at one
-of them later tunes for real. The check then judges the first config at its
-sizes; the sweep judges the tuned config at the timed size, on every call
-it times (call 1 and the call after the samples).
+``triton.autotune`` benchmarks every config (``do_bench``: about 0.1 s
+each, after compiling it) the first time it meets a key (the sizes); Triton
+before 3.9 does so even for the single config a prune leaves. That is the
+point where a case is timed, and waste where nothing is timed: the check
+runs every Triton strategy at dozens of small adversarial sizes, forward and
+backward, and on an H200 (Triton 3.6) those benchmarks were about 250 s of
+gpu.yaml's check. Inside ``untimed()`` (``harness/measuring/check.py``
+enters it for each check item) a registered kernel does not enter its
+autotuner at all: it launches its first config directly (the autotuner's
+``fn.run`` with that config's arguments, what the autotuner itself launches
+once it has chosen), so nothing is benchmarked, whatever the Triton version,
+and the autotuner's cache is left as it was. A timed call at the same sizes
+later tunes for real. The check judges the first config at its sizes; the
+sweep judges the tuned config at the timed size, on every call it times
+(call 1 and the call after the samples).
 
 No Triton import here: the harness enters ``untimed()`` whether or not a
 Triton strategy runs.
@@ -22,45 +25,34 @@ from __future__ import annotations
 import contextlib
 
 _UNTIMED = False
-_KERNELS: list = []  # the autotuned kernels (impls/kernels_triton.py registers each)
 
 
 def benchmarking() -> bool:
-    """Whether an autotuner meeting a new size should benchmark its configs."""
+    """Whether an autotuned kernel meeting a new size should benchmark its configs."""
     return not _UNTIMED
 
 
 def register(kernel):
-    """Keeps an autotuned kernel, whose tuned sizes ``untimed()`` forgets on leaving; returns it."""
-    _KERNELS.append(kernel)
+    """``kernel`` (a ``triton.autotune`` autotuner), launching its first
+    config without its autotuner while ``untimed()``; returns it."""
+    def run(*args, **kwargs):
+        if benchmarking():
+            return type(kernel).run(kernel, *args, **kwargs)  # the class's: whatever wraps it is seen
+        return kernel.fn.run(*args, **kwargs, **kernel.configs[0].all_kwargs())
+
+    kernel.run = run  # what ``kernel[grid](...)`` calls
     return kernel
-
-
-def prune(configs, named_args=None, **kwargs):
-    """``early_config_prune``: every config while benchmarking, else the first."""
-    return list(configs) if benchmarking() else list(configs)[:1]
 
 
 @contextlib.contextmanager
 def untimed():
-    """Within: new sizes take their kernel's first config, unbenchmarked (nested: the outer one rules)."""
+    """Within: registered kernels launch their first config, unbenchmarked (nested: the outer one rules)."""
     global _UNTIMED
     if _UNTIMED:
         yield
         return
-    known = {id(kernel): set(getattr(kernel, "cache", None) or ()) for kernel in _KERNELS}
     _UNTIMED = True
     try:
         yield
     finally:
-        try:
-            # Forgotten first, then benchmarking again: an interruption in between leaves untimed
-            # sizes forgotten (tuned again later), never an untuned config kept for a timed call.
-            for kernel in _KERNELS:
-                cache = getattr(kernel, "cache", None)
-                if isinstance(cache, dict):
-                    before = known.get(id(kernel), set())
-                    for key in [key for key in cache if key not in before]:
-                        cache.pop(key, None)
-        finally:
-            _UNTIMED = False
+        _UNTIMED = False
