@@ -113,10 +113,12 @@ FAIL_LINES_SHOWN = 20
 
 @command("check", "check strategies against the float64 oracle (no timing)",
          CONFIG, OP, STRATEGY, NO_PROGRESS,
-         arg("--all", action="store_true", help=f"print every FAIL line (default: the first {FAIL_LINES_SHOWN})"))
+         arg("--all", action="store_true", help=f"print every FAIL line (default: the first {FAIL_LINES_SHOWN})"),
+         arg("--counts", metavar="FILE", help="write what the check cost (calls, oracle runs, compilations and "
+                                              "their seconds, per operator) to FILE as JSON"))
 def cmd_check(args) -> int:
     from harness.base.config import load_config
-    from harness.measuring import check, pinning, prefetch, verdict_cache
+    from harness.measuring import check, pinning, prefetch, verdict_cache, work_counts
     from harness.measuring.sweep import require_devices, select_cases
     from harness.presenting.tables import check_table, console, progress_bar
 
@@ -137,17 +139,30 @@ def cmd_check(args) -> int:
         # The adversarial items, strategy key by key, in one worker process per core (what a worker
         # cannot load, a strategy defined only in this process, is run here with the rest).
         kept = verdict_cache.VerdictCache(config.seed, threads)
-        keys = [key for key in kept.keys(cases) if kept.keeps(key[0])]
-        known: dict = {}
+        # A check cut before (a lease's end) resumes: the items its journal holds are not run again.
+        journal = verdict_cache.ItemJournal(kept)
+        known: dict = journal.read(items)
+        for item in known:
+            advance(item)
+        keys = [key for key in kept.keys(cases) if kept.keeps(key[0])
+                and not all(item in known for item in check.adversarial_items(*key))]
+        if known:
+            print(f"check: {len(known)} of {len(items)} items judged before by the same code ({journal.path}); "
+                  f"{len(keys)} strategy keys to check")
+        per_key: dict = {}
+        main_before = work_counts.snapshot()
         try:
             prefetch.check_items(keys, config.seed, config.timing.timeout_s, threads,
-                                 prefetch.workers_for(keys), on_item=advance, results=known)
+                                 prefetch.workers_for(keys), on_item=advance, results=known, counts=per_key,
+                                 on_key=lambda key, came: journal.write(came))
             results = check.run_checks(items, config.seed, on_item=advance, timeout_s=config.timing.timeout_s,
-                                       known=known)
+                                       known=known, on_result=lambda result: journal.write([result]))
         except KeyboardInterrupt:  # Ctrl-C, or SIGTERM at a lease's limit: the keys checked whole are kept
             verdict_cache.keep_from_check(kept, list(known.values()), cases, config.timing.timeout_s)
+            _write_counts(args.counts, per_key, work_counts.since(main_before), stopped=True)
             raise
         verdict_cache.keep_from_check(kept, results, cases, config.timing.timeout_s)
+    counted = _write_counts(args.counts, per_key, work_counts.since(main_before))
     console().print(check_table(results))
     summary = check.summarize_checks(results)
     shown = summary.failure_lines if args.all else summary.failure_lines[:FAIL_LINES_SHOWN]
@@ -157,8 +172,29 @@ def cmd_check(args) -> int:
         print(f"…and {len(summary.failure_lines) - len(shown)} more failures (see --all)")
     for line in summary.defect_lines + summary.skip_lines:
         print(line)
+    print(f"work: {work_counts.line(counted)}")
     print(summary.text)
     return EXIT_FINDINGS if summary.failed else EXIT_OK
+
+
+def _write_counts(path, per_key: dict, in_process: dict, stopped: bool = False) -> dict:
+    """The check's ``work_counts``, in all and per operator (the workers' per key, and what this
+    process ran itself under "in process"), written to ``path`` (--counts) when given; returns the total."""
+    from pathlib import Path
+
+    from harness.base import caches
+    from harness.measuring import work_counts
+
+    per_operator: dict = {}
+    for key, counts in per_key.items():
+        per_operator.setdefault(key[0].op, []).append(counts)
+    by_op = {op: work_counts.total(parts) for op, parts in per_operator.items()}
+    everything = work_counts.total([*by_op.values(), in_process])
+    if path:
+        caches.write_json(Path(path), {"fields": [field.what for field in work_counts.FIELDS],
+                                       "total": everything, "per_operator": by_op, "in_process": in_process,
+                                       "keys_checked": len(per_key), "stopped": stopped})
+    return everything
 
 
 # ------------------------------------------------------------------------- run

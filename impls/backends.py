@@ -691,6 +691,14 @@ def _torch_compile_cache(directory: str) -> None:
     # cleared with it. Read when Inductor first needs it: may follow the import.
     os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", directory)
     os.environ.setdefault("TORCHINDUCTOR_FX_GRAPH_CACHE", "1")
+    os.environ.setdefault("TORCHINDUCTOR_AUTOGRAD_CACHE", "1")  # AOTAutograd's: the compiled backwards
+
+
+def _triton_compile_cache(directory: str) -> None:
+    # Triton keeps its compiled kernels under ~/.triton/cache unless told;
+    # TRITON_CACHE_DIR is read at each compile (triton.knobs), so setting it
+    # after the import holds too.
+    os.environ.setdefault("TRITON_CACHE_DIR", directory)
 
 
 def fresh_allocators() -> tuple[str, ...]:
@@ -715,7 +723,7 @@ register_backend(Backend(
 register_backend(Backend(
     name="triton", module="triton", devices=("cuda",), dtypes=("float16", "bfloat16", "float32"),
     layouts=LAYOUTS, interpreted=_triton_interpreted, compiles=True, colour="#55a868", extra="triton",
-    **_with_torch()))
+    compile_cache=_triton_compile_cache, **_with_torch()))
 def _numba_llvm_target_env(cpu_name: str, cpu_features: str) -> dict:
     return {"NUMBA_CPU_NAME": cpu_name, "NUMBA_CPU_FEATURES": cpu_features}
 

@@ -59,6 +59,8 @@ torch ``A`` and ``A_pinv`` differentiated by autograd.
 
 from __future__ import annotations
 
+import functools
+from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
 import numpy as np
@@ -306,37 +308,58 @@ def _jax_vjp(strat, gradient: Gradient, inputs, grad, params, mode):
     if first is None or getattr(first, "size", None) != x.size or first.dtype != x.dtype:
         raise TypeError(f"{strat.key}: its jitted function's first argument is not the operator's "
                         f"{gradient.input!r} (JaxCall differentiates with respect to the first)")
-    shape = x.shape
+    jitted = _jax_training_jits(fn, gradient.output, static, mode, x.shape)
+    if mode == BACKWARD:
+        # Residuals once (jitted forward and linearisation); each call applies
+        # the pullback, jitted, into a fresh gradient.
+        pullback, _ = jitted.residuals(*args)
+
+        def call():
+            return jitted.apply(pullback, grad)
+    else:
+        def call():
+            return jitted.step(*args, grad)
+    jax.block_until_ready(call())  # compiled here, outside the timed calls
+    return call
+
+
+@dataclass(frozen=True)
+class _JaxTrainingJits:
+    residuals: Any = None  # backward: the arguments -> (pullback, output)
+    apply: Any = None  # backward: (pullback, cotangent) -> the gradient
+    step: Any = None  # forward+backward: (arguments..., cotangent) -> (output, gradient)
+
+
+@functools.lru_cache(maxsize=None)
+def _jax_training_jits(fn, output, static: tuple, mode: str, shape: tuple) -> _JaxTrainingJits:
+    """The jitted functions of a JAX strategy's training ``mode``, one set per
+    (function, static arguments, mode, shape): jax.jit caches its traces per
+    jit object, so a new one per case (the check prepares each strategy at
+    every adversarial case, layout and input mode) traced the same program
+    again every time."""
+    from impls.backends import _jax
+
+    jax = _jax()
 
     def vjp_of(*arguments):
         rest = arguments[1:]
 
         def forward(value):
-            output = fn(value, *rest)
-            return gradient.output(output), output
+            result = fn(value, *rest)
+            return output(result), result
 
-        _, pullback, output = jax.vjp(forward, arguments[0], has_aux=True)
-        return pullback, output
+        _, pullback, result = jax.vjp(forward, arguments[0], has_aux=True)
+        return pullback, result
 
     if mode == BACKWARD:
-        # Residuals once (jitted forward and linearisation); each call applies
-        # the pullback, jitted, into a fresh gradient.
-        pullback, _ = jax.jit(vjp_of, static_argnums=static)(*args)
-        apply = jax.jit(lambda pull, cotangent: pull(cotangent)[0].reshape(shape))
+        return _JaxTrainingJits(residuals=jax.jit(vjp_of, static_argnums=static),
+                                apply=jax.jit(lambda pull, cotangent: pull(cotangent)[0].reshape(shape)))
 
-        def call():
-            return apply(pullback, grad)
-    else:
-        def step_of(*arguments):
-            pullback, output = vjp_of(*arguments[:-1])
-            return output, pullback(arguments[-1])[0].reshape(shape)
+    def step_of(*arguments):
+        pullback, result = vjp_of(*arguments[:-1])
+        return result, pullback(arguments[-1])[0].reshape(shape)
 
-        jitted = jax.jit(step_of, static_argnums=static)
-
-        def call():
-            return jitted(*args, grad)
-    jax.block_until_ready(call())  # compiled here, outside the timed calls
-    return call
+    return _JaxTrainingJits(step=jax.jit(step_of, static_argnums=static))
 
 
 # ------------------------------------------------------------------ judging

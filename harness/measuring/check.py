@@ -39,7 +39,7 @@ from typing import Any, Callable
 import numpy as np
 
 from harness.base.plugins import project_path
-from harness.measuring import memory, timing
+from harness.measuring import memory, timing, work_counts
 from impls.backends import applied_layout, backend_of, float_dtypes, get_backend, to_numpy, torch_device
 from impls import training, tuning
 from impls.common import DTYPE_DIFFERENCE, Verdict, on_device, round_to_dtype
@@ -165,11 +165,14 @@ def reference(op_name: str, params: dict, dtype: str, mode: str, seed: int, trai
         inputs = {key: round_to_dtype(value, dtype) if getattr(value, "dtype", None) is not None
                   and value.dtype.kind == "f" else value for key, value in raw.items()}
         if on is None:
-            reuse = Reference(inputs, op.oracle(inputs, params), mode, dict(params))
+            with work_counts.timed(work_counts.ORACLE_RUNS):
+                expected = op.oracle(inputs, params)
+            reuse = Reference(inputs, expected, mode, dict(params))
         else:
             tensors = device_tensors(inputs, on)
-            reuse = Reference(inputs, op.oracle(tensors, params), mode, dict(params), judged_on=on,
-                              device_inputs=tensors)
+            with work_counts.timed(work_counts.ORACLE_RUNS):
+                expected = op.oracle(tensors, params)
+            reuse = Reference(inputs, expected, mode, dict(params), judged_on=on, device_inputs=tensors)
     elif reuse.mode != mode or reuse.params != dict(params) or reuse.judged_on != on:
         raise ValueError(f"reuse: a reference of {reuse.mode} inputs at {reuse.params} judged on "
                          f"{reuse.judged_on or 'the host'}, not {mode} at {params} on {on or 'the host'}")
@@ -180,13 +183,18 @@ def reference(op_name: str, params: dict, dtype: str, mode: str, seed: int, trai
     if ref.grad is not None:
         return ref
     if on is None:
-        grad, expected_grad = training.gradient_case(op, ref.inputs, params, mode, seed, dtype)
+        def counted_oracle(inputs, grad, params):
+            with work_counts.timed(work_counts.ORACLE_RUNS):
+                return op.gradient.oracle(inputs, grad, params)
+
+        grad, expected_grad = training.gradient_case(op, ref.inputs, params, mode, seed, dtype, oracle=counted_oracle)
         return replace(ref, grad=grad, expected_grad=expected_grad)
     on_device = {}
 
     def oracle_on_device(inputs, grad, params):
         on_device["grad"] = device_tensors({"grad": grad}, on)["grad"]
-        return op.gradient.oracle(ref.device_inputs, on_device["grad"], params)
+        with work_counts.timed(work_counts.ORACLE_RUNS):
+            return op.gradient.oracle(ref.device_inputs, on_device["grad"], params)
 
     grad, expected_grad = training.gradient_case(op, ref.inputs, params, mode, seed, dtype, oracle=oracle_on_device)
     return replace(ref, grad=grad, expected_grad=expected_grad, device_grad=on_device["grad"])
@@ -194,13 +202,14 @@ def reference(op_name: str, params: dict, dtype: str, mode: str, seed: int, trai
 
 # The check's references, newest last: its items ask for the same case once
 # per strategy, layout and training mode, and each gets the one computed
-# first (the oracle once per case). Up to REFERENCES_KEPT in all, and those
-# judged on a device only while they hold at most DEVICE_REFERENCE_BYTES of
-# its memory together (the strategies' memory): the oldest freed before a
-# new one is made there. The adversarial cases are kilobytes, so every
-# strategy of a device shares them; a config point near check.max_bytes is
-# freed before the next one.
-REFERENCES_KEPT = 8
+# first (the oracle once per case, for the whole check). Kept while those
+# judged on the host hold at most HOST_REFERENCE_BYTES together, and those
+# judged on a device at most DEVICE_REFERENCE_BYTES of its memory (the
+# strategies' memory): the oldest freed before a new one is made there, and
+# the newest always kept. The adversarial cases are kilobytes, so every
+# strategy shares them; a config point near check.max_bytes is freed before
+# the next one.
+HOST_REFERENCE_BYTES = 1 << 30
 DEVICE_REFERENCE_BYTES = 256 << 20
 _REFERENCES: "OrderedDict[tuple, Reference]" = OrderedDict()
 
@@ -214,23 +223,22 @@ def cached_reference(op_name: str, params: dict, dtype: str, mode: str, seed: in
     on = judge_device(device, op)
     key = (op_name, tuple(sorted(params.items())), dtype, mode, seed, on)
     kept = _REFERENCES.pop(key, None)
-    if kept is None and on is not None:
+    if kept is None:
         needed = memory.reference_bytes(op, params, training_mode)
-        for other in [other for other in _REFERENCES if other[-1] is not None]:
-            if _device_reference_bytes() + needed <= DEVICE_REFERENCE_BYTES:
+        limit = HOST_REFERENCE_BYTES if on is None else DEVICE_REFERENCE_BYTES
+        for other in [other for other in _REFERENCES if (other[-1] is None) == (on is None)]:
+            if _reference_bytes(on_device=on is not None) + needed <= limit:
                 break
             del _REFERENCES[other]  # freed before this one is made
     ref = reference(op_name, params, dtype, mode, seed, training_mode, reuse=kept, device=device)
     _REFERENCES[key] = ref if ref.grad is not None or kept is None else kept  # the one holding most
-    while len(_REFERENCES) > REFERENCES_KEPT:
-        _REFERENCES.popitem(last=False)
     return ref
 
 
-def _device_reference_bytes() -> int:
-    """What the kept references judged on a device hold there."""
+def _reference_bytes(on_device: bool) -> int:
+    """What the kept references judged on a device (else on the host) hold there."""
     return sum(memory.reference_bytes(get_operator(key[0]), dict(key[1]), ref.training)
-               for key, ref in _REFERENCES.items() if key[-1] is not None)
+               for key, ref in _REFERENCES.items() if (key[-1] is not None) == on_device)
 
 
 def clear_references() -> None:
@@ -443,6 +451,7 @@ def attempt(strat: Strategy, ref: Reference, dtype: str, device: str, layout: st
         else:
             output, peak_bytes = prepared.run(), math.nan
         first_call_s = time.perf_counter() - start
+        work_counts.add(work_counts.CALLS, first_call_s)
         verdict = judge(strat, output, ref, dtype, device, layout)
         del output  # the later calls allocate theirs as the timed ones do
         if repeat_call > 1:  # 1: the caller judges a later call itself (the sweep, after timing)
@@ -477,7 +486,8 @@ def judge_again(strat: Strategy, prepared: Prepared, ref: Reference, dtype: str,
                 output = None
                 for _ in range(calls):
                     output = None  # dropped before the next call, as the timer drops it
-                    output = prepared.run()
+                    with work_counts.timed(work_counts.CALLS):
+                        output = prepared.run()
             later = judge(strat, output, ref, dtype, device, layout)
             del output
         except STRATEGY_FAULTS as error:
@@ -752,9 +762,9 @@ def run_one_check(item: CheckItem, seed: int, timeout_s: float | None = None) ->
                                device=item.device)
     except MemoryError:
         return Verdict(SKIPPED, "out of memory while building the float64 reference")
+    work_counts.install(get_backend(item.strategy.backend).module)
     try:
-        # Nothing is timed here: autotuned kernels take their first config at new sizes, unbenchmarked.
-        # The deadline inside: its alarm is off before untimed() forgets those sizes on the way out.
+        # Nothing is timed here: autotuned kernels launch their first config, never their autotuner.
         with tuning.untimed(), timing.deadline(timeout_s):
             return attempt(item.strategy, ref, item.dtype, item.device, item.layout).verdict
     except timing.CaseTimeout as error:  # fired between the attempt's end and the deadline's
@@ -793,9 +803,10 @@ def run_gradcheck(item: CheckItem, seed: int) -> Verdict:
 
 
 def run_checks(items: list[CheckItem], seed: int, on_item=None, timeout_s: float | None = None,
-               known: dict | None = None) -> list[CheckResult]:
+               known: dict | None = None, on_result=None) -> list[CheckResult]:
     """Each item's result, in order; ``known``: results already reached
-    elsewhere (worker processes, harness/measuring/prefetch.py), not run again."""
+    elsewhere (worker processes, harness/measuring/prefetch.py; a journal),
+    not run again. ``on_result(result)`` as each item run here ends."""
     results = []
     for item in items:
         if known and item in known:
@@ -804,6 +815,8 @@ def run_checks(items: list[CheckItem], seed: int, on_item=None, timeout_s: float
         start = time.perf_counter()
         verdict = run_one_check(item, seed, timeout_s)
         results.append(CheckResult(item, verdict, time.perf_counter() - start))
+        if on_result:
+            on_result(results[-1])
         if on_item:
             on_item(item)
     return results

@@ -12,11 +12,12 @@ its process group, KILL 30 s later) and run again by the next call, and the
 sweep gets the rest as its own ``--budget``, so that it stops before a case
 that would outlast it (``scatterbench plan`` prints the estimate).
 
-The check's verdicts, which the sweep then reuses, are kept in
-``DIR/steps/cache`` (git-ignored: a few kB) unless ``$SCATTERBENCH_CACHE_DIR``
-names another folder, so that a second call on a bare machine finds them when
-the directory travels whole; the compiled kernels stay in the suite's compile
-cache. This module is the one home of the steps' names and of their records'
+The check's verdicts (which the sweep then reuses), its journal of judged
+items (a cut check resumes from it) and the libraries' compile caches are
+kept in ``DIR/steps/cache`` unless ``$SCATTERBENCH_CACHE_DIR`` or
+``$SCATTERBENCH_COMPILE_CACHE_DIR`` name other folders, so that a second call
+on a bare machine, or a later lease given the committed directory, finds them
+and loads what was compiled instead of compiling it again. This module is the one home of the steps' names and of their records'
 format; harness/measuring/plan.py reads both to estimate a window.
 """
 
@@ -52,13 +53,21 @@ FINISHED = {STEP_CHECK: (EXIT_OK, EXIT_FINDINGS), STEP_PYTEST: (0, 1, 5), STEP_S
 DEFAULT_CONFIG = "configs/gpu.yaml"  # in the checkout
 DEFAULT_TESTS = "-m cuda"  # pytest's arguments: the tests that need a GPU
 KILL_AFTER_S = 30  # from a step's TERM (the budget's end, an interrupt) to its KILL: a sweep writes its state
-CACHE = "cache"  # under DIR/steps: the verdicts, kept out of git by DIR/steps/.gitignore
+CACHE = "cache"  # under DIR/steps: the verdicts, the check's journal and the compile caches, committed with DIR
+# What of DIR/steps git leaves out: the libraries' lock and temporary files, never what they compiled.
+GITIGNORE = "*.lock\n*.tmp\n"
+COUNTS_SUFFIX = ".counts.json"  # a check step's work_counts, beside its record
 HEAD = "make gpu"  # what every line this command prints starts with: the command users type
 
 
 def check_step(op: str) -> str:
     """The check step of one operator: ``check-<op>``."""
     return f"{STEP_CHECK}-{op}"
+
+
+def counts_path(directory, step: str) -> Path:
+    """Where a check step writes what it cost (``scatterbench check --counts``): ``steps/<step>.counts.json``."""
+    return Path(directory) / store.STEPS / f"{step}{COUNTS_SUFFIX}"
 
 
 def step_of(name: str) -> str:
@@ -76,12 +85,27 @@ def read_steps(directory) -> dict[str, dict]:
     """The records the steps left in ``directory/steps`` (name -> record), those that read."""
     found = {}
     for path in sorted((Path(directory) / store.STEPS).glob("*.json")):
+        if path.name.endswith(COUNTS_SUFFIX):
+            continue
         try:
             record = json.loads(path.read_text())
         except (OSError, ValueError):
             continue
         if isinstance(record, dict) and isinstance(record.get("seconds"), (int, float)):
             found[path.stem] = record
+    return found
+
+
+def read_counts(directory) -> dict[str, dict]:
+    """The check steps' ``work_counts`` in ``directory/steps`` (step -> its file's "total"), those that read."""
+    found = {}
+    for path in sorted((Path(directory) / store.STEPS).glob("*" + COUNTS_SUFFIX)):
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        if isinstance(data, dict) and isinstance(data.get("total"), dict):
+            found[path.name[:-len(COUNTS_SUFFIX)]] = data["total"]
     return found
 
 
@@ -113,7 +137,8 @@ def plan_steps(config_path: str, directory: Path, tests: str, budgeted: bool) ->
     python = sys.executable
     harness = [python, "-m", "harness"]
     steps = [Step(check_step(op), FINISHED[STEP_CHECK],
-                  lambda left, op=op: [*harness, "check", str(config_path), "--op", op, "--no-progress"])
+                  lambda left, op=op: [*harness, "check", str(config_path), "--op", op, "--no-progress",
+                                       "--counts", str(counts_path(directory, check_step(op)))])
              for op in checked_ops(config)]
     # pytest in the checkout, where its tests and their conftest are
     steps.append(Step(STEP_PYTEST, FINISHED[STEP_PYTEST],
@@ -131,10 +156,14 @@ def plan_steps(config_path: str, directory: Path, tests: str, budgeted: bool) ->
 
 
 def step_environment(steps: Path) -> dict[str, str]:
-    """The steps' environment: the suite's compile cache where it is now, every other cache (the
-    verdicts) in ``steps/cache`` unless ``$SCATTERBENCH_CACHE_DIR`` names a folder."""
-    return dict(os.environ, **{caches.COMPILE_ENV: str(caches.compile_cache_root()),
-                               caches.ENV: os.environ.get(caches.ENV) or str((steps / CACHE).resolve())})
+    """The steps' environment: every cache of the suite in ``steps/cache`` (the verdicts and the
+    check's journal) unless ``$SCATTERBENCH_CACHE_DIR`` names a folder, and the libraries' compile
+    caches in its ``compile`` folder (Inductor's and AOTAutograd's, Triton's, JAX's:
+    ``caches.enable_compile_caches``) unless ``$SCATTERBENCH_COMPILE_CACHE_DIR`` names one. The
+    directory then carries them to the next call or lease, which loads what this one compiled."""
+    kept = Path(os.environ.get(caches.ENV) or (steps / CACHE).resolve())
+    return dict(os.environ, **{caches.ENV: str(kept),
+                               caches.COMPILE_ENV: os.environ.get(caches.COMPILE_ENV) or str(kept / "compile")})
 
 
 def run_step(command: list[str], log: Path | None = None, env: dict | None = None, timeout_s: float | None = None,
@@ -225,7 +254,7 @@ def run_gpu(config_path: str, directory, *, budget_s: float | None = None, tests
     steps_dir = directory / store.STEPS
     try:
         (steps_dir / CACHE).mkdir(parents=True, exist_ok=True)
-        (steps_dir / ".gitignore").write_text(f"{CACHE}/\n")
+        (steps_dir / ".gitignore").write_text(GITIGNORE)
     except OSError as error:
         raise ResultError(f"{steps_dir}: cannot write ({store.describe_os_error(error, steps_dir)})") from None
     env = step_environment(steps_dir)

@@ -25,7 +25,7 @@ import concurrent.futures
 import multiprocessing
 import os
 import time
-from harness.measuring import check
+from harness.measuring import check, work_counts
 
 # Below this many keys to check, starting workers (each imports the libraries:
 # 2-4 s) costs more than it saves.
@@ -123,20 +123,22 @@ def _answer(op: str, name: str, device: str, dtype: str, mode: str):
 
 
 def _run_items(op: str, name: str, device: str, dtype: str, mode: str):
-    """Each adversarial item of a key, run here: [(verdict, seconds)] in
-    ``check.adversarial_items`` order; None when this worker lacks the strategy."""
+    """Each adversarial item of a key, run here, and what they cost:
+    ([(verdict, seconds)] in ``check.adversarial_items`` order, the key's
+    ``work_counts``); None when this worker lacks the strategy."""
     from impls.registry import get_operator
 
     try:
         strat = get_operator(op).strategies[name]
     except KeyError:
         return None
+    before = work_counts.snapshot()
     answers = []
     for item in check.adversarial_items(strat, device, dtype, mode):
         start = time.perf_counter()
         verdict = check.run_one_check(item, _CHECK.seed, _CHECK.timeout_s)
         answers.append((verdict, time.perf_counter() - start))
-    return answers
+    return answers, work_counts.since(before)
 
 
 # ------------------------------------------------------------- in the caller
@@ -167,26 +169,35 @@ def _in_workers(task, keys, seed: int, timeout_s: float | None, threads: dict, w
 
 
 def check_items(keys, seed: int, timeout_s: float | None, threads: dict, workers: int,
-                on_item=None, results: dict | None = None) -> dict:
+                on_item=None, results: dict | None = None, counts: dict | None = None, on_key=None) -> dict:
     """``scatterbench check``'s adversarial items, key by key in ``workers``
     processes: {item: CheckResult} for every item of each key a worker
     answered (``on_item(item)`` as each comes), put in ``results`` when
     given (a caller stopped midway keeps what came before the stop); what
     is missing (a worker died, a strategy only this process has) the caller
-    runs itself. On a 16-core GPU machine the check is mostly compiling, one
-    core busy."""
+    runs itself. ``counts``: each answered key's ``work_counts`` put there
+    (key -> counts); ``on_key(key, results)`` as each key's items come back
+    whole (the check's journal, ``verdict_cache.ItemJournal``). On a 16-core GPU machine the check is mostly compiling,
+    one core busy."""
     results = {} if results is None else results
     if not keys or workers < 1:
         return results
 
-    def take(key, answers):
-        if answers is None:  # the worker lacks the strategy
+    def take(key, answer):
+        if answer is None:  # the worker lacks the strategy
             return
+        answers, cost = answer
+        if counts is not None:
+            counts[key] = cost
+        came = []
         for item, (verdict, seconds) in zip(check.adversarial_items(*key), answers):
             if item not in results:
                 results[item] = check.CheckResult(item, verdict, seconds)
+                came.append(results[item])
                 if on_item:
                     on_item(item)
+        if on_key:
+            on_key(key, came)
 
     _in_workers(_run_items, keys, seed, timeout_s, threads, workers, take)
     return results

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import site
 import sys
 import sysconfig
@@ -201,13 +202,87 @@ class VerdictCache:
         return len(new)
 
     def _prune(self) -> None:
-        """The newest ``KEEP_FILES`` fingerprints' files stay; the others go."""
+        """The newest ``KEEP_FILES`` fingerprints' files stay; the others go (their item journals too)."""
+        for pattern in ("*.json", "*" + JOURNAL_SUFFIX):
+            try:
+                files = sorted(self.path.parent.glob(pattern), key=lambda path: path.stat().st_mtime, reverse=True)
+                for old in files[KEEP_FILES:]:
+                    old.unlink(missing_ok=True)
+            except OSError:
+                pass  # another run pruned at the same moment; the next save prunes again
+
+
+JOURNAL_SUFFIX = ".items.jsonl"
+
+
+def item_id(item: check.CheckItem, seed: int) -> str:
+    """A check item's identity in the journal: everything that decides its verdict."""
+    return json.dumps([item.strategy.key, [list(pair) for pair in item.params], item.dtype, item.device, item.mode,
+                       item.layout, item.training, bool(item.gradcheck), item.skip or "", seed])
+
+
+class ItemJournal:
+    """Each check item's verdict, appended as each strategy key's items come
+    back from the workers (and each item the check runs itself), beside the ``VerdictCache`` of the same
+    fingerprint (the same code, libraries, machine and threads): a check cut
+    midway (a lease's end, Ctrl-C, a KILL) resumes where it stopped, the same
+    command again running only the keys not written whole. Kept like the
+    verdicts: only strategies the fingerprint covers, never ``UNKEPT``
+    verdicts (checked again). A line that does not read (a write cut by a
+    KILL) is ignored."""
+
+    def __init__(self, cache: VerdictCache):
+        self.cache = cache
+        self.path = cache.path.with_suffix(JOURNAL_SUFFIX)
+
+    def read(self, items) -> dict:
+        """{item: CheckResult} of ``items`` the journal holds."""
+        wanted = {item_id(item, self.cache.seed): item for item in items if self.cache.keeps(item.strategy)}
+        found = {}
         try:
-            files = sorted(self.path.parent.glob("*.json"), key=lambda path: path.stat().st_mtime, reverse=True)
-            for old in files[KEEP_FILES:]:
-                old.unlink(missing_ok=True)
-        except OSError:
-            pass  # another run pruned at the same moment; the next save prunes again
+            lines = self.path.read_text().splitlines()
+        except FileNotFoundError:
+            return found
+        except (OSError, UnicodeDecodeError) as error:
+            self.cache.on_warning(f"cache file {self.path} cannot be read ({error}); every item is checked again")
+            return found
+        for text in lines:
+            try:
+                entry = json.loads(text)
+                item = wanted.get(entry["item"])
+                if item is None or entry["status"] not in STATUSES or entry["status"] in UNKEPT:
+                    continue
+                verdict = Verdict(entry["status"], entry["message"], max_abs_err=float(entry["max_abs_err"]),
+                                  rel_err=float(entry["rel_err"]), differences=frozenset(entry["differences"]))
+                found[item] = check.CheckResult(item, verdict, float(entry["seconds"]))
+            except (ValueError, KeyError, TypeError):
+                continue
+        return found
+
+    def write(self, results) -> int:
+        """Appends ``results`` (CheckResults: a key's, as they came back, or one item's) and flushes them
+        to disk; returns how many lines. Those that may be the machine's doing (``UNKEPT``) are left
+        out: checked again."""
+        results = [r for r in results if self.cache.keeps(r.item.strategy) and r.verdict.status not in UNKEPT]
+        if not results:
+            return 0
+        lines = "".join(json.dumps({"item": item_id(r.item, self.cache.seed), "status": r.verdict.status,
+                                    "message": r.verdict.message, "max_abs_err": r.verdict.max_abs_err,
+                                    "rel_err": r.verdict.rel_err, "differences": sorted(r.verdict.differences),
+                                    "seconds": round(r.seconds, 6)}) + "\n" for r in results)
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            with open(self.path, "a+b") as out:
+                if out.seek(0, os.SEEK_END) and (out.seek(-1, os.SEEK_END), out.read(1))[1] != b"\n":
+                    lines = "\n" + lines  # after a line a KILL tore: that one is left unread, not this
+                out.write(lines.encode())
+                out.flush()
+                os.fsync(out.fileno())
+        except OSError as error:
+            self.cache.on_warning(f"cache file {self.path} cannot be written ({error.strerror or error}); a cut "
+                                  f"check starts those keys again")
+            return 0
+        return len(results)
 
 
 def keep_from_check(cache: VerdictCache, results, cases, timeout_s: float | None = None) -> int:

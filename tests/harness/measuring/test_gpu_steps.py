@@ -47,7 +47,8 @@ def test_a_configs_steps_check_each_operator_then_test_sweep_and_report(tiny_con
     steps = gpu_steps.plan_steps(str(config), out, "-m cuda tests/x.py", budgeted=True)
     assert [step.name for step in steps] == ["check-maxpool2d", "check-dispersion", "pytest", "sweep", "report"]
     harness = [sys.executable, "-m", "harness"]
-    assert steps[0].command(12.5) == [*harness, "check", str(config), "--op", "maxpool2d", "--no-progress"]
+    assert steps[0].command(12.5) == [*harness, "check", str(config), "--op", "maxpool2d", "--no-progress",
+                                      "--counts", str(out / "steps" / "check-maxpool2d.counts.json")]
     assert steps[0].finished == (0, 1) and steps[2].finished == (0, 1, 5) and steps[3].finished == (0,)
     assert steps[2].command(None) == [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "cuda",
                                       "tests/x.py"] and steps[2].cwd == ROOT
@@ -80,7 +81,8 @@ def test_each_finished_step_is_recorded_as_plan_reads_it_and_skipped_next_call(f
     for name in records:
         assert RECORD.fullmatch((steps / f"{name}.json").read_text()), name  # the one-line format results/ keep
         assert (steps / f"{name}.log").read_text() == f"said by {name}\n"
-    assert (steps / ".gitignore").read_text() == "cache/\n" and (steps / "cache").is_dir()
+    assert (steps / ".gitignore").read_text() == gpu_steps.GITIGNORE and (steps / "cache").is_dir()
+    assert "cache" not in gpu_steps.GITIGNORE  # the verdicts, the journal and the compiled code are committed
 
     assert cli.main(["gpu", "unread.yaml", "-o", str(out)]) == 1  # nothing run, the findings still said
     said = capsys.readouterr().out
@@ -155,7 +157,7 @@ def test_a_record_that_does_not_read_is_run_again(fake_steps, tmp_path, capsys):
     assert window.read_steps(out)["check-a"]["exit"] == 0
 
 
-def test_the_steps_keep_the_verdicts_beside_the_run_unless_the_cache_is_elsewhere(fake_steps, tmp_path, monkeypatch,
+def test_the_steps_keep_the_verdicts_and_compiled_code_beside_the_run_unless_named_elsewhere(fake_steps, tmp_path, monkeypatch,
                                                                                    capsys):
     code = (f"import os; print(os.environ[{caches.ENV!r}]); print(os.environ[{caches.COMPILE_ENV!r}])")
     fake_steps.append(python_step("check-a", code))
@@ -165,10 +167,13 @@ def test_the_steps_keep_the_verdicts_beside_the_run_unless_the_cache_is_elsewher
     assert (tmp_path / "one" / "steps" / "check-a.log").read_text().split() == [
         str(tmp_path / "user-cache"), str(tmp_path / "user-cache" / "compile")]
     monkeypatch.delenv(caches.ENV)
-    compile_now = str(caches.compile_cache_root())  # the suite's compile cache stays where it is
     assert gpu_steps.run_gpu("unread.yaml", tmp_path / "two") == 0
-    assert (tmp_path / "two" / "steps" / "check-a.log").read_text().split() == [
-        str((tmp_path / "two" / "steps" / "cache").resolve()), compile_now]
+    kept = (tmp_path / "two" / "steps" / "cache").resolve()  # the compiled code travels with the run too
+    assert (tmp_path / "two" / "steps" / "check-a.log").read_text().split() == [str(kept), str(kept / "compile")]
+    monkeypatch.setenv(caches.COMPILE_ENV, str(tmp_path / "compiled"))  # a compile cache named: it is used
+    assert gpu_steps.run_gpu("unread.yaml", tmp_path / "three") == 0
+    assert (tmp_path / "three" / "steps" / "check-a.log").read_text().split() == [
+        str((tmp_path / "three" / "steps" / "cache").resolve()), str(tmp_path / "compiled")]
     capsys.readouterr()
 
 

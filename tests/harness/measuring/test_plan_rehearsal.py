@@ -18,6 +18,7 @@ import yaml
 from harness import cli
 from harness.base import caches
 from harness.base.config import expand, load_config, parse_config
+from harness.measuring import gpu_steps
 from harness.measuring import plan as window
 from harness.results.store import lock_holder, read_meta, read_rows
 from impls.registry import get_operator
@@ -129,9 +130,11 @@ def test_make_gpu_stopped_in_its_sweep_and_called_again_loses_nothing(rehearsal,
     while lock_holder(results) is not None and time.time() < waited:
         time.sleep(0.1)
     steps = results / "steps"
-    finished = sorted(path.stem for path in steps.glob("*.json"))
-    assert finished == sorted(f"check-{op}" for op in ("maxpool2d", "maxunpool", "dispersion", "dispersion_pinv")) \
-        + ["pytest"], output
+    checks = sorted(f"check-{op}" for op in ("maxpool2d", "maxunpool", "dispersion", "dispersion_pinv"))
+    assert sorted(gpu_steps.read_steps(results)) == checks + ["pytest"], output
+    # each check step says what it cost, per operator, beside its record
+    assert sorted(gpu_steps.read_counts(results)) == checks
+    assert all(counts["calls"] > 0 for counts in gpu_steps.read_counts(results).values())
     assert read_meta(results)["status"] == "interrupted" and 3 <= len(read_rows(results)) < len(rehearsal.rows)
     assert not (steps / "sweep.json").exists()
     # the check kept its verdicts where the second call (on a bare machine: with the directory) finds them

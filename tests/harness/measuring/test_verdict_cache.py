@@ -233,7 +233,8 @@ def test_a_check_stopped_midway_keeps_the_keys_it_checked_whole(tiny_config, tmp
     monkeypatch.setattr(ceilings, "measure", quiet_machine)
     config = tiny_config(TWO_STRATEGIES)
 
-    def first_key_then_stopped(keys, seed, timeout_s, threads, workers, on_item=None, results=None):
+    def first_key_then_stopped(keys, seed, timeout_s, threads, workers, on_item=None, results=None, counts=None,
+                               on_key=None):
         strat, device, dtype, mode = keys[0]
         for item in check.adversarial_items(strat, device, dtype, mode):  # as a worker would
             results[item] = check.CheckResult(item, check.run_one_check(item, seed, timeout_s), 0.0)
