@@ -319,7 +319,10 @@ def time_in_rounds(pending: list[PendingCase], timing_config, rng: np.random.Gen
     strategy's block of samples. From the second round on, the rule of
     harness/results/racing.py takes out each strategy the rounds decide
     (slower than the fastest, or equivalent to it), and one whose budget is
-    spent; the race ends when one is left or at ``timing_config.max_rounds``.
+    spent. Once one is left (the others decided, or failed) it is timed alone
+    until its own budget is spent: a strategy that stays in the race to its
+    end gets ``min_samples`` and its budget (SPEC 3). At most
+    ``timing_config.max_rounds`` rounds.
     Each case's ``standing`` says where it ended. ``before(case)``: called as
     each case's round starts (what the run records in flight). Returns the
     order of each round (indices into ``pending``)."""
@@ -339,12 +342,14 @@ def time_in_rounds(pending: list[PendingCase], timing_config, rng: np.random.Gen
                 before(pending[position].case)
             time_round(pending[position], share, on_phase, cross_check=index == racing.MIN_ROUNDS - 1)
         in_race = [position for position in in_race if pending[position].result is None]  # failed: out
-        if len(in_race) < 2 and len(pending) > 1:
+        if not in_race:
             break
         if index + 1 < racing.MIN_ROUNDS:
             continue
-        if len(in_race) < 2:  # a case timed alone: no race, its whole budget
-            if not in_race or pending[in_race[0]].budget_spent(timing_config):
+        # Alone: a case timed alone (no race), the one left by failures, or the race's winner once every
+        # other strategy has left. It stays to the race's end: its whole budget and min_samples (SPEC 3).
+        if len(in_race) < 2:
+            if pending[in_race[0]].budget_spent(timing_config):
                 break
             continue
         medians = {position: pending[position].round_medians for position in in_race}
@@ -362,8 +367,6 @@ def time_in_rounds(pending: list[PendingCase], timing_config, rng: np.random.Gen
                         for position in spent})
         left.update(leaving)
         in_race = [position for position in in_race if position not in leaving]
-        if len(in_race) < 2:
-            break
     timed_ones = [position for position in range(len(pending)) if pending[position].result is None]
     if len(timed_ones) < 2:
         return orders

@@ -119,24 +119,28 @@ def test_a_slow_third_of_the_run_flips_block_order_and_the_rounds_keep_the_right
 def test_rounds_interleave_in_fresh_random_orders_and_prepare_afresh_each_round(machine):
     """Four strategies 1, 2, 3 and 4 ms: the three slow ones are 2x to 4x
     behind in every round, so they leave after round 2 (two rounds whose
-    mean puts them 1.65x behind), and the race ends there."""
+    mean puts them 1.65x behind), and the race is decided there; the
+    winner stays to its end, alone in round 3, for its min_samples (SPEC 3:
+    a strategy that stays in the race to its end gets at least that)."""
     names = [FAST, SLOW, "seed_reshape_max", "torch_reshape_argmax"]
     fake = machine({name: 1e-3 * (index + 1) for index, name in enumerate(names)})
     config = Timing(min_samples=6, max_samples=6, budget_s=1e-9, warmup_s=0, max_rounds=3)
     pending = [pending_case(name, config) for name in names]
     started = []
     orders = sweep.time_in_rounds(pending, config, np.random.default_rng(11), before=lambda c: started.append(c))
-    assert [sorted(order) for order in orders] == [[0, 1, 2, 3]] * 2
+    assert [sorted(order) for order in orders] == [[0, 1, 2, 3]] * 3
     assert len({tuple(order) for order in orders}) > 1  # not one order for every round
-    assert fake.prepares == {name: 2 for name in names}  # a fresh prepare each round
-    # Each round's calls come in its order, two samples per strategy (6 over at most 3 rounds).
-    expected = [names[position] for order in orders for position in order for _ in range(2)]
-    assert fake.calls == expected
-    assert [case.strategy for case in started] == [names[p] for order in orders for p in order]
+    assert fake.prepares == {name: 3 if name == FAST else 2 for name in names}  # a fresh prepare each round
+    # Each round's calls come in its order, two samples per strategy (6 over at most 3 rounds); round 3
+    # is the winner's alone.
+    in_race = [position for order in orders[:2] for position in order] + [0]
+    assert fake.calls == [names[position] for position in in_race for _ in range(2)]
+    assert [case.strategy for case in started] == [names[position] for position in in_race]
     rows = _rows(pending).set_index("strategy")
-    assert all(len(json.loads(text)) == 2 for text in rows["round_medians_s"])
+    assert [len(json.loads(text)) for text in rows["round_medians_s"]] == [3, 2, 2, 2]
+    assert rows.loc[FAST, "n_samples"] == config.min_samples
     assert list(rows["decision"]) == ["faster", "slower", "slower", "slower"]
-    assert set(rows["decided_against"].iloc[1:]) == {FAST} and set(rows["decision_round"]) == {2}
+    assert set(rows["decided_against"].iloc[1:]) == {FAST} and set(rows["decision_round"].iloc[1:]) == {2}
     # Reproducible: the same seed and point draw the same orders.
     group = pending[0].case.group
     first = [list(sweep.round_order(5, group).permutation(4)) for _ in range(1)]
