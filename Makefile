@@ -125,7 +125,10 @@ baseline: $(STAMP)
 # arguments) are passed on when set; unset, the command's defaults hold
 # (`scatterbench gpu --help`). Exit 1 when a finished step found failures,
 # 130 when the budget or an interrupt stopped a step: the same command again
-# goes on. A CUDA build of torch must be importable
+# goes on. A lease that ends first: commit GPU_RESULTS whole (its steps/,
+# with the check's journal and the compiled kernels in steps/cache, and the
+# sweep's rows), and `make gpu GPU_RESULTS=<it>` on the next lease resumes
+# where this one stopped. A CUDA build of torch must be importable
 # (VENV_ARGS=--system-site-packages reuses the machine's; PY=python3 uses the
 # machine's Python as it is, without a venv).
 gpu: $(if $(filter $(VENV)/bin/python,$(PY)),$(STAMP))

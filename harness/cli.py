@@ -557,8 +557,10 @@ def cmd_regress(args) -> int:
          arg("config", nargs="?", default=None,
              help=quoting("sweep config (default: the checkout's {})", "harness.measuring.gpu_steps", "DEFAULT_CONFIG")),
          arg("-o", "--output", metavar="DIR",
-             help="the run's directory, its steps' records and logs in DIR/steps (make gpu's GPU_RESULTS; "
-                  "default: results/<commit date>-gpu-<commit>-<GPU>); the same command again on it goes on"),
+             help="the run's directory, its steps' records, logs, counts and caches (the check's journal, the "
+                  "compiled kernels) in DIR/steps (make gpu's GPU_RESULTS; default: results/<commit date>-gpu-"
+                  "<commit>-<GPU>); the same command again on it goes on, on this machine or, the directory "
+                  "committed whole, on the next lease, never redoing a finished step or case"),
          arg("--budget", type=float, metavar="SECONDS",
              help="this call's seconds (GPU_BUDGET): each step gets what is left, a step cut by it runs again next "
                   "call, and the sweep stops before a case that would outlast it (exit 130)"),

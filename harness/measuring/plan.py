@@ -46,6 +46,11 @@ DEFAULT_CEILINGS_S = 10.0  # three 1 GiB copies per device and the fresh-output 
 # The adversarial check of one strategy key (strategy, device, dtype, mode) in a worker sharing the device:
 # the H100's 228 keys outlasted 184 s in 16 workers (README "GPUs"), before checks stopped autotuning.
 DEFAULT_ADVERSARIAL_S_PER_KEY = 1.0
+# `make gpu`'s check of one item (a strategy prepared, called and judged on one adversarial case) where no
+# check of the device was recorded: the H200's of 2026-12-04, 498 s for 6,956 items in three steps, one
+# worker (../shared/measurements/gpu-h200-2026-12-04), measured before the check stopped entering Triton's
+# autotuner, kept its references and JAX jits for the whole check and resumed from its journal.
+DEFAULT_CHECK_S_PER_ITEM = 498 / 6956
 # A case's oracle and judging (its share of the float64 oracle of its input point, and the compares):
 # the H200's first run took about 10 s a case in all, most of it host oracles since moved or sped up.
 DEFAULT_CHECK_S_PER_CASE = 3.0
@@ -416,8 +421,11 @@ def make_plan(config: Config, config_path: str, cases: list[Case], device: str, 
     keys = len(verdict_cache.VerdictCache.keys(cases))
     adversarial = _adversarial_estimate(runs, keys)
     ops = gpu_steps.checked_ops(config)  # make gpu checks an operator a step
-    check_estimate = _step_estimate(runs, gpu_steps.STEP_CHECK, adversarial.seconds,
-                                f"the adversarial check of {keys} strategy keys, as estimated for the sweep", len(ops))
+    checks = planned_checks(config, cases)
+    check_estimate = _step_estimate(
+        runs, gpu_steps.STEP_CHECK, sum(checks.values()) * DEFAULT_CHECK_S_PER_ITEM,
+        f"{sum(checks.values())} items ({', '.join(f'{op} {n}' for op, n in checks.items())}) at "
+        f"{DEFAULT_CHECK_S_PER_ITEM:.3f} s an item, the H200's check of 2026-12-04 before its fixes", len(ops))
     sweep_phases = [
         ("ceilings", _phase_estimate(runs, "ceilings", DEFAULT_CEILINGS_S, "copies on the device")),
         ("adversarial (sweep)", Estimate(0.0, f"make gpu's check keeps its verdicts for the sweep; "
@@ -441,6 +449,17 @@ def make_plan(config: Config, config_path: str, cases: list[Case], device: str, 
                           f"every figure is a default")
     plan.fitting = _fitting(plan)
     return plan
+
+
+def planned_checks(config: Config, cases: list[Case]) -> dict[str, int]:
+    """How many items ``check`` runs for ``cases``, per operator: every adversarial item and config
+    point of ``check.check_plan`` but those skipped before anything runs (a config point over
+    check.max_bytes)."""
+    counts: dict[str, int] = {}
+    for item in check.check_plan(config, cases):
+        if not item.skip:
+            counts[item.strategy.op] = counts.get(item.strategy.op, 0) + 1
+    return counts
 
 
 def _sum_estimate(seconds: list[float], rate) -> Estimate:

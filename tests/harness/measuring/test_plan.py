@@ -57,6 +57,23 @@ def test_with_nothing_measured_every_phase_says_so_and_every_case_is_accounted_f
     assert f"{plan.total_s:.0f}" in text and "min of device time" in text
 
 
+def test_with_no_check_recorded_the_plan_counts_its_items_at_the_h200s_seconds_an_item(tmp_path):
+    """The check's default is what it will run (check.check_plan's items, per operator) at the seconds
+    an item the H200's check of 2026-12-04 took (498 s for 6,956 items), not a guess per strategy key
+    (the plan had said 228 s where the check took over 630 s)."""
+    plan = window.plan_config(GPU_YAML, "cuda", [tmp_path])
+    config = load_config(GPU_YAML)
+    items = [item for item in check.check_plan(config, expand(config)) if not item.skip]
+    estimate = phases(plan)["check (make gpu)"]
+    assert estimate.seconds == pytest.approx(len(items) * window.DEFAULT_CHECK_S_PER_ITEM)
+    assert window.DEFAULT_CHECK_S_PER_ITEM == pytest.approx((168 + 163 + 167) / (1732 + 2560 + 2664))
+    per_op = window.planned_checks(config, expand(config))
+    assert sum(per_op.values()) == len(items) and list(per_op) == gpu_steps.checked_ops(config)
+    assert f"{len(items)} items (" in estimate.source and all(f"{op} {n}" in estimate.source
+                                                               for op, n in per_op.items())
+    assert estimate.seconds > 8 * 60  # what the H200's check took: the plan no longer says it fits
+
+
 def test_the_h200_runs_measured_costs_are_used_and_named(tmp_path):
     plan = window.plan_config(GPU_YAML, "cuda", [ROOT / "results"])
     assert [run.path.name for run in plan.sources] == [H200.name]
