@@ -149,20 +149,28 @@ def cmd_check(args) -> int:
         if known:
             print(f"check: {len(known)} of {len(items)} items judged before by the same code ({journal.path}); "
                   f"{len(keys)} strategy keys to check")
-        per_key: dict = {}
-        main_before = work_counts.snapshot()
+        per_key: dict = {}  # the workers' counts, per strategy key; then what this process ran, per operator
+        here: dict = {}
+        last = [work_counts.snapshot()]
+
+        def ran_here(result):
+            journal.write([result])
+            here.setdefault(result.item.strategy.op, []).append(work_counts.since(last[0]))
+            last[0] = work_counts.snapshot()
+
         try:
             prefetch.check_items(keys, config.seed, config.timing.timeout_s, threads,
                                  prefetch.workers_for(keys), on_item=advance, results=known, counts=per_key,
                                  on_key=lambda key, came: journal.write(came))
+            last[0] = work_counts.snapshot()
             results = check.run_checks(items, config.seed, on_item=advance, timeout_s=config.timing.timeout_s,
-                                       known=known, on_result=lambda result: journal.write([result]))
+                                       known=known, on_result=ran_here)
         except KeyboardInterrupt:  # Ctrl-C, or SIGTERM at a lease's limit: the keys checked whole are kept
             verdict_cache.keep_from_check(kept, list(known.values()), cases, config.timing.timeout_s)
-            _write_counts(args.counts, per_key, work_counts.since(main_before), stopped=True)
+            _write_counts(args.counts, per_key, here, stopped=True)
             raise
         verdict_cache.keep_from_check(kept, results, cases, config.timing.timeout_s)
-    counted = _write_counts(args.counts, per_key, work_counts.since(main_before))
+    counted = _write_counts(args.counts, per_key, here)
     console().print(check_table(results))
     summary = check.summarize_checks(results)
     shown = summary.failure_lines if args.all else summary.failure_lines[:FAIL_LINES_SHOWN]
@@ -177,22 +185,23 @@ def cmd_check(args) -> int:
     return EXIT_FINDINGS if summary.failed else EXIT_OK
 
 
-def _write_counts(path, per_key: dict, in_process: dict, stopped: bool = False) -> dict:
-    """The check's ``work_counts``, in all and per operator (the workers' per key, and what this
-    process ran itself under "in process"), written to ``path`` (--counts) when given; returns the total."""
+def _write_counts(path, per_key: dict, here: dict, stopped: bool = False) -> dict:
+    """The check's ``work_counts``, in all and per operator (the workers' per strategy key, and
+    what this process ran itself, per operator: ``here``), written to ``path`` (--counts) when
+    given; returns the total."""
     from pathlib import Path
 
     from harness.base import caches
     from harness.measuring import work_counts
 
-    per_operator: dict = {}
+    per_operator: dict = {op: list(parts) for op, parts in here.items()}
     for key, counts in per_key.items():
         per_operator.setdefault(key[0].op, []).append(counts)
     by_op = {op: work_counts.total(parts) for op, parts in per_operator.items()}
-    everything = work_counts.total([*by_op.values(), in_process])
+    everything = work_counts.total(by_op.values())
     if path:
         caches.write_json(Path(path), {"fields": [field.what for field in work_counts.FIELDS],
-                                       "total": everything, "per_operator": by_op, "in_process": in_process,
+                                       "total": everything, "per_operator": by_op,
                                        "keys_checked": len(per_key), "stopped": stopped})
     return everything
 

@@ -146,6 +146,8 @@ def test_a_cut_check_resumes_without_judging_again(tmp_path):
     config.write_text(TINY)
     cache = tmp_path / "cache"
     whole_out, whole = run_check(config, cache, tmp_path / "whole.json")
+    per_operator = json.loads((tmp_path / "whole.json").read_text())["per_operator"]
+    assert list(per_operator) == ["maxpool2d"] and per_operator["maxpool2d"] == whole  # the workers' and its own
     [journal] = (cache / "verdicts").glob("*.items.jsonl")
     lines = journal.read_text().splitlines(keepends=True)
 

@@ -232,5 +232,6 @@ def test_the_published_reports_first_paragraph_is_what_its_runs_say():
     # The old AMD EPYC VM's runs (schema 1 and 2, no load or too unstable) leave it missing; the rest are counted.
     assert "so cpu: AMD EPYC ×2 is missing from this report" in text
     # 5246's five repeats, 5246 itself (superseded by 0e2d, measured in rounds), 0e2d's A/A repeat 007f,
-    # and the AMD EPYC 23-1 VM's four runs beside its published 5b79 (8d28, c685, a7b3 and the A/A repeat 0a81)
-    assert "11 fit: repeats compared with the published runs" in text
+    # the AMD EPYC 23-1 VM's four runs beside its published 5b79 (8d28, c685, a7b3 and the A/A repeat 0a81),
+    # and 0e2d (superseded by f5ec, measured in racing rounds) with f5ec's A/A repeat 278d
+    assert "13 fit: repeats compared with the published runs" in text
