@@ -115,14 +115,15 @@ def install(module: str) -> None:
     has nothing to count) once per process. The check calls it before each
     item with the item's backend, so a library no strategy uses is never
     imported for the counts' sake; a library that is not installed is
-    skipped."""
+    skipped, and so is one whose version lacks the hook read (the check never
+    fails for its counts)."""
     hook = _HOOKS.get(module)
     if hook is None or module in _installed:
         return
     _installed.add(module)
     try:
         hook()
-    except ImportError:
+    except (ImportError, AttributeError):  # not installed, or a version without the hook: not counted
         pass
 
 
