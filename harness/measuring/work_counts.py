@@ -102,13 +102,6 @@ def total(parts) -> dict:
     return {key: round(value, 6) if key.endswith("_s") else value for key, value in out.items()}
 
 
-def reset() -> None:
-    """Zero (a test's fresh start)."""
-    with _lock:
-        _counts.clear()
-        _seconds.clear()
-
-
 # ------------------------------------------------------------------ the hooks
 def install(module: str) -> None:
     """Hooks ``module`` (a backend's library: torch, jax or triton; any other
