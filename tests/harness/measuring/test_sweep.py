@@ -361,8 +361,11 @@ def test_a_run_waits_for_the_load_its_own_workers_left_and_not_for_the_machines(
         assert load_reasons == [f"load {cores + 0.5:.2g} on {cores} cores"]
 
 
-@pytest.mark.parametrize("call_s,warm_up_calls", [(0.03, 0), (0.0, 1)])
-def test_the_checks_first_call_is_the_warm_up_of_a_call_slower_than_it(planted, call_s, warm_up_calls):
+# A round's warm-up is warmup_s / max_rounds (24): 0.02 s gives under 1 ms, which a 30 ms call
+# passes; 1.5 s gives 62 ms, which a call that sleeps 0 s on an 8×8 input does not, even on a
+# loaded machine (0.02 s did not: a 1 ms first call there made it its own warm-up).
+@pytest.mark.parametrize("call_s,warmup_s,warm_up_calls", [(0.03, 0.02, 0), (0.0, 1.5, 1)])
+def test_the_checks_first_call_is_the_warm_up_of_a_call_slower_than_it(planted, call_s, warmup_s, warm_up_calls):
     """A case is called: once by the check, then warmed up and sampled; the
     last timed call's own output is judged again, with no call made for it.
     A call taking longer than the warm-up's time (a 1.2 s seed) is not made
@@ -384,7 +387,7 @@ def test_the_checks_first_call_is_the_warm_up_of_a_call_slower_than_it(planted, 
         return run
 
     planted("maxpool2d", "counted", prepare, returns="values+indices", ties="first")
-    config = parse_config({"timing": {"min_samples": 5, "budget_s": 0.001, "warmup_s": 0.02},
+    config = parse_config({"timing": {"min_samples": 5, "budget_s": 0.001, "warmup_s": warmup_s},
                            "benchmarks": [{"op": "maxpool2d", "strategies": ["counted"],
                                            "params": {"N": 1, "C": 2, "H": 8, "W": 8, "k": 2}}]})
     params = (("C", 2), ("H", 8), ("N", 1), ("W", 8), ("k", 2))

@@ -23,6 +23,19 @@ def test_a_slow_start_is_leading_samples_past_twice_the_median_and_at_most_half(
     assert stats.slow_start([]) == 0
 
 
+def test_a_few_samples_past_a_baseline_with_a_tie_get_the_exact_p_value():
+    """Three raced samples, each past all 125 of a baseline in which two
+    samples tie: the exact p (6e-6) is what the gate's alpha (0.002) is
+    held to, not the normal approximation's 0.0032."""
+    base = [1.0 + i / 1000 for i in range(124)] + [1.0]
+    new = [3.0, 3.1, 3.2]
+    assert stats.mann_whitney_p(base, new) == pytest.approx(stats.smallest_p(125, 3))
+    assert stats.mann_whitney_p(base, new) < 1e-5
+    assert stats.mann_whitney_p(base, [1.05, 1.06, 1.07]) > 0.5  # inside the baseline: no shift
+    from harness.judging import regression
+    assert regression.timing_change(base, new, regression.Rule(1.41, 0.002, "p10")).verdict == regression.REGRESSED
+
+
 def test_too_few_samples_cannot_reach_alpha_and_then_only_separation_counts():
     assert stats.smallest_p(3, 3) == pytest.approx(0.1)  # 2 / C(6, 3)
     assert stats.smallest_p(200, 200) < 1e-100
