@@ -28,6 +28,7 @@ from __future__ import annotations
 import math
 import statistics
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -51,12 +52,27 @@ DEFAULT_ADVERSARIAL_S_PER_KEY = 1.0
 # worker (../shared/measurements/gpu-h200-2026-12-04), measured before the check stopped entering Triton's
 # autotuner, kept its references and JAX jits for the whole check and resumed from its journal.
 DEFAULT_CHECK_S_PER_ITEM = 498 / 6956
-# A case's oracle and judging (its share of the float64 oracle of its input point, and the compares):
-# the H200's first run took about 10 s a case in all, most of it host oracles since moved or sped up.
-DEFAULT_CHECK_S_PER_CASE = 3.0
+# A case's oracle and judging where no run on the device recorded the sweep's check phase: the
+# harness's own work on the case (its first call's judging, each round's judging again), plus its
+# share of its point's inputs, drawn and rounded on the host once per point and dtype (its training
+# modes share them); the device's float64 oracle and compares are milliseconds at a GPU's rate.
+# Measured on the 2-core VM, 2026-12-04: benchmarks/gpu_rehearsal.py (gpu.yaml at small sizes, every
+# strategy that runs on the CPU) spent 3.8 s in the check phase over 313 cases; drawing and rounding
+# gpu.yaml's nine points took 30.6 s a dtype (numpy's standard_normal and float16 rounding, one
+# core), per byte of the point's float64 reference (memory.reference_bytes) by operator:
+CHECK_HARNESS_S_PER_CASE = 3.8 / 313
+INPUT_S_PER_REFERENCE_BYTE = {"maxpool2d": 9.96 / 3.02e9, "maxunpool": 12.49 / 10.54e9,
+                              "dispersion": 8.07 / 4.58e9, "dispersion_pinv": 0.05 / 4.58e9}
+INPUT_S_PER_REFERENCE_BYTE_ELSE = 30.6 / 22.7e9  # an operator not measured: all nine points' rate
 DEFAULT_PREPARE_S = 2.0  # a compile or an autotune per case (the H200's triton_fused: 2 to 5 s)
 DEFAULT_PYTEST_S = 120.0  # `pytest -m cuda`: the H200's was cut at 90 s after its first test
-DEFAULT_REPORT_S = 60.0  # report.build of a few hundred rows, figures included
+# report.build of gpu.yaml's rows, figures included: 14.7 s for benchmarks/gpu_rehearsal.py's 313 rows
+# on the 2-core VM, 2026-12-04 (host work: the GPU's machine builds it on its own CPU).
+DEFAULT_REPORT_S = 15.0
+# Racing (SPEC 3): of a point's strategies in one mode, one runs all max_rounds rounds and the others
+# leave when decided. benchmarks/gpu_rehearsal.py, 2026-12-04: each of its 30 groups had one case run
+# all 24 rounds; the other 263 left by round 3 (237 at round 2, the fewest rounds the race allows).
+ROUNDS_TO_LEAVE = 3
 # An unmeasured strategy's call, as a multiple of its floor (bytes at the copy ceiling), where no
 # measured row of its backend gives the ratio.
 DEFAULT_FLOOR_MULTIPLE = 10.0
@@ -230,34 +246,43 @@ class CaseModel:
                 else f"{multiple:.1f}× its floor, the median of every measured case")
         return nbytes / (self.ceiling * 1e9) * multiple, 0.0, said
 
-    def timing_s(self, case: Case) -> Estimate:
-        """The time phase of a case on a device with events (harness/measuring/timing.py ``time_device``):
-        the warm-up, the host cost's calls, the samples until the budget (or the fewest samples), and
-        the cross-check's do_bench."""
+    def timing_s(self, case: Case, raced: int = 1) -> Estimate:
+        """The time phase of a case on a device with events (harness/measuring/timing.py ``time_device``),
+        raced against ``raced - 1`` others (SPEC 3): its rounds' warm-ups and samples (all
+        ``max_rounds`` of them reach the budget, or the fewest samples), one of the group's cases
+        staying to the end and the others leaving after ``ROUNDS_TO_LEAVE`` rounds, shared evenly
+        (which stays is the race's to find); its host cost's calls, and the cross-check's do_bench."""
         device_s, host_s, source = self.call_s(case)
         settings = self.config.timing
         call = max(device_s, host_s)
-        sampling = max(settings.budget_s, settings.min_samples * (call + timing.device_delay_s(host_s)))
-        seconds = settings.warmup_s + timing.HOST_COST_CALLS * call + sampling
+        whole = settings.warmup_s + max(settings.budget_s, settings.min_samples * (call + timing.device_delay_s(host_s)))
+        rounds = max(1, int(settings.max_rounds))
+        left_early = whole * min(rounds, ROUNDS_TO_LEAVE) / rounds
+        seconds = (whole + (raced - 1) * left_early) / max(raced, 1) + timing.HOST_COST_CALLS * call
         seconds += XCHECK_S if settings.cross_check and self.device == "cuda" else 0.0
         if source.startswith("no measurement"):
             return Estimate(seconds, f"no measurement of its call: the timing settings alone ({source[16:].lstrip(': ')})")
         return Estimate(seconds, f"timing settings and {source}")
 
-    def check_s(self, case: Case) -> float:
+    def check_s(self, case: Case, point_cases: int = 1) -> float:
+        """The sweep's check of ``case``: by the device's measured rate per byte, else the harness's
+        per-case work and a ``point_cases``-th of drawing its point's inputs on the host."""
         nbytes = _case_bytes(case)
         if self.check_rate is not None and math.isfinite(nbytes):
             return nbytes * self.check_rate[0]
-        return DEFAULT_CHECK_S_PER_CASE
+        op = get_operator(case.op)
+        rate = INPUT_S_PER_REFERENCE_BYTE.get(case.op, INPUT_S_PER_REFERENCE_BYTE_ELSE)
+        drawing = rate * memory.reference_bytes(op, case.params_dict) / max(point_cases, 1)
+        return CHECK_HARNESS_S_PER_CASE + drawing
 
-    def cost(self, case: Case, device_memory: float | None) -> CaseCost:
+    def cost(self, case: Case, device_memory: float | None, raced: int = 1, point_cases: int = 1) -> CaseCost:
         strat = get_operator(case.op).strategies[case.strategy]
         skipped = training.applies(strat, case.mode, case.params_dict) or ""
         if not skipped and device_memory:
             needed = memory.needed_bytes(get_operator(case.op), strat, case.params_dict, case.dtype)
             if not memory.fits(needed, device_memory):
                 skipped = f"needs about {needed / 2**30:.1f} GiB, the device has {device_memory / 2**30:.0f}"
-        return CaseCost(case, self.check_s(case), self.prepare(case), self.timing_s(case), skipped)
+        return CaseCost(case, self.check_s(case, point_cases), self.prepare(case), self.timing_s(case, raced), skipped)
 
 
 def _check_rate(runs: list[Measured]) -> tuple[float, str] | None:
@@ -413,10 +438,13 @@ def make_plan(config: Config, config_path: str, cases: list[Case], device: str, 
     runs = measured_runs(roots, device)
     model = CaseModel(runs, config, device)
     device_memory = _device_memory(runs, device)
+    raced = Counter((case.op, case.dtype, case.params_json, case.mode) for case in cases)
+    point_cases = Counter((case.op, case.dtype, case.params_json) for case in cases)
     groups: dict[tuple, Point] = {}
     for case in cases:
         key = (case.op, case.dtype, case.params_json)
-        groups.setdefault(key, Point(case.op, case.dtype, case.params_json, [])).costs.append(model.cost(case, device_memory))
+        cost = model.cost(case, device_memory, raced[key + (case.mode,)], point_cases[key])
+        groups.setdefault(key, Point(case.op, case.dtype, case.params_json, [])).costs.append(cost)
     points = coverage_first(list(groups.values()))
     keys = len(verdict_cache.VerdictCache.keys(cases))
     adversarial = _adversarial_estimate(runs, keys)
@@ -465,7 +493,9 @@ def planned_checks(config: Config, cases: list[Case]) -> dict[str, int]:
 def _sum_estimate(seconds: list[float], rate) -> Estimate:
     total = sum(seconds)
     if rate is None:
-        return Estimate(total, f"no measurement: assumes {DEFAULT_CHECK_S_PER_CASE:g} s a case, {len(seconds)} cases")
+        return Estimate(total, f"no measurement on the device: {CHECK_HARNESS_S_PER_CASE:.3f} s a case of harness work "
+                               f"and drawing each point's inputs on the host, at the 2-core VM's rates, "
+                               f"{len(seconds)} cases")
     return Estimate(total, f"{rate[1]}: phase_s['check'] per byte moved, {len(seconds)} cases")
 
 

@@ -74,6 +74,53 @@ def test_with_no_check_recorded_the_plan_counts_its_items_at_the_h200s_seconds_a
     assert estimate.seconds > 8 * 60  # what the H200's check took: the plan no longer says it fits
 
 
+def test_with_no_check_phase_on_the_device_a_case_costs_the_harness_work_and_its_share_of_its_points_inputs(
+        tmp_path):
+    """Not a flat 3 s a case (936 s for gpu.yaml, which outweighed the sweep's timing 6 to 1): the
+    harness's own work per case, and the host's drawing of the point's inputs, once for all of
+    its cases (its training modes share them), at the rates measured on the 2-core VM."""
+    from harness.measuring import memory
+
+    plan = window.plan_config(GPU_YAML, "cuda", [tmp_path])
+    big = [c for c in plan.cases if c.case.op == "dispersion" and '"C": 512' in c.case.params_json
+           and c.case.dtype == "float32"]
+    assert len(big) == 9  # the point's strategies, forward only
+    drawn = window.INPUT_S_PER_REFERENCE_BYTE["dispersion"] * memory.reference_bytes(
+        get_operator("dispersion"), big[0].case.params_dict)
+    assert drawn > 5  # 537M float64 inputs: seconds on one core
+    assert sum(c.check_s for c in big) == pytest.approx(9 * window.CHECK_HARNESS_S_PER_CASE + drawn)
+    # a training point's three modes share one draw
+    training = [c for c in plan.cases if c.case.op == "dispersion" and '"C": 28' in c.case.params_json
+                and c.case.dtype == "float16"]
+    assert {c.case.mode for c in training} == {"forward", "backward", "forward+backward"}
+    drawn = window.INPUT_S_PER_REFERENCE_BYTE["dispersion"] * memory.reference_bytes(
+        get_operator("dispersion"), training[0].case.params_dict)
+    assert sum(c.check_s for c in training) == pytest.approx(len(training) * window.CHECK_HARNESS_S_PER_CASE + drawn)
+    estimate = phases(plan)["check per case"]
+    assert estimate.source.startswith("no measurement on the device") and estimate.seconds < 312 * 0.5
+
+
+def test_a_raced_group_costs_one_whole_race_and_the_others_rounds_until_they_leave(tmp_path):
+    """SPEC 3's racing: of a group (a point in one mode), one strategy runs all max_rounds rounds
+    and the others leave after a few; the plan shares that evenly, not the whole budget each."""
+    plan = window.plan_config(GPU_YAML, "cuda", [tmp_path])
+    config = load_config(GPU_YAML)
+    settings = config.timing
+    group = [c for c in plan.cases if c.case.op == "maxunpool" and '"form": "1d"' in c.case.params_json
+             and c.case.dtype == "float32"]
+    assert len(group) > 3 and not any(c.skipped for c in group)
+    extra = sum(timing_extra(c, settings) for c in group)
+    whole = settings.warmup_s + settings.budget_s  # nothing measured: each call is taken as within the budget
+    expected = whole + (len(group) - 1) * whole * window.ROUNDS_TO_LEAVE / settings.max_rounds
+    assert sum(c.time.seconds for c in group) - extra == pytest.approx(expected, rel=1e-6)
+    assert sum(c.time.seconds for c in group) - extra < len(group) * whole / 2  # every case running whole
+
+
+def timing_extra(cost, settings) -> float:
+    """What a case's time estimate adds to its rounds: the cross-check's do_bench (CUDA)."""
+    return window.XCHECK_S if settings.cross_check else 0.0
+
+
 def test_the_h200_runs_measured_costs_are_used_and_named(tmp_path):
     plan = window.plan_config(GPU_YAML, "cuda", [ROOT / "results"])
     assert [run.path.name for run in plan.sources] == [H200.name]
