@@ -1,9 +1,16 @@
 """maxpool2d — max-pooling with argmax indices (docs/SPEC.md §1.1, seed 000).
 
-in:  x (N, C, H, W) float, window = stride = k, no padding.
-out: values (N, C, H//k, W//k), same dtype; indices, same shape, int64: the
-     flat position ``h*W + w`` in the input's full H×W plane (PyTorch's
-     convention). Rows/cols past (H//k)*k are cropped.
+in:  x (N, C, H, W) float; window k, stride s (default k), padding p (default
+     0, at most k // 2): the seed's case is s = k, p = 0; ResNet's stem pools
+     k = 3, s = 2, p = 1, overlapping and padded.
+out: values (N, C, h, w), h = (H + 2p - k) // s + 1 (w likewise), same dtype;
+     indices, same shape, int64: the flat position ``r*W + c`` in the input's
+     full H×W plane (PyTorch's convention). Rows/cols no window reaches are
+     cropped. Padding is never a maximum nor an index: a window is compared
+     over its real elements only; an all -inf window points at its first.
+     A strategy is taken to be written for s = k, p = 0 only (the first
+     contract; the seeds' reshape forms) and is ``skipped`` elsewhere, unless
+     it declares ``outside_when=every_case`` (or its own rule).
 ties: the first maximum in row-major window order; a strategy declaring
      ``ties="any"`` may point at any element equal to the maximum.
 NaN: the value is NaN and the index points at a NaN of the window.
@@ -21,7 +28,7 @@ from array_api_compat import array_namespace
 
 from impls import common, status
 from impls.common import Verdict, any_of, shape_of
-from impls.registry import Gradient, Operator, ParamSpec, compiled, register_operator, strategy
+from impls.registry import Gradient, Operator, ParamSpec, compiled, every_case, register_operator, strategy
 
 SEED = "seed 000_ed8c570cde2fae5b.txt"
 # What a strategy returning the values and each window's flat argmax declares: the first
@@ -30,9 +37,36 @@ INDICES_FIRST_TIE = dict(returns="values+indices", ties="first")
 
 
 # ---------------------------------------------------------------- contract
+def window(params) -> tuple[int, int, int]:
+    """(k, s, p): the window, its stride (k where not given) and its padding (0 where not given)."""
+    k = params["k"]
+    stride, padding = params.get("s"), params.get("p")
+    return k, k if stride is None else stride, 0 if padding is None else padding
+
+
+def pooled_size(params) -> tuple[int, int]:
+    """(h, w): how many windows fit down and across (SPEC 1.1)."""
+    k, s, p = window(params)
+    return (params["H"] + 2 * p - k) // s + 1, (params["W"] + 2 * p - k) // s + 1
+
+
+def plain_windows_only(params) -> str | None:
+    """``Strategy.outside_when`` of a strategy written for k×k windows at stride k without
+    padding (the seeds' reshape forms and the kernels built on them)."""
+    k, s, p = window(params)
+    if s == k and p == 0:
+        return None
+    # One wording for every such case, so that the check's SKIPPED lines group them.
+    return "written for k×k windows at stride k without padding, not overlapping or padded ones"
+
+
 def validate(params) -> None:
-    if params["k"] > params["H"] or params["k"] > params["W"]:
-        raise ValueError(f"k={params['k']} is larger than the plane {params['H']}x{params['W']}")
+    k, s, p = window(params)
+    if p > k // 2:
+        raise ValueError(f"p={p} is more than half the window k={k} (PyTorch's limit, docs/SPEC.md §1.1)")
+    if k > params["H"] + 2 * p or k > params["W"] + 2 * p:
+        padded = f" padded by {p}" if p else ""
+        raise ValueError(f"k={k} is larger than the plane {params['H']}x{params['W']}{padded}")
 
 
 def oracle(inputs, params):
@@ -44,33 +78,59 @@ def oracle(inputs, params):
     rule (and ``np.argmax``'s over the window laid out as a row, what this
     oracle was first: at 64x32x128² that copied x and took 0.4-1.3 s, this
     takes about 0.5 s, on the 2-core VM)."""
-    x, k = inputs["x"], params["k"]
+    x = inputs["x"]
+    k, s, p = window(params)
     xp = array_namespace(x)
-    values, in_window = _first_maxima(x, k)
+    values, in_window = _first_maxima(x, k, s, p)
     h, w = shape_of(values)[2:]
     W = shape_of(x)[3]
     in_window = xp.astype(in_window, xp.int64)
-    rows = xp.reshape(xp.arange(h, device=common.array_device(x)), (h, 1)) * k + in_window // k
-    cols = xp.reshape(xp.arange(w, device=common.array_device(x)), (1, w)) * k + in_window % k
+    rows = xp.reshape(xp.arange(h, device=common.array_device(x)), (h, 1)) * s - p + in_window // k
+    cols = xp.reshape(xp.arange(w, device=common.array_device(x)), (1, w)) * s - p + in_window % k
     return values, rows * W + cols
 
 
-def _first_maxima(x, k: int):
-    """Every window's first maximum (or first NaN) and its row-major place in
-    the window, in the narrowest integer type that holds k*k - 1."""
+def _first_maxima(x, k: int, s: int | None = None, p: int = 0):
+    """Every window's first maximum (or first NaN) among its real elements and
+    its row-major place in the window, in the narrowest integer type that
+    holds k*k - 1. With padding, a place in the padding is never taken: a
+    window's first real element is taken whatever it holds (an all -inf
+    window's index), and a later one only when greater, or the first NaN."""
+    s = k if s is None else s
     xp = array_namespace(x)
-    H, W = shape_of(x)[2:]
-    h, w = H // k, W // k
-    values = xp.asarray(x[:, :, 0:h * k:k, 0:w * k:k], copy=True)
+    N, C, H, W = shape_of(x)
+    h, w = (H + 2 * p - k) // s + 1, (W + 2 * p - k) // s + 1
+    device = common.array_device(x)
+    padded = x
+    if p:
+        padded = xp.full((N, C, H + 2 * p, W + 2 * p), -math.inf, dtype=x.dtype, device=device)
+        padded[:, :, p:p + H, p:p + W] = x
+
+    def at(position):
+        di, dj = divmod(position, k)
+        return padded[:, :, di:di + (h - 1) * s + 1:s, dj:dj + (w - 1) * s + 1:s]
+
+    def real(position):
+        """(h, w): the windows whose element at ``position`` is in the plane, not the padding."""
+        di, dj = divmod(position, k)
+        rows = xp.arange(h, device=device) * s - p + di
+        cols = xp.arange(w, device=device) * s - p + dj
+        return xp.reshape((rows >= 0) & (rows < H), (h, 1)) & xp.reshape((cols >= 0) & (cols < W), (1, w))
+
+    values = xp.asarray(at(0), copy=True)
     place = xp.uint8 if k * k <= 1 << 8 else xp.int16 if k * k <= 1 << 15 else xp.int32
-    in_window = xp.zeros(shape_of(values), dtype=place, device=common.array_device(x))
+    in_window = xp.zeros(shape_of(values), dtype=place, device=device)
+    has = real(0) if p else None  # (h, w): a real element seen; without padding, every one is real
     has_nan = common.any_of(xp.isnan(x))  # NaN masks only where there is one (not in random inputs)
     for position in range(1, k * k):
-        di, dj = divmod(position, k)
-        candidate = x[:, :, di:h * k:k, dj:w * k:k]
+        candidate = at(position)
         take = candidate > values
         if has_nan:
             take |= xp.isnan(candidate) & ~xp.isnan(values)
+        if p:
+            inside = real(position)
+            take = (take | ~has) & inside
+            has = has | inside
         common.assign_where(values, take, candidate)
         common.assign_where(in_window, take, position)
     return values, in_window
@@ -88,7 +148,7 @@ def generate(params, mode: str = "random", seed: int = 0):
     if mode == "random":
         return {"x": rng.standard_normal(shape)}
     x = common.special_integers(rng, shape, (0.03, 0.06, 0.09))
-    _plant_windows(x, params["k"])
+    _plant_windows(x, *window(params))
     return {"x": x}
 
 
@@ -133,68 +193,93 @@ def subnormal_windows(k: int) -> list[np.ndarray]:
     return windows
 
 
-def _plant_windows(x, k: int) -> None:
+def _plant_windows(x, k: int, s: int | None = None, p: int = 0) -> None:
     """All -inf windows at several places (each must yield the index of its own
-    first element, which is 0 only at the origin), ±0.0 ties, subnormal
-    windows, and one all-NaN window at the end of the last plane, spread over
+    first real element, which is 0 only at the origin), ±0.0 ties, subnormal
+    windows, and one all-NaN block at the end of the last plane, spread over
     the planes so that they do not overwrite each other where there is room
-    (in that order of priority)."""
+    (in that order of priority). Windows are the case's own (stride ``s``,
+    padding ``p``): a window planted marks every window overlapping it as
+    used, so a later plant never breaks it; ties and subnormal patterns go
+    into windows wholly inside the plane (their place in the window is the
+    answer), all -inf windows into any, the padded edges' included."""
+    s = k if s is None else s
     N, C, H, W = x.shape
-    h, w = H // k, W // k
-    if h == 0 or w == 0:
+    h, w = (H + 2 * p - k) // s + 1, (W + 2 * p - k) // s + 1
+    if h <= 0 or w <= 0:
         return
     planes = x.reshape(N * C, H, W)
     spots = list(dict.fromkeys([(0, 0), (h // 2, w // 2), (h - 1, w // 2), (h // 2, w - 1),
                                 (h - 1, w - 1), (h - 1, 0), (0, w - 1)]))
-    # The NaN window (the last k rows and columns of the last plane) and every
-    # window it overlaps when the plane is cropped.
-    used = {(N * C - 1, i, j) for i in range((H - k) // k, h) for j in range((W - k) // k, w)}
 
-    def slot(plane: int, spot: int):
-        """The preferred window if free, else the spots in other planes, else any free window."""
+    def span(i: int, size: int) -> tuple[int, int]:
+        """The rows (or columns) of window ``i`` inside a plane of ``size``."""
+        return max(i * s - p, 0), min(i * s - p + k, size)
+
+    def overlapping(rows: tuple[int, int], cols: tuple[int, int]):
+        """The windows (i, j) that hold any element of the block ``rows`` × ``cols``."""
+        return [(i, j) for i in range(h) for j in range(w)
+                if span(i, H)[0] < rows[1] and rows[0] < span(i, H)[1]
+                and span(j, W)[0] < cols[1] and cols[0] < span(j, W)[1]]
+
+    def inside(i: int, j: int) -> bool:
+        return i * s - p >= 0 and j * s - p >= 0 and i * s - p + k <= H and j * s - p + k <= W
+
+    # The NaN block (the last k rows and columns of the last plane) and every window it reaches.
+    used = {(N * C - 1, i, j) for i, j in overlapping((H - k, H), (W - k, W))} if H >= k and W >= k else set()
+
+    def slot(plane: int, spot: int, whole: bool):
+        """The preferred window if free, else the spots in other planes, else any free
+        window (``whole``: wholly inside the plane)."""
         order = [((plane + a) % len(planes),) + spots[(spot + a // len(planes)) % len(spots)]
                  for a in range(len(planes) * len(spots))]
-        order += [(p, i, j) for p in range(len(planes)) for i in range(h) for j in range(w)]
+        order += [(q, i, j) for q in range(len(planes)) for i in range(h) for j in range(w)]
         for candidate in order:
-            if candidate not in used:
-                used.add(candidate)
+            if candidate not in used and (not whole or inside(*candidate[1:])):
+                q, i, j = candidate
+                used.update((q,) + other for other in overlapping(span(i, H), span(j, W)))
                 return candidate
         return None
 
     def window(where):
-        p, i, j = where
-        return planes[p, i * k:(i + 1) * k, j * k:(j + 1) * k]
+        q, i, j = where
+        (top, bottom), (left, right) = span(i, H), span(j, W)
+        return planes[q, top:bottom, left:right]
 
     for t in range(len(spots)):
-        where = slot(t, t)
+        where = slot(t, t, whole=False)
         if where:
             window(where)[...] = -np.inf
     for t, tie in enumerate(ZERO_TIES if k > 1 else ({0: -0.0},)):
-        where = slot(t + 1, t + 1)
+        where = slot(t + 1, t + 1, whole=True)
         if where:
             flat = np.full(k * k, -1.0)
             for position, value in tie.items():
                 flat[position] = value
             window(where)[...] = flat.reshape(k, k)
     for t, flat in enumerate(subnormal_windows(k), start=len(ZERO_TIES) + 1):
-        where = slot(t, t)
+        where = slot(t, t, whole=True)
         if where:
             window(where)[...] = flat.reshape(k, k)
     if H >= k and W >= k:
         x[-1, -1, -k:, -k:] = np.nan
 
 
+def _pooled(params) -> int:
+    h, w = pooled_size(params)
+    return params["N"] * params["C"] * h * w
+
+
 def bytes_moved(params, itemsize: int, returns: str = "values+indices") -> int:
-    N, C, H, W, k = (params[key] for key in ("N", "C", "H", "W", "k"))
-    pooled = N * C * (H // k) * (W // k)
+    N, C, H, W = (params[key] for key in ("N", "C", "H", "W"))
+    pooled = _pooled(params)
     index_bytes = 8 * pooled if returns == "values+indices" else 0
     return N * C * H * W * itemsize + pooled * itemsize + index_bytes
 
 
 def bytes_written(params, itemsize: int, returns: str = "values+indices") -> int:
     """The part of ``bytes_moved`` written: the outputs, fresh on every call."""
-    N, C, H, W, k = (params[key] for key in ("N", "C", "H", "W", "k"))
-    pooled = N * C * (H // k) * (W // k)
+    pooled = _pooled(params)
     return pooled * itemsize + (8 * pooled if returns == "values+indices" else 0)
 
 
@@ -215,7 +300,7 @@ def compare(out, ref, inputs, dtype: str, strat, params: dict) -> Verdict:
     if out_indices is None:
         return verdict
     return common.merge_verdicts(verdict, _compare_indices(out_indices, ref_indices, ref_values, inputs["x"],
-                                                           strat.ties, params["k"], dtype))
+                                                           strat.ties, window(params), dtype))
 
 
 def _int64_indices(got, expected) -> bool:
@@ -223,7 +308,7 @@ def _int64_indices(got, expected) -> bool:
     return common.is_array(got) and shape_of(got) == shape_of(expected) and common.dtype_name(got) == "int64"
 
 
-def _compare_indices(got, expected, ref_values, x, ties: str, k: int, dtype: str) -> Verdict:
+def _compare_indices(got, expected, ref_values, x, ties: str, kernel: tuple[int, int, int], dtype: str) -> Verdict:
     if not common.is_array(got) or shape_of(got) != shape_of(expected):
         return Verdict(status.MISMATCH, f"indices: shape {shape_of(got)}, expected {shape_of(expected)}",
                        differences=frozenset({common.SHAPE}))
@@ -239,13 +324,9 @@ def _compare_indices(got, expected, ref_values, x, ties: str, k: int, dtype: str
         return Verdict(status.MISMATCH, "indices: outside the plane; " + common.first_difference(got, expected, bad),
                        differences=frozenset({common.INDEX_OUTSIDE}))
     pointed = _pointed(x, got)
-    # k from the case, not H // h: with H=8, k=3 that is 4, and an index in
-    # the next window's first row would pass as this window's.
-    k_rows, k_cols = _window_of(got, W, k)
-    h, w = shape_of(got)[2:]
-    device = common.array_device(got)
-    own = ((k_rows == xp.reshape(xp.arange(h, device=device), (h, 1)))
-           & (k_cols == xp.reshape(xp.arange(w, device=device), (1, w))))
+    # The window from the case's k, s and p, not from H // h: with H=8, k=3 that is 4, and an
+    # index in the next window's first row would pass as this window's.
+    own = _in_own_window(got, W, kernel)
     nan_window = xp.isnan(ref_values)
     # Where the window holds a NaN, any NaN *of that window* will do (libraries
     # differ); a NaN of another window would send max_unpool's NaN astray.
@@ -261,7 +342,7 @@ def _compare_indices(got, expected, ref_values, x, ties: str, k: int, dtype: str
     # The window's maximum is -inf only when all of it is -inf.
     zero_for_neg_inf = wrong & (ref_values == -math.inf) & (got == 0)
     # A window holding a subnormal: where a backend that flushes them picks another element.
-    subnormal_window = wrong & ~zero_for_neg_inf & _windows_holding_subnormals(x, k, dtype, shape_of(got))
+    subnormal_window = wrong & ~zero_for_neg_inf & _windows_holding_subnormals(x, kernel, dtype)
     kinds = frozenset(kind for kind, mask in ((common.NEG_INF_WINDOW_INDEX_0, zero_for_neg_inf),
                                               (common.SUBNORMAL_WINDOW_INDEX, subnormal_window),
                                               (common.INDEX, wrong & ~zero_for_neg_inf & ~subnormal_window))
@@ -281,12 +362,34 @@ def _pointed(x, indices):
     return xp.reshape(flat, shape_of(indices))
 
 
-def _windows_holding_subnormals(x, k: int, dtype: str, pooled_shape):
+def _windows_holding_subnormals(x, kernel: tuple[int, int, int], dtype: str):
+    """(N, C, h, w): the windows with a subnormal among their real elements."""
     xp = array_namespace(x)
+    k, s, p = kernel
+    tiny = common.is_subnormal(x, dtype)
     N, C, H, W = shape_of(x)
-    h, w = pooled_shape[2], pooled_shape[3]
-    tiny = common.is_subnormal(x[:, :, :h * k, :w * k], dtype)
-    return xp.any(xp.reshape(tiny, (N, C, h, k, w, k)), axis=(3, 5))
+    h, w = (H + 2 * p - k) // s + 1, (W + 2 * p - k) // s + 1
+    if p:
+        padded = xp.zeros((N, C, H + 2 * p, W + 2 * p), dtype=xp.bool, device=common.array_device(x))
+        padded[:, :, p:p + H, p:p + W] = tiny
+        tiny = padded
+    found = xp.zeros((N, C, h, w), dtype=xp.bool, device=common.array_device(x))
+    for di in range(k):
+        for dj in range(k):
+            found |= tiny[:, :, di:di + (h - 1) * s + 1:s, dj:dj + (w - 1) * s + 1:s]
+    return found
+
+
+def _in_own_window(flat, W: int, kernel: tuple[int, int, int]):
+    """(N, C, h, w): whether each flat index lies in the window it was returned for."""
+    xp = array_namespace(flat)
+    k, s, p = kernel
+    h, w = shape_of(flat)[2:]
+    device = common.array_device(flat)
+    top = xp.reshape(xp.arange(h, device=device) * s - p, (h, 1))
+    left = xp.reshape(xp.arange(w, device=device) * s - p, (1, w))
+    rows, cols = flat // W, flat % W
+    return (rows >= top) & (rows < top + k) & (cols >= left) & (cols < left + k)
 
 
 def _pointed_maximum(indices, ref_values, x):
@@ -303,10 +406,6 @@ def _pointed_maximum(indices, ref_values, x):
     return xp.where(pointed == ref_values, pointed, ref_values)
 
 
-def _window_of(flat, W, k):
-    return (flat // W) // k, (flat % W) // k
-
-
 def check_cases():
     # Divisible and not, k=1, k equal to the plane, odd k, tall and wide planes;
     # rows of more than 128 outputs (a Triton tile's width, so several column
@@ -315,49 +414,70 @@ def check_cases():
             dict(N=1, C=2, H=10, W=11, k=3), dict(N=2, C=2, H=5, W=5, k=1),
             dict(N=1, C=1, H=4, W=4, k=4), dict(N=3, C=2, H=6, W=13, k=5),
             dict(N=1, C=1, H=31, W=7, k=3), dict(N=1, C=2, H=5, W=601, k=2),
-            dict(N=2, C=1, H=9, W=2500, k=3)]
+            dict(N=2, C=1, H=9, W=2500, k=3), *window_cases()]
+
+
+def window_cases():
+    """Overlapping and padded windows (docs/SPEC.md §1.1): ResNet's stem (k=3, s=2, p=1) on an
+    odd plane, stride 1 (every input in up to k² windows), a wide pad (p = k // 2 at k=5),
+    overlap without padding, and gaps (s > k: inputs no window reads)."""
+    return [dict(N=2, C=3, H=9, W=9, k=3, s=2, p=1), dict(N=1, C=2, H=8, W=11, k=3, s=1, p=1),
+            dict(N=1, C=4, H=20, W=21, k=5, s=3, p=2), dict(N=2, C=2, H=7, W=7, k=2, s=1),
+            dict(N=1, C=2, H=9, W=10, k=2, s=3)]
 
 
 
 OP = register_operator(Operator(
     name="maxpool2d", doc=__doc__,
     params=(ParamSpec("N"), ParamSpec("C"), ParamSpec("H"), ParamSpec("W"),
-            ParamSpec("k", doc="window and stride")),
+            ParamSpec("k", doc="window (and stride where s is not given)"),
+            ParamSpec("s", doc="stride (default k)", required=False),
+            ParamSpec("p", minimum=0, doc="padding (default 0, at most k // 2)", required=False)),
     generate=generate, oracle=oracle, bytes_moved=bytes_moved, bytes_written=bytes_written, compare=compare,
     validate=validate, reference="torch_max_pool2d_indices", layout_keys=("x",),
-    check_cases=check_cases, outputs=("values+indices", "values"), any_namespace=True))
+    check_cases=check_cases, outputs=("values+indices", "values"), any_namespace=True,
+    default_outside_when=plain_windows_only))
 
 
 # ------------------------------------------------------------- gradient (docs/SPEC.md §1.5)
 def grad_oracle(inputs, grad, params):
     """float64 backward, in the namespace of x: zeros, and each window's
     gradient written at the forward oracle's own index (the first maximum,
-    the first NaN of a NaN window, the first element of an all -inf window);
-    cropped rows and columns get zero. The scatter itself, not the derivative
-    of a strategy: for each place in the window, the windows whose maximum
-    sits there write their gradient into it."""
-    x, k = inputs["x"], params["k"]
+    the first NaN of a NaN window, the first real element of an all -inf
+    window); rows and columns no window reaches get zero. The scatter
+    itself, not the derivative of a strategy: for each place in the window,
+    the windows whose maximum sits there write their gradient into it. Where
+    windows overlap (s < k) an input may be the maximum of several, and
+    receives their sum (docs/SPEC.md §1.5), added in place order."""
+    x = inputs["x"]
+    k, s, p = window(params)
     xp = array_namespace(x, grad)
-    _, in_window = _first_maxima(x, k)
+    _, in_window = _first_maxima(x, k, s, p)
+    N, C, H, W = shape_of(x)
     h, w = shape_of(in_window)[2:]
-    grad_x = common.float64_zeros(xp, shape_of(x), x)
+    grad_x = common.float64_zeros(xp, (N, C, H + 2 * p, W + 2 * p), x)  # padding: never an index, stays 0
     for position in range(k * k):
         di, dj = divmod(position, k)
-        grad_x[:, :, di:h * k:k, dj:w * k:k] = xp.where(in_window == position, grad, 0.0)
-    return grad_x
+        place = (slice(None), slice(None), slice(di, di + (h - 1) * s + 1, s), slice(dj, dj + (w - 1) * s + 1, s))
+        sent = xp.where(in_window == position, grad, 0.0)
+        if s >= k:  # no two windows share an input: written, each gradient's bits kept (-0.0 too)
+            grad_x[place] = sent
+        else:
+            grad_x[place] += sent
+    return xp.asarray(grad_x[:, :, p:p + H, p:p + W], copy=True) if p else grad_x
 
 
 def generate_grad(params, mode: str = "random", seed: int = 0):
     """grad_values, the shape of the values (common.gradient_values)."""
     rng = np.random.default_rng((seed, 1))
-    shape = (params["N"], params["C"], params["H"] // params["k"], params["W"] // params["k"])
+    shape = (params["N"], params["C"], *pooled_size(params))
     return common.gradient_values(rng, shape, mode, special=True)
 
 
 def grad_bytes(params, itemsize: int) -> int:
     """grad_values and the saved int64 indices read, grad_x written."""
-    N, C, H, W, k = (params[key] for key in ("N", "C", "H", "W", "k"))
-    pooled = N * C * (H // k) * (W // k)
+    N, C, H, W = (params[key] for key in ("N", "C", "H", "W"))
+    pooled = _pooled(params)
     return pooled * itemsize + pooled * 8 + N * C * H * W * itemsize
 
 
@@ -414,7 +534,11 @@ def _gradient_where_it_may_land(out, ref, x, grad, ties: str, k: int):
 def grad_compare(out, ref, inputs, grad, dtype: str, strat, params: dict) -> Verdict:
     """grad_x bitwise (docs/SPEC.md §1.5): a scatter moves values, it computes none.
     The gradient must land on the forward's index: the first maximum (or,
-    with ``ties="any"``, any maximum), any NaN of a NaN window."""
+    with ``ties="any"``, any maximum), any NaN of a NaN window. Plain windows
+    only (``_gradient_judged_for``): the check never asks for others."""
+    not_judged = _gradient_judged_for(params)
+    if not_judged:
+        raise ValueError(f"grad_compare: {not_judged}")
     exact = common.compare_gradient_bitwise("grad_x", out, ref, dtype)
     if exact.status == status.OK:  # the reference itself: nothing is left for the moves to explain
         return exact
@@ -463,9 +587,20 @@ def grad_bytes_written(params, itemsize: int) -> int:
     return math.prod(params[key] for key in ("N", "C", "H", "W")) * itemsize
 
 
+def _gradient_judged_for(params) -> str | None:
+    """Gradient.not_judged_when: the backward's oracle and compare hold k×k windows at stride k
+    without padding; overlapping windows collide (one input the maximum of several windows,
+    docs/SPEC.md §1.5), and where a NaN window's gradient may land is not yet modelled there."""
+    k, s, p = window(params)
+    if s == k and p == 0:
+        return None
+    return ("the backward's compare covers k×k windows at stride k without padding, not overlapping or padded "
+            "ones (where a NaN window's gradient may land among colliding windows: issue 50)")
+
+
 OP.gradient = Gradient(input="x", name="grad_values", generate=generate_grad, oracle=grad_oracle,
                        bytes_moved=grad_bytes, compare=grad_compare, output=values_of,
-                       bytes_written=grad_bytes_written)
+                       bytes_written=grad_bytes_written, not_judged_when=_gradient_judged_for)
 
 
 def seed_update_grad_input(inputs, params):
@@ -687,24 +822,26 @@ def numpy_sliding_window(inputs, params):
     return run
 
 
-@strategy("maxpool2d", backend="torch", returns="values", builtin=True)
+@strategy("maxpool2d", backend="torch", returns="values", builtin=True, outside_when=every_case)
 def torch_max_pool2d(inputs, params):
-    """Added: ``F.max_pool2d(x, k)`` without indices — the built-in's lower
+    """Added: ``F.max_pool2d(x, k, s, p)`` without indices — the built-in's lower
     bound: reads x once, writes the values."""
     import torch.nn.functional as F
 
-    x, k = inputs["x"], params["k"]
-    return lambda: F.max_pool2d(x, k)
+    x = inputs["x"]
+    k, s, p = window(params)
+    return lambda: F.max_pool2d(x, k, s, p)
 
 
-@strategy("maxpool2d", backend="torch", **INDICES_FIRST_TIE, builtin=True)
+@strategy("maxpool2d", backend="torch", **INDICES_FIRST_TIE, builtin=True, outside_when=every_case)
 def torch_max_pool2d_indices(inputs, params):
-    """Added: ``F.max_pool2d(x, k, return_indices=True)`` — what PyTorch users
-    call; one kernel, reads x once, writes values and int64 indices."""
+    """Added: ``F.max_pool2d(x, k, s, p, return_indices=True)`` — what PyTorch
+    users call; one kernel, reads x once, writes values and int64 indices."""
     import torch.nn.functional as F
 
-    x, k = inputs["x"], params["k"]
-    return lambda: F.max_pool2d(x, k, return_indices=True)
+    x = inputs["x"]
+    k, s, p = window(params)
+    return lambda: F.max_pool2d(x, k, s, p, return_indices=True)
 
 
 def torch_reshape_argmax_fn(x, k: int):
@@ -847,18 +984,22 @@ def _first_maximum(a, b):
     return lax.select(order_key(b) > order_key(a), b, a)
 
 
-def jax_reduce_window_fn(x, k: int):
+def jax_reduce_window_fn(x, kernel: tuple[int, int, int]):
+    """The padding is -inf, the reduction's start: never greater than a real element, so never the maximum."""
     import jax.numpy as jnp
     from jax import lax
 
-    return lax.reduce_window(x, jnp.array(-jnp.inf, x.dtype), _first_maximum, (1, 1, k, k), (1, 1, k, k), "VALID")
+    k, s, p = kernel
+    return lax.reduce_window(x, jnp.array(-jnp.inf, x.dtype), _first_maximum, (1, 1, k, k), (1, 1, s, s),
+                             ((0, 0), (0, 0), (p, p), (p, p)))
 
 
 @strategy("maxpool2d", backend="jax", returns="values",
           no_backward="lax.reduce_window with a reducer of its own (the first-maximum select) has no "
-                      "differentiation rule in JAX: jax.vjp fails to linearize it", builtin=True)
+                      "differentiation rule in JAX: jax.vjp fails to linearize it", builtin=True,
+          outside_when=every_case)
 def jax_reduce_window(inputs, params):
-    """Added: ``lax.reduce_window`` over k×k windows, stride k, jitted —
+    """Added: ``lax.reduce_window`` over k×k windows at stride s, padded by p, jitted —
     XLA's pooling primitive, values only: reads x once, writes the values.
     The reducer is the contract's first maximum, not ``lax.max``: measured
     here, ``lax.max`` returns +0.0 for a ±0.0 tie whichever comes first
@@ -869,4 +1010,4 @@ def jax_reduce_window(inputs, params):
     subnormals. Compiled per shape in prepare."""
     from impls.backends import jax_compiled
 
-    return jax_compiled(jax_reduce_window_fn, inputs["x"], params["k"], static_argnums=1)
+    return jax_compiled(jax_reduce_window_fn, inputs["x"], window(params), static_argnums=1)

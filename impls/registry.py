@@ -82,6 +82,10 @@ class Strategy:
     # training modes skip that case with the reason (what a forward's prepare
     # says by raising NotApplicable, for a backward written by a framework).
     no_backward_when: Callable[[Mapping[str, Any]], str | None] | None = None
+    # params -> why it does not compute this case by design (a window it was not written
+    # for), or None: that case is ``skipped`` with the reason in every mode, never computed
+    # wrong (docs/SPEC.md §1.1: the seeds' reshape forms pool k×k windows at stride k only).
+    outside_when: Callable[[Mapping[str, Any]], str | None] | None = None
 
     @property
     def differentiation(self) -> str:
@@ -153,6 +157,10 @@ class Gradient:
     # (params, itemsize) -> the bytes of ``bytes_moved`` that are the gradient
     # written, a fresh output (the fresh-output floor's split); None: not split.
     bytes_written: Callable[[Mapping[str, Any], int], int] | None = None
+    # params -> why the training modes of this case are not judged (its oracle or compare
+    # does not cover it yet), or None: every strategy's training modes are then ``skipped``
+    # with the reason, and its forward is still checked and timed.
+    not_judged_when: Callable[[Mapping[str, Any]], str | None] | None = None
 
 
 @dataclass
@@ -196,6 +204,11 @@ class Operator:
     #   compiled whether per-shape compiled strategies (quick_check) run it (default True);
     #   why      one line: what the case is for.
     extra_checks: Callable[[], list] = list
+    # ``Strategy.outside_when`` of a strategy that declares none: the cases the operator's
+    # first contract did not have, which a strategy written before them never computes
+    # (maxpool2d: overlapping and padded windows); one that computes every case says so
+    # with ``outside_when=every_case``.
+    default_outside_when: Callable[[Mapping[str, Any]], str | None] | None = None
     # Its backward (docs/SPEC.md §1.5); None: no training modes. Operator modules set
     # it after registering (``OP.gradient = Gradient(...)``).
     gradient: Gradient | None = None
@@ -326,18 +339,25 @@ def register_operator(op: Operator) -> Operator:
     return op
 
 
+def every_case(params) -> None:
+    """``outside_when`` of a strategy that computes every case of its operator."""
+    return None
+
+
 def strategy(op: str, *, backend: str, source: str = "added", devices=None,
              dtypes=None, returns: str | None = None, ties: str = "n/a",
              name: str | None = None, temp_factor: float = 1.0, quick_check: bool = False,
              baseline: bool = False, builtin: bool = False, requires: tuple[str, ...] = (),
-             backward=None, no_backward: str = "", no_backward_when=None):
+             backward=None, no_backward: str = "", no_backward_when=None, outside_when=None):
     """Decorator registering ``prepare`` as a strategy of operator ``op``.
 
     ``returns``: which of the operator's ``outputs`` it returns; left out, the
     whole output (the check then holds it to all of it). ``backward``: its
     explicit backward (``Strategy.backward``); ``no_backward``: why it has
     none; ``no_backward_when``: the cases its backward cannot do (all three
-    docs/SPEC.md §1.5, impls/training.py). Registering the same function again from
+    docs/SPEC.md §1.5, impls/training.py); ``outside_when``: the cases it does
+    not compute at all (``Strategy.outside_when``; left out, the operator's
+    ``default_outside_when``, and ``every_case`` for none). Registering the same function again from
     the same module replaces it; another function under a name already taken
     is an error naming both."""
 
@@ -362,6 +382,7 @@ def strategy(op: str, *, backend: str, source: str = "added", devices=None,
                              f"{no_backward!r}; drop one")
         record = get_backend(backend)
         doc = (prepare.__doc__ or "").strip()
+        outside = operator.default_outside_when if outside_when is None else outside_when
         operator.strategies[strategy_name] = Strategy(
             op=op, name=strategy_name, backend=backend, prepare=prepare,
             source=source, devices=tuple(devices or record.devices),
@@ -369,7 +390,7 @@ def strategy(op: str, *, backend: str, source: str = "added", devices=None,
             ties=ties, seed=source.startswith("seed"), doc=doc,
             temp_factor=temp_factor, quick_check=quick_check, baseline=baseline, builtin=builtin,
             requires=tuple(requires), backward=backward, no_backward=no_backward,
-            no_backward_when=no_backward_when)
+            no_backward_when=no_backward_when, outside_when=outside)
         return prepare
 
     return decorate

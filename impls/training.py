@@ -116,7 +116,18 @@ def applies(strat: Strategy, mode: str, params: Mapping[str, Any] | None = None)
     """None when ``strat`` runs in ``mode`` (for this case), else the reason
     it is skipped."""
     check_mode(mode)
-    return None if mode == FORWARD else missing(strat, params)
+    if params is not None and strat.outside_when is not None:
+        reason = strat.outside_when(params)
+        if reason:
+            return f"not for this case: {reason}"
+    if mode == FORWARD:
+        return None
+    gradient = gradient_of(strat.op)
+    if params is not None and gradient is not None and gradient.not_judged_when is not None:
+        reason = gradient.not_judged_when(params)
+        if reason:
+            return f"training modes not judged for this case: {reason}"
+    return missing(strat, params)
 
 
 # ------------------------------------------------------------------ reference
@@ -218,14 +229,13 @@ def prepare(strat: Strategy, inputs: Mapping[str, Any], grad: Any, params: Mappi
     the call. ``layout``/``device``: the case's (an explicit backward in
     ``backward`` mode is given what its forward saved in that layout, as a
     framework may hand it over). Raises NotApplicable (the case is skipped)
-    for a strategy with no backward, with the reason; whatever the strategy
-    raises otherwise."""
-    check_mode(mode)
+    with ``applies``'s reason (a case it does not compute, no backward);
+    whatever the strategy raises otherwise."""
+    reason = (mode != FORWARD and missing(strat)) or applies(strat, mode, params)
+    if reason:  # no backward at all; a case it does not compute; training modes not judged here
+        raise NotApplicable(reason)
     if mode == FORWARD:
         return strat.prepare(inputs, params)
-    reason = missing(strat, params)
-    if reason:
-        raise NotApplicable(reason)
     gradient = get_operator(strat.op).gradient
     how = strat.differentiation
     if how == "explicit":

@@ -130,8 +130,10 @@ def planted():
 
     def plant(op: str, name: str, prepare, backend: str = "numpy", **fields):
         operator = get_operator(op)
-        # returns: the whole output unless declared, as @strategy does
-        defaults = dict(source="test", devices=("cpu",), dtypes=("float32", "float64"), returns=operator.whole_output)
+        # returns: the whole output, and the cases it computes: the operator's default, unless
+        # declared, as @strategy does
+        defaults = dict(source="test", devices=("cpu",), dtypes=("float32", "float64"), returns=operator.whole_output,
+                        outside_when=operator.default_outside_when)
         defaults.update(fields)
         operator.strategies[name] = Strategy(op=op, name=name, backend=backend, prepare=prepare, **defaults)
         added.append((operator, name))

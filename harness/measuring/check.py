@@ -374,13 +374,13 @@ def prepare_case(strat: Strategy, ref: Reference, params: dict, dtype: str, devi
     with no backward). Raises what the strategy raises."""
     op = get_operator(strat.op)
     backend = get_backend(strat.backend)
+    reason = training.applies(strat, ref.training, params)  # a window it was not written for; no backward
+    if reason:
+        raise NotApplicable(reason)
     # the inputs' layouts as Operator.to_backend's, and the training checks' own (training.TRANSPOSED)
     inputs = training.inputs_to_backend(op, ref.inputs, strat.backend, device, dtype, layout)
     native_grad, watched = None, dict(inputs)
     if ref.training != FORWARD:
-        reason = training.applies(strat, ref.training, params)
-        if reason:
-            raise NotApplicable(reason)
         native_grad = training.gradient_to_backend(op, ref.grad, strat.backend, device, dtype, layout)
         watched[op.gradient.name] = native_grad
     backend.synchronize(device)

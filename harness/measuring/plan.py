@@ -48,10 +48,12 @@ DEFAULT_CEILINGS_S = 10.0  # three 1 GiB copies per device and the fresh-output 
 # the H100's 228 keys outlasted 184 s in 16 workers (README "GPUs"), before checks stopped autotuning.
 DEFAULT_ADVERSARIAL_S_PER_KEY = 1.0
 # `make gpu`'s check of one item (a strategy prepared, called and judged on one adversarial case) where no
-# check of the device was recorded: the H200's of 2026-12-04, 498 s for 6,956 items in three steps, one
-# worker (../shared/measurements/gpu-h200-2026-12-04), measured before the check stopped entering Triton's
-# autotuner, kept its references and JAX jits for the whole check and resumed from its journal.
-DEFAULT_CHECK_S_PER_ITEM = 498 / 6956
+# check of the device was recorded: the H200's of 2026-12-04, 498 s in three steps, one worker
+# (../shared/measurements/gpu-h200-2026-12-04), measured before the check stopped entering Triton's
+# autotuner, kept its references and JAX jits for the whole check and resumed from its journal. Per item
+# run: of its 6,956 checks, 444 were skipped before anything ran (config points over check.max_bytes, no
+# backward), leaving 1,604 + 2,328 + 2,580 = 6,512, as `planned_checks` counts them.
+DEFAULT_CHECK_S_PER_ITEM = 498 / 6512
 # A case's oracle and judging where no run on the device recorded the sweep's check phase: the
 # harness's own work on the case (its first call's judging, each round's judging again), plus its
 # share of its point's inputs, drawn and rounded on the host once per point and dtype (its training
@@ -482,10 +484,12 @@ def make_plan(config: Config, config_path: str, cases: list[Case], device: str, 
 def planned_checks(config: Config, cases: list[Case]) -> dict[str, int]:
     """How many items ``check`` runs for ``cases``, per operator: every adversarial item and config
     point of ``check.check_plan`` but those skipped before anything runs (a config point over
-    check.max_bytes)."""
+    check.max_bytes, a case the strategy does not compute, a training mode it has no backward for)."""
     counts: dict[str, int] = {}
     for item in check.check_plan(config, cases):
-        if not item.skip:
+        # an item the check skips before preparing anything: over max_bytes, or a case the
+        # strategy does not compute (a window it was not written for) or has no backward for
+        if not item.skip and not training.applies(item.strategy, item.training, dict(item.params)):
             counts[item.strategy.op] = counts.get(item.strategy.op, 0) + 1
     return counts
 

@@ -431,14 +431,15 @@ def test_a_backward_misreading_transposed_positions_is_caught_only_there(planted
     strat = planted(op_name, f"memory_order_{name}", honest.prepare, backward=backward, returns=honest.returns,
                     ties=honest.ties)
     verdicts = _item_verdicts(strat, "backward")
-    wrong = {item.layout for item, verdict in verdicts if verdict.status != "ok"}
+    # (skipped: maxpool2d's overlapping and padded windows, which its forward does not compute)
+    wrong = {item.layout for item, verdict in verdicts if verdict.status not in ("ok", "skipped")}
     assert wrong == {training.TRANSPOSED}, [(item.label, v.status, v.message) for item, v in verdicts
-                                            if v.status != "ok"]
+                                            if v.status not in ("ok", "skipped")]
     assert any(item.layout == "noncontiguous" for item, _ in verdicts)  # strided ones it reads right
     # maxpool2d's saved indices are relaid only where the backward is replayed alone: in
     # forward+backward it gets its own forward's fresh output, as a training step does.
     if op_name == "maxpool2d":
-        assert {v.status for _, v in _item_verdicts(strat, "forward+backward")} == {"ok"}
+        assert {v.status for _, v in _item_verdicts(strat, "forward+backward")} - {"skipped"} == {"ok"}
 
 
 def test_torch_max_unpool2d_passes_transposed_positions_where_the_builtin_raises(planted):
@@ -476,7 +477,7 @@ def test_jax_max_pool_backward_flush_is_its_listed_upstream_defect():
         results = [check.CheckResult(item, verdict, 0.0)
                    for item, verdict in _item_verdicts(strat, mode, input_mode="adversarial")]
         statuses = {r.verdict.status for r in results}
-        assert statuses == {"ok", "upstream-defect"}, statuses
+        assert statuses - {"skipped"} == {"ok", "upstream-defect"}, statuses  # skipped: windows it does not pool
         summary = check.summarize_checks(results)
         assert summary.failed == 0 and len(summary.defect_lines) == 1
         assert listed[0].id in summary.defect_lines[0] and "got 0.0" in summary.defect_lines[0]

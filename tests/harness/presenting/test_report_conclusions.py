@@ -67,7 +67,7 @@ def test_overlapping_spreads_are_inconclusive_with_both_medians_and_iqrs(tmp_pat
 def test_why_lines_carry_no_markup(tmp_path):
     sentences, md = _conclusions(tmp_path, {"seed_loops": QUICK, "torch_max_pool2d_indices": QUICK})
     why = sentences[0].split("Why: ")[1]
-    assert "F.max_pool2d(x, k, return_indices=True)" in why  # ``F.max_pool2d(...)`` in the docstring
+    assert "F.max_pool2d(x, k, s, p, return_indices=True)" in why  # ``F.max_pool2d(...)`` in the docstring
     assert "`" not in why and "*" not in why
     assert "\\`" not in md  # no escaped backticks left in the Markdown either
 
