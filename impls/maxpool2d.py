@@ -633,13 +633,20 @@ def seed_update_grad_input(inputs, params):
 def numpy_scatter_backward(inputs, params):
     """A vectorised numpy backward: ``np.put_along_axis`` of the gradient
     into a zeroed (N, C, H·W) at the forward's flat indices; one zero fill
-    and one scatter (a strided gradient is copied by the reshape)."""
+    and one scatter (a strided gradient is copied by the reshape). Where
+    windows overlap (s < k) two windows may send to one input: ``np.add.at``
+    sums them there (in the gradient's dtype)."""
     N, C, H, W = inputs["x"].shape
+    k, s, _ = window(params)
 
     def backward(saved, grad):
         _, indices = saved
         grad_x = np.zeros((N, C, H * W), dtype=grad.dtype)
-        np.put_along_axis(grad_x, indices.reshape(N, C, -1), grad.reshape(N, C, -1), axis=-1)
+        if s >= k:
+            np.put_along_axis(grad_x, indices.reshape(N, C, -1), grad.reshape(N, C, -1), axis=-1)
+        else:
+            np.add.at(grad_x, (np.arange(N)[:, None, None], np.arange(C)[None, :, None], indices.reshape(N, C, -1)),
+                      grad.reshape(N, C, -1))
         return grad_x.reshape(N, C, H, W)
 
     return backward
@@ -800,24 +807,31 @@ def seed_reshape_argmax(inputs, params):
     return run
 
 
-@strategy("maxpool2d", backend="numpy", **INDICES_FIRST_TIE, backward=numpy_scatter_backward)
+@strategy("maxpool2d", backend="numpy", **INDICES_FIRST_TIE, backward=numpy_scatter_backward,
+          outside_when=every_case)
 def numpy_sliding_window(inputs, params):
-    """Added: ``sliding_window_view`` strided by k gives a zero-copy
+    """Added: ``sliding_window_view`` strided by s gives a zero-copy
     (N, C, h, w, k, k) view; one reshape copies the windows into rows, one
-    argmax, one gather. Reads x once, writes a k²-wide copy once."""
-    x, k = inputs["x"], params["k"]
-    W = x.shape[-1]
+    argmax, one gather. Reads x once, writes a k²-wide copy once (with
+    padding, x is first copied into a -inf border, inside the call). An all
+    -inf window's argmax may be a place in the padding: its index is then the
+    window's first real element, as the contract asks."""
+    x = inputs["x"]
+    k, s, p = window(params)
+    N, C, H, W = x.shape
+    h, w = (H + 2 * p - k) // s + 1, (W + 2 * p - k) // s + 1
+    first_real = np.maximum(np.arange(h) * s - p, 0)[:, None] * W + np.maximum(np.arange(w) * s - p, 0)[None, :]
 
     def run():
-        N, C = x.shape[:2]
-        views = np.lib.stride_tricks.sliding_window_view(x, (k, k), axis=(2, 3))
-        h, w = x.shape[2] // k, W // k
-        windows = views[:, :, :h * k:k, :w * k:k].reshape(N, C, h, w, k * k)
+        padded = np.pad(x, ((0, 0), (0, 0), (p, p), (p, p)), constant_values=-np.inf) if p else x
+        views = np.lib.stride_tricks.sliding_window_view(padded, (k, k), axis=(2, 3))
+        windows = views[:, :, :(h - 1) * s + 1:s, :(w - 1) * s + 1:s].reshape(N, C, h, w, k * k)
         in_window = windows.argmax(axis=-1)
         values = np.take_along_axis(windows, in_window[..., None], axis=-1)[..., 0]
-        rows = np.arange(h)[:, None] * k + in_window // k
-        cols = np.arange(w)[None, :] * k + in_window % k
-        return values, rows * W + cols
+        rows = np.arange(h)[:, None] * s - p + in_window // k
+        cols = np.arange(w)[None, :] * s - p + in_window % k
+        flat = rows * W + cols
+        return values, (np.where(np.isneginf(values), first_real, flat) if p else flat)
 
     return run
 

@@ -81,32 +81,28 @@ def checked_ops(config) -> list[str]:
 
 
 # ------------------------------------------------------------------ records
-def read_steps(directory) -> dict[str, dict]:
-    """The records the steps left in ``directory/steps`` (name -> record), those that read."""
-    found = {}
-    for path in sorted((Path(directory) / store.STEPS).glob("*.json")):
-        if path.name.endswith(COUNTS_SUFFIX):
-            continue
+def _read_json(paths):
+    """(path, what it holds) for each of ``paths`` that reads as JSON; one torn or gone is left out."""
+    for path in paths:
         try:
-            record = json.loads(path.read_text())
+            yield path, json.loads(path.read_text())
         except (OSError, ValueError):
             continue
-        if isinstance(record, dict) and isinstance(record.get("seconds"), (int, float)):
-            found[path.stem] = record
-    return found
+
+
+def read_steps(directory) -> dict[str, dict]:
+    """The records the steps left in ``directory/steps`` (name -> record), those that read."""
+    paths = [path for path in sorted((Path(directory) / store.STEPS).glob("*.json"))
+             if not path.name.endswith(COUNTS_SUFFIX)]
+    return {path.stem: record for path, record in _read_json(paths)
+            if isinstance(record, dict) and isinstance(record.get("seconds"), (int, float))}
 
 
 def read_counts(directory) -> dict[str, dict]:
     """The check steps' ``work_counts`` in ``directory/steps`` (step -> its file's "total"), those that read."""
-    found = {}
-    for path in sorted((Path(directory) / store.STEPS).glob("*" + COUNTS_SUFFIX)):
-        try:
-            data = json.loads(path.read_text())
-        except (OSError, ValueError):
-            continue
-        if isinstance(data, dict) and isinstance(data.get("total"), dict):
-            found[path.name[:-len(COUNTS_SUFFIX)]] = data["total"]
-    return found
+    paths = sorted((Path(directory) / store.STEPS).glob("*" + COUNTS_SUFFIX))
+    return {path.name[:-len(COUNTS_SUFFIX)]: data["total"] for path, data in _read_json(paths)
+            if isinstance(data, dict) and isinstance(data.get("total"), dict)}
 
 
 def write_record(steps: Path, name: str, exit_status: int, seconds: float) -> Path:

@@ -153,6 +153,9 @@ def test_an_index_in_an_overlapping_neighbours_window_is_wrong():
     assert wrong.status == MISMATCH and wrong.differences == {common.INDEX}
 
 
+EVERY_WINDOW = ("torch_max_pool2d", "torch_max_pool2d_indices", "jax_reduce_window", "numpy_sliding_window")
+
+
 def test_a_strategy_written_for_plain_windows_is_skipped_on_others_never_wrong():
     from harness.measuring import check
     from impls import training
@@ -162,7 +165,7 @@ def test_a_strategy_written_for_plain_windows_is_skipped_on_others_never_wrong()
     params = maxpool2d.window_cases()[0]
     for name, strat in op.strategies.items():
         reason = training.applies(strat, "forward", params)
-        if name in ("torch_max_pool2d", "torch_max_pool2d_indices", "jax_reduce_window"):
+        if name in EVERY_WINDOW:
             assert reason is None, name
         else:
             assert reason.startswith("not for this case: written for k×k windows at stride k"), name
@@ -170,13 +173,33 @@ def test_a_strategy_written_for_plain_windows_is_skipped_on_others_never_wrong()
     ref = check.reference("maxpool2d", params, "float32", "adversarial", 0)
     skipped = check.attempt(op.strategies["numba_fused"], ref, "float32", "cpu")
     assert skipped.verdict.status == SKIPPED and "not overlapping or padded ones" in skipped.verdict.message
-    for name in ("torch_max_pool2d", "torch_max_pool2d_indices", "jax_reduce_window"):
+    for name in EVERY_WINDOW:
         for layout in ("contiguous", "channels_last"):
             judged = check.attempt(op.strategies[name], ref, "float32", "cpu", layout)
             assert judged.verdict.status == OK, (name, layout, judged.verdict.message)
     # the training modes: not judged yet for these windows (issue 50), said so, for every strategy
     why = training.applies(op.strategies["torch_max_pool2d_indices"], "backward", params)
     assert why.startswith("training modes not judged for this case: the backward's compare covers")
+
+
+@pytest.mark.parametrize("params", maxpool2d.window_cases(), ids=lambda p: "x".join(str(v) for v in p.values()))
+def test_the_backward_oracle_sums_collisions_as_a_scatter_add_does(params):
+    """Where windows overlap, one input may be the maximum of several: the oracle sends it their
+    sum (SPEC 1.5), as numpy_sliding_window's backward (np.add.at) does; with s = 1 some input
+    collects several, so the case holds a collision."""
+    x = maxpool2d.generate(params, "random", 1)["x"]
+    grad = np.random.default_rng(2).standard_normal((params["N"], params["C"], *maxpool2d.pooled_size(params)))
+    _, indices = maxpool2d.oracle({"x": x}, params)
+    expected = maxpool2d.grad_oracle({"x": x}, grad, params)
+    got = maxpool2d.numpy_scatter_backward({"x": x}, params)((None, indices), grad)
+    np.testing.assert_allclose(got, expected, rtol=1e-12, atol=0)
+    counts = np.bincount((indices + x.shape[2] * x.shape[3] * np.arange(x.shape[0] * x.shape[1]).reshape(
+        x.shape[0], x.shape[1], 1, 1)).reshape(-1))
+    k, s, _ = maxpool2d.window(params)
+    if s >= k:
+        assert counts.max() == 1  # no overlap, no collision
+    if s == 1:
+        assert counts.max() > 1  # stride 1: a maximum shared by neighbouring windows
 
 
 # ------------------------------------------------ signed zeros (issue 13, class 3)
