@@ -74,17 +74,18 @@ def main(argv=None) -> int:
     folder = args.output or Path(tempfile.mkdtemp(prefix="gpu-rehearsal-"))
     folder.mkdir(parents=True, exist_ok=True)
     config = folder / "rehearsal.yaml"
-    config.write_text(yaml.safe_dump(rehearsal_config(args.size), sort_keys=False))
+    settings = rehearsal_config(args.size)
+    config.write_text(yaml.safe_dump(settings, sort_keys=False))
     run = folder / "run"
     harness = [sys.executable, "-m", "harness"]
     sweep_s = timed([*harness, "run", str(config), "-o", str(run), "--no-progress"])
     report_s = timed([*harness, "report", str(run), "-o", str(run / "report")])
     meta = json.loads((run / "meta.json").read_text())
-    rows = [json.loads(line) for line in (run / "samples.jsonl").read_text().splitlines() if line.strip()]
+    # a line of samples.jsonl per case timed
+    timed_cases = sum(1 for line in (run / "samples.jsonl").read_text().splitlines() if line.strip())
     phases = dict(meta.get("phase_s") or {})
-    timed_cases = len(rows)
     cases = meta.get("n_cases") or timed_cases
-    print(f"gpu.yaml rehearsed on {meta.get('machine')}, {args.size} sizes, timing {json.dumps(config_timing(config))}")
+    print(f"gpu.yaml rehearsed on {meta.get('machine')}, {args.size} sizes, timing {json.dumps(settings['timing'])}")
     print(f"{cases} cases, {timed_cases} timed; the sweep's process {sweep_s:.1f} s, the report {report_s:.1f} s")
     print(f"{'phase':<22}{'seconds':>9}{'per case':>10}{'share':>8}")
     total = sum(phases.values()) + report_s
@@ -94,10 +95,6 @@ def main(argv=None) -> int:
     print(f"{'(start-up, writing)':<22}{outside:9.1f}{outside / max(cases, 1):10.3f}")
     print(f"run: {run}")
     return 0
-
-
-def config_timing(config: Path) -> dict:
-    return yaml.safe_load(config.read_text())["timing"]
 
 
 if __name__ == "__main__":

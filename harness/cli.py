@@ -149,20 +149,21 @@ def cmd_check(args) -> int:
         if known:
             print(f"check: {len(known)} of {len(items)} items judged before by the same code ({journal.path}); "
                   f"{len(keys)} strategy keys to check")
-        per_key: dict = {}  # the workers' counts, per strategy key; then what this process ran, per operator
-        here: dict = {}
-        last = [work_counts.snapshot()]
+        per_key: dict = {}  # the workers' counts, per strategy key
+        here: dict = {}  # what this process ran itself, per operator
+        last = work_counts.snapshot()
 
         def ran_here(result):
+            nonlocal last
             journal.write([result])
-            here.setdefault(result.item.strategy.op, []).append(work_counts.since(last[0]))
-            last[0] = work_counts.snapshot()
+            here.setdefault(result.item.strategy.op, []).append(work_counts.since(last))
+            last = work_counts.snapshot()
 
         try:
             prefetch.check_items(keys, config.seed, config.timing.timeout_s, threads,
                                  prefetch.workers_for(keys), on_item=advance, results=known, counts=per_key,
                                  on_key=lambda key, came: journal.write(came))
-            last[0] = work_counts.snapshot()
+            last = work_counts.snapshot()
             results = check.run_checks(items, config.seed, on_item=advance, timeout_s=config.timing.timeout_s,
                                        known=known, on_result=ran_here)
         except KeyboardInterrupt:  # Ctrl-C, or SIGTERM at a lease's limit: the keys checked whole are kept

@@ -46,8 +46,27 @@ def window(params) -> tuple[int, int, int]:
 
 def pooled_size(params) -> tuple[int, int]:
     """(h, w): how many windows fit down and across (SPEC 1.1)."""
-    k, s, p = window(params)
-    return (params["H"] + 2 * p - k) // s + 1, (params["W"] + 2 * p - k) // s + 1
+    return _pooled_plane(params["H"], params["W"], *window(params))
+
+
+def _pooled_plane(H: int, W: int, k: int, s: int, p: int) -> tuple[int, int]:
+    """``pooled_size`` of an H×W plane."""
+    return (H + 2 * p - k) // s + 1, (W + 2 * p - k) // s + 1
+
+
+def _at(a, di: int, dj: int, h: int, w: int, s: int):
+    """The (N, C, h, w) view of ``a`` (padded where the windows are) holding each window's
+    element at row ``di``, column ``dj`` of the window: read, or written through."""
+    return a[:, :, di:di + (h - 1) * s + 1:s, dj:dj + (w - 1) * s + 1:s]
+
+
+def _padded(a, p: int, fill):
+    """``a`` (N, C, H, W) inside a border ``p`` wide of ``fill``, in its namespace and dtype."""
+    xp = array_namespace(a)
+    N, C, H, W = shape_of(a)
+    padded = xp.full((N, C, H + 2 * p, W + 2 * p), fill, dtype=a.dtype, device=common.array_device(a))
+    padded[:, :, p:p + H, p:p + W] = a
+    return padded
 
 
 def plain_windows_only(params) -> str | None:
@@ -98,17 +117,13 @@ def _first_maxima(x, k: int, s: int | None = None, p: int = 0):
     window's index), and a later one only when greater, or the first NaN."""
     s = k if s is None else s
     xp = array_namespace(x)
-    N, C, H, W = shape_of(x)
-    h, w = (H + 2 * p - k) // s + 1, (W + 2 * p - k) // s + 1
+    H, W = shape_of(x)[2:]
+    h, w = _pooled_plane(H, W, k, s, p)
     device = common.array_device(x)
-    padded = x
-    if p:
-        padded = xp.full((N, C, H + 2 * p, W + 2 * p), -math.inf, dtype=x.dtype, device=device)
-        padded[:, :, p:p + H, p:p + W] = x
+    padded = _padded(x, p, -math.inf) if p else x
 
     def at(position):
-        di, dj = divmod(position, k)
-        return padded[:, :, di:di + (h - 1) * s + 1:s, dj:dj + (w - 1) * s + 1:s]
+        return _at(padded, *divmod(position, k), h, w, s)
 
     def real(position):
         """(h, w): the windows whose element at ``position`` is in the plane, not the padding."""
@@ -205,7 +220,7 @@ def _plant_windows(x, k: int, s: int | None = None, p: int = 0) -> None:
     answer), all -inf windows into any, the padded edges' included."""
     s = k if s is None else s
     N, C, H, W = x.shape
-    h, w = (H + 2 * p - k) // s + 1, (W + 2 * p - k) // s + 1
+    h, w = _pooled_plane(H, W, k, s, p)
     if h <= 0 or w <= 0:
         return
     planes = x.reshape(N * C, H, W)
@@ -368,15 +383,13 @@ def _windows_holding_subnormals(x, kernel: tuple[int, int, int], dtype: str):
     k, s, p = kernel
     tiny = common.is_subnormal(x, dtype)
     N, C, H, W = shape_of(x)
-    h, w = (H + 2 * p - k) // s + 1, (W + 2 * p - k) // s + 1
+    h, w = _pooled_plane(H, W, k, s, p)
     if p:
-        padded = xp.zeros((N, C, H + 2 * p, W + 2 * p), dtype=xp.bool, device=common.array_device(x))
-        padded[:, :, p:p + H, p:p + W] = tiny
-        tiny = padded
+        tiny = _padded(tiny, p, False)
     found = xp.zeros((N, C, h, w), dtype=xp.bool, device=common.array_device(x))
     for di in range(k):
         for dj in range(k):
-            found |= tiny[:, :, di:di + (h - 1) * s + 1:s, dj:dj + (w - 1) * s + 1:s]
+            found |= _at(tiny, di, dj, h, w, s)
     return found
 
 
@@ -457,13 +470,12 @@ def grad_oracle(inputs, grad, params):
     h, w = shape_of(in_window)[2:]
     grad_x = common.float64_zeros(xp, (N, C, H + 2 * p, W + 2 * p), x)  # padding: never an index, stays 0
     for position in range(k * k):
-        di, dj = divmod(position, k)
-        place = (slice(None), slice(None), slice(di, di + (h - 1) * s + 1, s), slice(dj, dj + (w - 1) * s + 1, s))
+        place = _at(grad_x, *divmod(position, k), h, w, s)
         sent = xp.where(in_window == position, grad, 0.0)
         if s >= k:  # no two windows share an input: written, each gradient's bits kept (-0.0 too)
-            grad_x[place] = sent
+            place[...] = sent
         else:
-            grad_x[place] += sent
+            place += sent
     return xp.asarray(grad_x[:, :, p:p + H, p:p + W], copy=True) if p else grad_x
 
 
@@ -819,13 +831,13 @@ def numpy_sliding_window(inputs, params):
     x = inputs["x"]
     k, s, p = window(params)
     N, C, H, W = x.shape
-    h, w = (H + 2 * p - k) // s + 1, (W + 2 * p - k) // s + 1
+    h, w = _pooled_plane(H, W, k, s, p)
     first_real = np.maximum(np.arange(h) * s - p, 0)[:, None] * W + np.maximum(np.arange(w) * s - p, 0)[None, :]
 
     def run():
         padded = np.pad(x, ((0, 0), (0, 0), (p, p), (p, p)), constant_values=-np.inf) if p else x
         views = np.lib.stride_tricks.sliding_window_view(padded, (k, k), axis=(2, 3))
-        windows = views[:, :, :(h - 1) * s + 1:s, :(w - 1) * s + 1:s].reshape(N, C, h, w, k * k)
+        windows = _at(views, 0, 0, h, w, s).reshape(N, C, h, w, k * k)
         in_window = windows.argmax(axis=-1)
         values = np.take_along_axis(windows, in_window[..., None], axis=-1)[..., 0]
         rows = np.arange(h)[:, None] * s - p + in_window // k

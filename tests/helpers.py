@@ -226,3 +226,17 @@ def _pairs_by_group(cases) -> dict:
     for group, strategy, dtype in cases:
         by_group.setdefault(group, set()).add((strategy, dtype))
     return by_group
+
+
+def maxpool_windows(x, params):
+    """(N, C, h, w, k*k): every max-pool window of the case's geometry (its stride and padding)
+    as a row, row-major, the padding -inf."""
+    import numpy as np
+
+    from impls import maxpool2d
+
+    k, s, p = maxpool2d.window(params)
+    h, w = maxpool2d.pooled_size(params)
+    padded = np.pad(x, ((0, 0), (0, 0), (p, p), (p, p)), constant_values=-np.inf)
+    views = np.lib.stride_tricks.sliding_window_view(padded, (k, k), axis=(2, 3))
+    return views[:, :, :(h - 1) * s + 1:s, :(w - 1) * s + 1:s].reshape(*x.shape[:2], h, w, k * k)

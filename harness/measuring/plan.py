@@ -260,7 +260,7 @@ class CaseModel:
         whole = settings.warmup_s + max(settings.budget_s, settings.min_samples * (call + timing.device_delay_s(host_s)))
         rounds = max(1, int(settings.max_rounds))
         left_early = whole * min(rounds, ROUNDS_TO_LEAVE) / rounds
-        seconds = (whole + (raced - 1) * left_early) / max(raced, 1) + timing.HOST_COST_CALLS * call
+        seconds = (whole + (raced - 1) * left_early) / raced + timing.HOST_COST_CALLS * call
         seconds += XCHECK_S if settings.cross_check and self.device == "cuda" else 0.0
         if source.startswith("no measurement"):
             return Estimate(seconds, f"no measurement of its call: the timing settings alone ({source[16:].lstrip(': ')})")

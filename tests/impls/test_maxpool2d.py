@@ -3,6 +3,7 @@ import pytest
 
 from impls import maxpool2d
 from impls.registry import get_operator
+from tests.helpers import maxpool_windows
 
 
 def test_oracle_hand_worked_case():
@@ -203,22 +204,13 @@ def test_the_backward_oracle_sums_collisions_as_a_scatter_add_does(params):
 
 
 # ------------------------------------------------ signed zeros (issue 13, class 3)
-def _windows(x, params):
-    """(N, C, h, w, k*k): every window of the case's geometry as a row, its padding -inf."""
-    k, s, p = maxpool2d.window(params)
-    h, w = maxpool2d.pooled_size(params)
-    padded = np.pad(x, ((0, 0), (0, 0), (p, p), (p, p)), constant_values=-np.inf)
-    views = np.lib.stride_tricks.sliding_window_view(padded, (k, k), axis=(2, 3))
-    return views[:, :, :(h - 1) * s + 1:s, :(w - 1) * s + 1:s].reshape(*x.shape[:2], h, w, k * k)
-
-
 @pytest.mark.parametrize("params", [p for p in maxpool2d.check_cases() if p["k"] > 1 and p["H"] * p["W"] > p["k"] ** 2],
                          ids=lambda p: "x".join(str(v) for v in p.values()))
 def test_adversarial_inputs_tie_zeros_of_both_signs_in_both_orders(params):
     """Windows whose maximum is zero with -0.0 first and +0.0 later, and the
     reverse: the first maximum's own bits are the answer (docs/SPEC.md §1.1)."""
     x = maxpool2d.generate(params, "adversarial", 0)["x"]
-    windows = _windows(x, params).reshape(-1, params["k"] ** 2)
+    windows = maxpool_windows(x, params).reshape(-1, params["k"] ** 2)
     zero_max = windows[(np.nanmax(np.where(np.isnan(windows), -np.inf, windows), axis=1) == 0)
                        & ~np.isnan(windows).any(axis=1)]
     first_zero = np.array([row[row == 0][0] for row in zero_max])

@@ -18,6 +18,7 @@ from harness.measuring.check import MODES
 from impls import common, maxpool2d, status, training
 from impls.backends import DTYPE, DTYPES
 from impls.registry import OPERATORS, get_operator
+from tests.helpers import maxpool_windows
 
 OPS = ("maxpool2d", "maxunpool", "dispersion", "dispersion_pinv")
 RELATIVE = ("dispersion", "dispersion_pinv")
@@ -156,10 +157,8 @@ def last_maximum(x, values, params):
     -inf window keeps its first real element."""
     k, s, p = maxpool2d.window(params)
     W = x.shape[3]
-    padded = np.pad(x, ((0, 0), (0, 0), (p, p), (p, p)), constant_values=-np.inf)
     h, w = values.shape[2:]
-    views = np.lib.stride_tricks.sliding_window_view(padded, (k, k), axis=(2, 3))
-    windows = views[:, :, :(h - 1) * s + 1:s, :(w - 1) * s + 1:s].reshape(*x.shape[:2], h, w, k * k)
+    windows = maxpool_windows(x, params)
     is_max = np.where(np.isnan(values)[..., None], np.isnan(windows), windows == values[..., None])
     is_max &= ~np.isneginf(values)[..., None]  # an all -inf window: its first real element, below
     last = windows.shape[-1] - 1 - np.argmax(is_max[..., ::-1], axis=-1)
