@@ -167,12 +167,17 @@ def gradient_values(rng, shape, mode: str, special: bool = False) -> np.ndarray:
     return values.reshape(shape)
 
 
-def round_to_dtype(array: np.ndarray, dtype: str) -> np.ndarray:
+def round_to_dtype(array, dtype: str):
     """The float64 values an input takes once stored in ``dtype``.
 
     The oracle runs on these, so rounding of the inputs is never blamed on a
-    strategy. A type numpy lacks (bfloat16) goes through torch.
+    strategy. A type numpy lacks (bfloat16) goes through torch; a torch
+    tensor stays one, where it is (a judge's reference on a device).
     """
+    if is_torch_array(array):
+        import torch
+
+        return array.to(getattr(torch, dtype)).to(torch.float64)
     if not dtype_record(dtype).in_numpy:
         import torch
 

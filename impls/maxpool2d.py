@@ -27,6 +27,7 @@ import numpy as np
 from array_api_compat import array_namespace
 
 from impls import common, status
+from impls.backends import dtype_record, to_numpy
 from impls.common import Verdict, any_of, shape_of
 from impls.registry import Gradient, Operator, ParamSpec, compiled, every_case, register_operator, strategy
 
@@ -109,6 +110,25 @@ def oracle(inputs, params):
     return values, rows * W + cols
 
 
+def _places(x, k: int, s: int, p: int):
+    """Each place in the window, row-major: (its number, the (N, C, h, w) view of x's
+    element there in every window (-inf in the padding), the (h, w) mask of the windows
+    where that element is real, not padding; None without padding)."""
+    xp = array_namespace(x)
+    H, W = shape_of(x)[2:]
+    h, w = _pooled_plane(H, W, k, s, p)
+    device = common.array_device(x)
+    padded = _padded(x, p, -math.inf) if p else x
+    for place in range(k * k):
+        di, dj = divmod(place, k)
+        real = None
+        if p:
+            rows = xp.arange(h, device=device) * s - p + di
+            cols = xp.arange(w, device=device) * s - p + dj
+            real = xp.reshape((rows >= 0) & (rows < H), (h, 1)) & xp.reshape((cols >= 0) & (cols < W), (1, w))
+        yield place, _at(padded, di, dj, h, w, s), real
+
+
 def _first_maxima(x, k: int, s: int | None = None, p: int = 0):
     """Every window's first maximum (or first NaN) among its real elements and
     its row-major place in the window, in the narrowest integer type that
@@ -117,37 +137,23 @@ def _first_maxima(x, k: int, s: int | None = None, p: int = 0):
     window's index), and a later one only when greater, or the first NaN."""
     s = k if s is None else s
     xp = array_namespace(x)
-    H, W = shape_of(x)[2:]
-    h, w = _pooled_plane(H, W, k, s, p)
     device = common.array_device(x)
-    padded = _padded(x, p, -math.inf) if p else x
-
-    def at(position):
-        return _at(padded, *divmod(position, k), h, w, s)
-
-    def real(position):
-        """(h, w): the windows whose element at ``position`` is in the plane, not the padding."""
-        di, dj = divmod(position, k)
-        rows = xp.arange(h, device=device) * s - p + di
-        cols = xp.arange(w, device=device) * s - p + dj
-        return xp.reshape((rows >= 0) & (rows < H), (h, 1)) & xp.reshape((cols >= 0) & (cols < W), (1, w))
-
-    values = xp.asarray(at(0), copy=True)
-    place = xp.uint8 if k * k <= 1 << 8 else xp.int16 if k * k <= 1 << 15 else xp.int32
-    in_window = xp.zeros(shape_of(values), dtype=place, device=device)
-    has = real(0) if p else None  # (h, w): a real element seen; without padding, every one is real
     has_nan = common.any_of(xp.isnan(x))  # NaN masks only where there is one (not in random inputs)
-    for position in range(1, k * k):
-        candidate = at(position)
+    index_type = xp.uint8 if k * k <= 1 << 8 else xp.int16 if k * k <= 1 << 15 else xp.int32
+    for place, candidate, real in _places(x, k, s, p):
+        if place == 0:
+            values = xp.asarray(candidate, copy=True)
+            in_window = xp.zeros(shape_of(values), dtype=index_type, device=device)
+            has = real  # (h, w): a real element seen; without padding, every one is real
+            continue
         take = candidate > values
         if has_nan:
             take |= xp.isnan(candidate) & ~xp.isnan(values)
-        if p:
-            inside = real(position)
-            take = (take | ~has) & inside
-            has = has | inside
+        if real is not None:
+            take = (take | ~has) & real
+            has = has | real
         common.assign_where(values, take, candidate)
-        common.assign_where(in_window, take, position)
+        common.assign_where(in_window, take, place)
     return values, in_window
 
 
@@ -211,7 +217,9 @@ def subnormal_windows(k: int) -> list[np.ndarray]:
 def _plant_windows(x, k: int, s: int | None = None, p: int = 0) -> None:
     """All -inf windows at several places (each must yield the index of its own
     first real element, which is 0 only at the origin), ±0.0 ties, subnormal
-    windows, and one all-NaN block at the end of the last plane, spread over
+    windows, where windows overlap an input that is the maximum (a number, a
+    NaN, a tie) of every window covering it (``SHARED_MAXIMA``, before the
+    ties), and one all-NaN block at the end of the last plane, spread over
     the planes so that they do not overwrite each other where there is room
     (in that order of priority). Windows are the case's own (stride ``s``,
     padding ``p``): a window planted marks every window overlapping it as
@@ -256,6 +264,31 @@ def _plant_windows(x, k: int, s: int | None = None, p: int = 0) -> None:
                 return candidate
         return None
 
+    def covering(r: int, c: int) -> list[tuple[int, int]]:
+        """The windows (i, j) that hold input (r, c)."""
+        rows = range(max(0, -(-(r + p - k + 1) // s)), min(h - 1, (r + p) // s) + 1)
+        cols = range(max(0, -(-(c + p - k + 1) // s)), min(w - 1, (c + p) // s) + 1)
+        return [(i, j) for i in rows for j in cols]
+
+    def shared_input(t: int):
+        """The input covered by the most windows, all free and wholly inside the plane, in the
+        first plane from ``t`` on that has one; its windows' block marked used."""
+        for a in range(len(planes)):
+            q, best = (t + a) % len(planes), None
+            for r in range(H):
+                for c in range(W):
+                    around = covering(r, c)
+                    if len(around) >= 2 and (best is None or len(around) > len(best[1])) and all(
+                            inside(i, j) and (q, i, j) not in used for i, j in around):
+                        best = ((r, c), around)
+            if best:
+                (r, c), around = best
+                rows = (around[0][0] * s - p, around[-1][0] * s - p + k)
+                cols = (around[0][1] * s - p, around[-1][1] * s - p + k)
+                used.update((q,) + other for other in overlapping(rows, cols))
+                return q, r, c, rows, cols
+        return None
+
     def window(where):
         q, i, j = where
         (top, bottom), (left, right) = span(i, H), span(j, W)
@@ -265,6 +298,11 @@ def _plant_windows(x, k: int, s: int | None = None, p: int = 0) -> None:
         where = slot(t, t, whole=False)
         if where:
             window(where)[...] = -np.inf
+    if s < k:
+        for t, kind in enumerate(SHARED_MAXIMA):
+            spot = shared_input(t)
+            if spot:
+                _plant_shared_maximum(planes, spot, kind)
     for t, tie in enumerate(ZERO_TIES if k > 1 else ({0: -0.0},)):
         where = slot(t + 1, t + 1, whole=True)
         if where:
@@ -278,6 +316,24 @@ def _plant_windows(x, k: int, s: int | None = None, p: int = 0) -> None:
             window(where)[...] = flat.reshape(k, k)
     if H >= k and W >= k:
         x[-1, -1, -k:, -k:] = np.nan
+
+
+# Where windows overlap (s < k), blocks planted around one input that every window covering it
+# takes as its maximum (its gradients collide there): a 4 (above the inputs' [-3, 3]), a NaN,
+# and a tie across windows (4s also at the block's first and last elements: the first window
+# takes the first one, the last window the shared one, which comes first in it).
+SHARED_MAXIMA = ("maximum", "nan", "tie")
+
+
+def _plant_shared_maximum(planes, spot, kind: str) -> None:
+    """``kind`` of ``SHARED_MAXIMA`` at ``spot``: (plane, row, col, (top, bottom), (left, right)), the
+    input and the block of the windows covering it, whose NaNs and infinities become -1 first."""
+    q, r, c, (top, bottom), (left, right) = spot
+    block = planes[q, top:bottom, left:right]
+    block[~np.isfinite(block)] = -1.0
+    planes[q, r, c] = np.nan if kind == "nan" else 4.0
+    if kind == "tie":
+        block[0, 0] = block[-1, -1] = 4.0
 
 
 def _pooled(params) -> int:
@@ -455,35 +511,97 @@ OP = register_operator(Operator(
 # ------------------------------------------------------------- gradient (docs/SPEC.md §1.5)
 def grad_oracle(inputs, grad, params):
     """float64 backward, in the namespace of x: zeros, and each window's
-    gradient written at the forward oracle's own index (the first maximum,
-    the first NaN of a NaN window, the first real element of an all -inf
-    window); rows and columns no window reaches get zero. The scatter
-    itself, not the derivative of a strategy: for each place in the window,
-    the windows whose maximum sits there write their gradient into it. Where
-    windows overlap (s < k) an input may be the maximum of several, and
-    receives their sum (docs/SPEC.md §1.5), added in place order."""
+    gradient at the forward oracle's own index (the first maximum, the first
+    NaN of a NaN window, the first real element of an all -inf window); rows
+    and columns no window reaches get zero. The scatter itself, not the
+    derivative of a strategy. Where windows overlap (s < k) an input may be
+    the maximum of several, and receives their sum (docs/SPEC.md §1.5),
+    added in place order."""
     x = inputs["x"]
-    k, s, p = window(params)
-    xp = array_namespace(x, grad)
-    _, in_window = _first_maxima(x, k, s, p)
-    N, C, H, W = shape_of(x)
+    kernel = window(params)
+    _, in_window = _first_maxima(x, *kernel)
+    return _scatter(in_window, grad, shape_of(x), kernel)
+
+
+def _scatter(in_window, sent, x_shape, kernel: tuple[int, int, int]):
+    """(N, C, H, W) float64: each window's value of ``sent`` (N, C, h, w) at the
+    element ``in_window`` (its place in the window), places taken in row-major
+    order; what lands in the padding is dropped. Where windows do not overlap
+    (s >= k) each value is written, not added, so it keeps its bits (-0.0 too)."""
+    xp = array_namespace(in_window, sent)
+    k, s, p = kernel
+    N, C, H, W = x_shape
     h, w = shape_of(in_window)[2:]
-    grad_x = common.float64_zeros(xp, (N, C, H + 2 * p, W + 2 * p), x)  # padding: never an index, stays 0
-    for position in range(k * k):
-        place = _at(grad_x, *divmod(position, k), h, w, s)
-        sent = xp.where(in_window == position, grad, 0.0)
-        if s >= k:  # no two windows share an input: written, each gradient's bits kept (-0.0 too)
-            place[...] = sent
+    landed = common.float64_zeros(xp, (N, C, H + 2 * p, W + 2 * p), in_window)
+    for place in range(k * k):
+        at = _at(landed, *divmod(place, k), h, w, s)
+        value = xp.where(in_window == place, sent, 0.0)
+        if s >= k:
+            at[...] = value
         else:
-            place += sent
-    return xp.asarray(grad_x[:, :, p:p + H, p:p + W], copy=True) if p else grad_x
+            with np.errstate(invalid="ignore", over="ignore"):  # inf - inf: NaN, as every order adds it
+                at += value
+    if s < k:  # a NaN made by adding (inf - inf) has the bits of the machine's instruction: one NaN for all
+        landed = xp.where(xp.isnan(landed), math.nan, landed)
+    return xp.asarray(landed[:, :, p:p + H, p:p + W], copy=True) if p else landed
+
+
+# Hostile gradients for the windows whose maxima collide (``generate_grad``, adversarial, s < k):
+# each group's values go to windows sending to one input, one group per such input in turn. ``L``
+# is a float type's largest finite value (the sum overflows in that type in any order; with -L after
+# it, in some orders only), ``S`` its smallest subnormal (the sum is exact, and flushed by a
+# backend that flushes), NaN and infinities (NaN + anything, inf - inf: NaN in any order).
+LARGEST_SUM, CANCELLED_SUM, SUBNORMAL_SUM = "L+L", "L+1-L", "S+2S"
+COLLIDING_GRADIENTS = ((math.nan, 5.0), (math.inf, -math.inf), LARGEST_SUM, SUBNORMAL_SUM, (math.inf, 7.0),
+                       CANCELLED_SUM, (-0.0, -0.0))
+
+
+def _colliding_gradients(kind, dtype: str) -> tuple:
+    if not isinstance(kind, str):
+        return kind
+    largest, smallest = common.largest_finite(dtype), float(common.subnormal(dtype, 1))
+    return {LARGEST_SUM: (largest, largest), CANCELLED_SUM: (largest, 1.0, -largest),
+            SUBNORMAL_SUM: (smallest, 2 * smallest)}[kind]
 
 
 def generate_grad(params, mode: str = "random", seed: int = 0):
-    """grad_values, the shape of the values (common.gradient_values)."""
+    """grad_values, the shape of the values (common.gradient_values). With
+    overlapping windows, adversarial: the windows whose maxima (by the oracle,
+    on the inputs ``generate`` makes with the same seed) collide on one input
+    get ``COLLIDING_GRADIENTS``, a group per input, every kind for every
+    float type in turn."""
     rng = np.random.default_rng((seed, 1))
     shape = (params["N"], params["C"], *pooled_size(params))
-    return common.gradient_values(rng, shape, mode, special=True)
+    grad = common.gradient_values(rng, shape, mode, special=True)
+    k, s, p = window(params)
+    if mode != "random" and s < k:
+        _, in_window = _first_maxima(generate(params, mode, seed)["x"], k, s, p)
+        groups = _colliding_windows(in_window, (params["H"], params["W"]), (k, s, p))
+        kinds = [_colliding_gradients(kind, dtype) for dtype in reversed(common.SUBNORMAL_UNIT)
+                 for kind in COLLIDING_GRADIENTS]
+        kinds = list(dict.fromkeys(kinds))  # the type-free kinds once
+        flat = grad.reshape(-1)
+        for group in groups:
+            fitting = next((kind for kind in kinds if len(kind) <= len(group)), None)
+            if fitting is None:
+                continue
+            kinds.remove(fitting)
+            flat[group[:len(fitting)]] = fitting
+    return grad
+
+
+def _colliding_windows(in_window, plane: tuple[int, int], kernel: tuple[int, int, int]) -> list[np.ndarray]:
+    """The flat numbers of the windows sending to one input, for each input that two
+    or more send to, in the inputs' order (numpy)."""
+    k, s, p = kernel
+    N, C, h, w = in_window.shape
+    H, W = plane
+    rows = np.arange(h)[:, None] * s - p + in_window // k
+    cols = np.arange(w)[None, :] * s - p + in_window % k
+    landing = ((np.arange(N * C).reshape(N, C, 1, 1) * H + rows) * W + cols).reshape(-1)
+    order = np.argsort(landing, kind="stable")
+    starts = np.flatnonzero(np.r_[True, np.diff(landing[order]) != 0])
+    return [group for group in np.split(order, starts[1:]) if len(group) >= 2]
 
 
 def grad_bytes(params, itemsize: int) -> int:
@@ -493,6 +611,257 @@ def grad_bytes(params, itemsize: int) -> int:
     return pooled * itemsize + pooled * 8 + N * C * H * W * itemsize
 
 
+def grad_compare(out, ref, inputs, grad, dtype: str, strat, params: dict) -> Verdict:
+    """grad_x (docs/SPEC.md §1.5): bitwise where one window's gradient lands (a
+    scatter moves values, it computes none); where windows overlap and several
+    land on one input, their sum as any order of adding may give it
+    (``_accepts``). A gradient lands on the forward's index: the first maximum
+    (with ``ties="any"``, any maximum) or any NaN of a NaN window."""
+    exact = common.compare_gradient_bitwise("grad_x", out, ref, dtype)
+    if exact.status == status.OK:  # the reference itself: nothing is left for the rules to explain
+        return exact
+    k, s, p = kernel = window(params)
+    expected, note = _gradient_as_it_may_land(out, ref, inputs["x"], grad, strat.ties, kernel, dtype)
+    verdict = exact if expected is ref else common.compare_gradient_bitwise("grad_x", out, expected, dtype)
+    if verdict.status != status.MISMATCH:
+        return verdict
+    if s == k and p == 0 and _neg_inf_windows_dropped_but_the_origins(out, expected, inputs["x"], k, dtype):
+        return replace(verdict, message=verdict.message + " (all -inf windows' gradients lost: their index was 0)",
+                       differences=frozenset({common.NEG_INF_WINDOW_GRAD_0}))
+    return replace(verdict, message=verdict.message + note) if note else verdict
+
+
+# A window's gradient may land on any of its NaNs or tied maxima: the arrangements of such windows
+# searched, per group of them that share inputs, before the oracle's own choice is held to instead.
+ARRANGEMENTS_SEARCHED = 20_000
+SUBSETS_UP_TO = 12  # free windows reaching one element (k = 3 at stride 1: 9), whose 2**n subsets are tried
+
+
+def _gradient_as_it_may_land(out, ref, x, grad, ties: str, kernel: tuple[int, int, int], dtype: str):
+    """(what ``out`` is compared with bitwise, a note for a mismatch's message):
+    the reference moved where the contract leaves the place open, and ``out``
+    itself wherever ``_accepts`` allows it. Open places: a NaN window's
+    gradient may land on any NaN of the window, and with ``ties="any"`` a tied
+    window's on any of its maxima; the windows free to choose are arranged
+    (``_arranged``) to explain ``out``, and held to the oracle's choice where
+    no arrangement does."""
+    if not common.is_array(out) or shape_of(out) != shape_of(ref):
+        return ref, ""
+    xp = array_namespace(out, ref, x, grad)
+    k, s, p = kernel
+    values, in_window = _first_maxima(x, k, s, p)
+    free = _free_windows(x, values, kernel, ties)
+    if free is None and s >= k:
+        return ref, ""
+    shape = shape_of(x)
+    finite = xp.where(xp.isfinite(grad), xp.abs(grad), 0.0)
+    ones = xp.ones(shape_of(grad), dtype=xp.float64, device=common.array_device(grad))
+    hits, bound = _scatter(in_window, ones, shape, kernel), _scatter(in_window, finite, shape, kernel)
+    out64 = xp.astype(out, xp.float64)
+    sums, note = ref, ""
+    if free is not None:
+        sums, hits, bound, note = _arranged(out64, (ref, hits, bound), grad, finite, in_window, free, kernel, dtype)
+    if s < k:
+        note += " (where windows overlap, an input several send to is compared with their sum within its rounding)"
+    # elsewhere the sum as the dtype holds it, so that a mismatch's message reads the same on every namespace
+    return xp.where(_accepts(out64, sums, hits, bound, dtype), out64, common.round_to_dtype(sums, dtype)), note
+
+
+def _free_windows(x, values, kernel: tuple[int, int, int], ties: str):
+    """(free, allowed): the (N, C, h, w) windows whose gradient may land on any of
+    two or more elements (a NaN window's NaNs; with ``ties="any"``, a tied
+    window's maxima), and each place's (N, C, h, w) mask of where it may, in
+    place order; None where there is no such window."""
+    xp = array_namespace(x, values)
+    nan_window = xp.isnan(values)
+    if ties != "any" and not any_of(nan_window):
+        return None
+    allowed, count = [], None
+    for _, element, real in _places(x, *kernel):
+        here = nan_window & xp.isnan(element)
+        if ties == "any":
+            here = here | (~nan_window & (element == values))
+        if real is not None:
+            here = here & real
+        allowed.append(here)
+        count = xp.astype(here, xp.int32) if count is None else count + xp.astype(here, xp.int32)
+    free = count >= 2
+    return (free, allowed) if any_of(free) else None
+
+
+def _accepts(out, sums, hits, bound, dtype: str):
+    """Where ``out`` (float64) is a gradient the contract allows: ``sums``
+    itself (NaN for NaN, either zero for a zero), or, where ``hits`` >= 2
+    windows' gradients landed, their sum as adding them in any order in
+    ``dtype`` or wider may round it: within docs/SPEC.md §1.5's relative
+    bound of the exact sum, or within n·u·Σ|g| (the error of adding n terms
+    at unit roundoff u, ``bound`` = Σ|g| of the finite ones); and, where
+    Σ|g| passes the dtype's largest value (some order overflows), ±inf, or
+    NaN, unless the exact sum is NaN, which every order gives."""
+    xp = array_namespace(out, sums)
+    record = dtype_record(dtype)
+    with np.errstate(invalid="ignore", over="ignore"):  # inf - inf, inf * 0 on numpy: masked below
+        same = (out == sums) | (xp.isnan(out) & xp.isnan(sums))
+        tolerance = xp.maximum(record.rel_tol * xp.abs(sums), hits * (record.eps / 2) * bound)
+        close = xp.isfinite(sums) & xp.isfinite(out) & (xp.abs(out - sums) <= tolerance)
+        overflowed = ((bound > record.largest) & ~xp.isfinite(out) & ~xp.isnan(sums)
+                      & (xp.isnan(out) | xp.isfinite(sums) | (out == sums)))
+        return same | ((hits >= 2) & (close | overflowed))
+
+
+def _arranged(out64, oracle_choice, grad, finite, in_window, free, kernel, dtype):
+    """(sums, hits, bound, note): ``oracle_choice``'s three (N, C, H, W) arrays
+    (the oracle's sums, how many windows landed, Σ|g|), with the free windows'
+    gradients moved to where an arrangement explains ``out64``: each free
+    window takes one of its allowed elements, searched depth first per group
+    of free windows sharing elements (``_search``). A group no arrangement
+    explains, or with more than ``ARRANGEMENTS_SEARCHED`` to try, keeps the
+    oracle's choice."""
+    xp = array_namespace(out64, grad)
+    free_mask, allowed = free
+    k, s, p = kernel
+    N, C, H, W = shape_of(out64)
+    shape = (N, C, H, W)
+    device = common.array_device(out64)
+    fixed = [_scatter(in_window, xp.where(free_mask, 0.0, value), shape, kernel)
+             for value in (grad, xp.ones(shape_of(grad), dtype=xp.float64, device=device), finite)]
+    # The free windows on the host: where they are, their gradients and their allowed elements.
+    n, c, i, j = (np.asarray(to_numpy(axis)) for axis in xp.nonzero(free_mask))
+    sent = np.asarray(to_numpy(grad[free_mask]), dtype=np.float64)
+    places = np.stack([np.asarray(to_numpy(mask[free_mask])) for mask in allowed])  # (k*k, windows)
+    candidates = []
+    for t in range(len(sent)):
+        di, dj = np.divmod(np.flatnonzero(places[:, t]), k)
+        rows, cols = i[t] * s - p + di, j[t] * s - p + dj
+        candidates.append(((n[t] * C + c[t]) * H + rows) * W + cols)
+    elements = np.unique(np.concatenate(candidates))
+    where = xp.asarray(elements, device=device)
+    gathered = [np.asarray(to_numpy(xp.reshape(a, (-1,))[where]), dtype=np.float64)
+                for a in (out64, *fixed)]
+    local = [np.searchsorted(elements, cands) for cands in candidates]
+    results = [np.asarray(to_numpy(xp.reshape(a, (-1,))[where]), dtype=np.float64).copy() for a in oracle_choice]
+    given_up = 0
+    for group in _groups(local):
+        found = _search([local[t] for t in group], sent[group], gathered, dtype)
+        if found is None:
+            given_up += len(group)
+            continue
+        touched = np.unique(np.concatenate([local[t] for t in group]))
+        for result, values in zip(results, found):
+            result[touched] = values[touched]
+    arrays = []
+    for array, values in zip(oracle_choice, results):
+        array = xp.asarray(array, copy=True)
+        xp.reshape(array, (-1,))[where] = xp.asarray(values, device=device)
+        arrays.append(array)
+    note = (f" ({given_up} windows free to send to any of their NaNs or maxima are held to the oracle's choice: "
+            f"no arrangement of them found explains the output)") if given_up else ""
+    return (*arrays, note)
+def _groups(candidates: list[np.ndarray]) -> list[np.ndarray]:
+    """The windows (numbers into ``candidates``) in groups that share an allowed
+    element, transitively: each group's arrangement is searched on its own."""
+    parent = list(range(len(candidates)))
+
+    def root(t: int) -> int:
+        while parent[t] != t:
+            parent[t] = parent[parent[t]]
+            t = parent[t]
+        return t
+
+    owner: dict[int, int] = {}
+    for t, cands in enumerate(candidates):
+        for element in cands.tolist():
+            if element in owner:
+                parent[root(t)] = root(owner[element])
+            else:
+                owner[element] = t
+    groups: dict[int, list[int]] = {}
+    for t in range(len(candidates)):
+        groups.setdefault(root(t), []).append(t)
+    return [np.array(group) for group in groups.values()]
+
+
+def _search(candidates: list[np.ndarray], sent: np.ndarray, gathered: list[np.ndarray], dtype: str):
+    """One arrangement of a group of free windows (each sends ``sent`` to one of its
+    ``candidates``, numbers into ``gathered``'s elements) under which every
+    element holds what ``_accepts`` allows; ``gathered`` is (out, sums, hits,
+    bound) of the other windows' gradients there. Each element's subsets of
+    the free windows that may reach it are tried first on their own (which of
+    them sum to what ``out`` holds there); then one subset per element is
+    chosen, so that every window is in exactly one, depth first, the element
+    with the fewest subsets left first (an exact cover). Returns (sums, hits,
+    bound) over ``gathered``'s elements, or None: no arrangement, an element
+    reachable by more than ``SUBSETS_UP_TO`` free windows, or more than
+    ``ARRANGEMENTS_SEARCHED`` choices tried."""
+    out, sums, hits, bound = (np.array(a, copy=True) for a in gathered)
+    reaching: dict[int, list[int]] = {}
+    for t, cands in enumerate(candidates):
+        for element in cands.tolist():
+            reaching.setdefault(element, []).append(t)
+    if max(len(windows) for windows in reaching.values()) > SUBSETS_UP_TO:
+        return None
+    with np.errstate(invalid="ignore", over="ignore"):  # inf - inf and the like: NaN, as the sums hold them
+        options = _options(reaching, out, sums, hits, bound, sent, dtype)
+    if options is None:
+        return None
+    every = (1 << len(candidates)) - 1
+    chosen: dict[int, tuple] = {}
+    tried = 0
+
+    def cover(used: int, open_elements: frozenset) -> bool:
+        nonlocal tried
+        if not open_elements:
+            return used == every
+        fewest = None
+        for element in open_elements:
+            fits = [option for option in options[element] if not option[0] & used]
+            if not fits:
+                return False
+            if fewest is None or len(fits) < len(fewest[1]):
+                fewest = (element, fits)
+        element, fits = fewest
+        rest = open_elements - {element}
+        for option in fits:
+            tried += 1
+            if tried > ARRANGEMENTS_SEARCHED:
+                return False
+            now = used | option[0]
+            # a window this element leaves out must still have an element to go to
+            if any(not (now >> t) & 1 and not rest.intersection(candidates[t].tolist())
+                   for t in reaching[element]):
+                continue
+            chosen[element] = option
+            if cover(now, rest):
+                return True
+        chosen.pop(element, None)
+        return False
+
+    if not cover(0, frozenset(reaching)):
+        return None
+    for element, (_, total, count, reach) in chosen.items():
+        sums[element], hits[element], bound[element] = total, count, reach
+    return sums, hits, bound
+
+
+def _options(reaching: dict, out, sums, hits, bound, sent, dtype: str) -> dict | None:
+    """For each element, the subsets of the free windows ``reaching`` it whose
+    gradients, added to what the other windows sent there, ``_accepts`` allows
+    there: [(the windows as bits, sums, hits, bound)]; None where an element has none."""
+    magnitude = np.where(np.isfinite(sent), np.abs(sent), 0.0)
+    options = {}
+    for element, windows in reaching.items():
+        picked = (np.arange(1 << len(windows))[:, None] >> np.arange(len(windows))) & 1 == 1
+        total = sums[element] + np.where(picked, sent[windows], 0.0).sum(axis=1)
+        count = hits[element] + picked.sum(axis=1)
+        reach = bound[element] + np.where(picked, magnitude[windows], 0.0).sum(axis=1)
+        fine = np.flatnonzero(_accepts(np.full(len(total), out[element]), total, count, reach, dtype))
+        if not len(fine):
+            return None
+        options[element] = [(sum(1 << windows[i] for i in np.flatnonzero(picked[f]).tolist()),
+                             total[f], count[f], reach[f]) for f in fine.tolist()]
+    return options
+
+
 def _windows(a, k: int):
     """(N, C, h, w, k*k): every window of the crop as a row, row-major."""
     xp = array_namespace(a)
@@ -500,67 +869,6 @@ def _windows(a, k: int):
     h, w = H // k, W // k
     blocks = xp.reshape(a[:, :, :h * k, :w * k], (N, C, h, k, w, k))
     return xp.reshape(xp.permute_dims(blocks, (0, 1, 2, 4, 3, 5)), (N, C, h, w, k * k))
-
-
-def _unwindowed(windows, k: int):
-    """``_windows``'s inverse: (N, C, h, w, k*k) rows back to the (N, C, h*k, w*k) crop."""
-    xp = array_namespace(windows)
-    N, C, h, w, _ = shape_of(windows)
-    blocks = xp.permute_dims(xp.reshape(windows, (N, C, h, w, k, k)), (0, 1, 2, 4, 3, 5))
-    return xp.reshape(blocks, (N, C, h * k, w * k))
-
-
-def _gradient_where_it_may_land(out, ref, x, grad, ties: str, k: int):
-    """The reference gradient, moved to where the strategy put it where the
-    contract leaves the place open: a NaN window's gradient may sit on any
-    NaN of the window (the forward's index may point at any, docs/SPEC.md §1.1), and
-    with ``ties="any"`` a tied window's on any of its maxima. Moved only when
-    the window of ``out`` holds exactly one non-zero, equal to the window's
-    gradient, on such an element; anything else is judged as it is."""
-    if not common.is_array(out) or shape_of(out) != shape_of(ref):
-        return ref
-    xp = array_namespace(out, ref, x, grad)
-    windows = _windows(x, k)
-    nan_window = xp.any(xp.isnan(windows), axis=-1)
-    allowed = xp.isnan(windows) & nan_window[..., None]
-    if ties == "any":
-        maxima = xp.where(nan_window, math.nan, xp.max(windows, axis=-1))
-        allowed |= windows == maxima[..., None]
-    landed = _windows(xp.astype(out, xp.float64), k)
-    nonzero = landed != 0
-    where = xp.argmax(xp.astype(nonzero, xp.uint8), axis=-1, keepdims=True)
-    sent = xp.take_along_axis(landed, where, axis=-1)[..., 0]
-    movable = ((xp.sum(xp.astype(nonzero, xp.int64), axis=-1) == 1)
-               & xp.take_along_axis(allowed, where, axis=-1)[..., 0]
-               & ((sent == grad) | (xp.isnan(sent) & xp.isnan(grad))))  # a NaN gradient is one too
-    if not any_of(movable):
-        return ref
-    moved = xp.asarray(_windows(ref, k), copy=True)
-    moved[movable] = landed[movable]
-    h, w = shape_of(moved)[2:4]
-    result = xp.asarray(ref, copy=True)
-    result[:, :, :h * k, :w * k] = _unwindowed(moved, k)
-    return result
-
-
-def grad_compare(out, ref, inputs, grad, dtype: str, strat, params: dict) -> Verdict:
-    """grad_x bitwise (docs/SPEC.md §1.5): a scatter moves values, it computes none.
-    The gradient must land on the forward's index: the first maximum (or,
-    with ``ties="any"``, any maximum), any NaN of a NaN window. Plain windows
-    only (``_gradient_judged_for``): the check never asks for others."""
-    not_judged = _gradient_judged_for(params)
-    if not_judged:
-        raise ValueError(f"grad_compare: {not_judged}")
-    exact = common.compare_gradient_bitwise("grad_x", out, ref, dtype)
-    if exact.status == status.OK:  # the reference itself: nothing is left for the moves to explain
-        return exact
-    ref = _gradient_where_it_may_land(out, ref, inputs["x"], grad, strat.ties, params["k"])
-    verdict = common.compare_gradient_bitwise("grad_x", out, ref, dtype)
-    if verdict.status == status.MISMATCH and _neg_inf_windows_dropped_but_the_origins(out, ref, inputs["x"],
-                                                                                      params["k"], dtype):
-        return replace(verdict, message=verdict.message + " (all -inf windows' gradients lost: their index was 0)",
-                       differences=frozenset({common.NEG_INF_WINDOW_GRAD_0}))
-    return verdict
 
 
 def _neg_inf_windows_dropped_but_the_origins(out, ref, x, k: int, dtype: str) -> bool:
@@ -599,20 +907,9 @@ def grad_bytes_written(params, itemsize: int) -> int:
     return math.prod(params[key] for key in ("N", "C", "H", "W")) * itemsize
 
 
-def _gradient_judged_for(params) -> str | None:
-    """Gradient.not_judged_when: the backward's oracle and compare hold k×k windows at stride k
-    without padding; overlapping windows collide (one input the maximum of several windows,
-    docs/SPEC.md §1.5), and where a NaN window's gradient may land is not yet modelled there."""
-    k, s, p = window(params)
-    if s == k and p == 0:
-        return None
-    return ("the backward's compare covers k×k windows at stride k without padding, not overlapping or padded "
-            "ones (where a NaN window's gradient may land among colliding windows: issue 50)")
-
-
 OP.gradient = Gradient(input="x", name="grad_values", generate=generate_grad, oracle=grad_oracle,
                        bytes_moved=grad_bytes, compare=grad_compare, output=values_of,
-                       bytes_written=grad_bytes_written, not_judged_when=_gradient_judged_for)
+                       bytes_written=grad_bytes_written)
 
 
 def seed_update_grad_input(inputs, params):

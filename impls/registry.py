@@ -157,10 +157,6 @@ class Gradient:
     # (params, itemsize) -> the bytes of ``bytes_moved`` that are the gradient
     # written, a fresh output (the fresh-output floor's split); None: not split.
     bytes_written: Callable[[Mapping[str, Any], int], int] | None = None
-    # params -> why the training modes of this case are not judged (its oracle or compare
-    # does not cover it yet), or None: every strategy's training modes are then ``skipped``
-    # with the reason, and its forward is still checked and timed.
-    not_judged_when: Callable[[Mapping[str, Any]], str | None] | None = None
 
 
 @dataclass

@@ -122,11 +122,6 @@ def applies(strat: Strategy, mode: str, params: Mapping[str, Any] | None = None)
             return f"not for this case: {reason}"
     if mode == FORWARD:
         return None
-    gradient = gradient_of(strat.op)
-    if params is not None and gradient is not None and gradient.not_judged_when is not None:
-        reason = gradient.not_judged_when(params)
-        if reason:
-            return f"training modes not judged for this case: {reason}"
     return missing(strat, params)
 
 
@@ -232,7 +227,7 @@ def prepare(strat: Strategy, inputs: Mapping[str, Any], grad: Any, params: Mappi
     with ``applies``'s reason (a case it does not compute, no backward);
     whatever the strategy raises otherwise."""
     reason = (mode != FORWARD and missing(strat)) or applies(strat, mode, params)
-    if reason:  # no backward at all; a case it does not compute; training modes not judged here
+    if reason:  # no backward at all; a case it does not compute
         raise NotApplicable(reason)
     if mode == FORWARD:
         return strat.prepare(inputs, params)

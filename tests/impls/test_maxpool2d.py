@@ -178,9 +178,13 @@ def test_a_strategy_written_for_plain_windows_is_skipped_on_others_never_wrong()
         for layout in ("contiguous", "channels_last"):
             judged = check.attempt(op.strategies[name], ref, "float32", "cpu", layout)
             assert judged.verdict.status == OK, (name, layout, judged.verdict.message)
-    # the training modes: not judged yet for these windows (issue 50), said so, for every strategy
-    why = training.applies(op.strategies["torch_max_pool2d_indices"], "backward", params)
-    assert why.startswith("training modes not judged for this case: the backward's compare covers")
+    # the training modes are judged too, for every strategy with a backward that takes the window
+    for name in ("torch_max_pool2d", "torch_max_pool2d_indices", "numpy_sliding_window"):
+        for mode in training.TRAINING_MODES:
+            assert training.applies(op.strategies[name], mode, params) is None, (name, mode)
+            training_ref = check.reference("maxpool2d", params, "float32", "adversarial", 0, mode)
+            judged = check.attempt(op.strategies[name], training_ref, "float32", "cpu")
+            assert judged.verdict.status == OK, (name, mode, judged.verdict.message)
 
 
 @pytest.mark.parametrize("params", maxpool2d.window_cases(), ids=lambda p: "x".join(str(v) for v in p.values()))
@@ -201,6 +205,149 @@ def test_the_backward_oracle_sums_collisions_as_a_scatter_add_does(params):
         assert counts.max() == 1  # no overlap, no collision
     if s == 1:
         assert counts.max() > 1  # stride 1: a maximum shared by neighbouring windows
+
+
+# ------------------------------------------------ the backward where windows overlap (SPEC 1.5)
+def _landing(x, params):
+    """(N*C*h*w,) each window's input, flat over the whole tensor, by the oracle's indices."""
+    _, indices = maxpool2d.oracle({"x": x}, params)
+    N, C, H, W = x.shape
+    return (indices + H * W * np.arange(N * C).reshape(N, C, 1, 1)).reshape(-1)
+
+
+def _scattered(x, grad, params, dtype, order=slice(None), add=True):
+    """A backward in ``dtype``: each window's gradient added (or written) at the oracle's index, windows
+    taken in ``order``."""
+    landing, sent = _landing(x, params)[order], grad.reshape(-1).astype(dtype)[order]
+    grad_x = np.zeros(x.size, dtype=dtype)
+    if add:
+        for where, value in zip(landing, sent):  # one at a time, in the dtype: the sum's own rounding
+            grad_x[where] = grad_x[where] + value
+    else:
+        grad_x[landing] = sent
+    return grad_x.reshape(x.shape)
+
+
+def _judged(out, x, grad, params, dtype, ties="first"):
+    class Declared:
+        pass
+
+    Declared.ties = ties
+    return maxpool2d.grad_compare(out, maxpool2d.grad_oracle({"x": x}, grad, params), {"x": x}, grad, dtype,
+                                  Declared, params)
+
+
+OVERLAPPING = [p for p in maxpool2d.window_cases() if maxpool2d.window(p)[1] < p["k"]]
+
+
+@pytest.mark.parametrize("dtype", ["float16", "float32"])
+@pytest.mark.parametrize("params", OVERLAPPING, ids=lambda p: "x".join(str(v) for v in p.values()))
+def test_colliding_gradients_are_judged_by_their_sum_in_any_order_and_a_lost_one_is_caught(params, dtype):
+    """Adversarial inputs and hostile gradients: the sums added in the dtype, in window order and
+    reversed, are ok (a different rounding, or overflow, in some order); the gradients written, not
+    added (the last window wins an input), and one colliding gradient dropped, are mismatches."""
+    from impls.common import round_to_dtype
+
+    x = round_to_dtype(maxpool2d.generate(params, "adversarial", 0)["x"], dtype)
+    grad = round_to_dtype(maxpool2d.generate_grad(params, "adversarial", 0), dtype)
+    with np.errstate(over="ignore", invalid="ignore"):
+        for order in (slice(None), slice(None, None, -1)):
+            verdict = _judged(_scattered(x, grad, params, dtype, order), x, grad, params, dtype)
+            assert verdict.status == "ok", verdict.message
+        written = _scattered(x, grad, params, dtype, add=False)
+        assert _judged(written, x, grad, params, dtype).status == "mismatch"
+        landing, sent = _landing(x, params), grad.reshape(-1)
+        ordinary = {where for where in np.flatnonzero(np.bincount(landing) >= 2)  # inputs where only integers collide
+                    if all(1 <= abs(value) <= 251 for value in sent[landing == where])}
+        dropped = grad.copy()
+        dropped.reshape(-1)[next(t for t, where in enumerate(landing) if where in ordinary)] = 0.0
+        lost = _scattered(x, dropped, params, dtype)
+        verdict = _judged(lost, x, grad, params, dtype)
+        assert verdict.status == "mismatch" and "compared with their sum within its rounding" in verdict.message
+
+
+def test_colliding_sums_hold_each_rule_of_their_rounding():
+    """One input, the maximum of two windows (k=2, s=1 on a 1x3 row... planted as a 2x3 plane whose
+    middle column holds the maximum of both windows): overflow is ±inf, a flushed subnormal sum and a
+    finite answer to an overflowing sum are wrong, NaN + anything is NaN, L + 1 - L may be 0 or 1."""
+    params = dict(N=1, C=1, H=2, W=3, k=2, s=1)
+    x = np.array([[[[0.0, 5.0, 0.0], [0.0, 0.0, 0.0]]]])
+    f32 = np.finfo(np.float32)
+    tiny = float(f32.smallest_subnormal)
+
+    def judged(a, b, got):
+        out = np.zeros((1, 1, 2, 3), dtype=np.float32)
+        out[0, 0, 0, 1] = got
+        return _judged(out, x, np.array([[[[a, b]]]]), params, "float32").status
+
+    largest = float(f32.max)
+    assert judged(largest, largest, np.inf) == "ok"  # overflows in any float32 order
+    assert judged(largest, largest, largest) == "mismatch"
+    assert judged(tiny, 2 * tiny, 3 * tiny) == "ok"  # subnormal sums are exact
+    assert judged(tiny, 2 * tiny, 0.0) == "mismatch"  # flushed
+    assert judged(np.nan, 5.0, np.nan) == "ok"
+    assert judged(np.nan, 5.0, 5.0) == "mismatch"
+    assert judged(np.inf, -np.inf, np.nan) == "ok"
+    assert judged(np.inf, 7.0, np.inf) == "ok" and judged(np.inf, 7.0, -np.inf) == "mismatch"
+    assert judged(1.0, 2.0 ** -30, 1.0) == "ok"  # rounded to float32
+    assert judged(1.0, 2.0 ** -10, 1.0) == "mismatch"  # beyond any float32 rounding
+
+
+def test_a_nan_windows_gradient_may_land_on_any_of_its_nans_among_overlapping_windows():
+    """Stride 1, a 2x2 block of NaNs shared by several windows: PyTorch's CPU kernel points each
+    at its last NaN, the oracle at its first; both are arrangements the judge finds. A gradient
+    moved onto a number of the window is a mismatch."""
+    import torch
+
+    params = maxpool2d.window_cases()[1]  # k3 s1 p1
+    x = maxpool2d.generate(params, "adversarial", 0)["x"]
+    grad = maxpool2d.generate_grad(params, "adversarial", 0)
+    values, _ = maxpool2d.oracle({"x": x}, params)
+    assert (np.isnan(maxpool_windows(x, params)).sum(axis=-1) >= 2).any()  # windows with a choice
+    leaf = torch.from_numpy(x).requires_grad_(True)
+    k, s, p = maxpool2d.window(params)
+    (torch_grad,) = torch.autograd.grad(torch.nn.functional.max_pool2d(leaf, k, s, p), leaf, torch.from_numpy(grad))
+    assert not np.array_equal(np.nan_to_num(torch_grad.numpy(), nan=9.0),
+                              np.nan_to_num(maxpool2d.grad_oracle({"x": x}, grad, params), nan=9.0))
+    assert _judged(torch_grad.numpy(), x, grad, params, "float64").status == "ok"
+    # the first NaN window's gradient moved onto a real number of its window
+    n, c, i, j = np.argwhere(np.isnan(values) & np.isfinite(grad) & (grad != 0))[0]
+    window_rows = range(max(i * s - p, 0), min(i * s - p + k, x.shape[2]))
+    window_cols = range(max(j * s - p, 0), min(j * s - p + k, x.shape[3]))
+    r, col = next((r, col) for r in window_rows for col in window_cols if np.isfinite(x[n, c, r, col]))
+    wrong = torch_grad.numpy().copy()
+    wrong[n, c, r, col] += grad[n, c, i, j] * 1024
+    assert _judged(wrong, x, grad, params, "float64").status == "mismatch"
+
+
+@pytest.mark.parametrize("params", OVERLAPPING, ids=lambda p: "x".join(str(v) for v in p.values()))
+def test_adversarial_overlapping_windows_hold_shared_maxima_nans_ties_and_colliding_hostile_gradients(params):
+    """SPEC 1.5's hostile cases where windows overlap: an input the maximum of every window covering
+    it, a NaN there, a tie across windows, and the colliding windows' gradients overflowing,
+    subnormal, NaN and infinite, in every float type."""
+    x = maxpool2d.generate(params, "adversarial", 0)["x"]
+    grad = maxpool2d.generate_grad(params, "adversarial", 0).reshape(-1)
+    k, s, _ = maxpool2d.window(params)
+    most = (-(-k // s)) ** 2  # windows covering one input, at most
+    landing = _landing(x, params)
+    counts = np.bincount(landing)
+    flat = x.reshape(-1)
+    counts = np.bincount(landing, minlength=x.size)
+    assert (flat[counts == most] == 4).any(), "no input the maximum of every window covering it"
+    assert np.isnan(flat[counts == most]).any(), "no NaN the maximum of every window covering it"
+    groups = [np.flatnonzero(landing == where) for where in np.flatnonzero(counts >= 2)]
+    sent = [list(map(float, grad[group])) for group in groups]
+    largest32, tiny32 = float(np.finfo(np.float32).max), float(np.finfo(np.float32).smallest_subnormal)
+    assert any(np.isnan(values).any() for values in sent)
+    assert any({np.inf, -np.inf} <= set(values) for values in sent)
+    assert any(values.count(largest32) >= 2 for values in sent), "no two float32 largest values colliding"
+    assert any({tiny32, 2 * tiny32} <= set(values) for values in sent)
+    if most >= 3:
+        assert any({largest32, 1.0, -largest32} <= set(values) for values in sent)
+    # a tie across windows: a window whose first maximum is not the input it shares with its neighbours
+    windows = maxpool_windows(x, params)
+    tied = (windows == np.max(np.where(np.isnan(windows), -np.inf, windows), axis=-1, keepdims=True)).sum(-1) >= 2
+    assert tied.any()
 
 
 # ------------------------------------------------ signed zeros (issue 13, class 3)

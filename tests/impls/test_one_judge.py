@@ -175,7 +175,7 @@ def planted_gradients(op_name: str, grad_ref, inputs, params: dict, dtype: str) 
     compare must judge: a NaN window's gradient on another NaN, and every
     all -inf window's gradient summed into the plane's element 0."""
     plants = planted_outputs(op_name if op_name in RELATIVE else "bitwise", grad_ref, inputs, dtype, params)
-    if op_name == "maxpool2d":
+    if op_name == "maxpool2d" and maxpool2d.plain_windows_only(params) is None:
         k, x = params["k"], inputs["x"]
         windows = maxpool2d._windows(x, k)
         nan_windows = np.argwhere(np.isnan(windows).sum(axis=-1) >= 2)
@@ -226,10 +226,7 @@ def all_verdicts(op_name: str, dtype: str, cases: list[tuple[dict, str]], device
         grad = common.round_to_dtype(op.gradient.generate(params, mode, 3), dtype)
         grad_ref = op.gradient.oracle(inputs, grad, params)
         forwards = planted_outputs(op_name, forward_ref, inputs, dtype, params)
-        # maxpool2d's overlapping and padded windows: their training modes are not judged yet
-        # (Gradient.not_judged_when), so their backward verdicts are not compared either.
-        judged_backward = op.gradient.not_judged_when is None or op.gradient.not_judged_when(params) is None
-        gradients = planted_gradients(op_name, grad_ref, inputs, params, dtype) if judged_backward else {}
+        gradients = planted_gradients(op_name, grad_ref, inputs, params, dtype)
         for strat in strategies_of(op_name):
             def output_of(plant):
                 if strat.returns == "values":
