@@ -292,3 +292,93 @@ def dispersion_pinv_backward(grad_x, mask, S, grad_y):
         _spread_row(grad_x, b, h, mask[h], S, W, out_row, True)
         for col in range(out_W):
             out_row[col] = out_row[col] / coverage[col] if coverage[col] > 0 else out_row[col]
+
+
+# ------------------------------------------------------- windows of any stride and padding
+@functools.lru_cache(maxsize=None)
+def maxpool2d_window_kernel(K: int, S: int, P: int):
+    """The maxpool kernel for k×k windows at stride S padded by P (docs/SPEC.md §1.1),
+    overlapping (S < K, ResNet's stem) or with gaps (S > K); K, S and P are
+    compile-time constants. Parallel over (plane, output row); per output row
+    two passes, each a plain loop along contiguous memory:
+
+    - vertical: for every input column, the maximum over the window's real rows
+      (the padding is never read, so never a maximum) and its plane-relative
+      flat index, into the thread's scratch row; a later row takes the place
+      only when greater, or the first NaN;
+    - horizontal: each output picks among the scratch of its real columns; a
+      tie goes to the smaller flat index (row-major window order: the first
+      maximum), a NaN beats any number and the first NaN stays. A window of
+      -inf only keeps its first real element, as the contract asks.
+    """
+
+    @numba.njit(**_JIT)
+    def kernel(x, H, W, h, w, values, indices, scratch_values, scratch_indices):
+        planes = x.shape[0]
+        for item in prange(planes * h):
+            plane, i = item // h, item % h
+            thread = numba.get_thread_id()
+            column_best = scratch_values[thread, :W]
+            column_index = scratch_indices[thread, :W]
+            top = i * S - P
+            first_row, last_row = max(top, 0), min(top + K, H)
+            source = x[plane]
+            start = source[first_row]
+            for c in range(W):
+                column_best[c] = start[c]
+                column_index[c] = first_row * W + c
+            for r in range(first_row + 1, last_row):
+                row = source[r]
+                row_base = r * W
+                for c in range(W):
+                    v = row[c]
+                    best = column_best[c]
+                    take = (v > best) | ((v != v) & (best == best))
+                    column_best[c] = v if take else best
+                    column_index[c] = row_base + c if take else column_index[c]
+            out_values = values[plane, i]
+            out_indices = indices[plane, i]
+            for j in range(w):
+                left = j * S - P
+                first_col, last_col = max(left, 0), min(left + K, W)
+                best = column_best[first_col]
+                best_index = column_index[first_col]
+                for c in range(first_col + 1, last_col):
+                    v = column_best[c]
+                    index = column_index[c]
+                    nan_v, nan_best = v != v, best != best
+                    take = ((v > best) | ((v == best) & (index < best_index)) | (nan_v & ~nan_best)
+                            | (nan_v & nan_best & (index < best_index)))
+                    best = v if take else best
+                    best_index = index if take else best_index
+                out_values[j] = best
+                out_indices[j] = best_index
+
+    return kernel
+
+
+@numba.njit(**_JIT)
+def maxpool2d_window_backward(grad, indices, grad_x):
+    """The scatter-add of windows that may overlap (docs/SPEC.md §1.5), race-free:
+    parallel over planes, each plane's grad_x zeroed while in cache and then
+    every window's gradient added at its forward index, windows in row-major
+    order, by the one thread that owns the plane (a sum of colliding windows is
+    added in the same order on every call). ``grad`` and ``indices`` are
+    (planes, h, w), ``grad_x`` (planes, H*W). An index outside the plane is
+    never written: returns how many there were."""
+    planes, h, w = grad.shape
+    size = grad_x.shape[1]
+    bad = 0
+    for plane in prange(planes):
+        out = grad_x[plane]
+        for e in range(size):
+            out[e] = 0
+        plane_grad, plane_indices = grad[plane], indices[plane]
+        for i in range(h):
+            for j in range(w):
+                index = plane_indices[i, j]
+                if 0 <= index < size:
+                    out[index] += plane_grad[i, j]
+                else:
+                    bad += 1
+    return bad

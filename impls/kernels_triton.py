@@ -185,48 +185,119 @@ def _tile(rows, width, WIDTH_P2: tl.constexpr, WIDE: tl.constexpr, TILE: tl.cons
     return row, col, live, first_col
 
 
-@_autotuned(key=["rows", "w", "W", "sw", "K"])
+@_autotuned(key=["rows", "w", "W", "sw", "K", "S", "P"])
 @triton.jit
-def _maxpool2d_kernel(x_ptr, values_ptr, indices_ptr, rows, C, h, w, W, sn, sc, sh, sw,
-                      K: tl.constexpr, WIDTH_P2: tl.constexpr, WIDE: tl.constexpr,
+def _maxpool2d_kernel(x_ptr, values_ptr, indices_ptr, rows, C, h, w, H, W, sn, sc, sh, sw,
+                      K: tl.constexpr, S: tl.constexpr, P: tl.constexpr, WIDTH_P2: tl.constexpr, WIDE: tl.constexpr,
                       TILE: tl.constexpr, MAX_W: tl.constexpr):
     out_row, j, live, _ = _tile(rows, w, WIDTH_P2, WIDE, TILE, MAX_W)  # out_row over N*C*h
     if WIDE:
         C, h, w, W = tl.cast(C, tl.int64), tl.cast(h, tl.int64), tl.cast(w, tl.int64), tl.cast(W, tl.int64)
+        H = tl.cast(H, tl.int64)
         sn, sc, sh, sw = tl.cast(sn, tl.int64), tl.cast(sc, tl.int64), tl.cast(sh, tl.int64), tl.cast(sw, tl.int64)
     plane = out_row // h
-    top = (out_row % h) * K
+    top = (out_row % h) * S - P
     row_base = (plane // C) * sn + (plane % C) * sc + top * sh
-    left = j * K
+    left = j * S - P
     window = x_ptr + row_base[:, None] + (left * sw)[None, :]
-    # Compared in float32: exact for the half types, and Triton's interpreter
-    # orders bfloat16 by its raw bits. Stored back unchanged.
-    best = tl.load(window, mask=live, other=0.0).to(tl.float32)
     first = (top * W)[:, None] + left[None, :]
-    arg = first
+    # Compared in float32: exact for the half types, and Triton's interpreter
+    # orders bfloat16 by its raw bits. Stored back unchanged. Padded (P > 0):
+    # a place in the padding is never loaded nor taken; a window's first real
+    # element is taken whatever it holds (an all -inf window's index).
+    if P == 0:
+        best = tl.load(window, mask=live, other=0.0).to(tl.float32)
+        arg = first
+    else:
+        # The place in the window (int32, kr*K + kc) is kept, not the flat index: fewer registers.
+        best = tl.full(live.shape, float("-inf"), tl.float32)
+        place = tl.full(live.shape, 0, tl.int32)
+        seen = tl.full(live.shape, False, tl.int1)
     for kr in tl.static_range(K):
         for kc in tl.static_range(K):
-            if kr + kc > 0:
-                v = tl.load(window + (kr * sh + kc * sw), mask=live, other=0.0).to(tl.float32)
-                # first maximum in row-major order; a NaN wins and the first NaN stays
-                take = (v > best) | ((v != v) & (best == best))
+            if P == 0:
+                if kr + kc > 0:
+                    v = tl.load(window + (kr * sh + kc * sw), mask=live, other=0.0).to(tl.float32)
+                    # first maximum in row-major order; a NaN wins and the first NaN stays
+                    take = (v > best) | ((v != v) & (best == best))
+                    best = tl.where(take, v, best)
+                    arg = tl.where(take, first + (kr * W + kc), arg)
+            else:
+                real = (live & ((top + kr >= 0) & (top + kr < H))[:, None]
+                        & ((left + kc >= 0) & (left + kc < W))[None, :])
+                v = tl.load(window + (kr * sh + kc * sw), mask=real, other=0.0).to(tl.float32)
+                take = real & ((v > best) | ((v != v) & (best == best)) | ~seen)
                 best = tl.where(take, v, best)
-                arg = tl.where(take, first + (kr * W + kc), arg)
+                place = tl.where(take, kr * K + kc, place)
+                seen = seen | real
+    if P > 0:
+        place = place.to(first.dtype)  # int64 when WIDE: every offset computed in one width
+        arg = first + (place // K) * W + place % K
     out = out_row[:, None] * w + j[None, :]
     tl.store(values_ptr + out, best.to(values_ptr.dtype.element_ty), mask=live)
     tl.store(indices_ptr + out, arg.to(tl.int64), mask=live)
 
 
-def maxpool2d(x: torch.Tensor, k: int):
+def maxpool2d(x: torch.Tensor, k: int, s: int | None = None, p: int = 0):
+    """k×k windows at stride s (k where not given), padded by p (docs/SPEC.md §1.1)."""
+    s = k if s is None else s
     N, C, H, W = x.shape
-    h, w = H // k, W // k
+    h, w = (H + 2 * p - k) // s + 1, (W + 2 * p - k) // s + 1
     values = torch.empty((N, C, h, w), dtype=x.dtype, device=x.device)
     indices = torch.empty((N, C, h, w), dtype=torch.int64, device=x.device)
     rows = N * C * h
     if values.numel():
         _launch_tiles(_maxpool2d_kernel, rows, w, (_span(x), H * W, values.numel()),
-                      x, values, indices, rows, C, h, w, W, *x.stride(), K=k)
+                      x, values, indices, rows, C, h, w, H, W, *x.stride(), K=k, S=s, P=p)
     return values, indices
+
+
+@_autotuned(key=["rows", "H", "W", "h", "w", "K", "S", "P"])
+@triton.jit
+def _maxpool2d_backward_kernel(grad_ptr, indices_ptr, grad_x_ptr, rows, H, W, h, w,
+                               K: tl.constexpr, S: tl.constexpr, P: tl.constexpr, WIDTH_P2: tl.constexpr,
+                               WIDE: tl.constexpr, TILE: tl.constexpr, MAX_W: tl.constexpr):
+    out_row, col, live, _ = _tile(rows, W, WIDTH_P2, WIDE, TILE, MAX_W)  # out_row over planes*H
+    if WIDE:
+        H, W = tl.cast(H, tl.int64), tl.cast(W, tl.int64)
+        h, w = tl.cast(h, tl.int64), tl.cast(w, tl.int64)
+    row = out_row % H
+    plane_base = (out_row // H) * (h * w)
+    here = ((row * W)[:, None] + col[None, :]).to(tl.int64)
+    # The windows covering (row, col): i*S <= row + P < i*S + K, the last such i
+    # first (numerators never negative); at most ceil(K/S) of them each way.
+    last_i, last_j = (row + P) // S, (col + P) // S
+    acc = tl.full(live.shape, 0.0, dtype=tl.float32)
+    for di in tl.static_range((K + S - 1) // S):
+        i = last_i - di
+        row_in = (i >= 0) & (i < h) & (row + P - i * S < K)
+        for dj in tl.static_range((K + S - 1) // S):
+            j = last_j - dj
+            col_in = (j >= 0) & (j < w) & (col + P - j * S < K)
+            inside = live & row_in[:, None] & col_in[None, :]
+            pooled = (plane_base + i * w)[:, None] + j[None, :]
+            index = tl.load(indices_ptr + pooled, mask=inside, other=-1)
+            g = tl.load(grad_ptr + pooled, mask=inside & (index == here), other=0.0)
+            acc += g.to(tl.float32)
+    out = out_row[:, None] * W + col[None, :]
+    tl.store(grad_x_ptr + out, acc.to(grad_x_ptr.dtype.element_ty), mask=live)
+
+
+def maxpool2d_backward(grad: torch.Tensor, indices: torch.Tensor, x_shape, k: int, s: int, p: int):
+    """The backward of windows that may overlap (docs/SPEC.md §1.5) as a gather: each
+    grad_x element reads the indices of the (at most ceil(k/s)²) windows
+    covering it and sums, in float32, the gradients of those whose index is
+    itself. No zero fill, no atomics, each element written once; the same sum
+    on every call."""
+    planes = x_shape[0] * x_shape[1]
+    H, W = x_shape[2], x_shape[3]
+    h, w = grad.shape[2], grad.shape[3]
+    grad, indices = grad.contiguous(), indices.contiguous()
+    grad_x = torch.empty(x_shape, dtype=grad.dtype, device=grad.device)
+    if grad_x.numel():
+        _launch_tiles(_maxpool2d_backward_kernel, planes * H, W, (grad_x.numel(), grad.numel()),
+                      grad, indices, grad_x, planes * H, H, W, h, w, K=k, S=s, P=p)
+    return grad_x
 
 
 @_autotuned(key=["rows", "H", "W", "h", "w", "KH", "KW"])

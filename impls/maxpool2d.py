@@ -639,8 +639,11 @@ SUBSETS_UP_TO = 12  # free windows reaching one element (k = 3 at stride 1: 9), 
 
 def _gradient_as_it_may_land(out, ref, x, grad, ties: str, kernel: tuple[int, int, int], dtype: str):
     """(what ``out`` is compared with bitwise, a note for a mismatch's message):
-    the reference moved where the contract leaves the place open, and ``out``
-    itself wherever ``_accepts`` allows it. Open places: a NaN window's
+    the reference as ``dtype`` holds it, moved where the contract leaves the
+    place open, and ``out`` itself wherever ``_accepts`` allows it. Only the
+    inputs where ``out`` differs from the reference, and those a free window
+    may send to, are looked at (``_landed_at``): a case of a real network's
+    size differs at a few per cent of its inputs. Open places: a NaN window's
     gradient may land on any NaN of the window, and with ``ties="any"`` a tied
     window's on any of its maxima; the windows free to choose are arranged
     (``_arranged``) to explain ``out``, and held to the oracle's choice where
@@ -653,18 +656,70 @@ def _gradient_as_it_may_land(out, ref, x, grad, ties: str, kernel: tuple[int, in
     free = _free_windows(x, values, kernel, ties)
     if free is None and s >= k:
         return ref, ""
-    shape = shape_of(x)
-    finite = xp.where(xp.isfinite(grad), xp.abs(grad), 0.0)
-    ones = xp.ones(shape_of(grad), dtype=xp.float64, device=common.array_device(grad))
-    hits, bound = _scatter(in_window, ones, shape, kernel), _scatter(in_window, finite, shape, kernel)
-    out64 = xp.astype(out, xp.float64)
-    sums, note = ref, ""
+    device = common.array_device(out)
+    out64 = xp.reshape(xp.astype(out, xp.float64), (-1,))
+    expected = xp.reshape(common.round_to_dtype(ref, dtype), (-1,))
+    suspects = xp.nonzero(~((out64 == expected) | (xp.isnan(out64) & xp.isnan(expected))))[0]
+    note = " (where windows overlap, an input several send to is compared with their sum within its rounding)" \
+        if s < k else ""
+    arranged = None
     if free is not None:
-        sums, hits, bound, note = _arranged(out64, (ref, hits, bound), grad, finite, in_window, free, kernel, dtype)
-    if s < k:
-        note += " (where windows overlap, an input several send to is compared with their sum within its rounding)"
-    # elsewhere the sum as the dtype holds it, so that a mismatch's message reads the same on every namespace
-    return xp.where(_accepts(out64, sums, hits, bound, dtype), out64, common.round_to_dtype(sums, dtype)), note
+        arranged, given_up = _arranged(out64, xp.reshape(ref, (-1,)), grad, in_window, free, kernel, dtype,
+                                       shape_of(x))
+        note = given_up + note
+        elements = xp.asarray(arranged[0], device=device)
+        others = xp.ones(shape_of(out64), dtype=xp.bool, device=device)
+        others[elements] = False
+        suspects = xp.concat([suspects[others[suspects]], elements])  # each input once, the arranged last
+    if not suspects.shape[0]:
+        return xp.reshape(expected, shape_of(ref)), note
+    sums = xp.reshape(ref, (-1,))[suspects]
+    hits, bound = _landed_at(suspects, in_window, grad, shape_of(x), kernel)
+    if arranged is not None:
+        elements, moved = arranged
+        tail = slice(int(suspects.shape[0]) - len(elements), None)
+        sums[tail], hits[tail], bound[tail] = (xp.asarray(values, device=device) for values in moved)
+    expected = xp.asarray(expected, copy=True)
+    allowed = _accepts(out64[suspects], sums, hits, bound, dtype)
+    expected[suspects] = xp.where(allowed, out64[suspects], common.round_to_dtype(sums, dtype))
+    return xp.reshape(expected, shape_of(ref)), note
+
+
+def _landed_at(flat, in_window, grad, x_shape, kernel: tuple[int, int, int], shut=None):
+    """(hits, bound) at the inputs ``flat`` (flat over (N, C, H, W)): how many
+    windows' indices (``in_window``, the place in each window) are that input,
+    and the sum of their gradients' finite magnitudes; ``shut`` (N, C, h, w),
+    when given: only those windows' gradients, and (sums) their sum too. The
+    windows covering an input are at most ceil(k/s)² a side; each is read
+    once, whatever the case's size."""
+    xp = array_namespace(in_window, grad)
+    k, s, p = kernel
+    N, C, H, W = x_shape
+    h, w = shape_of(in_window)[2:]
+    plane, rest = flat // (H * W), flat % (H * W)
+    row, col = rest // W, rest % W
+    places, sent = xp.reshape(in_window, (-1,)), xp.reshape(grad, (-1,))
+    counted = None if shut is None else xp.reshape(shut, (-1,))
+    zeros = xp.zeros(shape_of(flat), dtype=xp.float64, device=common.array_device(grad))
+    hits, bound, sums = zeros, xp.asarray(zeros, copy=True), xp.asarray(zeros, copy=True)
+    span = -(-k // s)
+    for di in range(span):
+        i = (row + p) // s - di
+        for dj in range(span):
+            j = (col + p) // s - dj
+            inside = ((i >= 0) & (i < h) & (j >= 0) & (j < w) & (row + p - i * s < k) & (col + p - j * s < k))
+            window = (plane * h + xp.clip(i, 0, h - 1)) * w + xp.clip(j, 0, w - 1)
+            place = (row + p - i * s) * k + (col + p - j * s)
+            hit = inside & (xp.astype(places[window], xp.int64) == place)
+            if counted is not None:
+                hit = hit & counted[window]
+            value = sent[window]
+            with np.errstate(invalid="ignore", over="ignore"):  # inf - inf: NaN, and overflow, as adding gives
+                hits = hits + xp.astype(hit, xp.float64)
+                bound = bound + xp.where(hit & xp.isfinite(value), xp.abs(value), 0.0)
+                if counted is not None:
+                    sums = sums + xp.where(hit, value, 0.0)
+    return (hits, bound) if counted is None else (sums, hits, bound)
 
 
 def _free_windows(x, values, kernel: tuple[int, int, int], ties: str):
@@ -709,22 +764,19 @@ def _accepts(out, sums, hits, bound, dtype: str):
         return same | ((hits >= 2) & (close | overflowed))
 
 
-def _arranged(out64, oracle_choice, grad, finite, in_window, free, kernel, dtype):
-    """(sums, hits, bound, note): ``oracle_choice``'s three (N, C, H, W) arrays
-    (the oracle's sums, how many windows landed, Σ|g|), with the free windows'
-    gradients moved to where an arrangement explains ``out64``: each free
-    window takes one of its allowed elements, searched depth first per group
-    of free windows sharing elements (``_search``). A group no arrangement
+def _arranged(out64, ref, grad, in_window, free, kernel, dtype, x_shape):
+    """((elements, (sums, hits, bound)), note): the inputs the free windows may
+    send to (flat, numpy) and what lands there once the free windows'
+    gradients are moved to where an arrangement explains ``out64`` (flat):
+    each free window takes one of its allowed elements, searched per group of
+    free windows sharing elements (``_search``). A group no arrangement
     explains, or with more than ``ARRANGEMENTS_SEARCHED`` to try, keeps the
-    oracle's choice."""
+    oracle's choice (``ref``, flat, and the oracle's landings)."""
     xp = array_namespace(out64, grad)
     free_mask, allowed = free
     k, s, p = kernel
-    N, C, H, W = shape_of(out64)
-    shape = (N, C, H, W)
+    C, H, W = x_shape[1:]
     device = common.array_device(out64)
-    fixed = [_scatter(in_window, xp.where(free_mask, 0.0, value), shape, kernel)
-             for value in (grad, xp.ones(shape_of(grad), dtype=xp.float64, device=device), finite)]
     # The free windows on the host: where they are, their gradients and their allowed elements.
     n, c, i, j = (np.asarray(to_numpy(axis)) for axis in xp.nonzero(free_mask))
     sent = np.asarray(to_numpy(grad[free_mask]), dtype=np.float64)
@@ -736,10 +788,12 @@ def _arranged(out64, oracle_choice, grad, finite, in_window, free, kernel, dtype
         candidates.append(((n[t] * C + c[t]) * H + rows) * W + cols)
     elements = np.unique(np.concatenate(candidates))
     where = xp.asarray(elements, device=device)
-    gathered = [np.asarray(to_numpy(xp.reshape(a, (-1,))[where]), dtype=np.float64)
-                for a in (out64, *fixed)]
+    fixed = _landed_at(where, in_window, grad, x_shape, kernel, shut=~free_mask)
+    gathered = [np.asarray(to_numpy(a), dtype=np.float64) for a in (out64[where], *fixed)]
     local = [np.searchsorted(elements, cands) for cands in candidates]
-    results = [np.asarray(to_numpy(xp.reshape(a, (-1,))[where]), dtype=np.float64).copy() for a in oracle_choice]
+    results = [np.asarray(to_numpy(ref[where]), dtype=np.float64).copy(),
+               *(np.asarray(to_numpy(a), dtype=np.float64).copy() for a in _landed_at(where, in_window, grad,
+                                                                                     x_shape, kernel))]
     given_up = 0
     for group in _groups(local):
         found = _search([local[t] for t in group], sent[group], gathered, dtype)
@@ -749,14 +803,11 @@ def _arranged(out64, oracle_choice, grad, finite, in_window, free, kernel, dtype
         touched = np.unique(np.concatenate([local[t] for t in group]))
         for result, values in zip(results, found):
             result[touched] = values[touched]
-    arrays = []
-    for array, values in zip(oracle_choice, results):
-        array = xp.asarray(array, copy=True)
-        xp.reshape(array, (-1,))[where] = xp.asarray(values, device=device)
-        arrays.append(array)
     note = (f" ({given_up} windows free to send to any of their NaNs or maxima are held to the oracle's choice: "
             f"no arrangement of them found explains the output)") if given_up else ""
-    return (*arrays, note)
+    return (elements, tuple(results)), note
+
+
 def _groups(candidates: list[np.ndarray]) -> list[np.ndarray]:
     """The windows (numbers into ``candidates``) in groups that share an allowed
     element, transitively: each group's arrangement is searched on its own."""
@@ -962,37 +1013,54 @@ def numpy_scatter_backward(inputs, params):
 
 
 def numba_scatter_backward(inputs, params):
-    """The numba backward (``kernels_numba.maxpool2d_backward``): per band of
-    k rows, zeroed in cache and the band's gradients written at their
-    indices; grad_x written once. Compiled here for the case's layout."""
+    """The numba backward. For k×k windows at stride k
+    (``kernels_numba.maxpool2d_backward``): per band of k rows, zeroed in
+    cache and the band's gradients written at their indices; grad_x written
+    once. For any other window (``kernels_numba.maxpool2d_window_backward``):
+    per plane, zeroed and the gradients added at their indices in window
+    order by the plane's one thread, so colliding windows race with nothing.
+    Compiled here for the case's layout."""
     from impls import kernels_numba
 
-    x, k = inputs["x"], params["k"]
+    x = inputs["x"]
+    k, s, p = window(params)
+    N, C, H, W = x.shape
 
     def backward(saved, grad):
         _, indices = saved
         grad_x = np.empty(x.shape, dtype=grad.dtype)
-        bad = kernels_numba.maxpool2d_backward(grad, indices, k, grad_x)
+        if s != k or p:
+            h, w = grad.shape[2:]
+            bad = kernels_numba.maxpool2d_window_backward(grad.reshape(N * C, h, w), indices.reshape(N * C, h, w),
+                                                          grad_x.reshape(N * C, H * W))
+        else:
+            bad = kernels_numba.maxpool2d_backward(grad, indices, k, grad_x)
         if bad:
-            raise ValueError(f"indices: {bad} outside their own window")
+            raise ValueError(f"indices: {bad} outside their own {'plane' if s != k or p else 'window'}")
         return grad_x
 
     return backward
 
 
 def triton_gather_backward(inputs, params):
-    """The Triton backward: the scatter written as a gather, with maxunpool's
-    kernel (``kernels_triton.unpool_gather``): each grad_x element reads the
-    forward index of the window holding it and keeps the window's gradient
-    where the index is its own; no zero fill, no atomics, grad_x written once,
-    cropped rows and columns 0. Valid because max-pooling's indices lie in
-    their own windows. A strided gradient is copied first."""
+    """The Triton backward, a gather: each grad_x element reads the forward
+    indices of the windows covering it and keeps the gradients of those whose
+    index is its own; no zero fill, no atomics, grad_x written once, cropped
+    rows and columns 0. Valid because max-pooling's indices lie in their own
+    windows. For k×k windows at stride k, one window covers each element:
+    maxunpool's kernel (``kernels_triton.unpool_gather``). Where windows
+    overlap, up to ceil(k/s)² do, and their gradients are summed in float32
+    in a fixed order (``kernels_triton.maxpool2d_backward``). A strided
+    gradient is copied first."""
     from impls import kernels_triton
 
-    shape, k = tuple(inputs["x"].shape), params["k"]
+    shape = tuple(inputs["x"].shape)
+    k, s, p = window(params)
 
     def backward(saved, grad):
         _, indices = saved
+        if s != k or p:
+            return kernels_triton.maxpool2d_backward(grad, indices, shape, k, s, p)
         return kernels_triton.unpool_gather(grad, indices, shape, (k, k))
 
     return backward
@@ -1201,35 +1269,57 @@ def torch_compile_reshape_argmax(inputs, params):
     return compiled(torch_reshape_argmax_fn, inputs["x"], params["k"])
 
 
-@strategy("maxpool2d", backend="numba", **INDICES_FIRST_TIE, backward=numba_scatter_backward)
+@strategy("maxpool2d", backend="numba", **INDICES_FIRST_TIE, backward=numba_scatter_backward,
+          outside_when=every_case)
 def numba_fused(inputs, params):
-    """Added: one parallel numba kernel compiled for this k. Per chunk of
-    bands sized to stay in L1, a vectorised vertical max (with its flat index)
-    into a per-thread scratch, then one flat horizontal pick per window with
-    row-major tie-breaking: reads x once, writes values and indices once.
-    A strided x is first copied to C order, inside the timed call."""
+    """Added: one parallel numba kernel compiled for this window. For k×k
+    windows at stride k: per chunk of bands sized to stay in L1, a vectorised
+    vertical max (with its flat index) into a per-thread scratch, then one
+    flat horizontal pick per window with row-major tie-breaking. For any other
+    stride and padding (``kernels_numba.maxpool2d_window_kernel``): the same
+    two passes per output row, over the window's real rows and columns only.
+    Reads x once, writes values and indices once. A strided x is first copied
+    to C order, inside the timed call."""
     import numba
 
     from impls import kernels_numba
 
-    x, k = inputs["x"], params["k"]
+    x = inputs["x"]
+    k, s, p = window(params)
     N, C, H, W = x.shape
-    kernel = kernels_numba.maxpool2d_kernel(k)
+    h, w = _pooled_plane(H, W, k, s, p)
     # Plane-relative indices fit int32 for any plane under 2**31 elements: half the scratch.
     index_dtype = np.int32 if H * W < 2**31 else np.int64
+    threads = numba.config.NUMBA_NUM_THREADS
+    if s != k or p:
+        kernel = kernels_numba.maxpool2d_window_kernel(k, s, p)
+        row_length = -(-W // 16) * 16 + 16  # a cache line of padding between threads' rows
+        scratch_values = np.empty((threads, row_length), dtype=x.dtype)
+        scratch_indices = np.empty((threads, row_length), dtype=index_dtype)
+
+        def run():
+            values = np.empty((N, C, h, w), dtype=x.dtype)
+            indices = np.empty((N, C, h, w), dtype=np.int64)
+            kernel(np.ascontiguousarray(x).reshape(N * C, H, W), H, W, h, w, values.reshape(N * C, h, w),
+                   indices.reshape(N * C, h, w), scratch_values, scratch_indices)
+            return values, indices
+
+        run()  # JIT compile for this signature outside the timed region
+        return run
+
+    kernel = kernels_numba.maxpool2d_kernel(k)
     span = (W // k) * k
     # ~16 KiB of scratch per chunk (values + indices): in L1 between the two passes.
     scratch_elements = 16384 // (x.dtype.itemsize + np.dtype(index_dtype).itemsize)
     bands_per_item = max(1, scratch_elements // max(span, 1))
     # One cache line of padding between threads' rows, so they never share one.
     row_length = -(-(bands_per_item * span) // 16) * 16 + 16
-    threads = numba.config.NUMBA_NUM_THREADS
     scratch_values = np.empty((threads, row_length), dtype=x.dtype)
     scratch_indices = np.empty((threads, row_length), dtype=index_dtype)
 
     def run():
-        values = np.empty((N, C, H // k, W // k), dtype=x.dtype)
-        indices = np.empty((N, C, H // k, W // k), dtype=np.int64)
+        values = np.empty((N, C, h, w), dtype=x.dtype)
+        indices = np.empty((N, C, h, w), dtype=np.int64)
         kernel(np.ascontiguousarray(x).reshape(-1), H, W, values.reshape(-1), indices.reshape(-1),
                scratch_values, scratch_indices, bands_per_item)
         return values, indices
@@ -1238,16 +1328,19 @@ def numba_fused(inputs, params):
     return run
 
 
-@strategy("maxpool2d", backend="triton", **INDICES_FIRST_TIE, backward=triton_gather_backward)
+@strategy("maxpool2d", backend="triton", **INDICES_FIRST_TIE, backward=triton_gather_backward,
+          outside_when=every_case)
 def triton_fused(inputs, params):
     """Added: one Triton kernel, one output element per lane, k² strided loads
     (neighbouring lanes share cache lines), first-maximum and NaN rules as
-    selects; reads x once, writes values and int64 indices once."""
+    selects; padding masked, never loaded; reads x once, writes values and
+    int64 indices once."""
     from impls import kernels_triton
 
-    x, k = inputs["x"], params["k"]
+    x = inputs["x"]
+    k, s, p = window(params)
     # Compiled and autotuned for these sizes here, outside the timed calls.
-    return kernels_triton.prepared(lambda: kernels_triton.maxpool2d(x, k))
+    return kernels_triton.prepared(lambda: kernels_triton.maxpool2d(x, k, s, p))
 
 
 def order_key(x):

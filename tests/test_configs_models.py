@@ -9,18 +9,20 @@ import yaml
 
 from harness.base.config import expand, load_config
 from harness.measuring import memory
+from impls import maxpool2d
 from impls.registry import get_operator
 from tests.helpers import ROOT
 
 MODELS = ROOT / "configs" / "models.yaml"
 
 # The planes (C, H, W) the issue names per network; each must be in the sweep
-# for the operators listed (k = 2 everywhere: every network here pools 2x2/2).
+# for the operators listed (k = 2 for these: they pool 2x2/2).
 VGG16 = [(64, 224, 224), (128, 112, 112), (256, 56, 56), (512, 28, 28), (512, 14, 14)]
 SEGNET = [(64, 360, 480), (128, 180, 240), (256, 90, 120), (512, 45, 60), (512, 23, 30)]
 LENET = [(20, 24, 24), (50, 8, 8)]
 ENET_POOLS = [(3, 512, 512), (16, 256, 256), (64, 128, 128)]
 ENET_UNPOOLS = [(64, 128, 128), (16, 256, 256)]
+RESNET_STEM_WINDOW = (3, 2, 1)  # ResNet's stem: k, s, p (torchvision's resnet.py)
 # The machine `scatterbench run configs/models.yaml` is sized for (issue 32: 24 GiB of RAM).
 MACHINE_BYTES = 24 * 2**30
 
@@ -42,6 +44,11 @@ def test_every_operator_has_its_model_cases(cases):
         assert set(wanted) <= pools, f"{network} pools missing: {set(wanted) - pools}"
         assert set(wanted) <= unpools, f"{network} unpools missing: {set(wanted) - unpools}"
     assert set(ENET_POOLS) <= pools and set(ENET_UNPOOLS) <= unpools
+    stems = {(c.params_dict["N"], c.params_dict["C"], c.params_dict["H"], c.params_dict["W"]) for c in cases
+             if c.op == "maxpool2d" and maxpool2d.window(c.params_dict) == RESNET_STEM_WINDOW}
+    assert {(32, 64, 112, 112), (64, 64, 112, 112)} <= stems, "ResNet's stem missing"
+    assert {c.mode for c in cases if c.op == "maxpool2d" and maxpool2d.window(c.params_dict) == RESNET_STEM_WINDOW} \
+        == {"forward", "backward", "forward+backward"}
     seed_002 = [c.params_dict for c in cases if c.op == "maxunpool" and c.params_dict["form"] == "1d"]
     assert dict(form="1d", B=2, F=3, L=4, f=5) in seed_002
     for op in ("dispersion", "dispersion_pinv"):

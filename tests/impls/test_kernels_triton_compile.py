@@ -148,6 +148,11 @@ def test_maxpool2d_compiles(monkeypatch, tmp_path, dtype, layout):
     if layout == "channels_last":
         x = x.to(memory_format=torch.channels_last)
     _compile_all(_capture(monkeypatch, lambda: kernels_triton.maxpool2d(x, 2)), tmp_path)
+    # ResNet's stem: overlapping windows, padded (the padding masked), and their backward's gather
+    _compile_all(_capture(monkeypatch, lambda: kernels_triton.maxpool2d(x, 3, 2, 1)), tmp_path)
+    grad, indices = torch.randn(2, 3, 4, 150).to(dtype), torch.zeros(2, 3, 4, 150, dtype=torch.int64)
+    _compile_all(_capture(monkeypatch, lambda: kernels_triton.maxpool2d_backward(grad, indices, x.shape, 3, 2, 1)),
+                 tmp_path)
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
@@ -190,6 +195,9 @@ def _calls(size: str, dtype=torch.float16):
     positions = torch.empty(1, 2, H // 2, W // 2, dtype=torch.int64, device="meta")
     return {
         "maxpool2d": lambda: kernels_triton.maxpool2d(torch.empty(1, 2, H, W, **meta), 3),
+        "maxpool2d_stem": lambda: kernels_triton.maxpool2d(torch.empty(1, 2, H, W, **meta), 3, 2, 1),
+        "maxpool2d_backward": lambda: kernels_triton.maxpool2d_backward(
+            torch.empty(1, 2, H // 2, W // 2, **meta), positions, (1, 2, H, W), 3, 2, 1),
         "unpool_gather": lambda: kernels_triton.unpool_gather(values, positions, (1, 2, H, W), (2, 2)),
         "unpool_scatter": lambda: kernels_triton.unpool_scatter(values, positions, (1, 2, H, W)),
         "unpool_backward": lambda: kernels_triton.unpool_backward(torch.empty(1, 2, H, W, **meta), positions,
@@ -231,7 +239,8 @@ def test_large_launches_compute_indices_in_64_bits_small_ones_in_32(monkeypatch,
         assert _integer_widths(kernel, args, constexprs) == {width}, f"{size} launch"
 
 
-KERNELS = [kernels_triton._maxpool2d_kernel, kernels_triton._unpool_gather_kernel, kernels_triton._unpool_scatter_kernel,
+KERNELS = [kernels_triton._maxpool2d_kernel, kernels_triton._maxpool2d_backward_kernel,
+           kernels_triton._unpool_gather_kernel, kernels_triton._unpool_scatter_kernel,
            kernels_triton._unpool_backward_kernel, kernels_triton._dispersion_kernel,
            kernels_triton._dispersion_pinv_kernel]
 

@@ -100,6 +100,12 @@ INDEX_WIDTHS = {
     "maxpool2d input 2**32": (lambda: kernels_triton.maxpool2d(_meta(2**14, 2**4, 128, 128), 2), True),
     "maxpool2d channels_last input 2**32": (lambda: kernels_triton.maxpool2d(
         _meta(2**14, 2**4, 128, 128).to(memory_format=torch.channels_last), 2), True),
+    "maxpool2d stem plane 2**31 + 2**17": (lambda: kernels_triton.maxpool2d(_meta(1, 1, 2**16, 2**15 + 2), 3, 2, 1),
+                                           True),
+    "maxpool2d backward stem plane 2**31 + 2**17": (lambda: kernels_triton.maxpool2d_backward(
+        *_pooled(1, 1, 2**15, 2**14 + 1), (1, 1, 2**16, 2**15 + 2), 3, 2, 1), True),
+    "maxpool2d backward stem plane 2**30": (lambda: kernels_triton.maxpool2d_backward(
+        *_pooled(1, 1, 2**14, 2**14), (1, 1, 2**15, 2**15), 3, 2, 1), False),
     "unpool_gather plane 2**31 + 2**17": (lambda: kernels_triton.unpool_gather(
         *_pooled(1, 1, 2**15, 2**14 + 1), (1, 1, 2**16, 2**15 + 2), (2, 2)), True),
     "unpool_gather plane 2**30": (lambda: kernels_triton.unpool_gather(
@@ -150,11 +156,15 @@ def small_calls():
     # Integers in [-3, 3]: ties are common, so the first-maximum rule is exercised.
     x = torch.randint(-3, 4, (2, 3, 7, 300), generator=generator).to(torch.float16)
     pooled_values, pooled_indices = kernels_triton.maxpool2d(x, 2)
+    stem_values, stem_indices = kernels_triton.maxpool2d(x, 3, 2, 1)
     mask = torch.rand(5, 300, generator=generator) + 0.5
     x_dispersion, x_half, y = randn(2, 4, 5, 300), randn(1, 3, 5, 300, dtype=torch.bfloat16), randn(2, 1, 5, 309)
     return {
         "maxpool2d": lambda: kernels_triton.maxpool2d(x, 2),
         "maxpool2d channels_last k3": lambda: kernels_triton.maxpool2d(x.to(memory_format=torch.channels_last), 3),
+        "maxpool2d stem": lambda: kernels_triton.maxpool2d(x, 3, 2, 1),
+        "maxpool2d stem backward": lambda: kernels_triton.maxpool2d_backward(stem_values, stem_indices,
+                                                                             (2, 3, 7, 300), 3, 2, 1),
         "unpool_gather": lambda: kernels_triton.unpool_gather(pooled_values, pooled_indices, (2, 3, 7, 300), (2, 2)),
         "unpool_scatter": lambda: kernels_triton.unpool_scatter(pooled_values, pooled_indices, (2, 3, 7, 300)),
         "unpool_backward": lambda: kernels_triton.unpool_backward(x, pooled_indices, pooled_values.shape),
@@ -181,8 +191,9 @@ def _bits(t: torch.Tensor) -> torch.Tensor:
     return t.contiguous().view(-1).view(torch.uint8) if t.is_floating_point() else t
 
 
-@pytest.mark.parametrize("name", ["maxpool2d", "maxpool2d channels_last k3", "unpool_gather", "unpool_scatter",
-                                  "unpool_backward", "dispersion", "dispersion S0 bfloat16", "dispersion_pinv"])
+@pytest.mark.parametrize("name", ["maxpool2d", "maxpool2d channels_last k3", "maxpool2d stem", "maxpool2d stem backward",
+                                  "unpool_gather", "unpool_scatter", "unpool_backward", "dispersion",
+                                  "dispersion S0 bfloat16", "dispersion_pinv"])
 def test_int64_kernels_compute_what_int32_kernels_do(monkeypatch, small_calls, name):
     """Under the interpreter, the int64 variant (forced here, as sizes past
     2**31 choose it) gives the same bits as the int32 one, which the oracle

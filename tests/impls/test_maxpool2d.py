@@ -154,12 +154,14 @@ def test_an_index_in_an_overlapping_neighbours_window_is_wrong():
     assert wrong.status == MISMATCH and wrong.differences == {common.INDEX}
 
 
-EVERY_WINDOW = ("torch_max_pool2d", "torch_max_pool2d_indices", "jax_reduce_window", "numpy_sliding_window")
+EVERY_WINDOW = ("torch_max_pool2d", "torch_max_pool2d_indices", "jax_reduce_window", "numpy_sliding_window",
+                "numba_fused", "triton_fused")
 
 
 def test_a_strategy_written_for_plain_windows_is_skipped_on_others_never_wrong():
     from harness.measuring import check
     from impls import training
+    from impls.backends import get_backend
     from impls.status import OK, SKIPPED
 
     op = get_operator("maxpool2d")
@@ -172,14 +174,15 @@ def test_a_strategy_written_for_plain_windows_is_skipped_on_others_never_wrong()
             assert reason.startswith("not for this case: written for k×k windows at stride k"), name
             assert training.applies(strat, "forward", dict(N=1, C=1, H=4, W=4, k=2)) is None
     ref = check.reference("maxpool2d", params, "float32", "adversarial", 0)
-    skipped = check.attempt(op.strategies["numba_fused"], ref, "float32", "cpu")
+    skipped = check.attempt(op.strategies["torch_reshape_argmax"], ref, "float32", "cpu")
     assert skipped.verdict.status == SKIPPED and "not overlapping or padded ones" in skipped.verdict.message
     for name in EVERY_WINDOW:
-        for layout in ("contiguous", "channels_last"):
+        for layout in get_backend(op.strategies[name].backend).layouts:
             judged = check.attempt(op.strategies[name], ref, "float32", "cpu", layout)
             assert judged.verdict.status == OK, (name, layout, judged.verdict.message)
     # the training modes are judged too, for every strategy with a backward that takes the window
-    for name in ("torch_max_pool2d", "torch_max_pool2d_indices", "numpy_sliding_window"):
+    for name in ("torch_max_pool2d", "torch_max_pool2d_indices", "numpy_sliding_window", "numba_fused",
+                 "triton_fused"):
         for mode in training.TRAINING_MODES:
             assert training.applies(op.strategies[name], mode, params) is None, (name, mode)
             training_ref = check.reference("maxpool2d", params, "float32", "adversarial", 0, mode)
