@@ -429,7 +429,11 @@ def _spread(array: np.ndarray) -> np.ndarray:
 # ----------------------------------------------------------------------- numpy
 def _numpy_to_native(array: np.ndarray, device: str, dtype: str, layout: str) -> np.ndarray:
     converted = array.astype(dtype) if array.dtype.kind == "f" else array.astype(np.int64)
-    return _spread(converted) if layout == "noncontiguous" else np.ascontiguousarray(converted)
+    if layout == "noncontiguous":
+        return _spread(converted)
+    if layout == "channels_last" and converted.ndim == 4:  # (N, C, H, W) held N, H, W, C in memory
+        return np.ascontiguousarray(converted.transpose(0, 2, 3, 1)).transpose(0, 3, 1, 2)
+    return np.ascontiguousarray(converted)
 
 
 def _is_numpy(value: Any) -> bool:
@@ -709,7 +713,7 @@ def fresh_allocators() -> tuple[str, ...]:
 
 register_backend(Backend(
     name="numpy", module="numpy", devices=("cpu",), dtypes=("float16", "float32", "float64"),
-    layouts=LAYOUTS[:2], to_native=_numpy_to_native, to_numpy=np.asarray, owns=_is_numpy,
+    layouts=LAYOUTS, to_native=_numpy_to_native, to_numpy=np.asarray, owns=_is_numpy,
     threads=NUMPY_THREADS, counts_version=True, colour="#4c72b0",
     # np.empty asks for transparent huge pages; torch.empty does not by default.
     fresh_buffer=lambda nbytes: np.empty(nbytes // 4, dtype=np.float32)))
@@ -731,7 +735,7 @@ def _numba_llvm_target_env(cpu_name: str, cpu_features: str) -> dict:
 # numba and PyTensor compile for real types on the CPU and take numpy arrays
 # (PyTensor's C code calls numpy's BLAS: numpy's knob covers it).
 register_backend(Backend(
-    name="numba", module="numba", devices=("cpu",), dtypes=("float32", "float64"), layouts=LAYOUTS[:2],
+    name="numba", module="numba", devices=("cpu",), dtypes=("float32", "float64"), layouts=LAYOUTS,
     to_native=_numpy_to_native, to_numpy=np.asarray, owns=lambda value: False, threads=NUMBA_THREADS,
     compiles=True, counts_version=True, llvm_target_env=_numba_llvm_target_env, colour="#8172b3", extra="numba"))
 register_backend(Backend(

@@ -299,60 +299,84 @@ def dispersion_pinv_backward(grad_x, mask, S, grad_y):
 def maxpool2d_window_kernel(K: int, S: int, P: int):
     """The maxpool kernel for k×k windows at stride S padded by P (docs/SPEC.md §1.1),
     overlapping (S < K, ResNet's stem) or with gaps (S > K); K, S and P are
-    compile-time constants. Parallel over (plane, output row); per output row
-    two passes, each a plain loop along contiguous memory:
+    compile-time constants. Parallel over planes (a thread a plane: tens to
+    thousands of them, so no thread waits on tiny items); per output row two
+    passes, each a plain loop along contiguous memory:
 
     - vertical: for every input column, the maximum over the window's real rows
       (the padding is never read, so never a maximum) and its plane-relative
       flat index, into the thread's scratch row; a later row takes the place
       only when greater, or the first NaN;
-    - horizontal: each output picks among the scratch of its real columns; a
-      tie goes to the smaller flat index (row-major window order: the first
-      maximum), a NaN beats any number and the first NaN stays. A window of
-      -inf only keeps its first real element, as the contract asks.
+    - horizontal: each output picks among the scratch of its window's columns;
+      a tie goes to the smaller flat index (row-major window order: the first
+      maximum), a NaN beats any number and the first NaN stays. The outputs
+      whose window lies wholly inside the row run K unrolled steps at stride S
+      (LLVM vectorises them as interleaved loads); the few at a padded edge
+      clip their columns. A window of -inf only keeps its first real element.
     """
+    inside_first = -(-P // S)  # the first output whose window starts at column 0 or later
+
+    @numba.njit(inline="always")
+    def pick(column_best, column_index, first_col, last_col):
+        best = column_best[first_col]
+        best_index = column_index[first_col]
+        for c in range(first_col + 1, last_col):
+            v = column_best[c]
+            index = column_index[c]
+            nan_v, nan_best = v != v, best != best
+            take = ((v > best) | ((v == best) & (index < best_index)) | (nan_v & ~nan_best)
+                    | (nan_v & nan_best & (index < best_index)))
+            best = v if take else best
+            best_index = index if take else best_index
+        return best, best_index
 
     @numba.njit(**_JIT)
     def kernel(x, H, W, h, w, values, indices, scratch_values, scratch_indices):
         planes = x.shape[0]
-        for item in prange(planes * h):
-            plane, i = item // h, item % h
+        inside_last = min((W + P - K) // S, w - 1)  # the last output whose window ends at column W or before
+        for plane in prange(planes):
             thread = numba.get_thread_id()
             column_best = scratch_values[thread, :W]
             column_index = scratch_indices[thread, :W]
-            top = i * S - P
-            first_row, last_row = max(top, 0), min(top + K, H)
             source = x[plane]
-            start = source[first_row]
-            for c in range(W):
-                column_best[c] = start[c]
-                column_index[c] = first_row * W + c
-            for r in range(first_row + 1, last_row):
-                row = source[r]
-                row_base = r * W
+            for i in range(h):
+                top = i * S - P
+                first_row, last_row = max(top, 0), min(top + K, H)
+                start = source[first_row]
                 for c in range(W):
-                    v = row[c]
-                    best = column_best[c]
-                    take = (v > best) | ((v != v) & (best == best))
-                    column_best[c] = v if take else best
-                    column_index[c] = row_base + c if take else column_index[c]
-            out_values = values[plane, i]
-            out_indices = indices[plane, i]
-            for j in range(w):
-                left = j * S - P
-                first_col, last_col = max(left, 0), min(left + K, W)
-                best = column_best[first_col]
-                best_index = column_index[first_col]
-                for c in range(first_col + 1, last_col):
-                    v = column_best[c]
-                    index = column_index[c]
-                    nan_v, nan_best = v != v, best != best
-                    take = ((v > best) | ((v == best) & (index < best_index)) | (nan_v & ~nan_best)
-                            | (nan_v & nan_best & (index < best_index)))
-                    best = v if take else best
-                    best_index = index if take else best_index
-                out_values[j] = best
-                out_indices[j] = best_index
+                    column_best[c] = start[c]
+                    column_index[c] = first_row * W + c
+                for r in range(first_row + 1, last_row):
+                    row = source[r]
+                    row_base = r * W
+                    for c in range(W):
+                        v = row[c]
+                        best = column_best[c]
+                        take = (v > best) | ((v != v) & (best == best))
+                        column_best[c] = v if take else best
+                        column_index[c] = row_base + c if take else column_index[c]
+                out_values = values[plane, i]
+                out_indices = indices[plane, i]
+                for j in range(min(inside_first, w)):
+                    left = j * S - P
+                    out_values[j], out_indices[j] = pick(column_best, column_index, max(left, 0), min(left + K, W))
+                for j in range(inside_first, inside_last + 1):
+                    left = j * S - P
+                    best = column_best[left]
+                    best_index = column_index[left]
+                    for kc in range(1, K):
+                        v = column_best[left + kc]
+                        index = column_index[left + kc]
+                        nan_v, nan_best = v != v, best != best
+                        take = ((v > best) | ((v == best) & (index < best_index)) | (nan_v & ~nan_best)
+                                | (nan_v & nan_best & (index < best_index)))
+                        best = v if take else best
+                        best_index = index if take else best_index
+                    out_values[j] = best
+                    out_indices[j] = best_index
+                for j in range(max(inside_last + 1, inside_first), w):
+                    left = j * S - P
+                    out_values[j], out_indices[j] = pick(column_best, column_index, max(left, 0), min(left + K, W))
 
     return kernel
 
@@ -382,3 +406,84 @@ def maxpool2d_window_backward(grad, indices, grad_x):
                 else:
                     bad += 1
     return bad
+
+
+# ------------------------------------------------------- channels-last (NHWC in memory)
+@functools.lru_cache(maxsize=None)
+def maxpool2d_nhwc_kernel(K: int, S: int, P: int):
+    """The maxpool kernel for a channels-last x (N, H, W, C in memory), any
+    window (K, S, P compile-time constants): parallel over (image, output
+    row); for each output, the window's real elements in row-major order,
+    each a contiguous run of C channels, compared lane by lane (LLVM
+    vectorises across C): a later element takes a channel only when greater,
+    or the first NaN; the first real element is taken whatever it holds (an
+    all -inf window's index). Values and indices are written channels-last
+    too, each once: (N, h, w, C) in memory, as torch's channels-last kernel
+    returns them."""
+
+    @numba.njit(**_JIT)
+    def kernel(x, h, w, values, indices):
+        N, H, W, C = x.shape
+        for item in prange(N * h):
+            n, i = item // h, item % h
+            top = i * S - P
+            first_row, last_row = max(top, 0), min(top + K, H)
+            for j in range(w):
+                left = j * S - P
+                first_col, last_col = max(left, 0), min(left + K, W)
+                best = values[n, i, j]
+                best_index = indices[n, i, j]
+                start = x[n, first_row, first_col]
+                for ch in range(C):
+                    best[ch] = start[ch]
+                    best_index[ch] = first_row * W + first_col
+                for r in range(first_row, last_row):
+                    for c in range(first_col, last_col):
+                        if r == first_row and c == first_col:
+                            continue
+                        element = x[n, r, c]
+                        flat = r * W + c
+                        for ch in range(C):
+                            v = element[ch]
+                            b = best[ch]
+                            take = (v > b) | ((v != v) & (b == b))
+                            best[ch] = v if take else b
+                            best_index[ch] = flat if take else best_index[ch]
+
+    return kernel
+
+
+@functools.lru_cache(maxsize=None)
+def maxpool2d_nhwc_backward(K: int, S: int, P: int):
+    """The backward of ``maxpool2d_nhwc_kernel`` (docs/SPEC.md §1.5) as a gather,
+    race-free: parallel over (image, input row); each input element reads the
+    indices of the windows covering it (at most ceil(K/S) a side) and adds,
+    channel by channel (vectorised across C), the gradients of those whose
+    index is itself, windows in row-major order. ``grad``, ``indices``:
+    (N, h, w, C) in memory; ``grad_x`` (N, H, W, C), each element written once."""
+    span = -(-K // S)
+
+    @numba.njit(**_JIT)
+    def backward(grad, indices, grad_x):
+        N, H, W, C = grad_x.shape
+        h, w = grad.shape[1], grad.shape[2]
+        for item in prange(N * H):
+            n, r = item // H, item % H
+            for c in range(W):
+                out = grad_x[n, r, c]
+                for ch in range(C):
+                    out[ch] = 0
+                flat = r * W + c
+                for di in range(span - 1, -1, -1):
+                    i = (r + P) // S - di
+                    if i < 0 or i >= h or r + P - i * S >= K:
+                        continue
+                    for dj in range(span - 1, -1, -1):
+                        j = (c + P) // S - dj
+                        if j < 0 or j >= w or c + P - j * S >= K:
+                            continue
+                        window_grad = grad[n, i, j]
+                        window_index = indices[n, i, j]
+                        for ch in range(C):
+                            out[ch] += window_grad[ch] if window_index[ch] == flat else 0
+    return backward

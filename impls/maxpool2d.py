@@ -70,6 +70,12 @@ def _padded(a, p: int, fill):
     return padded
 
 
+def channels_last(x) -> bool:
+    """Whether a numpy x (N, C, H, W) lies channels-last in memory (N, H, W, C, C order)
+    and not also in C order (one channel, or 1x1 planes, are both)."""
+    return x.ndim == 4 and not x.flags.c_contiguous and x.transpose(0, 2, 3, 1).flags.c_contiguous
+
+
 def plain_windows_only(params) -> str | None:
     """``Strategy.outside_when`` of a strategy written for k×k windows at stride k without
     padding (the seeds' reshape forms and the kernels built on them)."""
@@ -1019,15 +1025,24 @@ def numba_scatter_backward(inputs, params):
     once. For any other window (``kernels_numba.maxpool2d_window_backward``):
     per plane, zeroed and the gradients added at their indices in window
     order by the plane's one thread, so colliding windows race with nothing.
+    For a channels-last x, a gather vectorised across the channels
+    (``kernels_numba.maxpool2d_nhwc_backward``), grad_x channels-last.
     Compiled here for the case's layout."""
     from impls import kernels_numba
 
     x = inputs["x"]
     k, s, p = window(params)
     N, C, H, W = x.shape
+    nhwc = channels_last(x)
+    gather = kernels_numba.maxpool2d_nhwc_backward(k, s, p) if nhwc else None
 
     def backward(saved, grad):
         _, indices = saved
+        if nhwc:  # the gradient and indices as the forward left them; another layout is copied here
+            grad_x = np.empty((N, H, W, C), dtype=grad.dtype)
+            gather(np.ascontiguousarray(grad.transpose(0, 2, 3, 1)), np.ascontiguousarray(indices.transpose(0, 2, 3, 1)),
+                   grad_x)
+            return grad_x.transpose(0, 3, 1, 2)
         grad_x = np.empty(x.shape, dtype=grad.dtype)
         if s != k or p:
             h, w = grad.shape[2:]
@@ -1278,8 +1293,10 @@ def numba_fused(inputs, params):
     flat horizontal pick per window with row-major tie-breaking. For any other
     stride and padding (``kernels_numba.maxpool2d_window_kernel``): the same
     two passes per output row, over the window's real rows and columns only.
-    Reads x once, writes values and indices once. A strided x is first copied
-    to C order, inside the timed call."""
+    A channels-last x (N, H, W, C in memory) is pooled where it lies, by a
+    kernel vectorised across the channels (``kernels_numba.maxpool2d_nhwc_kernel``),
+    its outputs channels-last too. Reads x once, writes values and indices
+    once. Another strided x is first copied to C order, inside the timed call."""
     import numba
 
     from impls import kernels_numba
@@ -1291,6 +1308,17 @@ def numba_fused(inputs, params):
     # Plane-relative indices fit int32 for any plane under 2**31 elements: half the scratch.
     index_dtype = np.int32 if H * W < 2**31 else np.int64
     threads = numba.config.NUMBA_NUM_THREADS
+    if channels_last(x):
+        kernel = kernels_numba.maxpool2d_nhwc_kernel(k, s, p)
+
+        def run():
+            values = np.empty((N, h, w, C), dtype=x.dtype)
+            indices = np.empty((N, h, w, C), dtype=np.int64)
+            kernel(x.transpose(0, 2, 3, 1), h, w, values, indices)
+            return values.transpose(0, 3, 1, 2), indices.transpose(0, 3, 1, 2)
+
+        run()  # JIT compile for this signature outside the timed region
+        return run
     if s != k or p:
         kernel = kernels_numba.maxpool2d_window_kernel(k, s, p)
         row_length = -(-W // 16) * 16 + 16  # a cache line of padding between threads' rows

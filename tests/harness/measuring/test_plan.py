@@ -14,7 +14,7 @@ from harness.measuring import plan as window
 from harness.measuring.session import Interrupted, MemoryWriter
 from harness.measuring.sweep import run_sweep
 from harness.results import store
-from impls import training
+from impls import maxpool2d, training
 from impls.registry import get_operator
 from tests.helpers import ROOT
 
@@ -50,11 +50,16 @@ def test_with_nothing_measured_every_phase_says_so_and_every_case_is_accounted_f
     assert phases(plan)["pytest -m cuda"].seconds == window.DEFAULT_PYTEST_S
     # every case of the config: in the order, the ones the sweep records without timing named with why
     assert sorted(case.case_id for case in plan.order()) == sorted(case.case_id for case in expand(load_config(GPU_YAML)))
-    assert len(plan.order()) == 316
     skipped = [cost for cost in plan.cases if cost.skipped]
-    assert {cost.case.strategy for cost in skipped} == {"jax_reduce_window"}
-    assert {cost.case.mode for cost in skipped} == {"backward", "forward+backward"}
-    assert "recorded as skipped, not measured (4 cases):" in text and "no differentiation rule" in text
+    # jax_reduce_window has no backward; the reshape forms do not pool ResNet's stem (3x3, stride 2, padding 1)
+    no_backward = {cost.case.strategy for cost in skipped if "no differentiation rule" in cost.skipped}
+    assert no_backward == {"jax_reduce_window"}
+    assert {cost.case.mode for cost in skipped if cost.case.strategy == "jax_reduce_window"} == {"backward",
+                                                                                                 "forward+backward"}
+    outside = [cost for cost in skipped if cost.skipped.startswith("not for this case")]
+    assert outside and {maxpool2d.window(cost.case.params_dict) for cost in outside} == {(3, 2, 1)}
+    assert len(outside) + sum(cost.case.strategy == "jax_reduce_window" for cost in skipped) == len(skipped)
+    assert f"recorded as skipped, not measured ({len(skipped)} cases):" in text
     assert f"{plan.total_s:.0f}" in text and "min of device time" in text
 
 
@@ -100,7 +105,8 @@ def test_with_no_check_phase_on_the_device_a_case_costs_the_harness_work_and_its
         get_operator("dispersion"), training[0].case.params_dict)
     assert sum(c.check_s for c in training) == pytest.approx(len(training) * window.CHECK_HARNESS_S_PER_CASE + drawn)
     estimate = phases(plan)["check per case"]
-    assert estimate.source.startswith("no measurement on the device") and estimate.seconds < 312 * 0.5
+    measured = sum(1 for cost in plan.cases if not cost.skipped)
+    assert estimate.source.startswith("no measurement on the device") and estimate.seconds < measured * 0.5
 
 
 def test_a_raced_group_costs_one_whole_race_and_the_others_rounds_until_they_leave(tmp_path):
@@ -178,7 +184,7 @@ def test_a_budget_cuts_the_order_at_a_case_and_names_what_is_left(tmp_path):
     within = sum(1 for cost in plan.cases[:plan.fitting] if not cost.skipped)
     later = sum(1 for cost in plan.cases[plan.fitting:] if not cost.skipped)
     assert f"within the budget: {within} cases measured" in text and f"left for the next call: {later} cases" in text
-    assert within + later + 4 == 316
+    assert within + later + sum(1 for cost in plan.cases if cost.skipped) == len(expand(load_config(GPU_YAML)))
 
 
 def test_coverage_first_each_operators_cheapest_point_then_the_cheapest_per_case():
@@ -204,7 +210,7 @@ def test_a_resumed_plan_leaves_out_the_cases_and_steps_done(tmp_path):
     for op in ("maxpool2d", "maxunpool", "dispersion"):
         record_step(run, f"check-{op}", 10)
     plan = window.plan_config(GPU_YAML, "cuda", [tmp_path / "nothing"], resume=str(run))
-    assert plan.done == 52 and len(plan.order()) == 316 - 52
+    assert plan.done == 52 and len(plan.order()) == len(expand(load_config(GPU_YAML))) - 52
     assert not {case.case_id for case in plan.order()} & set(store.read_rows(run)["case_id"])
     found = phases(plan)
     assert found["pytest -m cuda"].seconds == 0 and found["pytest -m cuda"].source == "1 of 1 finished already"
@@ -274,7 +280,11 @@ def load_config_text(text: str):
 def test_plan_on_the_command_line(tmp_path, capsys):
     assert cli.main(["plan", GPU_YAML, "--device", "cuda", "--results", str(tmp_path), "--budget", "540"]) == 0
     out = capsys.readouterr().out
-    assert out.startswith(f"plan of {GPU_YAML} on cuda: 316 cases to run, 312 measured and 4 recorded as skipped")
+    cases = expand(load_config(GPU_YAML))
+    plan = window.plan_config(GPU_YAML, "cuda", [tmp_path])  # which cases are skipped depends on no measurement
+    skipped = sum(1 for cost in plan.cases if cost.skipped)
+    assert out.startswith(f"plan of {GPU_YAML} on cuda: {len(cases)} cases to run, {len(cases) - skipped} measured "
+                          f"and {skipped} recorded as skipped")
     assert "check (make gpu)" in out and "---- the budget of 540 s ends here" in out
 
 
