@@ -579,10 +579,10 @@ def generate_grad(params, mode: str = "random", seed: int = 0):
     rng = np.random.default_rng((seed, 1))
     shape = (params["N"], params["C"], *pooled_size(params))
     grad = common.gradient_values(rng, shape, mode, special=True)
-    k, s, p = window(params)
+    k, s, _ = window(params)
     if mode != "random" and s < k:
-        _, in_window = _first_maxima(generate(params, mode, seed)["x"], k, s, p)
-        groups = _colliding_windows(in_window, (params["H"], params["W"]), (k, s, p))
+        _, indices = oracle(generate(params, mode, seed), params)
+        groups = _colliding_windows(indices, params["H"] * params["W"])
         kinds = [_colliding_gradients(kind, dtype) for dtype in reversed(common.SUBNORMAL_UNIT)
                  for kind in COLLIDING_GRADIENTS]
         kinds = list(dict.fromkeys(kinds))  # the type-free kinds once
@@ -596,15 +596,12 @@ def generate_grad(params, mode: str = "random", seed: int = 0):
     return grad
 
 
-def _colliding_windows(in_window, plane: tuple[int, int], kernel: tuple[int, int, int]) -> list[np.ndarray]:
-    """The flat numbers of the windows sending to one input, for each input that two
-    or more send to, in the inputs' order (numpy)."""
-    k, s, p = kernel
-    N, C, h, w = in_window.shape
-    H, W = plane
-    rows = np.arange(h)[:, None] * s - p + in_window // k
-    cols = np.arange(w)[None, :] * s - p + in_window % k
-    landing = ((np.arange(N * C).reshape(N, C, 1, 1) * H + rows) * W + cols).reshape(-1)
+def _colliding_windows(indices, plane_size: int) -> list[np.ndarray]:
+    """The flat numbers of the windows sending to one input, by their forward
+    ``indices`` (numpy, flat in each plane of ``plane_size``), for each input
+    that two or more send to, in the inputs' order."""
+    N, C = indices.shape[:2]
+    landing = (indices + plane_size * np.arange(N * C).reshape(N, C, 1, 1)).reshape(-1)
     order = np.argsort(landing, kind="stable")
     starts = np.flatnonzero(np.r_[True, np.diff(landing[order]) != 0])
     return [group for group in np.split(order, starts[1:]) if len(group) >= 2]
@@ -1040,8 +1037,8 @@ def numba_scatter_backward(inputs, params):
         _, indices = saved
         if nhwc:  # the gradient and indices as the forward left them; another layout is copied here
             grad_x = np.empty((N, H, W, C), dtype=grad.dtype)
-            gather(np.ascontiguousarray(grad.transpose(0, 2, 3, 1)), np.ascontiguousarray(indices.transpose(0, 2, 3, 1)),
-                   grad_x)
+            gather(np.ascontiguousarray(grad.transpose(0, 2, 3, 1)),
+                   np.ascontiguousarray(indices.transpose(0, 2, 3, 1)), grad_x)
             return grad_x.transpose(0, 3, 1, 2)
         grad_x = np.empty(x.shape, dtype=grad.dtype)
         if s != k or p:
