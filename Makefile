@@ -118,7 +118,7 @@ baseline: $(STAMP)
 	$(PY) -m harness baseline --counts $(COUNTS_BASELINE)
 
 # Everything a GPU machine should do, as steps a later call resumes
-# (`scatterbench gpu`, docs/GPU.md): the check (a step per operator), the CUDA
+# (`scatterbench gpu`, docs/GPU.md): the check (every operator), the CUDA
 # tests, the sweep and its report, each recorded in GPU_RESULTS/steps when it
 # finishes. GPU_CONFIG (the config), GPU_RESULTS (-o: the directory),
 # GPU_BUDGET (--budget: this call's seconds) and GPU_TESTS (--tests: pytest's

@@ -563,7 +563,7 @@ def cmd_regress(args) -> int:
 
 # ------------------------------------------------------------------------- gpu
 @command("gpu", "everything a GPU machine should do (make gpu), as steps a later call resumes: the check "
-                "(a step per operator), the CUDA tests, the sweep and its report",
+                "(every operator, one step), the CUDA tests, the sweep and its report",
          arg("config", nargs="?", default=None,
              help=quoting("sweep config (default: the checkout's {})", "harness.measuring.gpu_steps", "DEFAULT_CONFIG")),
          arg("-o", "--output", metavar="DIR",

@@ -1,6 +1,7 @@
 """``scatterbench gpu`` (``make gpu``): everything a GPU machine should do, as
-steps a later call resumes. The check (a step per operator of the config),
-the CUDA tests, the config's sweep and its report. Each step that finishes is
+steps a later call resumes. The check (one step: every operator of the
+config in one process, so the libraries are imported and the device's
+workers started once), the CUDA tests, the config's sweep and its report. Each step that finishes is
 recorded in ``DIR/steps/<step>.json`` (its exit status, seconds and end; its
 output, as printed, in ``<step>.log``), and the same command again on the same
 directory skips those and resumes the sweep (``run --resume``): nothing
@@ -43,7 +44,8 @@ from harness.base.errors import EXIT_FINDINGS, EXIT_INTERRUPTED, EXIT_OK, Result
 from harness.measuring import facts
 from harness.results import store
 
-# The steps, as their records in DIR/steps name them: the check is one step per operator (check-<op>).
+# The steps, as their records in DIR/steps name them. Runs before 2026-12-05 checked one operator a step
+# (check-<op>); their records are read as parts of the check (``step_of``).
 STEP_CHECK, STEP_PYTEST, STEP_SWEEP, STEP_REPORT = "check", "pytest", "sweep", "report"
 # The exit statuses with which a step has finished (its record is written): the others stopped it midway.
 # check: 1 is failures found; pytest: 1 failures, 5 no test collected (no CUDA test on this machine).
@@ -60,23 +62,18 @@ COUNTS_SUFFIX = ".counts.json"  # a check step's work_counts, beside its record
 HEAD = "make gpu"  # what every line this command prints starts with: the command users type
 
 
-def check_step(op: str) -> str:
-    """The check step of one operator: ``check-<op>``."""
-    return f"{STEP_CHECK}-{op}"
-
-
 def counts_path(directory, step: str) -> Path:
     """Where a check step writes what it cost (``scatterbench check --counts``): ``steps/<step>.counts.json``."""
     return Path(directory) / store.STEPS / f"{step}{COUNTS_SUFFIX}"
 
 
 def step_of(name: str) -> str:
-    """The step a record's name is of: ``check-maxpool2d`` is of ``check``."""
-    return STEP_CHECK if name.startswith(check_step("")) else name
+    """The step a record's name is of: ``check``, and an older run's ``check-maxpool2d``, are of ``check``."""
+    return STEP_CHECK if name.startswith(f"{STEP_CHECK}-") else name
 
 
 def checked_ops(config) -> list[str]:
-    """The operators of a parsed config, in its order: the check steps, one each."""
+    """The operators of a parsed config, in its order: what the check step checks."""
     return list(dict.fromkeys(bench.op for bench in config.benchmarks))
 
 
@@ -99,10 +96,15 @@ def read_steps(directory) -> dict[str, dict]:
 
 
 def read_counts(directory) -> dict[str, dict]:
-    """The check steps' ``work_counts`` in ``directory/steps`` (step -> its file's "total"), those that read."""
+    """The check's ``work_counts`` per operator, from the counts files in ``directory/steps`` that read
+    (the check step's; an older run's, one per operator, each of one operator)."""
     paths = sorted((Path(directory) / store.STEPS).glob("*" + COUNTS_SUFFIX))
-    return {path.name[:-len(COUNTS_SUFFIX)]: data["total"] for path, data in _read_json(paths)
-            if isinstance(data, dict) and isinstance(data.get("total"), dict)}
+    found: dict[str, dict] = {}
+    for _, data in _read_json(paths):
+        per_operator = data.get("per_operator") if isinstance(data, dict) else None
+        if isinstance(per_operator, dict):
+            found.update((op, counts) for op, counts in per_operator.items() if isinstance(counts, dict))
+    return found
 
 
 def write_record(steps: Path, name: str, exit_status: int, seconds: float) -> Path:
@@ -132,10 +134,9 @@ def plan_steps(config_path: str, directory: Path, tests: str, budgeted: bool) ->
         raise UsageError(f"--tests {tests!r}: {error} (pytest's arguments, as a shell would split them)") from None
     python = sys.executable
     harness = [python, "-m", "harness"]
-    steps = [Step(check_step(op), FINISHED[STEP_CHECK],
-                  lambda left, op=op: [*harness, "check", str(config_path), "--op", op, "--no-progress",
-                                       "--counts", str(counts_path(directory, check_step(op)))])
-             for op in checked_ops(config)]
+    steps = [Step(STEP_CHECK, FINISHED[STEP_CHECK],
+                  lambda left: [*harness, "check", str(config_path), "--no-progress",
+                                "--counts", str(counts_path(directory, STEP_CHECK))])]
     # pytest in the checkout, where its tests and their conftest are
     steps.append(Step(STEP_PYTEST, FINISHED[STEP_PYTEST],
                       lambda left: [python, "-m", "pytest", "-q", "-p", "no:cacheprovider", *pytest_args], ROOT))

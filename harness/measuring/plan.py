@@ -380,10 +380,13 @@ def _device_memory(runs: list[Measured], device: str) -> float | None:
 
 
 def _step_estimate(runs: list[Measured], step: str, default: float, what: str, parts: int = 1) -> Estimate:
-    """A step's seconds from the newest `make gpu` records of it, else ``default``. The check is
-    recorded per operator (``step``-<op>, ``parts`` of them): the operators a run did not record are
-    taken at the mean of those it did."""
+    """A step's seconds from the newest `make gpu` records of it, else ``default``. Runs before
+    2026-12-05 recorded the check per operator (``step``-<op>, ``parts`` of them, the config's
+    operators): the operators such a run did not record are taken at the mean of those it did."""
     for run in runs:
+        whole = run.steps.get(step)
+        if whole is not None:
+            return Estimate(float(whole["seconds"]), f"{run.label}: steps/{step}.json")
         records = [record for name, record in run.steps.items() if gpu_steps.step_of(name) == step]
         if records:
             seconds = sum(float(r["seconds"]) for r in records)
@@ -419,15 +422,10 @@ def _adversarial_estimate(runs: list[Measured], keys: int) -> Estimate:
                     f"no measurement: assumes {DEFAULT_ADVERSARIAL_S_PER_KEY:g} s a strategy key, {keys} keys")
 
 
-def _left_of(estimate: Estimate, finished: dict[str, dict], names: list[str]) -> Estimate:
-    """``estimate`` of a step less its parts ``names`` (the check's, one per operator; a step in one
-    piece is its own) already recorded in ``finished`` (the resumed directory's steps)."""
-    done = [name for name in names if name in finished]
-    if not done:
-        return estimate
-    share = 1 - len(done) / len(names)
-    return Estimate(estimate.seconds * share, f"{len(done)} of {len(names)} finished already"
-                    + (f"; the rest: {estimate.source}" if share else ""))
+def _left_of(estimate: Estimate, finished: dict[str, dict], name: str) -> Estimate:
+    """``estimate`` of step ``name``, or nothing where ``finished`` (the resumed directory's steps)
+    records it. A check cut midway is estimated whole: its journal's share is not counted off."""
+    return Estimate(0.0, "finished already") if name in finished else estimate
 
 
 def make_plan(config: Config, config_path: str, cases: list[Case], device: str, roots, *,
@@ -450,7 +448,7 @@ def make_plan(config: Config, config_path: str, cases: list[Case], device: str, 
     points = coverage_first(list(groups.values()))
     keys = len(verdict_cache.VerdictCache.keys(cases))
     adversarial = _adversarial_estimate(runs, keys)
-    ops = gpu_steps.checked_ops(config)  # make gpu checks an operator a step
+    ops = gpu_steps.checked_ops(config)  # make gpu checks them in one step; older runs recorded one each
     checks = planned_checks(config, cases)
     check_estimate = _step_estimate(
         runs, gpu_steps.STEP_CHECK, sum(checks.values()) * DEFAULT_CHECK_S_PER_ITEM,
@@ -466,10 +464,10 @@ def make_plan(config: Config, config_path: str, cases: list[Case], device: str, 
         (PHASE_TIME, _case_phase([c.time for p in points for c in p.measured])),
     ]
     phases = [
-        ("check (make gpu)", _left_of(check_estimate, finished, [gpu_steps.check_step(op) for op in ops])),
+        ("check (make gpu)", _left_of(check_estimate, finished, gpu_steps.STEP_CHECK)),
         (f"pytest -m {device}" if device == "cuda" else "pytest",
          _left_of(_step_estimate(runs, gpu_steps.STEP_PYTEST, DEFAULT_PYTEST_S, "its tests on the device"), finished,
-                  [gpu_steps.STEP_PYTEST])),
+                  gpu_steps.STEP_PYTEST)),
         *sweep_phases,
         (PHASE_REPORT, _step_estimate(runs, gpu_steps.STEP_REPORT, DEFAULT_REPORT_S, "report.build with its figures")),
     ] if steps else sweep_phases

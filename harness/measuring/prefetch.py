@@ -34,18 +34,25 @@ MIN_KEYS = 4
 
 # Workers checking strategies on a device other than the CPU share it: each
 # holds its own context and memory pool there, and at check sizes their work
-# is mostly compiling on the host. DEVICE_WORKERS_ENV sets how many per
-# device; the default, one, has not been measured against more on a GPU:
-# measure `scatterbench check configs/gpu.yaml` at 1, 2 and 4 before raising it.
+# is mostly the host's (Python, imports, Inductor's, XLA's and Triton's
+# compiles), so the device's workers are a quarter of the cores, at most
+# DEVICE_WORKERS_MAX: 4 on the 16-core GPU machines lent so far, where the
+# H200's check of 2026-12-04 ran one worker and left 15 cores idle for 8
+# minutes. A quarter leaves each worker's compiles cores of their own
+# (Inductor compiles in a pool of its own). Not yet timed against one worker
+# on a GPU: the next `make gpu` records the check's seconds at this default;
+# DEVICE_WORKERS_ENV sets another count (1: the old one).
 DEVICE_WORKERS_ENV = "SCATTERBENCH_DEVICE_CHECK_WORKERS"
-DEVICE_WORKERS = 1
+DEVICE_WORKERS_MAX = 4
+CORES_PER_DEVICE_WORKER = 4
 
 
-def device_workers() -> int:
-    """Workers per device (not the CPU) for the adversarial check: ``DEVICE_WORKERS_ENV``, else one."""
+def device_workers(cores: int) -> int:
+    """Workers per device (not the CPU) for the adversarial check on a machine of ``cores``:
+    ``DEVICE_WORKERS_ENV``, else a quarter of the cores, at least 1 and at most ``DEVICE_WORKERS_MAX``."""
     text = os.environ.get(DEVICE_WORKERS_ENV, "").strip()
     if not text:
-        return DEVICE_WORKERS
+        return max(1, min(DEVICE_WORKERS_MAX, cores // CORES_PER_DEVICE_WORKER))
     if not text.isdigit() or int(text) < 1:
         raise ValueError(f"{DEVICE_WORKERS_ENV}={text!r}: expected a whole number of workers, at least 1")
     return int(text)
@@ -63,7 +70,7 @@ def workers_for(keys, cores: int | None = None) -> int:
     workers = min(cores, count)
     devices = set() if isinstance(keys, int) else {key[1] for key in keys}
     if devices and "cpu" not in devices:
-        workers = min(workers, device_workers() * len(devices))
+        workers = min(workers, device_workers(cores) * len(devices))
     return workers
 
 

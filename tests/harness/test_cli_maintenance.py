@@ -143,7 +143,7 @@ def step_name_copies(text: str) -> list[int]:
     lines = []
     for node in ast.walk(ast.parse(text)):
         if isinstance(node, ast.Constant) and isinstance(node.value, str) \
-                and node.value.startswith(gpu_steps.check_step("")):
+                and node.value.startswith(f"{gpu_steps.STEP_CHECK}-"):
             lines.append(node.lineno)
         elif isinstance(node, ast.Assign):
             targets = [name.id for target in node.targets for name in ast.walk(target) if isinstance(name, ast.Name)]

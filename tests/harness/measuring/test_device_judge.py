@@ -239,13 +239,15 @@ def test_compiled_reuses_a_graph_only_for_the_same_function_and_specialisation(m
     assert len(compiles) == 8
 
 
-def test_device_checks_get_one_worker_per_device_unless_told(monkeypatch):
+def test_device_checks_get_a_worker_per_four_cores_up_to_four_unless_told(monkeypatch):
     from harness.measuring import prefetch
 
     strat = get_operator("maxpool2d").strategies["torch_max_pool2d"]
     on_gpu = [(strat, "cuda", dtype, "forward") for dtype in ("float16", "float32", "bfloat16", "float64")] * 3
     monkeypatch.delenv(prefetch.DEVICE_WORKERS_ENV, raising=False)
-    assert prefetch.workers_for(on_gpu, cores=16) == 1
+    assert prefetch.workers_for(on_gpu, cores=16) == 4  # the GPU machines lent so far: 16 cores
+    assert prefetch.workers_for(on_gpu, cores=64) == 4 and prefetch.workers_for(on_gpu, cores=8) == 2
+    assert prefetch.workers_for(on_gpu, cores=2) == 1
     assert prefetch.workers_for(on_gpu + [(strat, "cpu", "float32", "forward")], cores=16) == 13  # the cores'
     monkeypatch.setenv(prefetch.DEVICE_WORKERS_ENV, "4")
     assert prefetch.workers_for(on_gpu, cores=16) == 4

@@ -41,25 +41,27 @@ def fake_steps(monkeypatch):
     return steps
 
 
-def test_a_configs_steps_check_each_operator_then_test_sweep_and_report(tiny_config, tmp_path):
+def test_a_configs_steps_check_every_operator_in_one_process_then_test_sweep_and_report(tiny_config, tmp_path):
     config = tiny_config(TINY)
     out = tmp_path / "gpu"
     steps = gpu_steps.plan_steps(str(config), out, "-m cuda tests/x.py", budgeted=True)
-    assert [step.name for step in steps] == ["check-maxpool2d", "check-dispersion", "pytest", "sweep", "report"]
+    # one check of both operators: the libraries imported, the device's workers started and the
+    # references drawn once (issue 58), where a step per operator did each of them again
+    assert [step.name for step in steps] == ["check", "pytest", "sweep", "report"]
     harness = [sys.executable, "-m", "harness"]
-    assert steps[0].command(12.5) == [*harness, "check", str(config), "--op", "maxpool2d", "--no-progress",
-                                      "--counts", str(out / "steps" / "check-maxpool2d.counts.json")]
-    assert steps[0].finished == (0, 1) and steps[2].finished == (0, 1, 5) and steps[3].finished == (0,)
-    assert steps[2].command(None) == [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "cuda",
-                                      "tests/x.py"] and steps[2].cwd == ROOT
+    assert steps[0].command(12.5) == [*harness, "check", str(config), "--no-progress",
+                                      "--counts", str(out / "steps" / "check.counts.json")]
+    assert steps[0].finished == (0, 1) and steps[1].finished == (0, 1, 5) and steps[2].finished == (0,)
+    assert steps[1].command(None) == [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "cuda",
+                                      "tests/x.py"] and steps[1].cwd == ROOT
     # the sweep starts the run, or resumes it once its meta.json is there, with what is left of the budget
-    assert steps[3].command(12.5) == [*harness, "run", str(config), "--grid", "--no-progress", "-o", str(out),
+    assert steps[2].command(12.5) == [*harness, "run", str(config), "--grid", "--no-progress", "-o", str(out),
                                       "--budget", "12.5"]
     out.mkdir()
     (out / store.META).write_text("{}")
-    assert steps[3].command(3.0)[-4:] == ["--resume", str(out), "--budget", "3.0"]
-    assert "--budget" not in gpu_steps.plan_steps(str(config), out, "", budgeted=False)[3].command(None)
-    assert steps[4].command(None) == [*harness, "report", str(out), "-o", str(out / "report")]
+    assert steps[2].command(3.0)[-4:] == ["--resume", str(out), "--budget", "3.0"]
+    assert "--budget" not in gpu_steps.plan_steps(str(config), out, "", budgeted=False)[2].command(None)
+    assert steps[3].command(None) == [*harness, "report", str(out), "-o", str(out / "report")]
 
 
 def test_each_finished_step_is_recorded_as_plan_reads_it_and_skipped_next_call(fake_steps, tmp_path, capsys):
@@ -272,14 +274,17 @@ def test_the_real_steps_on_a_tiny_cpu_config_then_a_plan_of_what_is_left(tiny_co
                          env=env)
     assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
     steps = out / "steps"
-    assert sorted(window.read_steps(out)) == ["check-dispersion", "check-maxpool2d", "pytest", "report", "sweep"]
+    assert sorted(window.read_steps(out)) == ["check", "pytest", "report", "sweep"]
+    # one check step, its counts per operator
+    assert sorted(gpu_steps.read_counts(out)) == ["dispersion", "maxpool2d"]
+    assert all(counts["calls"] > 0 for counts in gpu_steps.read_counts(out).values())
     assert "1 skipped" in (steps / "pytest.log").read_text()
     assert re.search(r"adversarial check: (\d+) of \1 verdicts from the cache", (steps / "sweep.log").read_text())
     assert list((steps / "cache" / "verdicts").glob("*.json")) and (out / "report" / "report.md").exists()
     assert store.read_meta(out)["status"] == "complete"
     # plan reads the records: the steps done cost nothing more
     planned = window.plan_config(str(config), "cpu", [tmp_path / "none"], resume=str(out))
-    assert dict(planned.phases)["check (make gpu)"].source.startswith("2 of 2 finished already")
+    assert dict(planned.phases)["check (make gpu)"].source == "finished already"
     again = scatterbench("gpu", config, "-o", out, env=env)
-    assert again.returncode == 0 and again.stdout.count("finished before") == 5
+    assert again.returncode == 0 and again.stdout.count("finished before") == 4
     assert json.loads((steps / "sweep.json").read_text())["exit"] == 0

@@ -157,6 +157,10 @@ def test_phase_s_and_make_gpus_step_records_replace_the_defaults(tmp_path):
     found = phases(plan)
     assert found["ceilings"].seconds == 4.5 and "phase_s['ceilings']" in found["ceilings"].source
     assert found["check (make gpu)"].seconds == 60 and "(4 records)" in found["check (make gpu)"].source
+    # make gpu since 2026-12-05: one check step for every operator, its record the whole of it
+    record_step(run, "check", 45)
+    found = phases(window.plan_config(GPU_YAML, "cuda", [run.parent]))
+    assert found["check (make gpu)"].seconds == 45 and found["check (make gpu)"].source.endswith("steps/check.json")
     assert found["pytest -m cuda"].seconds == 70 and found["report"].seconds == 33
     # the adversarial check (and the load settling after it): seconds per key the run checked itself,
     # not those its meta says came from the verdict cache
@@ -207,18 +211,20 @@ def test_coverage_first_each_operators_cheapest_point_then_the_cheapest_per_case
 def test_a_resumed_plan_leaves_out_the_cases_and_steps_done(tmp_path):
     run = h200_copy(tmp_path)
     record_step(run, "pytest", 70)
-    for op in ("maxpool2d", "maxunpool", "dispersion"):
+    for op in ("maxpool2d", "maxunpool", "dispersion"):  # an older make gpu's check, an operator a step
         record_step(run, f"check-{op}", 10)
     plan = window.plan_config(GPU_YAML, "cuda", [tmp_path / "nothing"], resume=str(run))
     assert plan.done == 52 and len(plan.order()) == len(expand(load_config(GPU_YAML))) - 52
     assert not {case.case_id for case in plan.order()} & set(store.read_rows(run)["case_id"])
     found = phases(plan)
-    assert found["pytest -m cuda"].seconds == 0 and found["pytest -m cuda"].source == "1 of 1 finished already"
-    # the run's own records are the measurement: 10 s an operator, one operator left
+    assert found["pytest -m cuda"].seconds == 0 and found["pytest -m cuda"].source == "finished already"
+    # today's one check step is not among them: it runs whole, at the rate of the run's own records
     check = found["check (make gpu)"]
-    assert check.source.startswith("3 of 4 finished already; the rest: ") and "3 of 4 steps/check-*.json" in check.source
-    assert check.seconds == pytest.approx(10)
+    assert "3 of 4 steps/check-*.json, 10 s each" in check.source and check.seconds == pytest.approx(40)
     assert "(52 done already)" in window.lines(plan)[0]
+    record_step(run, "check", 35)
+    check = phases(window.plan_config(GPU_YAML, "cuda", [tmp_path / "nothing"], resume=str(run)))["check (make gpu)"]
+    assert check.seconds == 0 and check.source == "finished already"
 
 
 def test_budget_stops_before_a_case_that_would_outlast_it():
