@@ -21,14 +21,14 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from harness.base.cases import CASE_GROUP, with_mode  # noqa: E402
+from harness.base.cases import CASE_GROUP, mode_and_layout, with_case_columns  # noqa: E402
 from harness.base.format import params_label  # noqa: E402
 from harness.judging import analysis  # noqa: E402
 from harness.results import store  # noqa: E402
 
 
 def clear_cases(rows) -> set:
-    return {key for key, case in with_mode(rows).groupby(CASE_GROUP, sort=False)
+    return {key for key, case in with_case_columns(rows).groupby(CASE_GROUP, sort=False)
             if (found := analysis.answer(case)) is not None and found.clear}
 
 
@@ -50,15 +50,16 @@ def main(argv=None) -> int:
         loaded.append(rows)
     first, second = loaded
     clear_first, clear_second = clear_cases(first), clear_cases(second)
-    both = {key for key, _ in with_mode(first).groupby(CASE_GROUP, sort=False)} \
-        & {key for key, _ in with_mode(second).groupby(CASE_GROUP, sort=False)}
+    both = {key for key, _ in with_case_columns(first).groupby(CASE_GROUP, sort=False)} \
+        & {key for key, _ in with_case_columns(second).groupby(CASE_GROUP, sort=False)}
     clear_both = clear_first & clear_second & both
     print(f"cases in both: {len(both)}; clear in the first: {len(clear_first & both)}, in the second: "
           f"{len(clear_second & both)}, in both: {len(clear_both)} ({100 * len(clear_both) / max(len(both), 1):.0f} %)")
     found = analysis.contradictions(first, second)
     for key, named, winner, rival in found:
-        op, device, dtype, params, mode = key
-        print(f"contradiction: {op} {params_label(params)} {device} {dtype} {mode}: the {named} run's clear "
+        op, device, dtype, params, mode, layout = key
+        print(f"contradiction: {op} {params_label(params)} {device} {dtype} "
+              f"{mode_and_layout({'mode': mode, 'layout': layout})}: the {named} run's clear "
               f"winner {winner} is clearly slower than {rival} in the other run")
     print(f"contradictions: {len(found)}")
     return 1 if found else 0

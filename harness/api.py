@@ -23,7 +23,7 @@ from typing import Any
 import pandas as pd
 
 from harness.base import caches, plugins
-from harness.base.cases import CASE_GROUP
+from harness.base.cases import CASE_GROUP, mode_and_layout, with_case_columns
 from harness.base.config import expand, parse_config
 from harness.base.errors import ResultError, UnpinnedThreadsWarning, UsageError
 from harness.base.format import fmt_time
@@ -56,7 +56,7 @@ class BenchResult:
 def bench(op: str, strategies: list[str] | None = None, *, device: str = "cpu", dtype: str = "float32",
           timing: dict | None = None, threads: dict | None = None, plot: bool = True,
           out: str | Path | None = None, seed: int = 0, mode: str | list[str] = "forward",
-          **params) -> BenchResult:
+          layout: str | list[str] = "contiguous", **params) -> BenchResult:
     """Checks and times ``op`` over the grid ``params`` (a list is swept).
 
     ``strategies``: names, or None for every strategy that runs on ``device``.
@@ -64,6 +64,8 @@ def bench(op: str, strategies: list[str] | None = None, *, device: str = "cpu", 
     (docs/SPEC.md §1.5), or a list of them, as a config's ``modes``; each row says its
     ``mode``, and a strategy with no backward is ``skipped`` in the training
     modes with the reason.
+    ``layout``: ``contiguous`` (the default) or ``channels_last`` (docs/SPEC.md §2), or a
+    list of them, as a config's ``layouts``; each row says its ``layout``.
     ``timing``: the config's timing keys (default: 5 samples, 0.2 s budget).
     ``threads``: the config's thread settings, e.g. ``{"torch": 1, "blas": 1,
     "numba": 1}``, or ``"auto"``, the default: every core but one for every
@@ -97,7 +99,8 @@ def bench(op: str, strategies: list[str] | None = None, *, device: str = "cpu", 
         "timing": {"min_samples": 5, "budget_s": 0.2, "warmup_s": 0.02, **(timing or {})},
         **({"threads": threads} if threads is not None else {}),
         "benchmarks": [{"op": op, "strategies": strategies or "all", "params": params,
-                        "modes": [mode] if isinstance(mode, str) else list(mode)}]}, "bench()")
+                        "modes": [mode] if isinstance(mode, str) else list(mode),
+                        "layouts": [layout] if isinstance(layout, str) else list(layout)}]}, "bench()")
     cases = expand(config)
     if not cases:
         raise UsageError(f"bench({op!r}): no strategy runs on {device} in {dtype}")
@@ -168,13 +171,13 @@ def answer_notes(rows: pd.DataFrame) -> list[str]:
     from harness.judging.analysis import answer, ranked, winner_text
 
     notes = []
-    for _group, group in rows.groupby(CASE_GROUP, sort=False):
+    for _group, group in with_case_columns(rows).groupby(CASE_GROUP, sort=False):
         if len(ranked(group)) < 2:  # nothing to compare the one strategy with
             continue
         text = winner_text(answer(group))
         if text:
             first = group.iloc[0]
-            notes.append(f"fastest for {first['op']} {first['params']} ({first['mode']}): {text}")
+            notes.append(f"fastest for {first['op']} {first['params']} ({mode_and_layout(first)}): {text}")
     return notes
 
 
@@ -206,9 +209,11 @@ def _figure(rows: pd.DataFrame, op: str):
     from harness.presenting.report.figures import CLIP_MARK, axis_limits, clip_spreads, quartiles, strategy_colour
 
     timed = rows[rows["median_s"].notna()].copy()
-    # Several modes: a strategy's line or bar per mode, named by both.
-    modes = timed["mode"] if "mode" in timed else pd.Series("forward", index=timed.index)
-    timed["label"] = timed["strategy"] + ((" (" + modes + ")") if modes.nunique() > 1 else "")
+    # Several modes or layouts: a strategy's line or bar per mode and layout, named by them.
+    timed = with_case_columns(timed)
+    kinds = [timed[column] for column in ("mode", "layout") if timed[column].nunique() > 1]
+    timed["label"] = timed["strategy"] + ((" (" + (kinds[0] if len(kinds) == 1 else kinds[0] + " " + kinds[1])
+                                           + ")") if kinds else "")
     params = timed["params"].map(json.loads)
     keys = sorted({key for p in params for key in p})
     varying = [key for key in keys if params.map(lambda p: p.get(key)).nunique() > 1]

@@ -92,7 +92,10 @@ DTYPE: dict[str, Dtype] = {record.name: record for record in DTYPE_RECORDS}
 DTYPES = tuple(DTYPE)
 # The two-byte types, whose sums an added strategy takes in float32 (``Dtype.accumulator``).
 HALF_DTYPES = tuple(record.name for record in DTYPE_RECORDS if record.itemsize == 2)
-LAYOUTS = ("contiguous", "noncontiguous", "channels_last")
+LAYOUTS = ("contiguous", "noncontiguous", "channels_last")  # what the check feeds
+# What a timed case may be given (a config's ``layouts:``, docs/SPEC.md §2): how networks hold their
+# tensors. Strided views are a check's adversarial input, not a way anyone stores one.
+CASE_LAYOUTS = ("contiguous", "channels_last")
 
 
 def itemsize(dtype: str) -> int:

@@ -122,6 +122,7 @@ OP = register_operator(Operator(
             ParamSpec("S", minimum=0, doc="shift per channel")),
     generate=generate, oracle=oracle, bytes_moved=bytes_moved, bytes_written=bytes_written, compare=compare,
     validate=validate, reference="seed_loop", layout_keys=("x",),
+    layout_shapes=lambda params: {"x": tuple(params[key] for key in ("B", "C", "H", "W"))},
     check_cases=check_cases, extra_checks=extra_checks, any_namespace=True))
 
 

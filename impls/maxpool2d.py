@@ -510,6 +510,7 @@ OP = register_operator(Operator(
             ParamSpec("p", minimum=0, doc="padding (default 0, at most k // 2)", required=False)),
     generate=generate, oracle=oracle, bytes_moved=bytes_moved, bytes_written=bytes_written, compare=compare,
     validate=validate, reference="torch_max_pool2d_indices", layout_keys=("x",),
+    layout_shapes=lambda params: {"x": tuple(params[key] for key in ("N", "C", "H", "W"))},
     check_cases=check_cases, outputs=("values+indices", "values"), any_namespace=True,
     default_outside_when=plain_windows_only))
 

@@ -154,6 +154,7 @@ OP = register_operator(Operator(
             *(ParamSpec(key, required=False) for key in ("B", "F", "L", "f", "N", "C", "H", "W", "k"))),
     generate=generate, oracle=oracle, bytes_moved=bytes_moved, bytes_written=bytes_written, compare=compare,
     validate=validate, reference="torch_scatter", layout_keys=("values", "positions"),
+    layout_shapes=lambda params: dict.fromkeys(("values", "positions"), shapes(params)[0]),
     check_cases=check_cases, extra_checks=extra_checks, any_namespace=True,
     # channels_last would only apply to the 2-D form's small inputs; strided rows are the case that matters.
     check_layouts=("contiguous", "noncontiguous")))

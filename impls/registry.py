@@ -177,6 +177,9 @@ class Operator:
     # checking for this operator; each backend narrows them to what it has.
     layout_keys: tuple[str, ...] = ()
     check_layouts: tuple[str, ...] = LAYOUTS
+    # (params) -> {key: shape} of the layout_keys' arrays at a point, without drawing them: which
+    # layouts a timed case can be given (``layout_changes``). None: every case is contiguous.
+    layout_shapes: Callable | None = None
     strategies: dict[str, Strategy] = field(default_factory=dict)
     # What a strategy may return, the whole output first: every strategy
     # returns the whole output unless it declares ``returns=`` one of the others
@@ -259,6 +262,20 @@ class Operator:
         if status not in CORRECT:
             return f"the seed's original, {self.baseline}, is {status} here"
         return None
+
+    def layout_changes(self, params: dict, layout: str) -> bool:
+        """Whether a case at ``params`` can be timed in ``layout`` (docs/SPEC.md §2): contiguous always;
+        another layout where the operator is checked in it and it puts one of the inputs in another
+        memory order (channels_last: a 4-D array with more than one channel and more than one pixel;
+        on any other array it is contiguous under another name)."""
+        if layout == "contiguous":
+            return True
+        if layout not in self.check_layouts or self.layout_shapes is None:
+            return False
+        shapes = self.layout_shapes(params).values()
+        if layout == "channels_last":
+            return any(len(shape) == 4 and shape[1] > 1 and shape[2] * shape[3] > 1 for shape in shapes)
+        return False
 
     def layouts(self, backend: str) -> tuple[str, ...]:
         offered = get_backend(backend).layouts

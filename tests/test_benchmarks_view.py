@@ -46,7 +46,7 @@ def test_the_a_a_view_reads_two_runs_and_exits_1_on_a_contradiction(tmp_path, ca
     rows_file = slowed / "rows.csv"
     table = pd.read_csv(rows_file, keep_default_na=False)
     clear_keys = set()
-    for _, case in aa_runs.with_mode(rows).groupby(aa_runs.CASE_GROUP, sort=False):
+    for _, case in aa_runs.with_case_columns(rows).groupby(aa_runs.CASE_GROUP, sort=False):
         found = aa_runs.analysis.answer(case)
         if found is not None and found.clear:
             clear_keys.add(found.best["case_id"])

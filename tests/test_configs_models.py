@@ -47,8 +47,10 @@ def test_every_operator_has_its_model_cases(cases):
     stems = {(c.params_dict["N"], c.params_dict["C"], c.params_dict["H"], c.params_dict["W"]) for c in cases
              if c.op == "maxpool2d" and maxpool2d.window(c.params_dict) == RESNET_STEM_WINDOW}
     assert {(32, 64, 112, 112), (64, 64, 112, 112)} <= stems, "ResNet's stem missing"
-    assert {c.mode for c in cases if c.op == "maxpool2d" and maxpool2d.window(c.params_dict) == RESNET_STEM_WINDOW} \
-        == {"forward", "backward", "forward+backward"}
+    assert {(c.mode, c.layout) for c in cases
+            if c.op == "maxpool2d" and maxpool2d.window(c.params_dict) == RESNET_STEM_WINDOW} \
+        == {(mode, layout) for mode in ("forward", "backward", "forward+backward")
+            for layout in ("contiguous", "channels_last")}  # issue 50: the three modes, both layouts
     seed_002 = [c.params_dict for c in cases if c.op == "maxunpool" and c.params_dict["form"] == "1d"]
     assert dict(form="1d", B=2, F=3, L=4, f=5) in seed_002
     for op in ("dispersion", "dispersion_pinv"):

@@ -50,7 +50,7 @@ def test_the_case_group_is_spelled_only_in_its_home():
 def test_a_config_case_groups_as_result_rows_do():
     case = Case("maxpool2d", "torch_max_pool2d_indices", "cpu", "float32", (("N", 1),))
     row = {"op": case.op, "strategy": case.strategy, "device": case.device, "dtype": case.dtype,
-           "params": case.params, "mode": case.mode}
+           "params": case.params, "mode": case.mode, "layout": case.layout}
     assert case.group == tuple(row[column] for column in CASE_GROUP)
 
 

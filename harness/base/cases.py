@@ -14,30 +14,51 @@ one key. Concatenate them (``CASE_GROUP + ["machine"]``), never change them.
 
 from __future__ import annotations
 
-# In this order: a group's key, as groupby gives it, is unpacked as (op, device, dtype, params, mode).
+# In this order: a group's key, as groupby gives it, is unpacked as (op, device, dtype, params, mode, layout).
 # ``mode`` (docs/SPEC.md §1.5): forward, backward or forward+backward; a run before it is all forward.
-CASE_GROUP = ["op", "device", "dtype", "params", "mode"]
-CASE_KEY = ["op", "strategy", "device", "dtype", "params", "mode"]  # the group's columns and the strategy
+# ``layout`` (docs/SPEC.md §2): how the 4-D inputs lie in memory, contiguous or channels_last; a run
+# before it is all contiguous.
+CASE_GROUP = ["op", "device", "dtype", "params", "mode", "layout"]
+CASE_KEY = ["op", "strategy", "device", "dtype", "params", "mode", "layout"]  # the group's columns and the strategy
+# What a row without the column (an older run's, a caller's own frame) or with it left empty was.
+CASE_DEFAULTS = {"mode": "forward", "layout": "contiguous"}
 
 
-def with_mode(frame):
+def with_case_columns(frame):
     """``frame`` (rows of any source: a store, a summary, a caller's own
-    DataFrame) with the ``mode`` column a key needs; rows without one, or
-    with it left empty, were forward (docs/SPEC.md §1.5: a run before modes timed
-    nothing else)."""
-    if "mode" not in frame.columns:
-        return frame.assign(mode="forward")
-    empty = frame["mode"].isna() | (frame["mode"].astype(str) == "")
-    # As text: a summary's categorical column may not hold "forward" among its categories.
-    return frame.assign(mode=frame["mode"].astype(str).where(~empty, "forward")) if empty.any() else frame
+    DataFrame) with the ``mode`` and ``layout`` columns a key needs; rows
+    without them, or with them left empty, were forward and contiguous
+    (docs/SPEC.md §1.5, §2: a run before them timed nothing else)."""
+    for column, default in CASE_DEFAULTS.items():
+        if column not in frame.columns:
+            frame = frame.assign(**{column: default})
+            continue
+        empty = frame[column].isna() | (frame[column].astype(str) == "")
+        # As text: a summary's categorical column may not hold the default among its categories.
+        if empty.any():
+            frame = frame.assign(**{column: frame[column].astype(str).where(~empty, default)})
+    return frame
+
+
+def mode_and_layout(row) -> str:
+    """A row's (a mapping's) training mode, and its layout where that is not contiguous:
+    ``forward``, ``backward channels_last``; what a table's mode cell says."""
+    mode, layout = row.get("mode") or CASE_DEFAULTS["mode"], row.get("layout") or CASE_DEFAULTS["layout"]
+    return mode if layout == CASE_DEFAULTS["layout"] else f"{mode} {layout}"
 
 
 def in_group(frame, row):
     """The rows of ``frame`` (a DataFrame) in the group of ``row`` (a row
     of any frame with the group's columns)."""
-    frame, mask = with_mode(frame), True
+    frame, mask = with_case_columns(frame), True
     for column in CASE_GROUP:
-        mask = mask & (frame[column] == (row.get(column, "forward") if column == "mode" else row[column]))
+        if column in CASE_DEFAULTS:
+            value = row.get(column, None)
+            if value is None or value != value or value == "":  # absent, NaN or empty: the default
+                value = CASE_DEFAULTS[column]
+        else:
+            value = row[column]
+        mask = mask & (frame[column] == value)
     return frame[mask]
 
 

@@ -24,7 +24,7 @@ from pydantic import (
 
 from harness.base.cases import CASE_GROUP
 from harness.base.errors import ConfigError
-from impls.backends import BACKENDS, LEGACY_THREAD_KEYS, thread_knobs
+from impls.backends import BACKENDS, CASE_LAYOUTS, LEGACY_THREAD_KEYS, thread_knobs
 from impls.registry import DTYPES, OPERATORS, devices, get_operator
 from impls.training import FORWARD, MODES
 
@@ -141,6 +141,9 @@ class Benchmark(Strict):
     # docs/SPEC.md §1.5: what each case times; forward alone unless asked, so every
     # older config keeps its meaning.
     modes: list[Literal[MODES]] = Field([FORWARD], min_length=1)
+    # docs/SPEC.md §2: how the 4-D inputs lie in memory; contiguous alone unless asked. A point
+    # where a layout changes nothing (a 1-D unpool, one channel) is timed contiguous only.
+    layouts: list[Literal[CASE_LAYOUTS]] = Field([CASE_LAYOUTS[0]], min_length=1)
 
     @field_validator("params")
     @classmethod
@@ -174,6 +177,7 @@ class Case:
     dtype: str
     params: tuple  # sorted (name, value) pairs, hashable
     mode: str = FORWARD  # docs/SPEC.md §1.5: forward, backward or forward+backward
+    layout: str = CASE_LAYOUTS[0]  # docs/SPEC.md §2: contiguous or channels_last
 
     @property
     def params_dict(self) -> dict:
@@ -185,10 +189,12 @@ class Case:
 
     @property
     def case_id(self) -> str:
-        """Forward cases keep the id they had before modes existed, so older
-        runs and baselines still match them; a training mode is appended."""
+        """Forward contiguous cases keep the id they had before modes and
+        layouts existed, so older runs and baselines still match them; a
+        training mode is appended, then a layout other than contiguous."""
         base = f"{self.op}|{self.strategy}|{self.device}|{self.dtype}|{self.params_json}"
-        return base if self.mode == FORWARD else f"{base}|{self.mode}"
+        base = base if self.mode == FORWARD else f"{base}|{self.mode}"
+        return base if self.layout == CASE_LAYOUTS[0] else f"{base}|{self.layout}"
 
     @property
     def group(self) -> tuple:
@@ -296,6 +302,11 @@ def _check_benchmark(config: Config, bench: Benchmark, where: str) -> None:
             op.validate(point)
         except ValueError as error:
             raise ConfigError(f"{where}.params: {error}") from None
+    for index, layout in enumerate(bench.layouts):
+        if not any(op.layout_changes(point, layout) for point in _grid(op, bench.params)):
+            why = (f"{bench.op} is not checked in {layout}, so it is not timed in it" if layout not in op.check_layouts
+                   else f"it leaves every input of {bench.op} at these params in the same memory order")
+            raise ConfigError(f"{where}.layouts[{index}]: {layout}: {why} (drop it)")
 
 
 def _check_value(spec, value, where: str) -> None:
@@ -356,14 +367,18 @@ def expand(config: Config) -> list[Case]:
             for device in bench.devices or config.devices:
                 for dtype in bench.dtypes or config.dtypes:
                     for mode in dict.fromkeys(bench.modes):
-                        for name in names:
-                            strat = op.strategies[name]
-                            if not strat.runs_on(device) or dtype not in strat.dtypes:
+                        for layout in dict.fromkeys(bench.layouts):
+                            if not op.layout_changes(point, layout):
                                 continue
-                            case = Case(bench.op, name, device, dtype, tuple(sorted(point.items())), mode)
-                            if case.case_id not in seen:
-                                seen.add(case.case_id)
-                                cases.append(case)
+                            for name in names:
+                                strat = op.strategies[name]
+                                if not strat.runs_on(device) or dtype not in strat.dtypes:
+                                    continue
+                                case = Case(bench.op, name, device, dtype, tuple(sorted(point.items())), mode,
+                                            layout)
+                                if case.case_id not in seen:
+                                    seen.add(case.case_id)
+                                    cases.append(case)
     return cases
 
 

@@ -96,11 +96,12 @@ def param_order() -> tuple[str, ...]:
 
 def ordered_params(params: dict) -> list[str]:
     """The keys in the order of the operator that declares them all (the
-    first such operator), else in every operator's order."""
+    first such operator), else in every operator's order; a report point's
+    ``layout`` (docs/SPEC.md §2) last."""
     from impls.registry import OPERATORS
 
     order = next((tuple(spec.name for spec in op.params) for op in OPERATORS.values()
-                  if set(params) <= {spec.name for spec in op.params}), param_order())
+                  if set(params) - {"layout"} <= {spec.name for spec in op.params}), param_order())
     return sorted(params, key=lambda key: (order.index(key) if key in order else len(order), key))
 
 

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from harness.base.cases import CASE_GROUP, with_mode
+from harness.base.cases import CASE_GROUP, mode_and_layout, with_case_columns
 from harness.base.config import MIN_ROUNDS  # a pair is judged on its rounds from this many
 from harness.base.format import fmt_time, params_label
 from harness.judging.regression import (  # noqa: F401  (re-exported)
@@ -294,7 +294,7 @@ def contradictions(first: pd.DataFrame, second: pd.DataFrame) -> list[tuple[tupl
     the strategy clearly faster than it in the other run). Empty when the two
     runs never contradict each other; a tie in either run is no claim."""
     found = []
-    first, second = with_mode(first), with_mode(second)
+    first, second = with_case_columns(first), with_case_columns(second)
     seconds = {key: group for key, group in second.groupby(CASE_GROUP, sort=False)}
     for key, mine in first.groupby(CASE_GROUP, sort=False):
         theirs = seconds.get(key)
@@ -320,7 +320,7 @@ def with_speedups(rows: pd.DataFrame) -> pd.DataFrame:
     """Adds ``speedup`` over the operator's baseline (the seed's original
     strategy) measured in the same case, on the same machine where the rows
     come from several; NaN where the baseline was not measured correct."""
-    rows = with_mode(rows).copy()
+    rows = with_case_columns(rows).copy()
     rows["speedup"] = math.nan
     if rows.empty:
         return rows
@@ -515,8 +515,9 @@ def training_faster_than_parts(rows: pd.DataFrame) -> list[dict]:
     beats) and both medians, for the flag ``PART_FASTER``."""
     from impls.training import BACKWARD, FORWARD, FORWARD_BACKWARD
 
-    rows = with_mode(rows)
-    keys = ["op", "strategy", "device", "dtype", "params"] + (["machine"] if "machine" in rows.columns else [])
+    rows = with_case_columns(rows)
+    keys = ["op", "strategy", "device", "dtype", "params", "layout"] + (["machine"] if "machine" in rows.columns
+                                                                         else [])
     found = []
     for key, group in rows[timed(rows)].groupby(keys, sort=False, observed=True):
         by_mode = {mode: group[group["mode"] == mode] for mode in (FORWARD, BACKWARD, FORWARD_BACKWARD)}
@@ -592,7 +593,7 @@ PLANNED = "planned"
 
 
 def planned_strategies(meta: dict) -> dict | None:
-    """{(op, device, dtype, params JSON, mode): [strategy, ...]}: what an
+    """{(op, device, dtype, params JSON, mode, layout): [strategy, ...]}: what an
     unfinished run's config meant to time at each point, for `answer`'s
     ``planned`` (a run that ended before some strategies of a point, as the
     H200 run whose GPU window closed after 3 of 7). None for a complete run
@@ -611,7 +612,8 @@ def planned_strategies(meta: dict) -> dict | None:
         return None
     planned: dict[tuple, list[str]] = {}
     for case in cases:
-        planned.setdefault((case.op, case.device, case.dtype, case.params_json, case.mode), []).append(case.strategy)
+        planned.setdefault((case.op, case.device, case.dtype, case.params_json, case.mode, case.layout),
+                           []).append(case.strategy)
     return planned
 
 
@@ -721,12 +723,13 @@ def undecided_points(rows: pd.DataFrame) -> list[tuple[str, list[str], int]]:
     still in the race when its budget ran out, fastest first, the rounds
     they ran)."""
     found_points = []
-    for _group, case in with_mode(rows).groupby(CASE_GROUP, sort=False):
+    for _group, case in with_case_columns(rows).groupby(CASE_GROUP, sort=False):
         found = answer(case)
         if found is None or found.outcome != UNDECIDED:
             continue
         first = case.iloc[0]
-        label = f"{first['op']} {first['device']} {first['dtype']} {params_label(first['params'])} ({first['mode']})"
+        label = (f"{first['op']} {first['device']} {first['dtype']} {params_label(first['params'])} "
+                 f"({mode_and_layout(first)})")
         found_points.append((label, winners(found), len(round_medians(found.best))))
     return found_points
 

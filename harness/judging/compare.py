@@ -31,7 +31,7 @@ from pathlib import Path
 import pandas as pd
 
 from harness.base import plugins
-from harness.base.cases import CASE_GROUP, CASE_KEY, with_mode
+from harness.base.cases import CASE_GROUP, CASE_KEY, mode_and_layout, with_case_columns
 from harness.base.errors import UsageError
 from harness.base.format import (
     fmt_num,
@@ -43,7 +43,6 @@ from harness.base.format import (
 )
 from harness.judging import analysis, regression
 from harness.results import metrics, runmeta, stats, store
-
 
 
 def references_for(op: str, relative_to: list[str] | None, normalise: bool) -> list[str]:
@@ -65,7 +64,7 @@ TIME_VERDICTS = (regression.REGRESSED, regression.IMPROVED, regression.SAME)  # 
 def typical_by_group(rows: pd.DataFrame, samples: dict, statistic: str) -> dict:
     """{group key: {strategy: (case_id, typical seconds)}} over the rows that
     are correct and timed."""
-    rows = with_mode(rows)
+    rows = with_case_columns(rows)
     timed = rows[analysis.timed(rows)]
     groups: dict = {}
     for row in timed.itertuples(index=False):
@@ -190,7 +189,7 @@ def compare_frames(base_rows, base_samples, new_rows, new_samples, rule=None, re
     if not isinstance(rule, regression.Rule):  # (factor, alpha) positionally, as older callers pass them
         rule = regression.Rule(rule if rule is not None else regression.DEFAULT_FACTOR,
                                alpha if alpha is not None else regression.DEFAULT_ALPHA)
-    base_rows, new_rows = with_mode(base_rows), with_mode(new_rows)
+    base_rows, new_rows = with_case_columns(base_rows), with_case_columns(new_rows)
     used = {}
     relative = bool(relative_to or normalise)
     if relative:
@@ -259,7 +258,7 @@ def compare_counts(base_dir, new_dir, metric: str, factor: float = regression.DE
 
 def compare_count_frames(base_rows: pd.DataFrame, new_rows: pd.DataFrame, metric: str,
                          factor: float = regression.DEFAULT_COUNT_FACTOR) -> pd.DataFrame:
-    base_rows, new_rows = with_mode(base_rows), with_mode(new_rows)
+    base_rows, new_rows = with_case_columns(base_rows), with_case_columns(new_rows)
     base, new = base_rows.set_index("case_id"), new_rows.set_index("case_id")
     records = []
     for record, in_both in _paired_cases(base_rows, new_rows):
@@ -294,7 +293,7 @@ def counts_markdown(table: pd.DataFrame) -> str:
     for _, r in table.iterrows():
         verdict = f"**{r['verdict']}**" if r["verdict"] in regression.FAILING else r["verdict"]
         shown = metrics.COUNTS[r["metric"]].format
-        cells = [md_escape(r["op"]), md_escape(r["strategy"]), r["device"], r["dtype"], r["mode"],
+        cells = [md_escape(r["op"]), md_escape(r["strategy"]), r["device"], r["dtype"], mode_and_layout(r),
                  md_escape(params_label(r["params"])), shown(r["base_count"]), shown(r["new_count"]),
                  fmt_num(r["ratio"], 4, "×"), verdict]
         lines.append("| " + " | ".join(cells) + " |")
@@ -321,7 +320,7 @@ def as_markdown(table: pd.DataFrame, relative: bool = False, unfit: str = "") ->
              "|---|---|---|---|---|---|---|---|---|---|---|"]
     for _, r in table.iterrows():
         verdict = f"**{r['verdict']}**" if r["verdict"] in regression.FAILING else r["verdict"]
-        cells = [md_escape(r["op"]), md_escape(r["strategy"]), r["device"], r["dtype"], r["mode"],
+        cells = [md_escape(r["op"]), md_escape(r["strategy"]), r["device"], r["dtype"], mode_and_layout(r),
                  md_escape(params_label(r["params"])), value_text(r["base_s"], relative),
                  value_text(r["new_s"], relative), fmt_ratio(r["ratio"]), fmt_p(r["p_value"]), verdict]
         lines.append("| " + " | ".join(cells) + " |")

@@ -38,7 +38,7 @@ import numpy as np
 import pandas as pd
 from pandas.api.types import union_categoricals
 
-from harness.base.cases import CASE_GROUP, in_group, with_mode
+from harness.base.cases import CASE_GROUP, in_group, with_case_columns
 from harness.judging import analysis, regression, wall_gate
 from harness.judging.wall_gate import DEFAULT_GATE_FACTOR
 from harness.results import runmeta, store, summary
@@ -154,7 +154,7 @@ def load_history(root, cache_dir=None, known: dict | None = None) -> tuple[pd.Da
     cases = _concat([kept, _judged_cases(columns) if total else None])
     if cases is None or not len(cases):
         raise store.ResultError(f"{root}: no result rows found under it")
-    cases = with_mode(cases.sort_values("run", kind="stable").reset_index(drop=True))
+    cases = with_case_columns(cases.sort_values("run", kind="stable").reset_index(drop=True))
     runs = pd.DataFrame(runs)
     _group_by_machine(cases, runs)
     if cache_dir and (len(reusable) != len(previous_runs or []) or total):
@@ -310,7 +310,7 @@ def screen(cases: pd.DataFrame, changes: pd.DataFrame, factor: float) -> pd.Data
     change (`wall_gate.partner_change`: the median, over partners, of the case's
     ratio over theirs, or its own ratio without partners) never exceeds that
     bound, so every case the gate fails is inside them."""
-    cases, changes = with_mode(cases), with_mode(changes)
+    cases, changes = with_case_columns(cases), with_case_columns(changes)
     pairs = changes[["base_run", "run"]].drop_duplicates()
     key = ["case_id"] + CASE_GROUP + ["strategy"]
     timed = cases[analysis.timed(cases)]

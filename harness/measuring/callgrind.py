@@ -257,13 +257,13 @@ def _request(cases: list[Case], plan: sweep.RunPlan, mode: str, **extra) -> str:
 
 def case_fields(case: Case) -> list:
     """A case as the child is sent it (JSON); ``case_of`` reads it back. The
-    mode travels too: without it a backward case came back as its forward."""
-    return [case.op, case.strategy, case.device, case.dtype, case.params_dict, case.mode]
+    mode and layout travel too: without them a backward or channels-last case came back as another."""
+    return [case.op, case.strategy, case.device, case.dtype, case.params_dict, case.mode, case.layout]
 
 
 def case_of(fields: list) -> Case:
-    op, strategy, device, dtype, params, mode = fields
-    return Case(op, strategy, device, dtype, tuple(sorted(params.items())), mode)
+    op, strategy, device, dtype, params, mode, layout = fields
+    return Case(op, strategy, device, dtype, tuple(sorted(params.items())), mode, layout)
 
 
 def _tail(path: Path) -> str:

@@ -578,6 +578,17 @@ def layout_applies(op, params: dict, layout: str, backend: str) -> bool:
     return any(applied_layout(array, layout, get_backend(backend)) == layout for array in arrays)
 
 
+def layout_skipped(strat: Strategy, layout: str) -> str | None:
+    """Why a timed case of ``strat`` in ``layout`` is skipped (None: it runs): its backend cannot be
+    handed an array in that memory order (JAX's arrays have no strides), so nothing it computes
+    would be a measurement of that layout."""
+    offered = get_backend(strat.backend).layouts
+    if layout in offered:
+        return None
+    return (f"not for this layout: {strat.backend} arrays cannot be held {layout} (it takes "
+            f"{', '.join(offered)}); an NHWC array is another shape, which this strategy does not take")
+
+
 def adversarial_set(op, strat) -> tuple[list[dict], tuple[str, ...]]:
     """The check cases and layouts a strategy is checked on. A strategy that
     compiles per shape (``quick_check``) gets the first two cases, contiguous and

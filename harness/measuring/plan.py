@@ -32,6 +32,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from harness.base.cases import mode_and_layout
 from harness.base.config import Case, Config
 from harness.base.errors import ResultError, UsageError
 from harness.measuring import check, gpu_steps, memory, timing, verdict_cache
@@ -279,7 +280,7 @@ class CaseModel:
 
     def cost(self, case: Case, device_memory: float | None, raced: int = 1, point_cases: int = 1) -> CaseCost:
         strat = get_operator(case.op).strategies[case.strategy]
-        skipped = training.applies(strat, case.mode, case.params_dict) or ""
+        skipped = training.applies(strat, case.mode, case.params_dict) or check.layout_skipped(strat, case.layout) or ""
         if not skipped and device_memory:
             needed = memory.needed_bytes(get_operator(case.op), strat, case.params_dict, case.dtype)
             if not memory.fits(needed, device_memory):
@@ -318,7 +319,8 @@ class Point:
 
     @property
     def modes(self) -> list[str]:
-        return list(dict.fromkeys(cost.case.mode for cost in self.costs))
+        """Its training modes, each with its layout where that is not contiguous (``backward channels_last``)."""
+        return list(dict.fromkeys(_mode_label(cost.case) for cost in self.costs))
 
 
 @dataclass
@@ -352,6 +354,10 @@ class Plan:
     @property
     def total_s(self) -> float:
         return sum(estimate.seconds for _, estimate in self.phases)
+
+
+def _mode_label(case: Case) -> str:
+    return mode_and_layout({"mode": case.mode, "layout": case.layout})
 
 
 def coverage_first(points: list[Point]) -> list[Point]:
@@ -438,12 +444,12 @@ def make_plan(config: Config, config_path: str, cases: list[Case], device: str, 
     runs = measured_runs(roots, device)
     model = CaseModel(runs, config, device)
     device_memory = _device_memory(runs, device)
-    raced = Counter((case.op, case.dtype, case.params_json, case.mode) for case in cases)
+    raced = Counter((case.op, case.dtype, case.params_json, case.mode, case.layout) for case in cases)
     point_cases = Counter((case.op, case.dtype, case.params_json) for case in cases)
     groups: dict[tuple, Point] = {}
     for case in cases:
         key = (case.op, case.dtype, case.params_json)
-        cost = model.cost(case, device_memory, raced[key + (case.mode,)], point_cases[key])
+        cost = model.cost(case, device_memory, raced[key + (case.mode, case.layout)], point_cases[key])
         groups.setdefault(key, Point(case.op, case.dtype, case.params_json, [])).costs.append(cost)
     points = coverage_first(list(groups.values()))
     keys = len(verdict_cache.VerdictCache.keys(cases))
@@ -619,7 +625,7 @@ def lines(plan: Plan) -> list[str]:
         reasons: dict[str, list[str]] = {}
         for cost in skipped:
             reasons.setdefault(cost.skipped, []).append(
-                f"{cost.case.op}/{cost.case.strategy} {cost.case.dtype} {cost.case.mode}")
+                f"{cost.case.op}/{cost.case.strategy} {cost.case.dtype} {_mode_label(cost.case)}")
         for reason, names in reasons.items():
             out.append(f"  {reason}: {len(names)} cases: {', '.join(sorted(set(names)))}")
     return out

@@ -95,7 +95,7 @@ def base_row(case: Case, run_id: str, ceiling_gbps: float) -> dict:
         nbytes = math.nan
     return {"run_id": run_id, "case_id": case.case_id, "op": case.op, "strategy": case.strategy,
             "backend": strat.backend, "device": case.device, "dtype": case.dtype,
-            "params": case.params_json, "mode": case.mode, "bytes": nbytes, "ceiling_gbps": ceiling_gbps,
+            "params": case.params_json, "mode": case.mode, "layout": case.layout, "bytes": nbytes, "ceiling_gbps": ceiling_gbps,
             "floor_s": stats.floor_s(nbytes, ceiling_gbps), "source": strat.source,
             "status": "", "message": ""}
 
@@ -202,7 +202,7 @@ def check_case(case: Case, config: Config, run_id: str, ceiling_gbps: float,
     unavailable = strat.available()
     if unavailable:
         return finish(SKIPPED, unavailable)
-    no_backward = training.applies(strat, case.mode, case.params_dict)
+    no_backward = training.applies(strat, case.mode, case.params_dict) or check.layout_skipped(strat, case.layout)
     if no_backward:
         return finish(SKIPPED, no_backward)
     too_big = memory_guard(case)
@@ -223,7 +223,7 @@ def check_case(case: Case, config: Config, run_id: str, ceiling_gbps: float,
             # A case that will be timed is judged on call 1 and on the last of its last round's
             # samples (time_in_rounds); one that will not (counted, interpreted) on call 1 and call 2.
             timed_here = measure is None and not strat.interpreted_on(case.device)
-            tried = check.attempt(strat, ref, case.dtype, case.device, peak=True, on_phase=on_phase,
+            tried = check.attempt(strat, ref, case.dtype, case.device, case.layout, peak=True, on_phase=on_phase,
                                   repeat_call=1 if timed_here else check.SWEEP_REPEAT_CALL)
             verdict = tried.verdict
             row.update(setup_s=tried.setup_s, peak_mem_bytes=tried.peak_mem_bytes,
@@ -238,7 +238,7 @@ def check_case(case: Case, config: Config, run_id: str, ceiling_gbps: float,
                 on_phase(PHASE_TIME)
 
                 def make_run():
-                    return check.prepare_case(strat, ref, ref.params, case.dtype, case.device).run
+                    return check.prepare_case(strat, ref, ref.params, case.dtype, case.device, case.layout).run
                 row.update(measure(make_run, backend, case.device))
                 return finish(verdict.status, verdict.message)
             if flush is None:  # made only now: an unavailable backend's flush may not even import
@@ -269,7 +269,8 @@ def time_round(pending: PendingCase, share, on_phase: Callable[[str], None], cro
             raise timing.CaseTimeout(f"exceeded the case time limit of {pending.timeout_s:g} s")
         with timing.deadline(remaining):
             on_phase(check.PHASE_PREPARE)
-            prepared = check.prepare_case(strat, pending.ref, pending.ref.params, case.dtype, case.device)
+            prepared = check.prepare_case(strat, pending.ref, pending.ref.params, case.dtype, case.device,
+                                          case.layout)
             on_phase(PHASE_TIME)
             # A call at least a round's warm-up long is its own warm-up: the check's call 1
             # compiled and touched what the code needs, and a fresh prepare does not undo that.
@@ -287,7 +288,7 @@ def time_round(pending: PendingCase, share, on_phase: Callable[[str], None], cro
             on_phase(PHASE_CHECK)
             count = sum(len(t.samples_s) + t.slow_start for t in pending.rounds)
             which = f"the last of its {count} timed samples (round {len(pending.rounds)})"
-            again = check.judge_again(strat, prepared, pending.ref, case.dtype, case.device, "contiguous",
+            again = check.judge_again(strat, prepared, pending.ref, case.dtype, case.device, case.layout,
                                       pending.verdict, calls=0, which=which, output=output)
             if again.status not in CORRECT:
                 pending.fail(again.status, f"{again.message}; its timing is not published")
@@ -421,7 +422,7 @@ def execute_isolated(case: Case, config: Config, run_id: str, ceiling_gbps: floa
     strategies: they run in this process). The child asks ``adversarial``'s question only when the parent has no
     answer yet, and its answer comes back into ``adversarial``. Returns the result
     and the seconds the child spent per phase."""
-    request = {"case": [case.op, case.strategy, case.device, case.dtype, case.params_dict, case.mode],
+    request = {"case": [case.op, case.strategy, case.device, case.dtype, case.params_dict, case.mode, case.layout],
                "config": config.model_dump(), "run_id": run_id, "ceiling_gbps": ceiling_gbps,
                "adversarial": None, "order_seed": order_seed}
     strat = get_operator(case.op).strategies[case.strategy]
@@ -469,16 +470,16 @@ def child_main(stdin_text: str) -> None:
     request = json.loads(stdin_text)
     config = parse_config(request["config"], "<isolated case>")
     pinning.apply_threads(config.threads)
-    op, strategy, device, dtype, params, *mode = request["case"]  # the mode: forward where left out
-    mode = mode[0] if mode else training.FORWARD
-    case = Case(op, strategy, device, dtype, tuple(sorted(params.items())), mode)
+    # the mode and the layout: forward and contiguous where left out (a caller's own request)
+    op, strategy, device, dtype, params, *rest = request["case"]
+    case = Case(op, strategy, device, dtype, tuple(sorted(params.items())), *rest)
     strat = get_operator(op).strategies[strategy]
     adversarial = None
     if request.get("adversarial") is not None:
         adversarial = check.AdversarialCheck(config.seed, config.timing.timeout_s)
         if request["adversarial"]["asked"]:
             adversarial.remember(strat, device, dtype, _verdict_of_json(request["adversarial"]["failure"]),
-                                 mode=mode)
+                                 mode=case.mode)
     clock = PhaseClock()
     result = execute_case(case, config, request["run_id"], request["ceiling_gbps"], on_phase=clock,
                           adversarial=adversarial, order_seed=request.get("order_seed", 0))
@@ -487,7 +488,7 @@ def child_main(stdin_text: str) -> None:
     answer = {"row": clean, "samples_s": [float(s) for s in result.samples_s], "round_sizes": result.round_sizes,
               "phase_s": clock.totals()}
     if adversarial is not None:
-        asked, failure = adversarial.known(strat, device, dtype, mode=mode)
+        asked, failure = adversarial.known(strat, device, dtype, mode=case.mode)
         answer["adversarial"] = {"asked": asked, "failure": _verdict_json(failure)}
     print(json.dumps(answer), flush=True)
 

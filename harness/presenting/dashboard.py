@@ -29,7 +29,7 @@ import numpy as np
 import pandas as pd
 
 from harness.base import plugins
-from harness.base.cases import CASE_GROUP
+from harness.base.cases import CASE_GROUP, mode_and_layout
 from harness.base.format import (
     fmt_p,
     fmt_ratio,
@@ -375,7 +375,7 @@ def overview(cases: pd.DataFrame, changes: pd.DataFrame) -> list[str]:
         css = {history.RED: " class='regressed'", history.NOT_JUDGED: " class='not-judged'"}.get(mark, "")
         rows.append((order, f"<tr{css}><td><a href='{esc(slug(row.op))}.html'>{esc(row.op)}</a></td>"
                             f"<td>{esc(row.strategy)}</td><td>{esc(params_label(row.params))}</td>"
-                            f"<td>{esc(row.device)}</td><td>{esc(row.dtype)}</td><td>{esc(row.mode)}</td>"
+                            f"<td>{esc(row.device)}</td><td>{esc(row.dtype)}</td><td>{esc(mode_and_layout(row._asdict()))}</td>"
                             f"<td>{esc(row.machine)}</td>{cell}"
                             f"<td>{esc(row.status)}</td><td class='num'>{esc(versus)}</td>"
                             f"<td>{esc(sparkline(trends[(row.case_id, row.machine)]))}</td>"
@@ -496,8 +496,9 @@ def write_case_data(cases: pd.DataFrame, changes: pd.DataFrame, site: Path) -> d
     groups: dict[str, list] = {}
     written = set()
     for key, group in cases.groupby(CASE_GROUP, sort=False):
-        op, device, dtype, params, mode = key
-        title = case_title(op, params, device, dtype) + ("" if mode == "forward" else f" · {mode}")
+        op, device, dtype, params, mode, layout = key
+        title = (case_title(op, params, device, dtype) + ("" if mode == "forward" else f" · {mode}")
+                 + ("" if layout == "contiguous" else f" · {layout}"))
         stem = slug(title)
         data = case_data(group, changes_by_group.get(key, changes.iloc[:0]), title, colours)
         _write_if_changed(site / "data" / "cases" / f"{stem}.js", _data_script(f".cases[{json.dumps(stem)}]", data))

@@ -24,7 +24,7 @@ from rich.progress import (
 from rich.table import Table
 from rich.text import Text
 
-from harness.base.cases import CASE_GROUP, grid_cells
+from harness.base.cases import CASE_GROUP, grid_cells, mode_and_layout, with_case_columns
 from harness.base.format import (  # noqa: F401
     fmt_num,
     fmt_p,
@@ -202,10 +202,15 @@ def _floor_text(row) -> str:
     return f"[yellow]{escape(text)}[/]" if floors.over_floor(pct) else text
 
 
-def _mode_title(mode: str) -> str:
-    """What a table's title adds for its mode: nothing for forward (titles
-    read as before modes existed), the mode otherwise."""
-    return "" if mode == training.FORWARD else f"  {mode}"
+def _mode_title(mode: str, layout: str = "contiguous") -> str:
+    """What a table's title adds for its mode and layout: nothing for forward
+    and contiguous (titles read as before modes and layouts existed), each
+    otherwise."""
+    return ("" if mode == training.FORWARD else f"  {mode}") + ("" if layout == "contiguous" else f"  {layout}")
+
+
+def _row_title(r) -> str:
+    return _mode_title(r.get("mode", training.FORWARD), r.get("layout", "contiguous"))
 
 
 def case_tables(rows: pd.DataFrame, judged: bool = True) -> list:
@@ -217,10 +222,10 @@ def case_tables(rows: pd.DataFrame, judged: bool = True) -> list:
     if not judged:
         rows = rows.assign(speedup=math.nan)
     out = []
-    for (op, device, dtype, params, mode), group in rows.groupby(CASE_GROUP, sort=False):
+    for (op, device, dtype, params, mode, layout), group in with_case_columns(rows).groupby(CASE_GROUP, sort=False):
         baseline = OPERATORS[op].baseline if op in OPERATORS else "?"
         no_speedup = speedup_note(op, dict(zip(group["strategy"], group["status"])))
-        table = Table(title=f"{op}  {params_label(params)}  {device} {dtype}" + _mode_title(mode),
+        table = Table(title=f"{op}  {params_label(params)}  {device} {dtype}" + _mode_title(mode, layout),
                       title_justify="left",
                       caption=("no fastest marked, × blank: the run is unfit" if not judged else
                                f"× blank: {no_speedup}" if no_speedup else f"×: speedup over {baseline}")
@@ -268,7 +273,7 @@ def _varying_label(params_json: str, varying: list[str]) -> str:
 
 
 def grid_tables(rows: pd.DataFrame, judged: bool = True) -> list:
-    """Strategies × sizes per (op, device, dtype, mode), as torch.utils.benchmark's
+    """Strategies × sizes per (op, device, dtype, mode, layout), as torch.utils.benchmark's
     Compare prints them: the median per cell (three significant figures),
     the speedup over the baseline beside it, the column's best in bold green
     (both, where the two fastest tie), unstable cells marked. A training
@@ -277,10 +282,10 @@ def grid_tables(rows: pd.DataFrame, judged: bool = True) -> list:
     rows = with_speedups(rows)
     if not judged:
         rows = rows.assign(speedup=math.nan)
-    if "mode" not in rows:
-        rows = rows.assign(mode=training.FORWARD)
+    rows = with_case_columns(rows)
     out = []
-    for (op, device, dtype, mode), group in rows.groupby(["op", "device", "dtype", "mode"], sort=False):
+    for (op, device, dtype, mode, layout), group in rows.groupby(["op", "device", "dtype", "mode", "layout"],
+                                                                 sort=False):
         params = group["params"].map(json.loads)
         keys = sorted({key for p in params for key in p})
         varying = [key for key in keys if params.map(lambda p: p.get(key)).nunique() > 1]
@@ -290,7 +295,7 @@ def grid_tables(rows: pd.DataFrame, judged: bool = True) -> list:
         has_baseline = baseline in set(group["strategy"])
         partial = [name for name in dict.fromkeys(group["strategy"]) if partial_output(op, name)]
         no_speedup = None if has_baseline else speedup_note(op, dict(zip(group["strategy"], group["status"])))
-        table = Table(title=f"{op}  {device} {dtype}" + _mode_title(mode), title_justify="left",
+        table = Table(title=f"{op}  {device} {dtype}" + _mode_title(mode, layout), title_justify="left",
                       caption=f"median per call{f' (× {baseline})' if has_baseline and judged else ''}; "
                               + (f"no speedups: {no_speedup}; " if no_speedup and judged else "")
                               + (f"{BEST_MARK} bold: fastest correct (two where they tie); " if judged else
@@ -341,13 +346,13 @@ def run_summary(rows: pd.DataFrame, grid: bool = True, unfit_reasons: list[str] 
                                           f"{analysis.timer_disagreement(r)}" for r in disagreeing), style="yellow"))
     over = [line for _, r in rows.iterrows()
             if (line := floors.over_floor_line(f"{r['op']}/{r['strategy']} {params_label(r['params'])}"
-                                               f"{_mode_title(r.get('mode', training.FORWARD))}", r.get("pct_of_floor")))]
+                                               f"{_row_title(r)}", r.get("pct_of_floor")))]
     if grid and over:
         renderables.append(Text("\n".join(over), style="yellow"))
     failed = rows[~rows["status"].isin(CORRECT)] if len(rows) else rows
     if grid and len(failed):
         renderables.append(Text("\n".join(f"{r['op']}/{r['strategy']} {r['device']} {r['dtype']} "
-                                          f"{params_label(r['params'])}{_mode_title(r.get('mode', training.FORWARD))}: "
+                                          f"{params_label(r['params'])}{_row_title(r)}: "
                                           f"{r['status']}: {shorten(r['message'], 160)}"
                                           for _, r in failed.iterrows()), style="dim"))
     undecided = analysis.undecided_points(rows) if judged and grid else []
@@ -392,7 +397,7 @@ def compare_table(table: pd.DataFrame, relative: bool = False, width: int | None
     rows = []
     for _, r in table.iterrows():
         style = VERDICT_STYLE.get(r["verdict"], "")
-        rows.append([escape(r["op"]), escape(r["strategy"]), r["device"], r["dtype"], escape(r["mode"]),
+        rows.append([escape(r["op"]), escape(r["strategy"]), r["device"], r["dtype"], escape(mode_and_layout(r)),
                      escape(params_label(r["params"])), value_text(r["base_s"], relative),
                      value_text(r["new_s"], relative), fmt_ratio(r["ratio"]), fmt_p(r["p_value"]),
                      f"[{style}]{escape(r['verdict'])}[/]" if style else escape(r["verdict"])])

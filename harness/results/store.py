@@ -64,6 +64,7 @@ COLUMN_SPECS = (
     ("run_id", "text", 1), ("case_id", "text", 1), ("op", "text", 1), ("strategy", "text", 1),
     ("backend", "text", 1), ("device", "text", 1), ("dtype", "text", 1), ("params", "text", 1),
     ("mode", "text", 6),  # docs/SPEC.md §1.5: forward, backward or forward+backward
+    ("layout", "text", 11),  # docs/SPEC.md §2: the 4-D inputs' memory order, contiguous or channels_last
     ("status", "text", 1), ("message", "text", 1),
     *TIMING.columns(),  # the timing statistics (metrics.TIMING)
     ("bytes", "number", 1), ("gbps", "number", 1), ("ceiling_gbps", "number", 1), ("floor_s", "number", 1),
@@ -147,8 +148,16 @@ def update_to_6(meta: dict, rows: pd.DataFrame | None):
     return meta, rows
 
 
+def update_to_11(meta: dict, rows: pd.DataFrame | None):
+    """Schema 11 adds ``layout`` (docs/SPEC.md §2): every case of an older run was timed on contiguous
+    inputs (its check also fed channels-last ones; its timing never did)."""
+    if rows is not None:
+        rows["layout"] = "contiguous"
+    return meta, rows
+
+
 # Each version's step from the one before: written out where it does more than add columns.
-MIGRATIONS = {version: {3: update_to_3, 6: update_to_6}.get(version) or _add_columns(version)
+MIGRATIONS = {version: {3: update_to_3, 6: update_to_6, 11: update_to_11}.get(version) or _add_columns(version)
               for version in range(2, SCHEMA_VERSION + 1)}
 
 

@@ -31,10 +31,10 @@ from harness.results import metrics, stats
 from impls.status import CORRECT
 
 SUMMARY = "summary.json"
-VERSION = 7  # of the summary's layout: a summary of another version is rebuilt (4: plugins; 5: mode; 6: rounds' IQR; 7: busy ceilings)
+VERSION = 8  # of the summary's layout: a summary of another version is rebuilt (4: plugins; 5: mode; 6: rounds' IQR; 7: busy ceilings; 8: layout)
 
 # Copied from each row as they are.
-ROW_COLUMNS = ("case_id", "op", "strategy", "backend", "device", "dtype", "params", "mode", "status", "source",
+ROW_COLUMNS = ("case_id", "op", "strategy", "backend", "device", "dtype", "params", "mode", "layout", "status", "source",
                "median_s", "iqr_s", "within_round_iqr_s", "min_s", "n_samples", "load_avg", "slow_start")
 NUMBERS = ("median_s", "iqr_s", "within_round_iqr_s", "min_s", "n_samples", "load_avg", "slow_start",
            "p10_s") + metrics.COUNTS.names

@@ -526,7 +526,9 @@ def categorical_families(rows: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
     keys = sorted({key for p in params for key, value in p.items() if isinstance(value, str)})
     if not keys:
         return [("", rows)]
-    labels = params.map(lambda p: " ".join(f"{key}={p.get(key)}" for key in keys))
+    # a report point's layout (load.layout_in_params) is given where it is not contiguous
+    labels = params.map(lambda p: " ".join(f"{key}={p.get(key, 'contiguous' if key == 'layout' else None)}"
+                                           for key in keys))
     return [(label_text, rows[labels == label_text]) for label_text in dict.fromkeys(labels)]
 
 

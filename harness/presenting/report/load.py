@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import json
+
 import sys
 from pathlib import Path
 
 import pandas as pd
 
 from harness.base import plugins
-from harness.base.cases import with_mode
+from harness.base.cases import with_case_columns
 from harness.base.errors import ResultError
 from harness.base.format import params_label
 from harness.judging.analysis import PLANNED, finite, planned_strategies, run_unfit_reasons, with_speedups
@@ -46,12 +48,12 @@ def load(dirs) -> tuple[pd.DataFrame, list[dict]]:
         # time, so that `analysis.answer` never names a winner among the strategies it reached.
         planned = planned_strategies(meta)
         if planned is not None:
-            rows[PLANNED] = [" ".join(planned.get((r.op, r.device, r.dtype, r.params, r.mode), ()))
-                             for r in with_mode(rows).itertuples()]
+            rows[PLANNED] = [" ".join(planned.get((r.op, r.device, r.dtype, r.params, r.mode, r.layout), ()))
+                             for r in with_case_columns(rows).itertuples()]
         frames.append(rows)
     if not frames:
         raise ResultError(f"{', '.join(map(str, dirs))}: no result rows to report")
-    rows = with_mode(pd.concat(frames, ignore_index=True))
+    rows = with_case_columns(pd.concat(frames, ignore_index=True))
     # A case measured by several runs on one machine: the latest fit run's
     # measurement, the latest unfit one's only where no fit run measured it.
     rows["_start"] = rows["run_dir"].map({m["directory"]: m.get("start_time", "") for m in metas})
@@ -62,7 +64,22 @@ def load(dirs) -> tuple[pd.DataFrame, list[dict]]:
     unfit = rows[~rows["fit"]].assign(speedup=float("nan"), pct_of_ceiling=float("nan"),
                                       pct_of_fresh_floor=float("nan"), pct_of_floor=float("nan"))
     rows = pd.concat([with_speedups(rows[rows["fit"]]), unfit]).sort_index()
-    return rows, metas
+    return layout_in_params(rows), metas
+
+
+def layout_in_params(rows: pd.DataFrame) -> pd.DataFrame:
+    """The report's points: a case timed in another layout than contiguous (docs/SPEC.md §2) is
+    its own point, its params JSON ending in ``"layout"`` (``... k=2 layout=channels_last`` where
+    the report names the size), so that every answer, table and figure of the report, which go by
+    operator, params and dtype, is given per layout; contiguous cases read as they always did. The
+    speed-ups were taken within each layout before (``with_speedups`` goes by the case's group)."""
+    other = rows["layout"] != "contiguous"
+    if not other.any():
+        return rows
+    rows = rows.copy()
+    rows.loc[other, "params"] = [json.dumps({**json.loads(params), "layout": layout})
+                                 for params, layout in zip(rows.loc[other, "params"], rows.loc[other, "layout"])]
+    return rows
 
 
 def device_label(meta: dict, device: str) -> str:

@@ -11,7 +11,7 @@ import pandas as pd
 
 from harness.base.format import (fmt_num, fmt_pct, fmt_ratio, fmt_ratio_interval, fmt_time, md_escape, params_label,
                                  shorten)
-from harness.base.cases import grid_cells, with_mode
+from harness.base.cases import grid_cells, with_case_columns
 from harness.judging import analysis
 from harness.judging.analysis import (
     TIMERS_DISAGREE,
@@ -124,7 +124,7 @@ def legend_notes(rows: pd.DataFrame) -> list[str]:
     if any(unstable(r) for _, r in timed.iterrows()):
         notes.append(UNSTABLE_NOTE)
     blank = {}
-    for (op, _params, _dtype, _mode, _machine), group in with_mode(rows).groupby(
+    for (op, _params, _dtype, _mode, _machine), group in with_case_columns(rows).groupby(
             ["op", "params", "dtype", "mode", "machine"], sort=False):
         note = speedup_note(op, dict(zip(group["strategy"], group["status"])))
         if note:
@@ -453,7 +453,7 @@ def sections(op_rows: pd.DataFrame) -> list[tuple[tuple[str, str, str], pd.DataF
                 DTYPE_ORDER.index(dtype) if dtype in DTYPE_ORDER else len(DTYPE_ORDER), dtype,
                 MODES.index(mode) if mode in MODES else len(MODES))
 
-    return sorted(with_mode(op_rows).groupby(["machine", "dtype", "mode"], sort=False), key=order)
+    return sorted(with_case_columns(op_rows).groupby(["machine", "dtype", "mode"], sort=False), key=order)
 
 
 def mode_suffix(mode: str) -> str:
@@ -788,7 +788,7 @@ def answer_table(rows: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
     per machine side by side, the fastest correct strategy for inference (the
     forward) and by how much, and, where the rows hold a training mode, the
     fastest for a training step beside it (docs/SPEC.md §1.5)."""
-    rows = with_mode(rows)
+    rows = with_case_columns(rows)
     machines = machine_order(rows)
     training = bool((rows["mode"] != FORWARD).any())
     # One machine: a column per quantity. Several: a column per machine, side
@@ -824,7 +824,7 @@ def answer_table(rows: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
 def training_sentence(rows: pd.DataFrame) -> str:
     """Where the fastest strategy for inference is not the fastest for a
     training step (each beyond its runner-up's spread: ties name no winner)."""
-    rows = with_mode(rows)
+    rows = with_case_columns(rows)
     if not (rows["mode"] != FORWARD).any():
         return ""
     differ, same = [], 0

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from harness.base.cases import with_mode
+from harness.base.cases import with_case_columns
 from harness.base.checkout import ROOT
 from harness.base.format import fmt_ratio_interval, fmt_ratio, fmt_time, params_label
 from harness.judging import analysis
@@ -33,7 +33,7 @@ def _case_groups(rows: pd.DataFrame):
 def mode_rows(case: pd.DataFrame, kind: str) -> pd.DataFrame | None:
     """The rows that answer ``kind`` (INFERENCE: the forward; TRAINING: a
     training step, `sections.training_step`) in one case on one machine."""
-    case = with_mode(case)
+    case = with_case_columns(case)
     if kind == INFERENCE:
         found = case[case["mode"] == FORWARD]
         return found if len(found) else None
@@ -104,7 +104,7 @@ def answer_paragraph(machine: str, kind: str, rows: pd.DataFrame) -> str | None:
 
 def answer_paragraphs(rows: pd.DataFrame) -> list[str]:
     """A paragraph per machine and mode (inference, then a training step where one ran)."""
-    rows = with_mode(rows)
+    rows = with_case_columns(rows)
     paragraphs = []
     for machine in machine_order(rows):
         on_machine = rows[rows["machine"] == machine]
@@ -118,7 +118,7 @@ def answer_paragraphs(rows: pd.DataFrame) -> list[str]:
 
 def coverage_table(rows: pd.DataFrame, operators: list[str]) -> tuple[list[str], list[list[str]]]:
     """Machine × operator × mode: how many cases and runs measured each, or "not run"."""
-    rows = with_mode(rows)
+    rows = with_case_columns(rows)
     header = ["machine", "operator", *MODES]
     table = []
     for machine in machine_order(rows):
@@ -171,7 +171,9 @@ def network_names(path: Path = MODELS_YAML) -> dict[tuple[str, str], tuple[str, 
 
 
 def canonical(params: str) -> str:
-    return json.dumps(json.loads(params), sort_keys=True)
+    """A point's params as configs/models.yaml names it: its layout, a report point's own key
+    (``load.layout_in_params``), is not the network's."""
+    return json.dumps({key: value for key, value in json.loads(params).items() if key != "layout"}, sort_keys=True)
 
 
 def network_table(rows: pd.DataFrame, cell) -> tuple[list[str], list[list[str]]]:
@@ -179,7 +181,7 @@ def network_table(rows: pd.DataFrame, cell) -> tuple[list[str], list[list[str]]]
     change from the paper, the machine, then ``cell(case rows, kind)`` for
     inference and for a training step."""
     names = network_names()
-    rows = with_mode(rows)
+    rows = with_case_columns(rows)
     header = ["network", "layer", "operator", "shape", "change from the paper", "machine", INFERENCE, TRAINING]
     table = []
     for (op, params, dtype), case in _case_groups(rows):

@@ -157,7 +157,7 @@ def test_an_unfinished_runs_plan_names_the_strategies_it_never_reached():
               "benchmarks": [{"op": "maxpool2d", "params": {"N": 1, "C": 2, "H": 8, "W": 8, "k": 2},
                               "strategies": ["numba_fused", "seed_reshape_argmax", "torch_reshape_argmax"]}]}
     plan = analysis.planned_strategies({"status": "interrupted", "config": config})
-    key = ("maxpool2d", "cpu", "float32", PARAMS, "forward")
+    key = ("maxpool2d", "cpu", "float32", PARAMS, "forward", "contiguous")
     assert plan[key] == ["numba_fused", "seed_reshape_argmax", "torch_reshape_argmax"]
     rows = pd.DataFrame([row("numba_fused", [1.0] * 3), row("seed_reshape_argmax", [3.0] * 3)])
     assert answer(rows, planned=plan[key]).unclear == "incomplete: torch_reshape_argmax not timed"

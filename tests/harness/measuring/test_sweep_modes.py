@@ -87,8 +87,12 @@ def test_training_rows_are_checked_and_timed(swept):
         assert math.isfinite(row["pct_of_ceiling"])
     timed = [row for row in rows if row["strategy"] != "seed_reshape_max"]
     for group in {(row["op"], row["params"], row["mode"]) for row in timed}:
-        counts = [len(writer.samples[row["case_id"]]) for row in timed if (row["op"], row["params"], row["mode"]) == group]
-        assert max(counts) >= 5, (group, counts)  # the leader raced to the end
+        members = [row for row in timed if (row["op"], row["params"], row["mode"]) == group]
+        counts = [len(writer.samples[row["case_id"]]) for row in members]
+        # the leader raced to the end, unless the point was answered "equivalent" (SPEC 3: an
+        # answer, and those strategies leave the race together, each with the rounds it ran)
+        assert max(counts) >= 5 or any(row["decision"] == "equivalent" for row in members), \
+            (group, counts, [row["decision"] for row in members])
 
 
 def test_a_strategy_with_no_backward_is_skipped_with_its_reason_in_training_modes_only(swept):

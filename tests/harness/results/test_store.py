@@ -114,7 +114,7 @@ def test_every_column_belongs_to_a_schema_version_with_its_migration_step():
     assert set(TIMING.names) | set(COUNTS.names) <= set(COLUMNS)
     # What each version added, as committed runs were written: a column added since
     # belongs to a newer version (a metric's `schema`), never to one runs already carry.
-    assert store.SCHEMA_VERSION == 10
+    assert store.SCHEMA_VERSION == 11
     assert store.COLUMNS_ADDED == {2: ("host_s", "xcheck_s", "load_avg", "extra", "slow_start"),
                                    3: ("q1_s", "q3_s", "p10_s", "max_s"), 4: ("instructions", "est_cycles"),
                                    5: ("fresh_floor_s", "pct_of_fresh_floor"), 6: ("mode",),
@@ -122,7 +122,8 @@ def test_every_column_belongs_to_a_schema_version_with_its_migration_step():
                                    8: ("bytes_written", "read_gbps_used", "write_gbps_used", "floor_write_curve",
                                        "floor_by_size_s", "pct_of_floor"),
                                    9: ("within_round_iqr_s",),
-                                   10: ("decision", "decision_round", "decided_against", "round_noise", "equivalence")}
+                                   10: ("decision", "decision_round", "decided_against", "round_noise", "equivalence"),
+                                   11: ("layout",)}
     schema_1 = ("run_id", "case_id", "op", "strategy", "backend", "device", "dtype", "params", "status", "message",
                 "median_s", "iqr_s", "min_s", "mean_s", "n_samples", "bytes", "gbps", "ceiling_gbps", "floor_s",
                 "pct_of_ceiling", "max_abs_err", "rel_err", "peak_mem_bytes", "setup_s", "source")
@@ -142,6 +143,9 @@ def test_each_version_is_migrated_in_turn(tmp_path):
     (tmp_path / "meta.json").write_text(json.dumps(meta))
     meta, rows, _ = read_run(tmp_path)
     assert meta["schema_version"] == store.SCHEMA_VERSION
+    # update_to_6 and update_to_11: its cases timed the forward, on contiguous inputs
+    assert list(rows["mode"]) == ["forward"] and list(rows["layout"]) == ["contiguous"]
+    assert store.MIGRATIONS[11].__name__ == "update_to_11"
     assert meta["threads"] == {"torch": 1, "numpy": None, "numba": 1}
     assert meta["backend_versions"] == {"torch": "2.3.0", "numpy": "1.26.0"}
     typed = store.read_run_meta(tmp_path)
