@@ -555,7 +555,8 @@ class CheckItem:
         if self.gradcheck:
             where = "gradcheck float64"
         else:
-            where = "config point" if self.skip else f"{self.mode}/{self.layout}"
+            where = (f"config point{'' if self.layout == 'contiguous' else ' ' + self.layout}" if self.skip
+                     else f"{self.mode}/{self.layout}")
             if self.training != FORWARD:
                 where = f"{self.training} {where}"
         return f"{where} {params_label(json.dumps(dict(self.params)))}"
@@ -680,7 +681,7 @@ def check_plan(config, cases) -> list[CheckItem]:
     """Each selected strategy's ``adversarial_items`` per device, dtype and
     training mode (the cases' modes: config ``modes``), plus each config point
     that reads and writes at most ``check.max_bytes`` in float64
-    (``float64_bytes``), in both input modes and its training mode; a point
+    (``float64_bytes``), in both input modes, its training mode and its layout; a point
     over it is one item that is not run, saying so (``skip``). An eager torch
     strategy checked in a training mode also gets one ``gradcheck_item`` per
     device."""
@@ -703,13 +704,16 @@ def check_plan(config, cases) -> list[CheckItem]:
                     and (case.op, case.strategy, case.device, "gradcheck") not in seen:
                 seen.add((case.op, case.strategy, case.device, "gradcheck"))
                 items.append(gradcheck_item(strat, case.device, mode))
+        layout = getattr(case, "layout", "contiguous")  # the point as the sweep times it
+        if layout_skipped(strat, layout):  # the sweep skips the case: nothing of it to check
+            continue
         moved = float64_bytes(op, case.params_dict)
         if moved <= limit:
             for input_mode in MODES:
-                items.append(CheckItem(strat, case.params, case.dtype, case.device, input_mode, "contiguous",
+                items.append(CheckItem(strat, case.params, case.dtype, case.device, input_mode, layout,
                                        training=mode))
         else:
-            items.append(CheckItem(strat, case.params, case.dtype, case.device, MODES[0], "contiguous",
+            items.append(CheckItem(strat, case.params, case.dtype, case.device, MODES[0], layout,
                                    skip=f"not checked: it reads and writes {moved} bytes in float64, over "
                                         f"check.max_bytes = {limit} (raise it to check this point)",
                                    training=mode))

@@ -95,8 +95,8 @@ def base_row(case: Case, run_id: str, ceiling_gbps: float) -> dict:
         nbytes = math.nan
     return {"run_id": run_id, "case_id": case.case_id, "op": case.op, "strategy": case.strategy,
             "backend": strat.backend, "device": case.device, "dtype": case.dtype,
-            "params": case.params_json, "mode": case.mode, "layout": case.layout, "bytes": nbytes, "ceiling_gbps": ceiling_gbps,
-            "floor_s": stats.floor_s(nbytes, ceiling_gbps), "source": strat.source,
+            "params": case.params_json, "mode": case.mode, "layout": case.layout, "bytes": nbytes,
+            "ceiling_gbps": ceiling_gbps, "floor_s": stats.floor_s(nbytes, ceiling_gbps), "source": strat.source,
             "status": "", "message": ""}
 
 

@@ -124,3 +124,17 @@ def test_the_inputs_reach_each_strategy_in_the_cases_layout(swept):
         else:  # numpy's and numba's: (N, C, H, W) with N, H, W, C strides
             assert (x.strides[1] == x.itemsize) == (layout == "channels_last"), name
             assert x.flags.c_contiguous == (layout == "contiguous"), name
+
+
+def test_check_checks_each_config_point_in_its_layout():
+    """`scatterbench check` of a config checks its points as the sweep times them: each layout's, in
+    that layout, and none for a case the sweep skips (JAX channels-last)."""
+    point = {"N": 1, "C": 5, "H": 6, "W": 6, "k": 2}  # no adversarial case's size
+    config = layouts_config(params=point)
+    points = [item for item in check.check_plan(config, expand(config)) if dict(item.params) == point]
+    found = {(item.strategy.name, item.layout) for item in points}
+    assert found == {(name, layout) for name in STRATEGIES for layout in LAYOUTS} - {
+        ("jax_reduce_window", "channels_last")}
+    assert len(points) == len(set(points)) == 2 * len(found)  # random and adversarial inputs, once each
+    assert {item.label.split()[0] for item in points} == {"random/contiguous", "random/channels_last",
+                                                          "adversarial/contiguous", "adversarial/channels_last"}
