@@ -30,6 +30,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from harness.base import plugins  # noqa: E402
+from harness.base.cases import mode_and_layout, with_case_columns  # noqa: E402
 from harness.base.format import fmt_pct, fmt_time, params_label  # noqa: E402
 from harness.judging import analysis  # noqa: E402
 from harness.results import floors, store  # noqa: E402
@@ -78,13 +79,14 @@ def table(run_dirs) -> str:
              "| load |", "|---|---|---|---|---|---|---|---|---|---|"]
     for directory in run_dirs:
         meta, rows, _ = store.read_run(Path(directory))
-        rows = rows[rows["device"] == "cpu"]
-        for (op, params, mode), case in rows.groupby(["op", "params", "mode"], sort=False):
-            found = analysis.answer(case)
+        rows = with_case_columns(rows[rows["device"] == "cpu"])
+        for (op, params, mode, layout), case in rows.groupby(["op", "params", "mode", "layout"], sort=False):
+            found = analysis.answer(case)  # within one layout: each is its own answer (docs/SPEC.md §2)
             if found is None:
                 continue
             best = found.best
-            lines.append(f"| {meta.get('run_id', directory)} | {op} | {params_label(params)} | {mode} | "
+            lines.append(f"| {meta.get('run_id', directory)} | {op} | {params_label(params)} | "
+                         f"{mode_and_layout({'mode': mode, 'layout': layout})} | "
                          f"{best['strategy']}{' (tie)' if found.tie else ''} | {fmt_time(best['median_s'])} | "
                          f"{fmt_pct(best['pct_of_ceiling'])} | {floors.floor_cell(best.get('pct_of_fresh_floor'))} | "
                          f"{floors.floor_cell(best.get('pct_of_floor'))} | {best['load_avg']:.2g} |")
