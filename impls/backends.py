@@ -98,6 +98,17 @@ LAYOUTS = ("contiguous", "noncontiguous", "channels_last")  # what the check fee
 CASE_LAYOUTS = ("contiguous", "channels_last")
 
 
+def layout_reorders(shape: tuple[int, ...], layout: str) -> bool:
+    """Whether ``layout`` puts an array of ``shape`` in another memory order than contiguous, the one
+    rule for the check (``applied_layout``), the config and the sweep (``Operator.layout_changes``):
+    channels-last reorders a 4-D array with more than one channel and more than one pixel; on any
+    other array (one channel, one pixel, not 4-D) it is contiguous under another name. A strided view
+    (noncontiguous) always reorders."""
+    if layout == "channels_last":
+        return len(shape) == 4 and shape[1] > 1 and shape[2] * shape[3] > 1
+    return layout != "contiguous"
+
+
 def itemsize(dtype: str) -> int:
     return dtype_record(dtype).itemsize
 
@@ -393,9 +404,10 @@ def convert(inputs: dict, backend: Backend, device: str, dtype: str, layout: str
 
 def applied_layout(array: np.ndarray, layout: str, backend: Backend) -> str:
     """The layout ``convert`` gives ``array`` when asked for ``layout``:
-    channels-last only to a 4-D array of a backend that has it, contiguous
-    otherwise."""
-    if layout == "channels_last" and (array.ndim != 4 or "channels_last" not in backend.layouts):
+    channels-last only where it reorders the array (``layout_reorders``) and
+    the backend has it, contiguous otherwise."""
+    if layout == "channels_last" and (not layout_reorders(array.shape, layout)
+                                      or "channels_last" not in backend.layouts):
         return "contiguous"
     return layout
 

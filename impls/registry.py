@@ -25,7 +25,8 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
-from impls.backends import BACKENDS, DTYPES, LAYOUTS, NotApplicable, convert, devices, get_backend
+from impls.backends import (BACKENDS, DTYPES, LAYOUTS, NotApplicable, convert, devices, get_backend,
+                            layout_reorders)
 from impls.status import CORRECT
 
 __all__ = ["BACKENDS", "DTYPES", "devices", "Gradient", "NotApplicable", "Operator", "ParamSpec", "Strategy",
@@ -266,16 +267,12 @@ class Operator:
     def layout_changes(self, params: dict, layout: str) -> bool:
         """Whether a case at ``params`` can be timed in ``layout`` (docs/SPEC.md §2): contiguous always;
         another layout where the operator is checked in it and it puts one of the inputs in another
-        memory order (channels_last: a 4-D array with more than one channel and more than one pixel;
-        on any other array it is contiguous under another name)."""
+        memory order (``backends.layout_reorders``, the check's rule too)."""
         if layout == "contiguous":
             return True
         if layout not in self.check_layouts or self.layout_shapes is None:
             return False
-        shapes = self.layout_shapes(params).values()
-        if layout == "channels_last":
-            return any(len(shape) == 4 and shape[1] > 1 and shape[2] * shape[3] > 1 for shape in shapes)
-        return False
+        return any(layout_reorders(shape, layout) for shape in self.layout_shapes(params).values())
 
     def layouts(self, backend: str) -> tuple[str, ...]:
         offered = get_backend(backend).layouts

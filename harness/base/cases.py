@@ -22,6 +22,9 @@ CASE_GROUP = ["op", "device", "dtype", "params", "mode", "layout"]
 CASE_KEY = ["op", "strategy", "device", "dtype", "params", "mode", "layout"]  # the group's columns and the strategy
 # What a row without the column (an older run's, a caller's own frame) or with it left empty was.
 CASE_DEFAULTS = {"mode": "forward", "layout": "contiguous"}
+# The report's points (report/load.layout_in_params): a case timed in another layout than contiguous
+# carries it in its params under this key, so that whatever goes by params gives each layout apart.
+POINT_LAYOUT_KEY = "layout"
 
 
 def with_case_columns(frame):
@@ -40,11 +43,21 @@ def with_case_columns(frame):
     return frame
 
 
-def mode_and_layout(row) -> str:
-    """A row's (a mapping's) training mode, and its layout where that is not contiguous:
-    ``forward``, ``backward channels_last``; what a table's mode cell says."""
-    mode, layout = row.get("mode") or CASE_DEFAULTS["mode"], row.get("layout") or CASE_DEFAULTS["layout"]
-    return mode if layout == CASE_DEFAULTS["layout"] else f"{mode} {layout}"
+def mode_and_layout(row, sep: str = " ", say_forward: bool = True) -> str:
+    """A row's (a mapping's) training mode, and its layout where that is not contiguous, joined by
+    ``sep``: ``forward``, ``backward channels_last`` (a table's mode cell). Without ``say_forward``,
+    forward is left unsaid too (a title's suffix): ``""``, ``channels_last``. Every mode-and-layout
+    label (tables, dashboard, plan, report) is made here."""
+    mode, layout = case_value(row, "mode"), case_value(row, "layout")
+    words = [mode] if say_forward or mode != CASE_DEFAULTS["mode"] else []
+    return sep.join(words + ([] if layout == CASE_DEFAULTS["layout"] else [layout]))
+
+
+def case_value(row, column: str):
+    """``row``'s (a mapping's) ``column`` of ``CASE_DEFAULTS``; absent, None, NaN or empty: the default
+    (a row of a run before the column, or a caller's own frame)."""
+    value = row.get(column, None)
+    return CASE_DEFAULTS[column] if value is None or value != value or value == "" else value
 
 
 def in_group(frame, row):
@@ -52,12 +65,7 @@ def in_group(frame, row):
     of any frame with the group's columns)."""
     frame, mask = with_case_columns(frame), True
     for column in CASE_GROUP:
-        if column in CASE_DEFAULTS:
-            value = row.get(column, None)
-            if value is None or value != value or value == "":  # absent, NaN or empty: the default
-                value = CASE_DEFAULTS[column]
-        else:
-            value = row[column]
+        value = case_value(row, column) if column in CASE_DEFAULTS else row[column]
         mask = mask & (frame[column] == value)
     return frame[mask]
 

@@ -8,6 +8,8 @@ import math
 import re
 import zlib
 
+from harness.base.cases import POINT_LAYOUT_KEY
+
 
 def fmt_time(seconds: float | None) -> str:
     if seconds is None or not math.isfinite(seconds):
@@ -101,7 +103,7 @@ def ordered_params(params: dict) -> list[str]:
     from impls.registry import OPERATORS
 
     order = next((tuple(spec.name for spec in op.params) for op in OPERATORS.values()
-                  if set(params) - {"layout"} <= {spec.name for spec in op.params}), param_order())
+                  if set(params) - {POINT_LAYOUT_KEY} <= {spec.name for spec in op.params}), param_order())
     return sorted(params, key=lambda key: (order.index(key) if key in order else len(order), key))
 
 

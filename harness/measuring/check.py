@@ -571,8 +571,10 @@ def _layout_arrays(op_name: str, params_items: tuple) -> tuple:
 
 def layout_applies(op, params: dict, layout: str, backend: str) -> bool:
     """Whether ``layout`` changes any input of ``op`` at ``params`` on
-    ``backend`` (``impls.backends.applied_layout``): channels-last on 2-D
-    arrays would be contiguous ones under another name, and is not an item."""
+    ``backend`` (``impls.backends.applied_layout``): channels-last on a
+    one-channel or 2-D array would be a contiguous one under another name,
+    and is not an item. The sweep times a layout by the same rule
+    (``backends.layout_reorders``), on the operator's declared shapes."""
     if layout == "contiguous":
         return True
     arrays = _layout_arrays(op.name, tuple(sorted(params.items())))

@@ -497,8 +497,8 @@ def write_case_data(cases: pd.DataFrame, changes: pd.DataFrame, site: Path) -> d
     written = set()
     for key, group in cases.groupby(CASE_GROUP, sort=False):
         op, device, dtype, params, mode, layout = key
-        title = (case_title(op, params, device, dtype) + ("" if mode == "forward" else f" · {mode}")
-                 + ("" if layout == "contiguous" else f" · {layout}"))
+        suffix = mode_and_layout({"mode": mode, "layout": layout}, sep=" · ", say_forward=False)
+        title = case_title(op, params, device, dtype) + (f" · {suffix}" if suffix else "")
         stem = slug(title)
         data = case_data(group, changes_by_group.get(key, changes.iloc[:0]), title, colours)
         _write_if_changed(site / "data" / "cases" / f"{stem}.js", _data_script(f".cases[{json.dumps(stem)}]", data))

@@ -24,7 +24,7 @@ from rich.progress import (
 from rich.table import Table
 from rich.text import Text
 
-from harness.base.cases import CASE_GROUP, grid_cells, mode_and_layout, with_case_columns
+from harness.base.cases import CASE_GROUP, case_value, grid_cells, mode_and_layout, with_case_columns
 from harness.base.format import (  # noqa: F401
     fmt_num,
     fmt_p,
@@ -206,11 +206,12 @@ def _mode_title(mode: str, layout: str = "contiguous") -> str:
     """What a table's title adds for its mode and layout: nothing for forward
     and contiguous (titles read as before modes and layouts existed), each
     otherwise."""
-    return ("" if mode == training.FORWARD else f"  {mode}") + ("" if layout == "contiguous" else f"  {layout}")
+    label = mode_and_layout({"mode": mode, "layout": layout}, sep="  ", say_forward=False)
+    return f"  {label}" if label else ""
 
 
 def _row_title(r) -> str:
-    return _mode_title(r.get("mode", training.FORWARD), r.get("layout", "contiguous"))
+    return _mode_title(case_value(r, "mode"), case_value(r, "layout"))
 
 
 def case_tables(rows: pd.DataFrame, judged: bool = True) -> list:

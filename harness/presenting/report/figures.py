@@ -40,6 +40,7 @@ from matplotlib.font_manager import FontProperties  # noqa: E402
 from matplotlib.textpath import text_to_path  # noqa: E402
 from matplotlib.ticker import FuncFormatter, Locator, NullLocator  # noqa: E402
 
+from harness.base.cases import CASE_DEFAULTS, POINT_LAYOUT_KEY  # noqa: E402
 from harness.base.format import fmt_plain, fmt_ratio, fmt_time, slug  # noqa: E402
 from harness.judging import analysis  # noqa: E402
 from harness.judging.analysis import finite, unstable  # noqa: E402
@@ -527,7 +528,7 @@ def categorical_families(rows: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
     if not keys:
         return [("", rows)]
     # a report point's layout (load.layout_in_params) is given where it is not contiguous
-    labels = params.map(lambda p: " ".join(f"{key}={p.get(key, 'contiguous' if key == 'layout' else None)}"
+    labels = params.map(lambda p: " ".join(f"{key}={p.get(key, CASE_DEFAULTS['layout'] if key == POINT_LAYOUT_KEY else None)}"
                                            for key in keys))
     return [(label_text, rows[labels == label_text]) for label_text in dict.fromkeys(labels)]
 

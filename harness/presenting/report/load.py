@@ -9,7 +9,7 @@ from pathlib import Path
 import pandas as pd
 
 from harness.base import plugins
-from harness.base.cases import with_case_columns
+from harness.base.cases import CASE_DEFAULTS, POINT_LAYOUT_KEY, with_case_columns
 from harness.base.errors import ResultError
 from harness.base.format import params_label
 from harness.judging.analysis import PLANNED, finite, planned_strategies, run_unfit_reasons, with_speedups
@@ -72,11 +72,11 @@ def layout_in_params(rows: pd.DataFrame) -> pd.DataFrame:
     the report names the size), so that every answer, table and figure of the report, which go by
     operator, params and dtype, is given per layout; contiguous cases read as they always did. The
     speed-ups were taken within each layout before (``with_speedups`` goes by the case's group)."""
-    other = rows["layout"] != "contiguous"
+    other = rows["layout"] != CASE_DEFAULTS["layout"]
     if not other.any():
         return rows
     rows = rows.copy()
-    rows.loc[other, "params"] = [json.dumps({**json.loads(params), "layout": layout})
+    rows.loc[other, "params"] = [json.dumps({**json.loads(params), POINT_LAYOUT_KEY: layout})
                                  for params, layout in zip(rows.loc[other, "params"], rows.loc[other, "layout"])]
     return rows
 

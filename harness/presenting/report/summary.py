@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from harness.base.cases import with_case_columns
+from harness.base.cases import POINT_LAYOUT_KEY, with_case_columns
 from harness.base.checkout import ROOT
 from harness.base.format import fmt_ratio_interval, fmt_ratio, fmt_time, params_label
 from harness.judging import analysis
@@ -173,7 +173,7 @@ def network_names(path: Path = MODELS_YAML) -> dict[tuple[str, str], tuple[str, 
 def canonical(params: str) -> str:
     """A point's params as configs/models.yaml names it: its layout, a report point's own key
     (``load.layout_in_params``), is not the network's."""
-    return json.dumps({key: value for key, value in json.loads(params).items() if key != "layout"}, sort_keys=True)
+    return json.dumps({key: value for key, value in json.loads(params).items() if key != POINT_LAYOUT_KEY}, sort_keys=True)
 
 
 def network_table(rows: pd.DataFrame, cell) -> tuple[list[str], list[list[str]]]:

@@ -74,3 +74,19 @@ def test_a_shortened_message_is_cut_between_words_never_inside_a_number():
         kept = cut[:-1]
         assert message.startswith(kept) and message[len(kept)] in " ,;:", (limit, cut)
     assert shorten("x" * 30, 10) == "x" * 9 + "…"  # one long word: cut, since nothing else fits
+
+
+def test_every_mode_and_layout_label_comes_from_one_function():
+    """The table cell, a table's title, the dashboard's title and the plan say a case's mode and
+    layout alike: contiguous unsaid, forward unsaid in titles, absent or empty cells as defaults."""
+    import pandas as pd
+
+    from harness.base.cases import mode_and_layout
+    from harness.presenting.tables import _mode_title, _row_title
+
+    assert mode_and_layout({"mode": "backward", "layout": "channels_last"}) == "backward channels_last"
+    assert mode_and_layout({}) == "forward"
+    assert mode_and_layout({"mode": float("nan"), "layout": ""}, sep=" · ", say_forward=False) == ""
+    assert mode_and_layout({"layout": "channels_last"}, sep=" · ", say_forward=False) == "channels_last"
+    assert _mode_title("forward") == "" and _mode_title("backward", "channels_last") == "  backward  channels_last"
+    assert _row_title(pd.Series({"mode": "forward", "layout": "channels_last"})) == "  channels_last"

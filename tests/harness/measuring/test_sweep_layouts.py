@@ -4,6 +4,8 @@ inputs reach every strategy in the case's layout (a strategy that works in
 another converts inside its own timed call), a backend that cannot hold the
 layout is skipped with its reason, and every call is judged by value."""
 
+import json
+
 import pytest
 
 from harness.base.cases import CASE_GROUP
@@ -61,6 +63,27 @@ def test_a_point_where_the_layout_changes_nothing_is_timed_contiguous_only():
                                            "layouts": LAYOUTS}]})
     found = {(case.params_dict["C"], case.layout) for case in expand(config)}
     assert found == {(1, "contiguous"), (3, "contiguous"), (3, "channels_last")}
+
+
+@pytest.mark.parametrize("op_name", ["maxpool2d", "dispersion", "dispersion_pinv", "maxunpool"])
+def test_the_check_and_the_sweep_decide_a_layout_by_one_rule(op_name):
+    """Channels-last on a one-channel or one-pixel array is contiguous under another name: the
+    check makes no item of it and the sweep times no case of it, and where it reorders an input
+    both take it (``backends.layout_reorders``, one rule, on drawn arrays and declared shapes)."""
+    op = get_operator(op_name)
+    if op.layout_shapes is None or "channels_last" not in op.check_layouts:
+        assert not op.layout_changes({}, "channels_last")
+        return
+    points = op.check_cases() + [dict(POOL, C=1), dict(POOL, H=1, W=1)] * (op_name == "maxpool2d")
+    decided = {json.dumps(params, sort_keys=True): (check.layout_applies(op, params, "channels_last", "numpy"),
+                                                    op.layout_changes(params, "channels_last"))
+               for params in points}
+    assert all(in_check == in_sweep for in_check, in_sweep in decided.values()), decided
+    if op_name == "maxpool2d":
+        assert decided[json.dumps(dict(POOL, C=1), sort_keys=True)] == (False, False)
+        assert decided[json.dumps(POOL, sort_keys=True)] == (True, True)
+    if op_name == "dispersion_pinv":  # its one-channel y: never an item, never a case
+        assert not any(in_check for in_check, _ in decided.values())
 
 
 @pytest.fixture(scope="module")
