@@ -748,6 +748,10 @@ def build_parser() -> argparse.ArgumentParser:
         p = sub.add_parser(declared.name, help=declared.help, description=declared.help)
         for flags, options in declared.arguments:
             p.add_argument(*flags, **options)
+        # after the command too (`scatterbench check --debug`, as the error line's hint reads); unset
+        # here, the one before the command stands
+        p.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
+                       help="show the traceback of any error")
         p.set_defaults(func=declared.run)
     # The isolated-case child: internal, so it is left out of the help's list.
     for name, run in (("_case", cmd_case), ("_count", cmd_count)):

@@ -25,6 +25,8 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
+import numpy as np
+
 from impls.backends import (BACKENDS, DTYPES, LAYOUTS, NotApplicable, convert, devices, get_backend,
                             layout_reorders)
 from impls.status import CORRECT
@@ -315,6 +317,39 @@ def check_gradient(op: Operator, gradient: Gradient) -> None:
     if gradient.name in inputs:
         raise ValueError(f"{where}: name={gradient.name!r} is the name of one of {op.name}'s inputs "
                          f"({', '.join(inputs)}); name the incoming gradient apart, e.g. 'grad_output'")
+    problem = _gradient_shape_problem(op, gradient, params, inputs)
+    if problem:
+        raise ValueError(f"{where}: {problem}")
+
+
+def _gradient_shape_problem(op: Operator, gradient: Gradient, params, inputs) -> str | None:
+    """What the training check would stumble on midway, found on the first check case instead: a
+    tuple output without ``output=`` to say which part is differentiated, and a ``generate`` that
+    does not give a float64 array of that part's shape (in either input mode)."""
+    def failed(what: str, error: Exception) -> str:
+        return f"{what} raised {type(error).__name__}: {' '.join(str(error).split())}"
+
+    try:
+        out = op.oracle(inputs, params)
+    except Exception as error:  # noqa: BLE001 - the plugin's code: told in one line
+        return failed(f"cannot be checked, {op.name}'s oracle on its first check case", error)
+    if isinstance(out, (tuple, list)) and gradient.output is whole_output:
+        return (f"{op.name}'s oracle returns {len(out)} outputs, so the Gradient must say which one is "
+                f"differentiated: output=, e.g. Gradient(..., output=lambda out: out[0])")
+    try:
+        differentiated = np.shape(gradient.output(out))
+    except Exception as error:  # noqa: BLE001
+        return failed("output= on the oracle's output", error)
+    for mode in ("random", "adversarial"):
+        try:
+            grad = gradient.generate(params, mode, 0)
+        except Exception as error:  # noqa: BLE001
+            return failed(f"generate({params!r}, {mode!r}, 0)", error)
+        if np.shape(grad) != differentiated or getattr(grad, "dtype", None) != np.float64:
+            made = f"{getattr(grad, 'dtype', type(grad).__name__)} of shape {np.shape(grad)}"
+            return (f"generate({params!r}, {mode!r}, 0) gives {made}; the incoming gradient is float64 of the "
+                    f"differentiated output's shape, {differentiated}")
+    return None
 
 
 def defined_at(fn) -> str:

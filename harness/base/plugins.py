@@ -75,6 +75,11 @@ def _import_file(path: Path, module_name: str | None = None):
         if getattr(loaded, "__file__", None) and Path(loaded.__file__).resolve() == path:
             return loaded
         raise UsageError(f"{ENV}: {path}: its module name {name!r} is taken by {getattr(loaded, '__file__', None) or 'a built-in module'}; rename the file")
+    # Its own folder on the import path, as `python path/to/plugin.py` would have it, so a helper
+    # beside it imports by name, at its top or later (inside ``prepare``). Last, so that it shadows
+    # no installed module; kept, since a helper may be imported long after the plugin loaded.
+    if str(path.parent) not in sys.path:
+        sys.path.append(str(path.parent))
     spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module

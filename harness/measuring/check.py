@@ -728,6 +728,29 @@ class CheckResult:
     item: CheckItem
     verdict: Verdict
     seconds: float
+    # The code the process that ran it had loaded ({dependency: digest}, harness.base.loaded_code);
+    # None: this process ran it.
+    depends: dict | None = field(default=None, compare=False, repr=False)
+
+
+def verdict_json(verdict: Verdict | None) -> dict | None:
+    """A verdict as JSON (None, a key that passed, stays None); ``verdict_of_json`` reads it back."""
+    if verdict is None:
+        return None
+    return {"status": verdict.status, "message": verdict.message, "max_abs_err": verdict.max_abs_err,
+            "rel_err": verdict.rel_err, "differences": sorted(verdict.differences)}
+
+
+def verdict_of_json(data: dict | None) -> Verdict | None:
+    """``verdict_json``'s verdict; a ValueError where ``data`` is not one (a damaged file's)."""
+    from impls.status import STATUSES
+
+    if data is None:
+        return None
+    if not isinstance(data, dict) or data.get("status") not in STATUSES or not isinstance(data.get("message"), str):
+        raise ValueError(f"not a verdict: {data!r}")
+    return Verdict(data["status"], data["message"], max_abs_err=float(data.get("max_abs_err", 0.0)),
+                   rel_err=float(data.get("rel_err", 0.0)), differences=frozenset(data.get("differences", ())))
 
 
 def check_memory_guard(item: CheckItem) -> str | None:
@@ -855,6 +878,9 @@ class AdversarialCheck:
         self.seconds = 0.0
         self._items: dict[CheckItem, Verdict] = {}
         self._failures: dict[tuple, Verdict | None] = {}
+        # The code each answer told by another process (a worker, a child, the cache) was reached with
+        # ({dependency: digest}); an answer reached here has none: this process's code is its.
+        self.depends: dict[tuple, dict] = {}
 
     @staticmethod
     def key(strat: Strategy, device: str, dtype: str, mode: str = FORWARD) -> tuple:
@@ -876,8 +902,18 @@ class AdversarialCheck:
         return key in self._failures, self._failures.get(key)
 
     def remember(self, strat: Strategy, device: str, dtype: str, failure: Verdict | None,
-                 mode: str = FORWARD) -> None:
-        self._failures[self.key(strat, device, dtype, mode)] = failure
+                 mode: str = FORWARD, depends: dict | None = None) -> None:
+        """Takes an answer reached elsewhere, with the code that reached it (``depends``)."""
+        key = self.key(strat, device, dtype, mode)
+        self._failures[key] = failure
+        if depends is not None:
+            self.depends[key] = depends
+
+    def forget(self, strat: Strategy, device: str, dtype: str, mode: str = FORWARD) -> None:
+        """Unasks a key (its answer may not be kept)."""
+        key = self.key(strat, device, dtype, mode)
+        self._failures.pop(key, None)
+        self.depends.pop(key, None)
 
     def absorb(self, results: list[CheckResult]) -> None:
         """Takes the verdicts of items run elsewhere (``run_checks``: the same
@@ -962,6 +998,11 @@ def summarize_checks(results: list[CheckResult]) -> CheckSummary:
                    for (key, device, dtype, message), items in reasons.items()]
     detail = ", ".join(f"{n} {status}" for status, n in sorted(counts.items()))
     text = f"{len(results)} checks, {len(failures)} failed" + (f" ({detail})" if detail else "")
+    modes = Counter(r.item.training for r in results)
+    if len(modes) > 1:  # each training mode's own count: the three modes are three checks of a strategy
+        failed_in = Counter(r.item.training for r in failures)
+        text += "\nby mode: " + "; ".join(f"{mode} {modes[mode]} checks, {failed_in[mode]} failed"
+                                          for mode in training.MODES if mode in modes)
     text = "\n".join([*gradcheck_lines, text])
     return CheckSummary(len(failures), text, failure_lines, defect_lines, skip_lines, gradcheck_lines)
 

@@ -25,6 +25,7 @@ import concurrent.futures
 import multiprocessing
 import os
 import time
+from harness.base.loaded_code import loaded_code
 from harness.measuring import check, work_counts
 
 # Below this many keys to check, starting workers (each imports the libraries:
@@ -119,20 +120,23 @@ def _start_worker(seed: int, timeout_s: float | None, threads: dict) -> None:
 
 
 def _answer(op: str, name: str, device: str, dtype: str, mode: str):
-    """(found, failure): whether this worker has the strategy, and its first adversarial failure (None: passed)."""
+    """(found, failure, depends): whether this worker has the strategy, its first adversarial failure
+    (None: passed), and the code this worker had loaded once it was reached (``loaded_code``)."""
     from impls.registry import get_operator
 
     try:
         strat = get_operator(op).strategies[name]
     except KeyError:
-        return False, None
-    return True, _CHECK.failure(strat, device, dtype, mode=mode)
+        return False, None, None
+    failure = _CHECK.failure(strat, device, dtype, mode=mode)
+    return True, failure, loaded_code()
 
 
 def _run_items(op: str, name: str, device: str, dtype: str, mode: str):
     """Each adversarial item of a key, run here, and what they cost:
     ([(verdict, seconds)] in ``check.adversarial_items`` order, the key's
-    ``work_counts``); None when this worker lacks the strategy."""
+    ``work_counts``, the code this worker had loaded once they ran); None
+    when this worker lacks the strategy."""
     from impls.registry import get_operator
 
     try:
@@ -145,7 +149,7 @@ def _run_items(op: str, name: str, device: str, dtype: str, mode: str):
         start = time.perf_counter()
         verdict = check.run_one_check(item, _CHECK.seed, _CHECK.timeout_s)
         answers.append((verdict, time.perf_counter() - start))
-    return answers, work_counts.since(before)
+    return answers, work_counts.since(before), loaded_code()
 
 
 # ------------------------------------------------------------- in the caller
@@ -193,13 +197,13 @@ def check_items(keys, seed: int, timeout_s: float | None, threads: dict, workers
     def take(key, answer):
         if answer is None:  # the worker lacks the strategy
             return
-        answers, cost = answer
+        answers, cost, depends = answer
         if counts is not None:
             counts[key] = cost
         came = []
         for item, (verdict, seconds) in zip(check.adversarial_items(*key), answers):
             if item not in results:
-                results[item] = check.CheckResult(item, verdict, seconds)
+                results[item] = check.CheckResult(item, verdict, seconds, depends=depends)
                 came.append(results[item])
                 if on_item:
                     on_item(item)
@@ -223,10 +227,10 @@ def prefetch(adversarial: check.AdversarialCheck, keys, threads: dict, workers: 
 
     def take(key, answer):
         nonlocal answered
-        found, failure = answer
+        found, failure, depends = answer
         if found:
             strat, device, dtype, mode = key
-            adversarial.remember(strat, device, dtype, failure, mode=mode)
+            adversarial.remember(strat, device, dtype, failure, mode=mode, depends=depends)
             answered += 1
 
     _in_workers(_answer, keys, adversarial.seed, adversarial.timeout_s, threads, workers, take)

@@ -232,14 +232,24 @@ class RunSession:
             self._stopped(self.outcome.interrupted)
             return True
         if not isinstance(error, OSError) or self.outcome.out_dir is None:
+            self._failed(f"{type(error).__name__}: {' '.join(str(error).split())}")
             return False
         described = store.describe_os_error(error, self.outcome.out_dir)
         if error.errno not in DISK_FULL or self.writer is None:
+            self._failed(described)
             raise ResultError(f"{self.outcome.out_dir}: {described}") from None
         self.outcome.disk_full = described
         self.writer.free_reserve()  # the room kept for this: meta.json can still say why the run stopped
         self._stopped(described)
         return True
+
+    def _failed(self, reason: str) -> None:
+        """An error ended the run (a plugin's, ours): meta.json says ``failed`` and why, never
+        ``running``; the case in flight was not a crash of the process (no in-flight.json is left),
+        and every row already written stays (``--resume`` finishes the run)."""
+        if self.writer is not None:
+            _safely(self.writer.end_case)
+            _safely(self.writer.update_meta, status="failed", interrupted_by=reason, phase_s=self.phase_totals())
 
     def _stopped(self, reason: str) -> None:
         if self.writer is not None:

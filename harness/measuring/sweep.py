@@ -41,6 +41,7 @@ from harness.base.config import (
 from harness.base.errors import UsageError
 from harness.base import caches
 from harness.base.format import shorten
+from harness.base.loaded_code import loaded_code
 from harness.measuring import ceilings as machine_ceilings
 from harness.measuring import check, facts, memory, pinning, prefetch, timing, verdict_cache
 from harness.measuring.check import PHASE_CHECK, Reference, reference
@@ -428,7 +429,7 @@ def execute_isolated(case: Case, config: Config, run_id: str, ceiling_gbps: floa
     strat = get_operator(case.op).strategies[case.strategy]
     if adversarial is not None:
         asked, failure = adversarial.known(strat, case.device, case.dtype, mode=case.mode)
-        request["adversarial"] = {"asked": asked, "failure": _verdict_json(failure)}
+        request["adversarial"] = {"asked": asked, "failure": check.verdict_json(failure)}
     # The child's own deadline fires first; this one catches a native hang.
     limit = config.timing.timeout_s + 60
     try:
@@ -449,18 +450,9 @@ def execute_isolated(case: Case, config: Config, run_id: str, ceiling_gbps: floa
         return result, {}
     answer = json.loads(lines[-1])
     if adversarial is not None and answer.get("adversarial", {}).get("asked"):
-        adversarial.remember(strat, case.device, case.dtype, _verdict_of_json(answer["adversarial"]["failure"]),
-                             mode=case.mode)
+        adversarial.remember(strat, case.device, case.dtype, check.verdict_of_json(answer["adversarial"]["failure"]),
+                             mode=case.mode, depends=answer["adversarial"].get("depends"))
     return CaseResult(answer["row"], answer["samples_s"], answer.get("round_sizes") or []), answer.get("phase_s", {})
-
-
-def _verdict_json(verdict) -> dict | None:
-    return None if verdict is None else {"status": verdict.status, "message": verdict.message}
-
-
-def _verdict_of_json(data: dict | None):
-
-    return None if data is None else Verdict(data["status"], data["message"])
 
 
 def child_main(stdin_text: str) -> None:
@@ -478,7 +470,7 @@ def child_main(stdin_text: str) -> None:
     if request.get("adversarial") is not None:
         adversarial = check.AdversarialCheck(config.seed, config.timing.timeout_s)
         if request["adversarial"]["asked"]:
-            adversarial.remember(strat, device, dtype, _verdict_of_json(request["adversarial"]["failure"]),
+            adversarial.remember(strat, device, dtype, check.verdict_of_json(request["adversarial"]["failure"]),
                                  mode=case.mode)
     clock = PhaseClock()
     result = execute_case(case, config, request["run_id"], request["ceiling_gbps"], on_phase=clock,
@@ -489,7 +481,8 @@ def child_main(stdin_text: str) -> None:
               "phase_s": clock.totals()}
     if adversarial is not None:
         asked, failure = adversarial.known(strat, device, dtype, mode=case.mode)
-        answer["adversarial"] = {"asked": asked, "failure": _verdict_json(failure)}
+        # what this child loaded checking it: the parent keeps the verdict with it
+        answer["adversarial"] = {"asked": asked, "failure": check.verdict_json(failure), "depends": loaded_code()}
     print(json.dumps(answer), flush=True)
 
 

@@ -3,21 +3,25 @@ second ``make bench`` costs little more than its timing.
 
 A verdict (passed, or the first failure with its status and message) is kept
 per strategy, device, dtype, training mode (docs/SPEC.md §1.5) and seed, in a file named by the digest of
-everything else it depends on (``fingerprint``): the source of every file
+what every verdict depends on (``fingerprint``): the source of every file
 under impls/, of the judging code (harness/measuring/check.py), of each
-loaded plugin (``plugins.recorded``) and of every other module loaded from
-outside the standard library, the installed packages and the harness
-(``loaded_modules``: a helper module a plugin imports, living beside it), the
-libraries' versions, Python, the CPU, and the thread counts in force. Any
-change there names another file, so the strategies are checked again;
-nothing is ever invalidated by hand.
+loaded plugin (``plugins.recorded``), the libraries' versions, Python, the
+CPU, and the thread counts in force. Each verdict also carries the code its
+check ran (``harness.base.loaded_code``): every module loaded in the process
+that checked it, read after the check, however and whenever it was imported
+(a helper a plugin imports inside ``prepare``, a package installed by pip),
+each by its digest. A verdict is used only while every one of them is
+unchanged: a helper edited checks again, and so does its fix. Nothing is ever
+invalidated by hand.
 
 Only verdicts of code that fingerprint covers are kept: a strategy defined
 elsewhere (a notebook's cell, a test's planted strategy) is checked every
 run. Nor are ``error`` and ``timeout`` kept: they may be the machine's (out
 of memory, a loaded machine), not the code's. A file that cannot be read is
 ignored with one warning (harness/base/caches.py). The files live under
-``caches.cache_root()/verdicts``; the newest ``KEEP_FILES`` are kept.
+``caches.cache_root()/verdicts``; the newest ``KEEP_FILES`` are kept. Beside
+each, the check's journal (``ItemJournal``) keeps every item's verdict, with
+the same dependencies, so a cut check resumes.
 """
 
 from __future__ import annotations
@@ -25,71 +29,58 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import site
 import sys
-import sysconfig
 from pathlib import Path
 from typing import Callable
 
 from harness.base import caches, plugins
 from harness.base.checkout import ROOT
+from harness.base.loaded_code import current_digest, loaded_code, tree_digest
 from harness.measuring import check, facts
 from impls.common import Verdict
-from impls.status import ERROR, STATUSES, TIMEOUT
+from impls.status import ERROR, TIMEOUT
 
 FOLDER = "verdicts"
 KEEP_FILES = 16  # fingerprints kept (branches, plugin sets); the oldest go first
 UNKEPT = (ERROR, TIMEOUT)  # may be the machine's doing: checked again every run
+# 2: each verdict carries the code its check loaded (1 hashed the modules loaded when the run began)
+FORMAT = 2
 
 
-def tree_digest(folder: Path) -> str:
-    """sha256 over the relative path and bytes of every .py file under ``folder``."""
-    digest = hashlib.sha256()
-    for path in sorted(Path(folder).rglob("*.py")):
-        if "__pycache__" in path.parts:
-            continue
-        digest.update(str(path.relative_to(folder)).encode() + b"\0" + path.read_bytes() + b"\0")
-    return digest.hexdigest()
+def merged(maps) -> dict[str, str] | None:
+    """The dependencies of several checks together ({dependency: digest}); None where two
+    recorded one dependency at different digests (the code changed between them: nothing holds)."""
+    found: dict[str, str] = {}
+    for depends in maps:
+        for dependency, digest in depends.items():
+            if found.setdefault(dependency, digest) != digest:
+                return None
+    return found
 
 
-def _installed_roots() -> list[Path]:
-    """Where the standard library and the installed packages live (the
-    fingerprint's ``python`` and ``versions`` stand for their code), and the
-    virtual environment's own folder."""
-    paths = sysconfig.get_paths()
-    roots = [paths[key] for key in ("stdlib", "platstdlib", "purelib", "platlib") if paths.get(key)]
-    roots += list(getattr(site, "getsitepackages", list)()) + [site.getusersitepackages()]
-    if sys.prefix != sys.base_prefix:  # a virtual environment: everything under it was installed
-        roots.append(sys.prefix)
-    return [Path(root).resolve() for root in roots]
+class _Unchanged:
+    """Which recorded dependencies still hold, each asked once (a file read, or its digest kept)."""
 
+    def __init__(self):
+        self._now: dict[str, str | None] = {}
 
-def loaded_modules() -> list[tuple[str, Path]]:
-    """(name, file) of every module in sys.modules loaded from a file outside
-    the standard library, the installed packages, the virtual environment and
-    the harness, by name: the plugins, what they import beside them, a
-    script's own code. impls/ is left to ``tree_digest`` (all of it, loaded or
-    not) and the harness to ``check``'s own hash (its other code judges nothing)."""
-    skipped = _installed_roots() + [(ROOT / "impls").resolve(), (ROOT / "harness").resolve()]
-    found = {}
-    for name, module in list(sys.modules.items()):  # a copy: an import elsewhere may add to it meanwhile
-        file = getattr(module, "__file__", None)
-        if not isinstance(file, str):
-            continue  # built in, frozen, a namespace package, a notebook's cells
-        path = Path(file).resolve()
-        if path.is_file() and not any(path.is_relative_to(root) for root in skipped):
-            found[name] = path
-    return sorted(found.items())
+    def __call__(self, depends: dict[str, str]) -> bool:
+        for dependency, digest in depends.items():
+            if dependency not in self._now:
+                self._now[dependency] = current_digest(dependency)
+            if self._now[dependency] != digest:
+                return False
+        return True
 
 
 def fingerprint(threads: dict | None = None) -> dict:
     """What every kept verdict depends on besides its own key (see the module's docstring)."""
     from impls import backends
 
-    return {"impls": tree_digest(ROOT / "impls"),
+    return {"format": FORMAT,
+            "impls": tree_digest(ROOT / "impls"),
             "check": plugins.sha256(check.__file__),
             "plugins": sorted((record["module"], record["sha256"]) for record in plugins.recorded()),
-            "modules": [(name, plugins.sha256(path)) for name, path in loaded_modules()],
             "versions": backends.versions(),
             "python": sys.version.split()[0],
             "cpu": [facts.cpu_model(), facts.cpu_family_model()],
@@ -119,8 +110,9 @@ def line(from_cache: int, asked: int, path: Path) -> str:
 
 class VerdictCache:
     """The kept verdicts of one fingerprint. ``preload`` gives an
-    ``AdversarialCheck`` the verdicts kept for the strategies of some cases;
-    ``save`` keeps those it found itself."""
+    ``AdversarialCheck`` the verdicts kept for the strategies of some cases
+    whose code is unchanged; ``save`` keeps those it found itself, each with
+    the code its check loaded."""
 
     def __init__(self, seed: int, threads: dict | None = None, folder: Path | None = None,
                  on_warning: Callable[[str], None] = caches.warn):
@@ -136,7 +128,8 @@ class VerdictCache:
         file = check.strategy_file(strat)
         return file is not None and Path(file).resolve() in self._covered
 
-    def _read(self) -> dict[str, Verdict | None]:
+    def _read(self) -> dict[str, tuple[Verdict | None, dict[str, str]]]:
+        """{key: (verdict, its dependencies)} of the verdicts kept whose code is unchanged."""
         data = caches.read_json(self.path, self.on_warning)
         if data is None:
             return {}
@@ -144,13 +137,19 @@ class VerdictCache:
             self.on_warning(f"cache file {self.path} was written for other code or versions than its name says; "
                             f"ignored")
             return {}
-        found, stored = {}, data.get("verdicts")
-        for key, value in (stored.items() if isinstance(stored, dict) else ()):
-            if value is None:
-                found[key] = None
-            elif isinstance(value, dict) and value.get("status") in STATUSES and isinstance(value.get("message"), str):
-                found[key] = Verdict(value["status"], value["message"])
-        if not isinstance(stored, dict) or len(found) < len(stored):
+        stored, table = data.get("verdicts"), data.get("depends")
+        table = table if isinstance(table, dict) else {}
+        unchanged, found, unread = _Unchanged(), {}, 0
+        for key, entry in (stored.items() if isinstance(stored, dict) else ()):
+            try:
+                depends = {dependency: table[dependency] for dependency in entry["depends"]}
+                verdict = check.verdict_of_json(entry["verdict"])
+            except (KeyError, TypeError, ValueError):
+                unread += 1
+                continue
+            if unchanged(depends):  # else the code its check ran changed: checked again
+                found[key] = (verdict, depends)
+        if not isinstance(stored, dict) or unread:
             self.on_warning(f"cache file {self.path}: {'its verdicts are' if not isinstance(stored, dict) else 'some verdicts are'} "
                             f"not verdicts; those are checked again")
         return found
@@ -176,14 +175,17 @@ class VerdictCache:
         for strat, device, dtype, mode in keys:
             key = entry_key(strat, device, dtype, self.seed, mode)
             if key in kept and self.keeps(strat):
-                adversarial.remember(strat, device, dtype, kept[key], mode=mode)
+                adversarial.remember(strat, device, dtype, kept[key][0], mode=mode, depends=kept[key][1])
                 self.preloaded.add(key)
         return len(self.preloaded), len(keys)
 
     def save(self, adversarial: check.AdversarialCheck, cases) -> int:
         """Keeps every verdict ``adversarial`` reached itself for the cases'
-        strategies (besides those preloaded and those ``UNKEPT``); returns how many."""
-        new = {}
+        strategies (besides those preloaded and those ``UNKEPT``), each with
+        the code its check loaded (a key checked in this process: what this
+        process has loaded); returns how many. A key whose code changed since
+        its check (the digest recorded then is not the file's now) is not kept."""
+        new, here, unchanged = {}, None, _Unchanged()
         for strat, device, dtype, mode in self.keys(cases):
             key = entry_key(strat, device, dtype, self.seed, mode)
             asked, failure = adversarial.known(strat, device, dtype, mode)
@@ -191,13 +193,20 @@ class VerdictCache:
                 continue
             if failure is not None and failure.status in UNKEPT:
                 continue
-            new[key] = None if failure is None else {"status": failure.status, "message": failure.message}
+            depends = adversarial.depends.get(adversarial.key(strat, device, dtype, mode))
+            if depends is None:
+                here = loaded_code() if here is None else here
+                depends = here
+            if unchanged(depends):
+                new[key] = (failure, depends)
         if not new:
             return 0
-        kept = {key: None if verdict is None else {"status": verdict.status, "message": verdict.message}
-                for key, verdict in self._read().items()}
-        kept.update(new)
-        if caches.write_json(self.path, {"fingerprint": self.fingerprint, "verdicts": kept}, self.on_warning):
+        kept = {**self._read(), **new}
+        table = {dependency: digest for _, depends in kept.values() for dependency, digest in depends.items()}
+        verdicts = {key: {"verdict": check.verdict_json(verdict), "depends": sorted(depends)}
+                    for key, (verdict, depends) in kept.items()}
+        if caches.write_json(self.path, {"fingerprint": self.fingerprint, "depends": table, "verdicts": verdicts},
+                             self.on_warning):
             self._prune()
         return len(new)
 
@@ -221,6 +230,10 @@ def item_id(item: check.CheckItem, seed: int) -> str:
                        item.layout, item.training, bool(item.gradcheck), item.skip or "", seed])
 
 
+def _depends_id(depends: dict[str, str]) -> str:
+    return hashlib.sha256(json.dumps(depends, sort_keys=True).encode()).hexdigest()[:16]
+
+
 class ItemJournal:
     """Each check item's verdict, appended as each strategy key's items come
     back from the workers (and each item the check runs itself), beside the ``VerdictCache`` of the same
@@ -228,15 +241,18 @@ class ItemJournal:
     midway (a lease's end, Ctrl-C, a KILL) resumes where it stopped, the same
     command again running only the keys not written whole. Kept like the
     verdicts: only strategies the fingerprint covers, never ``UNKEPT``
-    verdicts (checked again). A line that does not read (a write cut by a
-    KILL) is ignored."""
+    verdicts (checked again), each with the code its check loaded (a line
+    of its own, named by its digest, before the items that ran it), read back
+    only while that code is unchanged. A line that does not read (a write cut
+    by a KILL) is ignored."""
 
     def __init__(self, cache: VerdictCache):
         self.cache = cache
         self.path = cache.path.with_suffix(JOURNAL_SUFFIX)
+        self._written: set[str] = set()  # dependency lines this journal has written
 
     def read(self, items) -> dict:
-        """{item: CheckResult} of ``items`` the journal holds."""
+        """{item: CheckResult} of ``items`` the journal holds, whose code is unchanged."""
         wanted = {item_id(item, self.cache.seed): item for item in items if self.cache.keeps(item.strategy)}
         found = {}
         try:
@@ -246,36 +262,57 @@ class ItemJournal:
         except (OSError, UnicodeDecodeError) as error:
             self.cache.on_warning(f"cache file {self.path} cannot be read ({error}); every item is checked again")
             return found
+        entries, tables, unchanged = [], {}, _Unchanged()
         for text in lines:
             try:
                 entry = json.loads(text)
+                if "depends_id" in entry:
+                    tables[entry["depends_id"]] = dict(entry["depends"])
+                else:
+                    entries.append(entry)
+            except (ValueError, KeyError, TypeError):
+                continue
+        holds = {depends_id: unchanged(depends) for depends_id, depends in tables.items()}
+        for entry in entries:
+            try:
                 item = wanted.get(entry["item"])
-                if item is None or entry["status"] not in STATUSES or entry["status"] in UNKEPT:
+                if item is None or not holds.get(entry["depends"], False):
                     continue
-                verdict = Verdict(entry["status"], entry["message"], max_abs_err=float(entry["max_abs_err"]),
-                                  rel_err=float(entry["rel_err"]), differences=frozenset(entry["differences"]))
-                found[item] = check.CheckResult(item, verdict, float(entry["seconds"]))
+                verdict = check.verdict_of_json(entry["verdict"])
+                if verdict is None or verdict.status in UNKEPT:
+                    continue
+                found[item] = check.CheckResult(item, verdict, float(entry["seconds"]),
+                                                depends=tables[entry["depends"]])
             except (ValueError, KeyError, TypeError):
                 continue
         return found
 
     def write(self, results) -> int:
-        """Appends ``results`` (CheckResults: a key's, as they came back, or one item's) and flushes them
-        to disk; returns how many lines. Those that may be the machine's doing (``UNKEPT``) are left
-        out: checked again."""
+        """Appends ``results`` (CheckResults: a key's, as they came back, or one item's), each with the
+        code its check loaded (one run here: what this process has loaded), and flushes them to disk;
+        returns how many lines. Those that may be the machine's doing (``UNKEPT``) are left out:
+        checked again."""
         results = [r for r in results if self.cache.keeps(r.item.strategy) and r.verdict.status not in UNKEPT]
         if not results:
             return 0
-        lines = "".join(json.dumps({"item": item_id(r.item, self.cache.seed), "status": r.verdict.status,
-                                    "message": r.verdict.message, "max_abs_err": r.verdict.max_abs_err,
-                                    "rel_err": r.verdict.rel_err, "differences": sorted(r.verdict.differences),
-                                    "seconds": round(r.seconds, 6)}) + "\n" for r in results)
+        here, lines = None, []
+        for r in results:
+            if r.depends is None and here is None:
+                here = loaded_code()
+            depends = here if r.depends is None else r.depends
+            depends_id = _depends_id(depends)
+            if depends_id not in self._written:
+                lines.append(json.dumps({"depends_id": depends_id, "depends": depends}, sort_keys=True))
+                self._written.add(depends_id)
+            lines.append(json.dumps({"item": item_id(r.item, self.cache.seed), "verdict": check.verdict_json(r.verdict),
+                                     "seconds": round(r.seconds, 6), "depends": depends_id}))
+        text = "".join(line + "\n" for line in lines)
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             with open(self.path, "a+b") as out:
                 if out.seek(0, os.SEEK_END) and (out.seek(-1, os.SEEK_END), out.read(1))[1] != b"\n":
-                    lines = "\n" + lines  # after a line a KILL tore: that one is left unread, not this
-                out.write(lines.encode())
+                    text = "\n" + text  # after a line a KILL tore: that one is left unread, not this
+                out.write(text.encode())
                 out.flush()
                 os.fsync(out.fileno())
         except OSError as error:
@@ -292,10 +329,22 @@ def keep_from_check(cache: VerdictCache, results, cases, timeout_s: float | None
     a run of the same code, seed and threads: ``make gpu`` checks, then runs,
     and the run's adversarial phase (compiling every strategy at every
     adversarial shape) then costs nothing. A key is kept only when the check
-    ran every one of its adversarial items. Returns how many."""
+    ran every one of its adversarial items, with the code all of them loaded.
+    Returns how many."""
     adversarial = check.AdversarialCheck(cache.seed, timeout_s)
     adversarial.absorb(results)
+    here, by_item = None, {r.item: r for r in results}
     for strat, device, dtype, mode in cache.keys(cases):
         if adversarial.covers(strat, device, dtype, mode):
             adversarial.failure(strat, device, dtype, mode)  # answered from the absorbed verdicts, nothing run
+            maps = []
+            for item in check.adversarial_items(strat, device, dtype, mode):
+                if by_item[item].depends is None and here is None:
+                    here = loaded_code()
+                maps.append(here if by_item[item].depends is None else by_item[item].depends)
+            depends = merged(maps)
+            if depends is None:  # the code changed while the key was checked: not kept
+                adversarial.forget(strat, device, dtype, mode)
+            else:
+                adversarial.depends[adversarial.key(strat, device, dtype, mode)] = depends
     return cache.save(adversarial, cases)

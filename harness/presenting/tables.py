@@ -371,20 +371,21 @@ def run_summary(rows: pd.DataFrame, grid: bool = True, unfit_reasons: list[str] 
 
 
 def check_table(results, width: int | None = None) -> Table:
-    """One row per strategy and device/dtype with counts, failures spelled out."""
-    columns = [Column("op", 2), Column("strategy", 0), Column("device", 4), Column("dtype", 3),
-               Column("cases", 5, "right"), Column("status", 0), Column("first problem", 1, flexible=True)]
+    """One row per strategy, device, dtype and training mode with its count of checks (each mode's
+    own), failures spelled out."""
+    columns = [Column("op", 2), Column("strategy", 0), Column("device", 5), Column("dtype", 4), Column("mode", 3),
+               Column("checks", 6, "right"), Column("status", 0), Column("first problem", 1, flexible=True)]
     grouped: dict = {}
     for result in results:
         item, verdict = result.item, result.verdict
-        key = (item.strategy.op, item.strategy.name, item.device, item.dtype)
+        key = (item.strategy.op, item.strategy.name, item.device, item.dtype, item.training)
         grouped.setdefault(key, []).append((item, verdict))
     rows = []
-    for (op, name, device, dtype), entries in grouped.items():
+    for (op, name, device, dtype, mode), entries in grouped.items():
         status = worst(v.status for _, v in entries)
         problem = next((f"{i.label}: {v.message}" for i, v in entries if v.status == status and v.message), "")
         problem = shorten(problem, 160)
-        rows.append([op, escape(name), device, dtype, str(len(entries)),
+        rows.append([op, escape(name), device, dtype, mode, str(len(entries)),
                      f"[{STATUS_STYLE.get(status, '')}]{status}[/]", escape(problem)])
     return fitted_table("check against the float64 oracle", columns, rows, _width(width))
 

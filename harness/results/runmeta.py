@@ -112,6 +112,8 @@ class RunMeta(Lenient):
     phase_s: _lenient(dict[str, float], dict) = Field(default_factory=dict)
     config: _lenient(dict | None) = None
     n_cases: Count = None
+    # Why the run stopped before its end: the signal (status interrupted), the full disk, or the
+    # error that ended it (status failed).
     interrupted_by: Text = None
 
     def cpu(self) -> dict:

@@ -142,6 +142,8 @@ def test_an_unexpected_exception_is_one_line_and_exit_2(monkeypatch, capsys):
     assert err.count("\n") == 1 and "unexpected TypeError: unhashable type" in err and "--debug" in err
     with pytest.raises(TypeError):
         cli.main(["--debug", "explode"])
+    with pytest.raises(TypeError):  # after the command too, as the hint reads it
+        cli.main(["explode", "--debug"])
 
 
 def test_the_grid_marks_the_fastest_in_text_and_never_ranks_a_partial_output():

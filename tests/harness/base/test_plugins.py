@@ -64,6 +64,34 @@ def test_a_plugin_loads_from_a_file_path_and_is_recorded_with_its_hash(tmp_path,
     plugins.load_plugins()  # a second load (an isolated child, bench() after the CLI) is a no-op
 
 
+def test_a_plugin_files_own_folder_is_on_the_import_path_for_its_helpers(tmp_path, registry, monkeypatch):
+    """As `python folder/plugin.py` has it: a helper beside the plugin imports by name, at the
+    plugin's top and later, inside a strategy's prepare (issue 51)."""
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    folder = tmp_path / "a_plugin_folder"
+    folder.mkdir()
+    write(folder / "beside_top.py", "WINDOW = 'sliding'\n")
+    write(folder / "beside_late.py", "def view(inputs, params):\n    from impls import maxpool2d\n\n"
+                                     "    return maxpool2d.numpy_sliding_window(inputs, params)\n")
+    plugin = write(folder / "helped_plugin.py", """
+        from beside_top import WINDOW
+        from impls.registry import strategy
+
+
+        @strategy("maxpool2d", backend="numpy", source="test: " + WINDOW)
+        def helped_max(inputs, params):
+            from beside_late import view
+
+            return view(inputs, params)
+        """)
+    plugins.import_plugin(str(plugin))
+    strat = get_operator("maxpool2d").strategies["helped_max"]
+    params = dict(N=1, C=2, H=4, W=4, k=2)
+    assert check_strategy(strat, params, "float32", "cpu",
+                          reference("maxpool2d", params, "float32", "random", 0)).status == "ok"
+    assert sys.path[-1] == str(folder.resolve())
+
+
 @pytest.mark.parametrize("body,line,error", [
     ("import numpy\n\nVALUE = undefined_name\n", 3, "NameError: name 'undefined_name' is not defined"),
     ("import numpy\n\ndef broken(:\n    pass\n", 3, "SyntaxError"),
@@ -194,7 +222,8 @@ OP = register_operator(Operator(
     oracle=lambda inputs, params: inputs["x"].max(axis=-1), bytes_moved=lambda params, itemsize, returns: 0,
     compare=lambda *args: common.Verdict("ok"), validate=lambda params: None,
     check_cases=lambda: [dict(R=3, L=5)], reference="numpy_max"))
-OP.gradient = Gradient({gradient}, generate=None, oracle=None, bytes_moved=None, compare=None)
+OP.gradient = Gradient({gradient}, generate=lambda params, mode, seed: np.ones(params["R"]), oracle=None,
+                       bytes_moved=None, compare=None)
 '''
 
 
@@ -225,6 +254,53 @@ def test_a_bad_gradient_is_one_line_naming_the_plugin_file(tmp_path, registry, g
     assert len(lines) == 1 and "Traceback" not in result.stderr, result.stderr
     assert lines[0].startswith(f"scatterbench: error: SCATTERBENCH_PLUGINS: plugin '{plugin}' failed to import: ValueError: "
                                f"rowmax_{tag}'s Gradient (declared at {plugin.resolve()}:{line}): {problem}"), lines
+    assert lines[0].endswith(f"(at {plugin.resolve()}:{line})"), lines
+
+
+# Issue 51: declarations the training check would stumble on midway, refused when declared.
+SHAPED_PLUGIN = '''
+import numpy as np
+
+from impls import common
+from impls.registry import Gradient, Operator, ParamSpec, register_operator
+
+OP = register_operator(Operator(
+    name="rowargmax_{tag}", doc="rows' maxima and where", params=(ParamSpec("R"), ParamSpec("L")),
+    generate=lambda params, mode, seed: {{"x": np.ones((params["R"], params["L"]))}},
+    oracle=lambda inputs, params: (inputs["x"].max(axis=-1), inputs["x"].argmax(axis=-1)),
+    bytes_moved=lambda params, itemsize, returns: 0, compare=lambda *args: common.Verdict("ok"),
+    validate=lambda params: None, check_cases=lambda: [dict(R=3, L=5)], reference="numpy_max"))
+OP.gradient = Gradient(input="x", name="grad_max", generate={generate}, oracle=None, bytes_moved=None,
+                       compare=None{output})
+'''
+
+
+@pytest.mark.parametrize("tag,generate,output,problem", [
+    ("tuple", "lambda params, mode, seed: np.ones(params['R'])", "",
+     "rowargmax_tuple's oracle returns 2 outputs, so the Gradient must say which one is differentiated: output="),
+    ("shape", "lambda params, mode, seed: np.ones((params['R'], 2))", ", output=lambda out: out[0]",
+     "generate({'R': 3, 'L': 5}, 'random', 0) gives float64 of shape (3, 2); the incoming gradient is float64 "
+     "of the differentiated output's shape, (3,)"),
+    ("dtype", "lambda params, mode, seed: np.ones(params['R'], dtype=np.float32)", ", output=lambda out: out[0]",
+     "generate({'R': 3, 'L': 5}, 'random', 0) gives float32 of shape (3,)"),
+    ("adversarial", "lambda params, mode, seed: np.ones(params['R'] + (mode != 'random'))",
+     ", output=lambda out: out[0]", "generate({'R': 3, 'L': 5}, 'adversarial', 0) gives float64 of shape (4,)"),
+])
+def test_a_gradient_the_training_check_would_stumble_on_is_refused_when_declared(tmp_path, registry, tag, generate,
+                                                                                  output, problem):
+    """A tuple output without ``output=``, and a ``generate`` of the wrong shape or dtype, are one
+    line naming the plugin's file and the declaring line, exit 2: before any check or run starts,
+    not a strategy's RuntimeError or an "unexpected ValueError" midway."""
+    from tests.helpers import plugin_env, scatterbench
+
+    plugin = write(tmp_path / f"shaped_{tag}.py", SHAPED_PLUGIN.format(tag=tag, generate=generate, output=output))
+    line = next(number for number, text in enumerate(plugin.read_text().splitlines(), 1)
+                if text.startswith("OP.gradient"))
+    result = scatterbench("check", "configs/quick.yaml", "--op", f"rowargmax_{tag}", env=plugin_env(str(plugin)))
+    assert result.returncode == 2, result
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in result.stderr, result.stderr
+    assert f"rowargmax_{tag}'s Gradient (declared at {plugin.resolve()}:{line}): {problem}" in lines[0], lines
     assert lines[0].endswith(f"(at {plugin.resolve()}:{line})"), lines
 
 

@@ -196,3 +196,28 @@ def test_gradcheck_disagreeing_is_printed_never_counted(planted):
     summary = check.summarize_checks([check.CheckResult(item, verdict, 0.0)])
     assert summary.failed == 0 and summary.gradcheck_lines[0].startswith("GRADCHECK maxpool2d/doubled_backward ")
     assert summary.text.splitlines() == [summary.gradcheck_lines[0], "0 checks, 0 failed"]
+
+
+def test_checks_table_and_summary_count_each_training_mode_apart():
+    """Issue 51: the table had no mode column and its count summed the three modes."""
+    from rich.console import Console
+
+    from harness.measuring.check import CheckItem, CheckResult, summarize_checks
+    from harness.presenting.tables import check_table
+    from impls.common import Verdict
+
+    strat = get_operator("maxpool2d").strategies["numba_fused"]
+
+    def result(mode, status="ok"):
+        return CheckResult(CheckItem(strat, (("C", 3),), "float32", "cpu", "adversarial", "contiguous",
+                                     training=mode), Verdict(status, "planted"), 0.1)
+
+    results = [result("forward"), result("backward", "mismatch"), result("backward"), result("forward+backward")]
+    console = Console(width=200, record=True, color_system=None)
+    console.print(check_table(results))
+    body = [line.split("│")[5:7] for line in console.export_text().splitlines() if line.startswith("│")]
+    assert [[cell.strip() for cell in row] for row in body] == [["forward", "1"], ["backward", "2"],
+                                                               ["forward+backward", "1"]]
+    assert summarize_checks(results).text.splitlines()[-1] == (
+        "by mode: forward 1 checks, 0 failed; backward 2 checks, 1 failed; forward+backward 1 checks, 0 failed")
+    assert "by mode" not in summarize_checks(results[:1]).text  # one mode: its count is the total

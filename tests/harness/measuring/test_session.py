@@ -159,3 +159,69 @@ def test_a_resumed_runs_seconds_per_phase_go_on_from_its_stop(tmp_path):
         session.clock.absorb({"time": 1.0})
         session.complete()
     assert meta_of(out)["phase_s"]["check"] >= 2.0 and meta_of(out)["phase_s"]["time"] >= 1.0
+
+
+def test_an_error_ends_the_run_as_failed_with_its_reason_never_running(tmp_path):
+    """Issue 51: an error during a run (a plugin's generate raising at a config point) left
+    meta.json at ``running`` with an in-flight.json, as if the process had crashed; it now says
+    ``failed`` and why, the case in flight is not blamed, and what was written stays."""
+    from harness.base.config import parse_config
+    from harness.measuring.session import RunSession
+
+    config = parse_config({"benchmarks": [{"op": "maxpool2d", "params": {"N": 1, "C": 1, "H": 4, "W": 4, "k": 2}}]})
+    out = tmp_path / "run"
+    with pytest.raises(ValueError, match="shape +mismatch"):
+        with RunSession(out, "r") as session:
+            session.open(config, None, [], status="running")
+            session.writer.begin_case({"case_id": "maxpool2d|x"})
+            raise ValueError("shape   mismatch\nat the gradient")
+    meta = meta_of(out)
+    assert meta["status"] == "failed" and meta["interrupted_by"] == "ValueError: shape mismatch at the gradient", meta
+    assert not (out / IN_FLIGHT).exists() and "phase_s" in meta
+
+
+def test_a_plugin_error_midway_through_run_is_one_line_and_a_failed_run(tmp_path):
+    """Through the CLI: exit 2, one line, meta.json ``failed`` naming the error."""
+    from tests.helpers import benchmark, config_yaml, plugin_env, scatterbench
+
+    plugin = tmp_path / "raising_plugin.py"
+    plugin.write_text(RAISING_PLUGIN)
+    config = tmp_path / "raising.yaml"
+    config.write_text(config_yaml(benchmark("rowmax_raising", R=[3, 7], L=5)))
+    out = tmp_path / "out"
+    result = scatterbench("run", config, "-o", out, "--no-progress",
+                          env=plugin_env("quiet_machine_plugin", str(plugin)))
+    assert result.returncode == 2, result.stderr[-3000:]
+    errors = [line for line in result.stderr.splitlines() if line.startswith("scatterbench: error:")]
+    assert len(errors) == 1 and "R=7 is drawn wrong" in errors[0], result.stderr[-3000:]
+    meta = meta_of(out)
+    assert meta["status"] == "failed" and "R=7 is drawn wrong" in meta["interrupted_by"], meta
+    assert not (out / IN_FLIGHT).exists()
+
+
+RAISING_PLUGIN = '''
+import numpy as np
+
+from impls import common
+from impls.registry import Operator, ParamSpec, register_operator, strategy
+
+
+def generate(params, mode="random", seed=0):
+    if params["R"] == 7:  # a generator wrong at one size only: the run meets it midway
+        raise ValueError("R=7 is drawn wrong")
+    return {"x": np.random.default_rng(seed).standard_normal((params["R"], params["L"]))}
+
+
+register_operator(Operator(
+    name="rowmax_raising", doc="rows' maxima", params=(ParamSpec("R"), ParamSpec("L")), generate=generate,
+    oracle=lambda inputs, params: inputs["x"].max(axis=-1), bytes_moved=lambda params, itemsize, returns="output": 8,
+    compare=lambda out, ref, inputs, dtype, strat, params=None: common.compare_bitwise("output", out, ref, dtype),
+    validate=lambda params: None, check_cases=lambda: [dict(R=3, L=5)], reference="numpy_max",
+    check_layouts=("contiguous",)))
+
+
+@strategy("rowmax_raising", backend="numpy", baseline=True)
+def numpy_max(inputs, params):
+    x = inputs["x"]
+    return lambda: x.max(axis=-1)
+'''

@@ -106,19 +106,52 @@ def test_the_digest_covers_loaded_modules_outside_the_standard_library_the_packa
 
     import numpy
 
+    from harness.base.loaded_code import loaded_code
+
     (tmp_path / "beside_a_plugin.py").write_text("VALUE = 1\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.delitem(sys.modules, "beside_a_plugin", raising=False)
     importlib.import_module("beside_a_plugin")
-    loaded = dict(verdict_cache.loaded_modules())
-    assert loaded["beside_a_plugin"] == (tmp_path / "beside_a_plugin.py").resolve()
-    assert not {"json", "numpy", "harness.measuring.check", "impls.maxpool2d"} & set(loaded)  # json: the stdlib
-    assert numpy.__name__ in sys.modules and verdict_cache.__name__ not in loaded
+    loaded = loaded_code()
+    assert f"file:{(tmp_path / 'beside_a_plugin.py').resolve()}" in loaded
+    # an installed package stands as its distribution, by its RECORD (the hashes of its files)
+    assert numpy.__name__ in sys.modules and "dist:numpy" in loaded
+    assert not [dependency for dependency in loaded  # json: the stdlib; impls and the harness are hashed apart
+                if dependency.endswith(("/json/__init__.py", "/harness/measuring/check.py", "/impls/maxpool2d.py"))]
     cases = [case()]
     VerdictCache(0, THREADS, folder=tmp_path / "cache").save(asked({"numpy_sliding_window": None}), cases)
     assert VerdictCache(0, THREADS, folder=tmp_path / "cache").preload(check.AdversarialCheck(0), cases) == (1, 1)
     (tmp_path / "beside_a_plugin.py").write_text("VALUE = 2\n")
     assert VerdictCache(0, THREADS, folder=tmp_path / "cache").preload(check.AdversarialCheck(0), cases) == (0, 1)
+
+
+def test_a_verdict_holds_only_for_the_code_its_check_loaded_however_late_it_was_imported(tmp_path, monkeypatch):
+    """A module imported after the run began (inside a strategy's prepare, in a worker) is part of
+    the verdict it was loaded for: the answer carries it, an edit checks again, and the answer
+    reached before the edit is not kept under the code after it."""
+    from harness.base.loaded_code import loaded_code
+
+    helper = tmp_path / "lazy_helper.py"
+    helper.write_text("VALUE = 1\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "lazy_helper", raising=False)
+    before = loaded_code()
+    __import__("lazy_helper")
+    after = loaded_code()
+    dependency = f"file:{helper.resolve()}"
+    assert dependency not in before and dependency in after
+    cases = [case()]
+    checked = check.AdversarialCheck(0)
+    checked.remember(strategy(), "cpu", "float32", None, depends=after)  # as a worker answers
+    monkeypatch.delitem(sys.modules, "lazy_helper")  # this process never loaded it: only the worker did
+    assert VerdictCache(0, THREADS, folder=tmp_path / "cache").save(checked, cases) == 1
+    assert VerdictCache(0, THREADS, folder=tmp_path / "cache").preload(check.AdversarialCheck(0), cases) == (1, 1)
+    helper.write_text("VALUE = 2\n")
+    assert VerdictCache(0, THREADS, folder=tmp_path / "cache").preload(check.AdversarialCheck(0), cases) == (0, 1)
+    # an answer reached with the old code, saved after the edit: not kept
+    stale = check.AdversarialCheck(0)
+    stale.remember(strategy(), "cpu", "float32", None, depends=after)
+    assert VerdictCache(0, THREADS, folder=tmp_path / "other").save(stale, cases) == 0
 
 
 def test_error_and_timeout_are_not_kept_they_may_be_the_machines(tmp_path):
@@ -335,3 +368,112 @@ def test_editing_a_helper_module_a_plugin_imports_checks_again_both_ways(tmp_pat
     said, statuses = run(FIXED, "fixed")
     assert "0 of 2 verdicts from the cache" in said[0], said
     assert statuses == {"forward": "ok", "backward": "ok"}
+
+
+# ------------------------------------ a helper imported late, or installed by pip
+# Issue 51: the digest once hashed only what was loaded when the run began, and
+# nothing installed but the libraries' versions; a verdict now carries the code
+# its check loaded, read after the check, in the process that ran it.
+LAZY_PLUGIN = """
+from impls.registry import get_operator, strategy
+
+SLIDING = get_operator("maxpool2d").strategies["numpy_sliding_window"]
+
+
+def lazy_backward(inputs, params):
+    from tie_helper import tie_backward  # imported only when the backward is prepared, in the checking process
+
+    return tie_backward(inputs, params)
+
+
+@strategy("maxpool2d", backend="numpy", dtypes=("float32",), returns="values+indices", ties="first",
+          source="test: its backward in a helper imported late", backward=lazy_backward)
+def helper_backward_max_pool(inputs, params):
+    return SLIDING.prepare(inputs, params)
+"""
+
+
+def _helper_runs(tmp_path, plugin_text, install, **variables):
+    """``run(chosen, name)``: the helper written (``install``) with the tie ``chosen``, then a run of
+    the plugin's strategy in forward and backward, each run a process of its own; returns what the
+    run said of the cache and the statuses by mode."""
+    from tests.helpers import benchmark, config_yaml, plugin_env, scatterbench
+
+    (tmp_path / "helper_plugin.py").write_text(plugin_text)
+    config = tmp_path / "tiny.yaml"
+    config.write_text(config_yaml({**benchmark("maxpool2d", ["helper_backward_max_pool"], N=1, C=2, H=8, W=8, k=2),
+                                   "modes": ["forward", "backward"]}))
+    env = plugin_env("quiet_machine_plugin", str(tmp_path / "helper_plugin.py"), **variables)
+
+    def run(chosen, name):
+        env["PYTHONPATH"] = os.pathsep.join([install(TIE_HELPER.format(chosen=chosen)), plugin_env()["PYTHONPATH"]])
+        done = scatterbench("run", config, "-o", tmp_path / name, "--no-progress", env=env, timeout=300)
+        assert done.returncode == 0, done.stdout + done.stderr
+        said = [line for line in done.stderr.splitlines() if "verdicts from the cache" in line]
+        return said[0], read_rows(tmp_path / name).set_index("mode")["status"].to_dict()
+
+    return run
+
+
+def test_a_helper_imported_inside_prepare_edited_is_checked_again_both_ways(tmp_path):
+    """The helper is imported only when the backward is prepared, after the run began (in the
+    worker that checks it): edited to a wrong tie, the backward is checked again and found wrong;
+    fixed, it is checked again and found right."""
+    folder = tmp_path / "beside"
+    folder.mkdir()
+
+    def beside(text):
+        (folder / "tie_helper.py").write_text(text)
+        return str(folder)
+
+    run = _helper_runs(tmp_path, LAZY_PLUGIN, beside)
+    said, statuses = run(FIRST_TIE, "first")
+    assert "0 of 2 verdicts from the cache" in said and statuses == {"forward": "ok", "backward": "ok"}
+    said, statuses = run(LAST_TIE, "edited")
+    # the backward's check loaded the helper; the forward's, in the same worker, may have too
+    assert "0 of 2" in said or "1 of 2" in said, said
+    assert statuses == {"forward": "ok", "backward": "mismatch"}
+    said, statuses = run(FIXED, "fixed")
+    assert "0 of 2" in said or "1 of 2" in said, said
+    assert statuses == {"forward": "ok", "backward": "ok"}
+
+
+def test_a_helper_installed_by_pip_and_reinstalled_at_the_same_version_is_checked_again(tmp_path):
+    """The helper as a distribution (a wheel pip installs into a site folder, not editable):
+    reinstalled at the same version after an edit, its RECORD (the hashes of its files) changes,
+    so the verdicts that loaded it are checked again; the version alone would not say so."""
+    import subprocess
+    import zipfile
+
+    wheel = tmp_path / "tie_helper-1.0-py3-none-any.whl"
+    # a user site folder: where pip puts what it installs for a user, and what "installed" meant before
+    userbase = tmp_path / "userbase"
+    site = userbase / "lib" / f"python{sys.version_info.major}.{sys.version_info.minor}" / "site-packages"
+
+    def installed(text):
+        info = "tie_helper-1.0.dist-info"
+        with zipfile.ZipFile(wheel, "w") as archive:
+            archive.writestr("tie_helper.py", text)
+            archive.writestr(f"{info}/METADATA", "Metadata-Version: 2.1\nName: tie-helper\nVersion: 1.0\n")
+            archive.writestr(f"{info}/WHEEL", "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\n"
+                                              "Tag: py3-none-any\n")
+            archive.writestr(f"{info}/top_level.txt", "tie_helper\n")
+            archive.writestr(f"{info}/RECORD", f"tie_helper.py,,\n{info}/METADATA,,\n{info}/WHEEL,,\n"
+                                               f"{info}/top_level.txt,,\n{info}/RECORD,,\n")
+        done = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--disable-pip-version-check",
+                               "--no-index", "--no-deps", "--upgrade", "--force-reinstall", "--target", str(site),
+                               str(wheel)], capture_output=True, text=True, timeout=120,
+                              env=dict(os.environ, PYTHONUSERBASE=str(userbase)))
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert "sha256=" in (site / "tie_helper-1.0.dist-info" / "RECORD").read_text()  # pip hashed the files
+        return str(site)
+
+    run = _helper_runs(tmp_path, HELPER_PLUGIN, installed, PYTHONUSERBASE=str(userbase))
+    assert subprocess.run([sys.executable, "-c", "import site; print(site.getusersitepackages())"], text=True,
+                          capture_output=True, env=dict(os.environ, PYTHONUSERBASE=str(userbase))
+                          ).stdout.strip() == str(site)
+    said, statuses = run(FIRST_TIE, "first")
+    assert "0 of 2 verdicts from the cache" in said and statuses == {"forward": "ok", "backward": "ok"}
+    said, statuses = run(LAST_TIE, "reinstalled")
+    assert "0 of 2 verdicts from the cache" in said, said  # the plugin imports it at its top: both keys
+    assert statuses == {"forward": "ok", "backward": "mismatch"}

@@ -160,15 +160,20 @@ def test_a_cut_check_resumes_without_judging_again(tmp_path):
     [journal] = (cache / "verdicts").glob("*.items.jsonl")
     lines = journal.read_text().splitlines(keepends=True)
 
-    def key(line):  # (strategy, dtype, device, training mode) of a line's item
-        item = json.loads(json.loads(line)["item"])
+    def key(line):  # (strategy, dtype, device, training mode) of a line's item; None: a line of dependencies
+        entry = json.loads(line)
+        if "item" not in entry:
+            return None
+        item = json.loads(entry["item"])
         return item[0], item[2], item[3], item[6]
 
-    kept = list(itertools.takewhile(lambda line: key(line) == key(lines[0]), lines))  # the first key's lines
-    assert 0 < len(kept) < len(lines)
+    first = next(key(line) for line in lines if key(line) is not None)
+    kept = list(itertools.takewhile(lambda line: key(line) in (None, first), lines))  # the first key's lines
+    items_kept = sum(key(line) is not None for line in kept)
+    assert 0 < items_kept and len(kept) < len(lines)
     journal.write_text("".join(kept) + lines[len(kept)][:20])  # the next line torn midway
     resumed_out, resumed = run_check(config, cache, tmp_path / "resumed.json")
-    assert f"{len(kept)} of" in resumed_out and "judged before by the same code" in resumed_out
+    assert f"{items_kept} of" in resumed_out and "judged before by the same code" in resumed_out
     assert 0 < resumed[work_counts.CALLS] < whole[work_counts.CALLS]
     table = [line for line in whole_out.splitlines() if line.startswith(("│", "FAIL", "KNOWN", "SKIPPED"))]
     assert table == [line for line in resumed_out.splitlines() if line.startswith(("│", "FAIL", "KNOWN", "SKIPPED"))]
@@ -192,6 +197,26 @@ def test_the_journal_keeps_nothing_the_machine_may_have_caused(tmp_path):
     assert set(found) == {items[0], items[2]}
     assert found[items[2]].verdict == results[2].verdict
     assert verdict_cache.ItemJournal(verdict_cache.VerdictCache(1, folder=tmp_path)).read(items) == {}  # another seed
+
+
+def test_a_cut_check_resumes_only_what_its_code_still_holds(tmp_path):
+    """A journal's items carry the code their check loaded: a helper edited between the cut and the
+    resume checks those items again, and the items of a worker that never loaded it are kept."""
+    from harness.base.loaded_code import current_digest, loaded_code
+    from harness.measuring import verdict_cache
+    from impls.common import Verdict
+
+    helper = tmp_path / "helper.py"
+    helper.write_text("VALUE = 1\n")
+    depends = {**loaded_code(), f"file:{helper}": current_digest(f"file:{helper}")}
+    journal = verdict_cache.ItemJournal(verdict_cache.VerdictCache(0, folder=tmp_path / "cache"))
+    strat = get_operator("maxpool2d").strategies["numpy_sliding_window"]
+    items = check.adversarial_items(strat, "cpu", "float32")[:2]
+    assert journal.write([check.CheckResult(items[0], Verdict("ok"), 0.1, depends=depends),
+                          check.CheckResult(items[1], Verdict("ok"), 0.1, depends=loaded_code())]) == 2
+    assert set(journal.read(items)) == set(items)
+    helper.write_text("VALUE = 2\n")
+    assert set(verdict_cache.ItemJournal(journal.cache).read(items)) == {items[1]}
 
 
 # ---------------------------------------------------------- caches in DIR
