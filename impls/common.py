@@ -167,6 +167,45 @@ def gradient_values(rng, shape, mode: str, special: bool = False) -> np.ndarray:
     return values.reshape(shape)
 
 
+def hostile_kinds() -> list[float]:
+    """The special values every adversarial incoming gradient holds (docs/SPEC.md §1.5), but the
+    subnormals: -0.0, +0.0, NaN, ±inf and ± the largest finite value of every float type."""
+    return [-0.0, 0.0, np.nan, np.inf, -np.inf] + [sign * largest_finite(dtype) for dtype in SUBNORMAL_UNIT
+                                                   for sign in (1.0, -1.0)]
+
+
+def _holds(values: np.ndarray, kind: float) -> bool:
+    if np.isnan(kind):
+        return bool(np.isnan(values).any())
+    return bool(((values == kind) & (np.signbit(values) == np.signbit(kind))).any())
+
+
+def with_hostile_values(values, rng) -> np.ndarray:
+    """``values`` (an operator's adversarial incoming gradient, float64) holding every hostile
+    kind (``hostile_kinds``, and a subnormal of every float type) where it has room: each kind it
+    lacks is put in place of one of its ordinary values (finite, a normal number in every float
+    type), at random, while at least half of the values stay ordinary. The harness applies it to
+    every operator's ``Gradient.generate`` (impls/training.py), so an operator whose generator
+    draws normal values only is checked with them too; one that places its own (the index
+    operators' ``gradient_values(special=True)``, maxpool2d's colliding windows) gets only what it
+    lacks, and one with all of them is returned unchanged."""
+    values = np.array(values, dtype=np.float64)
+    flat = values.reshape(-1)
+    missing = [kind for kind in hostile_kinds() if not _holds(flat, kind)]
+    for dtype in SUBNORMAL_UNIT:
+        if not bool(is_subnormal(flat, dtype).any()):
+            missing.append(float(subnormal(dtype, rng.choice([-1, 1]) * int(rng.integers(1, SUBNORMAL_STEPS[dtype])))))
+    smallest_normal = SUBNORMAL_UNIT["float16"] * SUBNORMAL_STEPS["float16"]
+    ordinary = np.flatnonzero(np.isfinite(flat) & (np.abs(flat) >= smallest_normal)
+                              & (np.abs(flat) <= largest_finite("float16")))
+    room = len(ordinary) - (flat.size + 1) // 2  # at least half of the values stay ordinary
+    if not missing or room <= 0:
+        return values
+    chosen = rng.permutation(ordinary)[:min(room, len(missing))]
+    flat[chosen] = rng.permutation(np.array(missing, dtype=np.float64))[:len(chosen)]
+    return values
+
+
 def round_to_dtype(array, dtype: str):
     """The float64 values an input takes once stored in ``dtype``.
 

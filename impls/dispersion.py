@@ -154,13 +154,21 @@ def grad_compare(out, ref, inputs, grad, dtype: str, strat, params=None) -> Verd
     return common.compare_relative("grad_x", out, ref, dtype)
 
 
+# Why the shift operators' incoming gradients are normal values (docs/SPEC.md §1.5): their backward
+# multiplies and sums, judged by a relative error against the dtype's bound (§1.3), a measure of
+# finite values; NaN, ±inf and the largest values would make every such sum's error unbounded.
+NORMAL_GRADIENTS = ("its backward multiplies and sums, judged by the relative error of SPEC 1.3, a measure of "
+                    "finite values: NaN, ±inf and the largest finite values make it unbounded")
+
+
 def grad_bytes_written(params, itemsize: int) -> int:
     """grad_x, the size of x."""
     return params["B"] * params["C"] * params["H"] * params["W"] * itemsize
 
 
 OP.gradient = Gradient(input="x", name="grad_y", generate=generate_grad, oracle=grad_oracle,
-                       bytes_moved=grad_bytes, compare=grad_compare, bytes_written=grad_bytes_written)
+                       bytes_moved=grad_bytes, compare=grad_compare, bytes_written=grad_bytes_written,
+                       normal_values_only=NORMAL_GRADIENTS)
 
 
 def loop_backward(inputs, params):

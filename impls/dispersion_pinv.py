@@ -173,7 +173,8 @@ def _coverage(xp, C: int, W: int, S: int, like):
 
 
 OP.gradient = Gradient(input="y", name="grad_x", generate=generate_grad, oracle=grad_oracle,
-                       bytes_moved=grad_bytes, compare=grad_compare, bytes_written=grad_bytes_written)
+                       bytes_moved=grad_bytes, compare=grad_compare, bytes_written=grad_bytes_written,
+                       normal_values_only=dispersion.NORMAL_GRADIENTS)
 
 
 def _backward_case(inputs, params):

@@ -160,6 +160,12 @@ class Gradient:
     # (params, itemsize) -> the bytes of ``bytes_moved`` that are the gradient
     # written, a fresh output (the fresh-output floor's split); None: not split.
     bytes_written: Callable[[Mapping[str, Any], int], int] | None = None
+    # Why this operator's adversarial incoming gradients hold normal values only, in words a
+    # reader takes as the contract (the shift operators: judged by a relative error, which is
+    # finite values' measure). Empty (the default): the harness adds -0.0, subnormals, ±inf,
+    # NaN and the largest finite values to whatever ``generate`` returns
+    # (``common.with_hostile_values``), with no flag to ask for them.
+    normal_values_only: str = ""
 
 
 @dataclass

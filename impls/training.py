@@ -41,10 +41,12 @@ returns the same whole gradient, so being partial in the forward does not
 make a strategy's backward partial: ``forward+backward``'s bytes count the
 whole forward output (``bytes_moved``), the indices included, for all.
 
-Hostile checks (SPEC 1.5): the adversarial incoming gradients of the index
-operators hold -0.0, subnormals, ±inf, NaN and the largest finite values
-(``common.gradient_values(special=True)``; the shift operators', normal
-values), compared bitwise but for the sign of a zero
+Hostile checks (SPEC 1.5): every operator's adversarial incoming gradients
+hold -0.0, subnormals, ±inf, NaN and the largest finite values, the harness
+adding each one its generator lacks (``incoming_gradient``); an operator
+whose judgement cannot take them says so (``Gradient.normal_values_only``:
+the shift operators, judged by a relative error). The index operators'
+are compared bitwise but for the sign of a zero
 (``common.compare_gradient_bitwise``). They come in every layout the inputs
 are checked in, and in ``TRANSPOSED``, with the integer inputs (positions)
 and, in ``backward``, what an explicit backward's forward saved (indices) in
@@ -67,7 +69,8 @@ import numpy as np
 
 from impls import status
 from impls.backends import NotApplicable, convert, float_dtypes, get_backend, to_numpy
-from impls.common import DTYPE_DIFFERENCE, Verdict, merge_verdicts, on_device, round_to_dtype
+from impls.common import (DTYPE_DIFFERENCE, Verdict, merge_verdicts, on_device, round_to_dtype,
+                          with_hostile_values)
 from impls.registry import Gradient, Operator, Strategy, get_operator
 
 FORWARD, BACKWARD, FORWARD_BACKWARD = MODES = ("forward", "backward", "forward+backward")
@@ -137,8 +140,24 @@ def gradient_case(op: Operator | str, inputs: Mapping[str, Any], params: Mapping
     op = get_operator(op) if isinstance(op, str) else op
     if op.gradient is None:
         raise NotApplicable(f"{op.name} defines no backward")
-    grad = round_to_dtype(op.gradient.generate(params, input_mode, seed), dtype)
+    grad = incoming_gradient(op, params, input_mode, seed)
+    grad = round_to_dtype(grad, dtype)
     return grad, (oracle or op.gradient.oracle)(inputs, grad, params)
+
+
+def incoming_gradient(op: Operator, params: Mapping[str, Any], input_mode: str, seed: int) -> np.ndarray:
+    """The operator's incoming gradient (float64) as the check gives it: ``Gradient.generate``'s,
+    and in any input mode but ``random`` with every hostile value it lacks
+    (``common.with_hostile_values``; SPEC 1.5), unless the operator declares normal values only
+    (``Gradient.normal_values_only``, with its reason)."""
+    grad = op.gradient.generate(params, input_mode, seed)
+    if input_mode == "random" or op.gradient.normal_values_only:
+        return grad
+    return with_hostile_values(grad, np.random.default_rng((seed, 2, HOSTILE_STREAM)))
+
+
+# The hostile values' own random stream (beside a generator's (seed, 1)): the same case, the same values.
+HOSTILE_STREAM = 51
 
 
 # A layout of the training checks only (SPEC 1.5), beside the inputs' layouts

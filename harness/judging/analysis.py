@@ -153,8 +153,9 @@ def unfit_reasons(base_meta: dict, base_rows: pd.DataFrame, new_meta: dict, new_
     when both runs are fit. What the dashboard asks of a pair of stored runs
     before it calls a change red, since it cannot re-measure as the CI gate does.
 
-    Wall time is judged only between runs on the same CPU (`runmeta.same_machine`),
-    neither of them `busy` at its peak 1-minute load (at its start, at its end,
+    Wall time is judged only between runs on the same CPU (`runmeta.same_machine`), at the same
+    thread setting and under the same timing protocol (`runmeta.unlike_settings`: another setting
+    measures another thing), neither of them `busy` at its peak 1-minute load (at its start, at its end,
     or when any case finished; a run that recorded none is not known to be
     quiet), nor measured its ceiling or curves busy (`run_unfit_reasons`). Counts do not see load: they are judged between runs on the
     same CPU counted with the same tool-and-library versions (``count_versions``). ``*_rows``: the runs' rows
@@ -166,6 +167,7 @@ def unfit_reasons(base_meta: dict, base_rows: pd.DataFrame, new_meta: dict, new_
     if metric != "time":
         changed = runmeta.version_changes(base_meta.get("count_versions"), new_meta.get("count_versions"))
         return reasons + (["different library versions (" + ", ".join(changed) + ")"] if changed else [])
+    reasons += runmeta.unlike_settings(base_meta, new_meta)
     for meta, rows, where in ((base_meta, base_rows, " (base)"), (new_meta, new_rows, "")):
         reasons += [reason + where for reason in run_unfit_reasons(meta, rows)]
     return reasons

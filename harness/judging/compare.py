@@ -129,12 +129,15 @@ class Comparison:
 
 def unfit_line(base_dir, base_meta: dict, base_rows: pd.DataFrame, new_dir, new_meta: dict,
                new_rows: pd.DataFrame) -> str:
-    """One line naming each run of the pair the fitness rule refuses and why,
-    or "" when both are fit."""
+    """One line naming each run of the pair the fitness rule refuses and why, and what makes the
+    pair unlike (another thread setting or timing protocol), or "" when both are fit and alike."""
     refused = [f"{label} run {where} is unfit ({'; '.join(reasons)})"
                for label, where, meta, rows in (("the base", base_dir, base_meta, base_rows),
                                                 ("the new", new_dir, new_meta, new_rows))
                if (reasons := analysis.run_unfit_reasons(meta, rows))]
+    unlike = runmeta.unlike_settings(base_meta, new_meta)  # another setting measures another thing
+    if unlike:
+        refused.append(f"the runs are not alike ({'; '.join(unlike)})")
     if not refused:
         return ""
     return (f"not judged: {' and '.join(refused)}; times are shown, not judged: only runs the fitness rule "

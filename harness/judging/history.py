@@ -336,9 +336,14 @@ def _rows(cases: pd.DataFrame, run: int, groups: pd.DataFrame) -> pd.DataFrame:
     return mine.merge(groups, on=CASE_GROUP)
 
 
+# The judgement's own version: what a pair's reasons ask besides the runs' files (2: the thread
+# setting and the timing protocol, runmeta.unlike_settings). A site's cached pairs of another are judged again.
+PAIR_JUDGEMENT = 2
+
+
 def _pair_key(fingerprints: list[str], base: int, new: int, rule: regression.Rule, metrics: list[str]) -> str:
-    """What a pair's judgement depends on: both runs' files, the rule, the metrics."""
-    text = "\0".join([fingerprints[base], fingerprints[new], repr(rule), ",".join(metrics)])
+    """What a pair's judgement depends on: both runs' files, the rule, the metrics, ``PAIR_JUDGEMENT``."""
+    text = "\0".join([fingerprints[base], fingerprints[new], repr(rule), ",".join(metrics), str(PAIR_JUDGEMENT)])
     return hashlib.sha256(text.encode()).hexdigest()
 
 
@@ -412,6 +417,8 @@ def judge(cases: pd.DataFrame, runs: pd.DataFrame, rule: regression.Rule, cache:
     judged.update(judge_pairs(cases, runs, changes, fresh, rule, metrics) if len(fresh) else {})
     for metric in metrics:
         pairs[f"reasons_{metric}"] = [judged[key]["reasons"][metric] for key in pairs["key"]]
+    pairs["rule"] = [pair_rule(runs["meta"][base], runs["meta"][new])
+                     for base, new in zip(pairs["base_run"], pairs["run"])]
     exact = pd.DataFrame([[base, new] + verdict for base, new, key in zip(pairs["base_run"], pairs["run"], pairs["key"])
                           for verdict in judged[key]["verdicts"]],
                          columns=["base_run", "run", "case_id", "verdict", "gate_ratio", "p_value"]
@@ -431,6 +438,17 @@ def judge(cases: pd.DataFrame, runs: pd.DataFrame, rule: regression.Rule, cache:
     return Judgement(changes, pairs, judged)
 
 
+def pair_rule(base_meta: dict, new_meta: dict) -> str:
+    """What a red between two runs of one protocol rests on, said beside it where it is less than
+    rounds (""): two runs before rounds have one stretch of samples each, so a slow state either
+    run was in (set when the case was prepared) reads as a regression; the rounds of later runs
+    see through it."""
+    if runmeta.timing_protocol(base_meta) == runmeta.timing_protocol(new_meta) == runmeta.BEFORE_ROUNDS:
+        return ("judged on one stretch of samples a run (both before rounds): a slow state of either run "
+                "reads as a regression")
+    return ""
+
+
 def _mark(changes: pd.DataFrame, failing: dict) -> None:
     """``mark``: red, not judged or source changed, for the changes some rule
     fails; ``metric`` the rule that failed it; ``why`` the reasons."""
@@ -447,7 +465,7 @@ def _mark(changes: pd.DataFrame, failing: dict) -> None:
             elif reasons:
                 mark, why = NOT_JUDGED, ", ".join(reasons)
             else:
-                mark, why = RED, ""
+                mark, why = RED, changes.at[index, "rule"] if metric == TIME else ""
             if index not in marks or mark == RED:
                 marks[index], whys[index], metrics[index] = mark, why, metric
     for column, values in (("mark", marks), ("why", whys), ("metric", metrics)):
@@ -466,6 +484,10 @@ def reason_counts(pairs: pd.DataFrame) -> dict[str, int]:
 def _reason_kind(reason: str) -> str:
     if reason.startswith("different CPU"):
         return "different CPU"
+    if reason.startswith("different thread settings"):
+        return "different thread settings"
+    if reason.startswith("different timing protocol"):
+        return "different timing protocol"
     if reason.startswith("load not recorded"):
         return "load not recorded"
     if reason.startswith("load"):

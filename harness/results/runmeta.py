@@ -221,3 +221,44 @@ def version_changes(before, after) -> list[str]:
     after = after if isinstance(after, dict) else {}
     return [f"{name} {before.get(name)} → {after.get(name)}" for name in sorted(set(before) | set(after))
             if before.get(name) != after.get(name)]
+
+
+# The timing protocols a run may have been written under (SPEC 3): before rounds (one stretch of
+# samples per case, result schema before 7), rounds (schema 7 to 9), raced rounds (schema 10 on).
+# Rounds and raced rounds time every sample alike; a run before rounds saw no round-to-round drift.
+ROUNDS_SCHEMA = 7
+BEFORE_ROUNDS, ROUNDS = "one stretch of samples (before rounds)", "rounds"
+
+
+def timing_protocol(meta: dict) -> str | None:
+    """The timing protocol a run was measured under (None: not known), by the schema it was written as."""
+    written = meta.get("schema_written", meta.get("schema_version")) if isinstance(meta, dict) else None
+    if not isinstance(written, int):
+        return None
+    return ROUNDS if written >= ROUNDS_SCHEMA else BEFORE_ROUNDS
+
+
+def thread_setting(meta: dict) -> dict[str, int | None]:
+    """Each library's threads as the run recorded them, by today's pool names (``blas`` is numpy's)."""
+    from impls.backends import LEGACY_THREAD_KEYS
+
+    threads = record(meta).threads
+    return {LEGACY_THREAD_KEYS.get(pool, pool): count for pool, count in threads.items()}
+
+
+def unlike_settings(base_meta: dict, new_meta: dict) -> list[str]:
+    """Why two runs' times measure different things, though on one machine: another thread setting
+    (a library both recorded, at another count) or another timing protocol. Empty where alike, or
+    where a run did not record it. A change of either is a change of what is measured, not a
+    regression: no gate and no dashboard judges across it (docs/GUARANTEES.md)."""
+    from impls.backends import threads_text
+
+    reasons = []
+    base, new = thread_setting(base_meta), thread_setting(new_meta)
+    if any(base[pool] != new[pool] for pool in set(base) & set(new)):
+        reasons.append(f"different thread settings ({threads_text(base)} → {threads_text(new)})")
+    protocols = timing_protocol(base_meta), timing_protocol(new_meta)
+    if None not in protocols and protocols[0] != protocols[1]:
+        reasons.append(f"different timing protocol ({protocols[0]} → {protocols[1]})")
+    return reasons
+

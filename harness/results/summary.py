@@ -31,7 +31,7 @@ from harness.results import metrics, stats
 from impls.status import CORRECT
 
 SUMMARY = "summary.json"
-VERSION = 8  # of the summary's layout: a summary of another version is rebuilt (4: plugins; 5: mode; 6: rounds' IQR; 7: busy ceilings; 8: layout)
+VERSION = 9  # of the summary's layout: a summary of another version is rebuilt (4: plugins; 5: mode; 6: rounds' IQR; 7: busy ceilings; 8: layout; 9: schema_written)
 
 # Copied from each row as they are.
 ROW_COLUMNS = ("case_id", "op", "strategy", "backend", "device", "dtype", "params", "mode", "layout", "status", "source",
@@ -41,7 +41,9 @@ NUMBERS = ("median_s", "iqr_s", "within_round_iqr_s", "min_s", "n_samples", "loa
 # What the dashboard and the fitness rule read of a run's metadata.
 META_KEYS = ("run_id", "start_time", "end_time", "status", "git_commit", "machine", "host", "cpu_model",
              "cpu_count", "gpu_name", "hardware", "versions", "count_versions", "threads", "load_avg_start",
-             "load_avg_end", "config_file", "plugins")
+             "load_avg_end", "config_file", "plugins",
+             # the schema the run was written as: its timing protocol (runmeta.timing_protocol)
+             "schema_written")
 SLOW_START, NO_SAMPLES = "slow-start", "no-samples"
 
 

@@ -205,6 +205,47 @@ def test_index_gradients_hold_every_hostile_value_of_every_dtype(name, params):
     assert np.isfinite(get_operator(name).gradient.generate(params, "random", 0)).all()  # random: normal
 
 
+def holds_every_hostile_kind(grad, dtype) -> bool:
+    stored = common.round_to_dtype(grad, dtype)
+    return bool(((stored == 0) & np.signbit(stored)).any() and np.isnan(stored).any() and np.isposinf(stored).any()
+                and np.isneginf(stored).any() and (np.abs(stored) == common.largest_finite(dtype)).any()
+                and common.is_subnormal(stored, dtype).any())
+
+
+def test_the_harness_adds_every_hostile_value_a_generator_lacks_and_leaves_half_ordinary():
+    """Issue 51: hostile incoming gradients are the harness's (``common.with_hostile_values``), for
+    whatever a generator draws: normal values get every kind, in every dtype once rounded; a
+    gradient holding them all is returned unchanged; at least half the values stay ordinary."""
+    normal = common.gradient_values(np.random.default_rng(3), (6, 40), "adversarial")
+    assert np.isfinite(normal).all() and not any(holds_every_hostile_kind(normal, d) for d in common.SUBNORMAL_UNIT)
+    hostile = common.with_hostile_values(normal, np.random.default_rng(4))
+    assert all(holds_every_hostile_kind(hostile, dtype) for dtype in ("float64", "float32", "float16", "bfloat16"))
+    changed = hostile != normal
+    assert 0 < changed.sum() <= normal.size // 2 and not np.isnan(normal).any()
+    np.testing.assert_array_equal(hostile, common.with_hostile_values(normal, np.random.default_rng(4)))
+    np.testing.assert_array_equal(common.with_hostile_values(hostile, np.random.default_rng(5)), hostile)
+    tiny = np.array([3.0, -4.0])  # no room: half must stay ordinary, so one value at most
+    assert (common.with_hostile_values(tiny, np.random.default_rng(0)) != tiny).sum() <= 1
+
+
+@pytest.mark.parametrize("name", ["maxpool2d", "maxunpool", "dispersion", "dispersion_pinv"])
+def test_every_operators_adversarial_gradients_are_hostile_unless_it_says_why_not(name):
+    """The check's incoming gradient (``training.incoming_gradient``) on every check case with room
+    for them all (twice as many values as kinds) holds every hostile kind in every dtype; the two
+    shift operators declare normal values only, with their reason, and get none."""
+    op = get_operator(name)
+    kinds = len(common.hostile_kinds()) + len(common.SUBNORMAL_UNIT)
+    for params in op.check_cases():
+        grad = training.incoming_gradient(op, params, "adversarial", 0)
+        if op.gradient.normal_values_only:
+            assert np.isfinite(grad).all() and (np.abs(grad) >= 1).all(), params
+            continue
+        if grad.size >= 2 * kinds:
+            assert all(holds_every_hostile_kind(grad, dtype) for dtype in common.SUBNORMAL_UNIT), params
+        assert np.isfinite(training.incoming_gradient(op, params, "random", 0)).all()
+    assert bool(op.gradient.normal_values_only) == name.startswith("dispersion")
+
+
 def test_gradient_compare_is_bitwise_but_for_the_sign_of_zero():
     ref = np.array([-0.0, 0.0, np.nan, np.inf, common.subnormal("float32", 3), 5.0])
     scattered = np.array([0.0, -0.0, np.nan, np.inf, common.subnormal("float32", 3), 5.0], dtype=np.float32)

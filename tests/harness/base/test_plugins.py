@@ -397,3 +397,72 @@ def test_merged_runs_keep_every_runs_plugins(tmp_path):
     b = one_case_run(tmp_path / "b", meta={"plugins": [first, second], "start_time": "2"})
     merged = merge_runs([a, b], tmp_path / "merged")
     assert read_meta(merged)["plugins"] == [first, second]
+
+
+# Issue 51: hostile incoming gradients are the harness's, not an opt-in of the operator's generator.
+OVERWRITING_PLUGIN = '''
+import numpy as np
+
+from impls import common
+from impls.registry import Gradient, Operator, ParamSpec, register_operator, strategy
+
+
+def generate(params, mode="random", seed=0):
+    rng = np.random.default_rng(seed)
+    return {"x": rng.permutation(params["R"] * params["L"]).reshape(params["R"], params["L"]).astype(np.float64)}
+
+
+def grad_oracle(inputs, grad, params):
+    x = inputs["x"]
+    out = np.zeros_like(x)
+    np.put_along_axis(out, x.argmax(axis=-1)[:, None], grad[:, None], axis=-1)
+    return out
+
+
+OP = register_operator(Operator(
+    name="rowmax_overwritten", doc="rows' maxima", params=(ParamSpec("R"), ParamSpec("L")), generate=generate,
+    oracle=lambda inputs, params: inputs["x"].max(axis=-1), bytes_moved=lambda params, itemsize, returns="output": 8,
+    compare=lambda out, ref, inputs, dtype, strat, params=None: common.compare_bitwise("output", out, ref, dtype),
+    validate=lambda params: None, check_cases=lambda: [dict(R=40, L=5)], reference="numpy_max",
+    check_layouts=("contiguous",)))
+# As PLUGINS.md's table gives it: normal values only, nothing asked for.
+OP.gradient = Gradient(
+    input="x", name="grad_out",
+    generate=lambda params, mode, seed: common.gradient_values(np.random.default_rng((seed, 1)), (params["R"],), mode),
+    oracle=grad_oracle, bytes_moved=lambda params, itemsize: 8,
+    compare=lambda out, ref, inputs, grad, dtype, strat, params: common.compare_gradient_bitwise("grad_x", out, ref,
+                                                                                                dtype))
+
+
+def scatter_backward(inputs, params):
+    def backward(saved, grad):
+        {cleaning}
+        out = np.zeros(inputs["x"].shape, dtype=grad.dtype)
+        np.put_along_axis(out, inputs["x"].argmax(axis=-1)[:, None], grad[:, None], axis=-1)
+        return out
+    return backward
+
+
+@strategy("rowmax_overwritten", backend="numpy", baseline=True, backward=scatter_backward)
+def numpy_max(inputs, params):
+    x = inputs["x"]
+    return lambda: x.max(axis=-1)
+'''
+
+
+@pytest.mark.parametrize("cleaning,caught", [("np.nan_to_num(grad, copy=False)", True), ("pass", False)])
+def test_a_backward_that_overwrites_its_incoming_gradient_is_caught_with_normal_values_drawn(
+        tmp_path, registry, cleaning, caught):
+    """The operator's generator draws normal values only (``gradient_values`` without a flag): the
+    harness still gives the adversarial check NaN, ±inf, -0.0, subnormals and the largest values,
+    so a backward that cleans its incoming gradient in place is caught before anything is timed."""
+    from harness.measuring.check import AdversarialCheck
+
+    plugin = write(tmp_path / f"overwriting_{caught}.py", OVERWRITING_PLUGIN.replace("{cleaning}", cleaning))
+    plugins.import_plugin(str(plugin))
+    strat = get_operator("rowmax_overwritten").strategies["numpy_max"]
+    failure = AdversarialCheck(0).failure(strat, "cpu", "float32", mode="backward")
+    if caught:
+        assert failure is not None and failure.status in ("mismatch", "input-modified"), failure
+    else:
+        assert failure is None

@@ -298,6 +298,19 @@ def test_an_unfit_pair_says_which_run_and_why_in_one_line_never_regressed_and_ex
         assert "not judged: unfit |" in out and "not judged: the new run" in out
 
 
+def test_a_pair_at_different_thread_settings_is_not_judged_and_says_why(tmp_path, capsys):
+    """Issue 51: a 2-thread run against a 1-thread one measures another thing; compare says so in
+    its one line and exits 3, the planted slowdown never a regression."""
+    base_dir, new_dir = planted_pair(tmp_path, new_load=0.1)
+    for directory, threads in ((base_dir, {"numpy": 2, "torch": 2}), (new_dir, {"numpy": 1, "torch": 1})):
+        meta = json.loads((directory / "meta.json").read_text())
+        (directory / "meta.json").write_text(json.dumps(dict(meta, threads=threads)))
+    status, out, err = compare_cli(capsys, base_dir, new_dir)
+    (line,) = err.strip().splitlines()
+    assert status == 3 and "regressed" not in out + err
+    assert "the runs are not alike (different thread settings (numpy 2, torch 2 → numpy 1, torch 1))" in line, line
+
+
 def test_both_runs_unfit_are_named_in_the_one_line(tmp_path, capsys):
     _, base, _, new = synthetic(1.3, 22)
     base_dir, new_dir = run_on_disk(tmp_path / "base", base, load=4.0), run_on_disk(tmp_path / "new", new, load=9.0)

@@ -207,3 +207,47 @@ def test_interleaved_machines_are_each_judged_against_their_own_runs(tmp_path):
     assert not judgement.pairs[f"reasons_{history.TIME}"].map(bool).any()
     red = judgement.changes[judgement.changes["mark"] == history.RED]
     assert set(zip(red["strategy"], red["base_run"], red["run"])) == {("seed_loops", 3, 5)}
+
+
+def test_another_thread_setting_or_timing_protocol_is_never_judged_a_regression(tmp_path):
+    """Issue 51: the dashboard listed a 2-thread run against a 1-thread one as a 4.99x regression.
+    A change of thread setting, or of timing protocol (before rounds against rounds), measures
+    another thing: grey, with the reason; the same pair at one setting is red."""
+    rows = _rows({"a": 1.0, "b": 2.0})
+    two, one = dict(QUIET, threads={"numpy": 2, "torch": 2}), dict(QUIET, threads={"blas": 1, "torch": 1})
+    assert analysis.unfit_reasons(two, rows, one, rows) == [
+        "different thread settings (numpy 2, torch 2 → numpy 1, torch 1)"]
+    assert analysis.unfit_reasons(two, rows, dict(two, threads={"numpy": 2, "torch": 2, "jax": 1}), rows) == []
+    assert analysis.unfit_reasons(two, rows, one, rows, metric="instructions") == []  # counting runs at 1 thread
+    before, raced = dict(two, schema_written=6), dict(two, schema_written=10)
+    assert analysis.unfit_reasons(before, rows, raced, rows) == [
+        "different timing protocol (one stretch of samples (before rounds) → rounds)"]
+    assert analysis.unfit_reasons(dict(two, schema_written=7), rows, raced, rows) == []
+
+    def pair(root, second_threads):
+        for day, (threads, slow) in enumerate([({"torch": 2}, 1e-3), (second_threads, 5e-3)]):
+            fixture_run(root / f"r{day}", meta=dict(QUIET, threads=threads, schema_written=10),
+                        start_time=f"2026-11-{10 + day}T00:00:00+00:00",
+                        entries=[("seed_loops", "python", "ok", slow), ("numpy_sliding_window", "numpy", "ok", 5e-4)],
+                        row_fields={name: {"iqr_s": 1e-7} for name in ("seed_loops", "numpy_sliding_window")})
+        cases, runs = history.load_history(root)
+        judgement = history.judge(cases, runs, history.gate_rule(factor=1.5, alpha=0.01))
+        return judgement.changes[judgement.changes["strategy"] == "seed_loops"]
+
+    planted = pair(tmp_path / "threads", {"torch": 1})
+    assert set(planted["mark"]) == {history.NOT_JUDGED}, planted[["mark", "why"]]
+    assert all(why.startswith("different thread settings (torch 2 → torch 1)") for why in planted["why"])
+    assert set(pair(tmp_path / "alike", {"torch": 2})["mark"]) == {history.RED}
+
+
+def test_a_red_between_two_runs_before_rounds_says_the_rule_it_rests_on(tmp_path):
+    root = tmp_path / "results"
+    for day, slow in enumerate([1e-3, 5e-3]):
+        fixture_run(root / f"r{day}", meta=dict(QUIET, schema_written=6), start_time=f"2026-11-{10 + day}T00:00:00+00:00",
+                    entries=[("seed_loops", "python", "ok", slow), ("numpy_sliding_window", "numpy", "ok", 5e-4)],
+                    row_fields={name: {"iqr_s": 1e-7} for name in ("seed_loops", "numpy_sliding_window")})
+    cases, runs = history.load_history(root)
+    changes = history.judge(cases, runs, history.gate_rule(factor=1.5, alpha=0.01)).changes
+    red = changes[changes["mark"] == history.RED]
+    assert len(red) and all(why.startswith("judged on one stretch of samples a run (both before rounds)")
+                            for why in red["why"])
