@@ -214,7 +214,7 @@ def test_checks_table_and_summary_count_each_training_mode_apart():
 
     results = [result("forward"), result("backward", "mismatch"), result("backward"), result("forward+backward")]
     console = Console(width=200, record=True, color_system=None)
-    console.print(check_table(results))
+    console.print(check_table(results, width=200))
     body = [line.split("│")[5:7] for line in console.export_text().splitlines() if line.startswith("│")]
     assert [[cell.strip() for cell in row] for row in body] == [["forward", "1"], ["backward", "2"],
                                                                ["forward+backward", "1"]]
