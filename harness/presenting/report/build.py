@@ -152,17 +152,25 @@ def answer_cell_text(found: list[str], step: str | None) -> str:
            else f"{builtin} the best built-in")) + (f"; training step: {step}" if step else "")
 
 
-def answer_section(doc: Doc, rows, metas: list[dict], shapes_dirs: set[str]) -> None:
+def answer_section(doc: Doc, rows, metas: list[dict], shapes_dirs: set[str], where: str = "") -> None:
     """The answer first: a paragraph per machine and mode naming the strategy
-    to use, the coverage table, then each machine's answer table (the
-    network shapes' cases have their own table)."""
+    to use, what the GPU did not measure and why, ``where`` (which runs, which
+    machines: the report's provenance, after the answers), the coverage table,
+    then each machine's answer table (the network shapes' cases have their own table)."""
     doc.heading(2, "The answer")
     if rows.empty:
         doc.para("No run here is fit to be judged, so there is no answer: every run's tables are in the appendix, "
                  "headed with the reasons.")
+        if where:
+            doc.para(where)
         return
     for paragraph in summary.answer_paragraphs(rows):
         doc.para(paragraph)
+    gpu = gpu_status(rows, metas)
+    if gpu:
+        doc.para(gpu)
+    if where:
+        doc.para(where)
     doc.heading(3, "What was measured where")
     doc.table(*summary.coverage_table(rows, list(dict.fromkeys(rows["op"]))))
     tables = rows[~rows["run_dir"].isin(shapes_dirs)]
@@ -175,6 +183,32 @@ def answer_section(doc: Doc, rows, metas: list[dict], shapes_dirs: set[str]) -> 
     commits = commits_sentence(tables, metas)
     if commits:
         doc.para(commits)
+
+
+def gpu_status(rows, metas: list[dict]) -> str:
+    """Where an operator has no GPU answer, why, said beside the answers: the GPU runs here, how far
+    each got (cases written of those it planned, and what stopped it), and the operators they never
+    reached; "" where every operator has a GPU answer, or no GPU ran at all (the first paragraph's
+    "not measured" says so)."""
+    gpu_runs = [meta for meta in metas if "cuda" in (meta.get("devices") or [])
+                or meta.get("gpu_name")]
+    measured = set(rows.loc[rows["device"] == "cuda", "op"]) if "device" in rows else set()
+    operators = list(dict.fromkeys(rows["op"]))
+    absent = [op for op in operators if op not in measured]
+    if not gpu_runs or not absent:
+        return ""
+    said = []
+    for meta in gpu_runs:
+        done = int(rows.loc[rows["run_dir"] == meta.get("directory"), "case_id"].nunique())
+        planned = meta.get("n_cases")
+        how_far = (f"measured {done} of its {planned} cases" if done and isinstance(planned, int)
+                   else f"ended {meta.get('status') or 'unfinished'}")
+        stopped = f", stopped by {meta['interrupted_by']}" if meta.get("interrupted_by") else ""
+        said.append(f"run {meta.get('run_id', '?')} ({meta.get('gpu_name') or 'a GPU'}) {how_far}{stopped}")
+    runs = "; ".join(said)
+    return (f"No GPU answer for {', '.join(absent)}: not measured on a GPU. {runs[:1].upper()}{runs[1:]}, before "
+            f"reaching {'it' if len(absent) == 1 else 'them'}. The next lease's make gpu on configs/gpu.yaml "
+            f"measures every operator (docs/GPU.md).")
 
 
 MODELS_CONFIG = "models"  # configs/models.yaml's name: the shapes of published networks
@@ -357,10 +391,9 @@ def build(dirs, out, name: str = "report", light: bool = False, svg: bool | None
     ops = list(dict.fromkeys(fit["op"]))
     doc = Doc()
     doc.heading(1, "scatterbench report")
-    doc.para(what_ran_where(rows, metas, left_out))
     if pages:
         doc.links(page_links(ops, name, sub_page=False), "Per operator (case tables, figures, conclusions):")
-    answer_section(doc, fit, metas, models_directories(metas))
+    answer_section(doc, fit, metas, models_directories(metas), what_ran_where(rows, metas, left_out))
     network_shapes_section(doc, fit, metas)
     legend_section(doc, rows)
     if light:

@@ -81,14 +81,39 @@ def layout_in_params(rows: pd.DataFrame) -> pd.DataFrame:
     return rows
 
 
+# x86 family-model -> the core's generation, where a VM reports a bare model name ("AMD EPYC").
+CORE_NAMES = {"23-1": "Zen", "23-49": "Zen 2", "25-1": "Zen 3", "25-17": "Zen 4", "26-2": "Zen 5",
+              "6-143": "Sapphire Rapids", "6-167": "Rocket Lake", "6-106": "Ice Lake"}
+
+
+def threads_said(threads: dict) -> str:
+    """A run's thread setting in words: ``1 thread per library``, or each library's where they differ."""
+    from impls.backends import LEGACY_THREAD_KEYS, threads_text
+
+    counts = {LEGACY_THREAD_KEYS.get(pool, pool): count for pool, count in (threads or {}).items()}
+    if not counts:
+        return "threads not recorded"
+    if len(set(counts.values())) == 1 and None not in counts.values():
+        count = next(iter(counts.values()))
+        return f"{count} thread{'s' if count != 1 else ''} per library"
+    return f"threads {threads_text(counts)}"
+
+
 def device_label(meta: dict, device: str) -> str:
+    """A run's device as the report names it, one machine at one thread setting: ``cpu: AMD EPYC
+    Zen 4 (25-17), 2 cores, 1 thread per library``. Two CPUs may share a model name (every AMD EPYC
+    VM reports "AMD EPYC"): the family-model (and the core it stands for) tells them apart; and the
+    thread setting is part of what was measured, so runs at another setting are another column,
+    never pooled into one answer."""
     run = record(meta)
     if device == "cuda":
         return f"cuda: {run.gpu_name or 'GPU'}"
-    # Two CPUs may share a model name (every AMD EPYC VM reports "AMD EPYC"):
-    # the family-model tells them apart, or their rows would be taken for one machine's.
-    family_model = f" ({run.hardware.cpu_family_model})" if run.hardware.cpu_family_model else ""
-    return f"cpu: {run.cpu_model or '?'}{family_model} ×{run.cpu_count or '?'}"
+    family_model = run.hardware.cpu_family_model
+    core = CORE_NAMES.get(family_model or "")
+    named = f" {core} ({family_model})" if core else (f" ({family_model})" if family_model else "")
+    cores = run.cpu_count or "?"
+    return (f"cpu: {run.cpu_model or '?'}{named}, {cores} core{'s' if cores != 1 else ''}, "
+            f"{threads_said(run.threads)}")
 
 
 def case_title(row) -> str:

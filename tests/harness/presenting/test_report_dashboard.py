@@ -190,7 +190,7 @@ def test_report_cli_writes_the_light_kind_on_request(tmp_path):
     run = fixture_run(tmp_path / "run")
     assert report.main([str(run), "-o", str(tmp_path / "out"), "--light"]) == 0
     figures = sorted(p.name for p in (tmp_path / "out" / "figures").iterdir())
-    assert figures == ["maxpool2d-scaling-cpu-fixture-cpu-2-float32.png"]
+    assert figures == ["maxpool2d-scaling-cpu-fixture-cpu-2-cores-2-threads-per-library-float32.png"]
 
 
 def test_each_strategy_keeps_the_report_figures_colour(tmp_path):

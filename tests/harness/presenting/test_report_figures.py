@@ -177,7 +177,7 @@ def _case(op: str, entries, fields=None, params=None) -> pd.DataFrame:
     for name, backend, median in entries:
         row = {"op": op, "strategy": name, "backend": backend, "status": "ok", "source": "added",
                "params": json.dumps(params or {"N": 1, "C": 1, "H": 8, "W": 8, "k": 2}),
-               "machine": "cpu: Fixture CPU ×2", "dtype": "float32", "device": "cpu",
+               "machine": "cpu: Fixture CPU, 2 cores, 2 threads per library", "dtype": "float32", "device": "cpu",
                **metrics.TIMING.compute(np.full(5, median)), "bytes": 1e6, "ceiling_gbps": 20.0,
                "floor_s": 1e6 / 20e9, "rel_err": 0.0, "xcheck_s": math.nan}
         row.update((fields or {}).get(name, {}))

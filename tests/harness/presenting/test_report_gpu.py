@@ -84,7 +84,7 @@ def _header(section: str) -> list[str]:
 def test_one_section_per_device_and_dtype_with_machine_ceiling_and_conclusion(gpu_report):
     md, _ = gpu_report
     headings = [line for line in md.splitlines() if line.startswith("### maxpool2d · ")]
-    assert headings == ["### maxpool2d · cpu: Fixture CPU ×2 · float32",
+    assert headings == ["### maxpool2d · cpu: Fixture CPU, 2 cores, 2 threads per library · float32",
                         "### maxpool2d · cuda: NVIDIA H100 80GB HBM3 · float32",
                         "### maxpool2d · cuda: NVIDIA H100 80GB HBM3 · float16"]
     for heading in headings:
@@ -98,7 +98,7 @@ def test_one_section_per_device_and_dtype_with_machine_ceiling_and_conclusion(gp
 
 def test_host_cost_everywhere_and_timer_agreement_on_cuda(gpu_report):
     md, _ = gpu_report
-    cpu = _section(md, "### maxpool2d · cpu: Fixture CPU ×2 · float32")
+    cpu = _section(md, "### maxpool2d · cpu: Fixture CPU, 2 cores, 2 threads per library · float32")
     cuda = _section(md, "### maxpool2d · cuda: NVIDIA H100 80GB HBM3 · float16")
     assert "host/call" in _header(cpu) and "do_bench" not in _header(cpu)
     header = _header(cuda)

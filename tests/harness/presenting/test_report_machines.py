@@ -47,9 +47,11 @@ def test_a_busy_run_is_judged_nowhere_and_sits_in_the_appendix(tmp_path):
     md = (tmp_path / "out" / "report.md").read_text()
     assert _headings(md, 2)[0] == "The answer"
     body, appendix = md.split("## Appendix: runs not fit to be judged", 1)
-    xeon = "Intel(R) Xeon(R) Processor (6-167) ×2"
+    xeon = "Intel(R) Xeon(R) Processor Rocket Lake (6-167), 2 cores, 2 threads per library"
     answer = body.split("## The answer", 1)[1].split("## How to read the tables", 1)[0]
-    assert "### Answer table · cpu: AMD EPYC (26-2) ×2" in answer  # a table per machine, a column per quantity
+    # what ran where (after the answers) names every run, the busy one too: the answers themselves do not
+    answer = "\n".join(line for line in answer.splitlines() if not line.startswith("What ran where"))
+    assert "### Answer table · cpu: AMD EPYC Zen 5 (26-2), 2 cores, 2 threads per library" in answer  # a table per machine, a column per quantity
     assert "| operator | size | dtype | fastest |" in answer and xeon not in answer
     assert not any(h.endswith("across machines") for h in _headings(body, 3))
     assert not any(h.endswith("machines side by side") for h in _headings(body, 4))
@@ -60,7 +62,8 @@ def test_a_busy_run_is_judged_nowhere_and_sits_in_the_appendix(tmp_path):
     assert f"### Run {XEON.name}: load 8 on 2 cores" in appendix  # the run id its meta records
     assert f"#### maxpool2d N=64 C=32 H=128 W=128 k=2 · cpu: {xeon} · float32" in appendix
     assert "% of ceiling" not in appendix and "× seed" not in appendix  # shown, never judged
-    assert "failed the fitness rule (" + XEON.name + ": load 8 on 2 cores" in md.split("## The answer", 1)[0]
+    # said after the answers, before the tables (the first screen answers: issue 51)
+    assert "failed the fitness rule (" + XEON.name + ": load 8 on 2 cores" in md.split("### What was measured where", 1)[0]
 
 
 def _cpu_and_cuda(tmp_path) -> Path:
@@ -82,14 +85,14 @@ def test_a_cpu_and_a_gpu_side_by_side(tmp_path):
     assert report.main([str(run), "-o", str(tmp_path / "out")]) == 0
     md = (tmp_path / "out" / "report.md").read_text()
     assert "### maxpool2d across machines" in md
-    assert "Fastest: numba_fused on cpu: Fixture CPU ×2; triton_fused on cuda: NVIDIA H100 80GB HBM3. " \
-           "The ranking flips: numba_fused beats triton_fused on cpu: Fixture CPU ×2 but triton_fused beats " \
+    assert "Fastest: numba_fused on cpu: Fixture CPU, 2 cores, 2 threads per library; triton_fused on cuda: NVIDIA H100 80GB HBM3. " \
+           "The ranking flips: numba_fused beats triton_fused on cpu: Fixture CPU, 2 cores, 2 threads per library but triton_fused beats " \
            "numba_fused on cuda: NVIDIA H100 80GB HBM3." in md
     # Each machine its own answer table (issue 41: no wall of "not run" where a machine missed a case).
     cuda = md.split("### Answer table · cuda: NVIDIA H100 80GB HBM3\n\n", 1)[1].split("\n\n")[0].splitlines()
     assert cuda[0].startswith("| operator | size | dtype | fastest | median |")
     assert "| triton_fused | 20 µs |" in cuda[2] and "| 5,000× |" in cuda[2]
-    assert "### Answer table · cpu: Fixture CPU ×2" in md
+    assert "### Answer table · cpu: Fixture CPU, 2 cores, 2 threads per library" in md
 
 
 def _case(rows):
@@ -145,8 +148,9 @@ def test_a_run_left_out_names_the_machine_it_leaves_missing(tmp_path, capsys):
     md = (out / "report.md").read_text()
     first = next(line for line in md.splitlines() if line.startswith("What ran where"))
     assert ("Left out for failing the fitness rule, tables and all: run 20261125T111017-vm-default-ea9f (load 8.1 "
-            "on 2 cores) on cpu: Intel(R) Xeon(R) Processor (6-167) ×2, so cpu: Intel(R) "
-            "Xeon(R) Processor (6-167) ×2 is missing from this report.") in first
+            "on 2 cores) on cpu: Intel(R) Xeon(R) Processor Rocket Lake (6-167), 2 cores, 2 threads per library, so "
+            "cpu: Intel(R) Xeon(R) Processor Rocket Lake (6-167), 2 cores, 2 threads per library is missing from this "
+            "report.") in first
     assert "Xeon" not in md.replace(first, "") and "Appendix" not in md
     capsys.readouterr()
     (out / "figures").mkdir(parents=True, exist_ok=True)
@@ -230,9 +234,36 @@ def test_the_published_reports_first_paragraph_is_what_its_runs_say():
     published = (ROOT / "docs" / "REPORT.md").read_text()
     assert text in published.splitlines(), text
     # The old AMD EPYC VM's runs (schema 1 and 2, no load or too unstable) leave it missing; the rest are counted.
-    assert "so cpu: AMD EPYC ×2 is missing from this report" in text
+    assert "so cpu: AMD EPYC, 2 cores, 2 threads per library is missing from this report" in text
     # 5246's five repeats, 5246 itself (superseded by 0e2d, measured in rounds), 0e2d's A/A repeat 007f,
     # the AMD EPYC 23-1 VM's four runs beside its published 5b79 (8d28, c685, a7b3 and the A/A repeat 0a81),
     # 0e2d (superseded by f5ec, measured in racing rounds) with f5ec's A/A repeat 278d, and f5ec
     # (superseded by 440c, both layouts) with 440c's A/A repeat af18
     assert "15 fit: repeats compared with the published runs" in text
+
+
+def test_every_cpu_label_says_its_core_and_thread_setting_and_settings_are_never_pooled():
+    """Issue 51: runs at 1 and at 2 threads per library stood side by side under one label. A CPU's
+    label now carries its core (from the family-model) and its thread setting, so each setting is
+    a machine of its own in every answer, flip and side-by-side table."""
+    from harness.presenting.report.load import device_label
+
+    meta = {"cpu_model": "AMD EPYC", "cpu_count": 2, "hardware": {"cpu_family_model": "25-17"},
+            "threads": {"jax": 1, "numba": 1, "numpy": 1, "torch": 1}}
+    assert device_label(meta, "cpu") == "cpu: AMD EPYC Zen 4 (25-17), 2 cores, 1 thread per library"
+    assert device_label(dict(meta, threads={"blas": 2, "torch": 2}), "cpu") == \
+        "cpu: AMD EPYC Zen 4 (25-17), 2 cores, 2 threads per library"
+    assert device_label(dict(meta, threads={"numba": 2, "numpy": 1}), "cpu") == \
+        "cpu: AMD EPYC Zen 4 (25-17), 2 cores, threads numba 2, numpy 1"
+    assert device_label(dict(meta, hardware={}, threads={}), "cpu") == "cpu: AMD EPYC, 2 cores, threads not recorded"
+    published = (ROOT / "docs" / "REPORT.md").read_text()
+    for setting in ("1 thread per library", "2 threads per library"):
+        assert f"cpu: AMD EPYC Zen 4 (25-17), 2 cores, {setting}, inference" in published
+
+
+def test_the_answer_says_which_operators_have_no_gpu_answer_and_why():
+    """Issue 51 item 10: the GPU's gaps are said beside the answers, not only in the runs table."""
+    published = (ROOT / "docs" / "REPORT.md").read_text().split("### What was measured where", 1)[0]
+    assert ("No GPU answer for maxunpool, dispersion, dispersion_pinv: not measured on a GPU. Run "
+            "20261126T045242-vm-gpu-1067 (NVIDIA H200) measured 52 of its 316 cases, stopped by SIGTERM, before "
+            "reaching them.") in published
