@@ -512,7 +512,8 @@ OP = register_operator(Operator(
     validate=validate, reference="torch_max_pool2d_indices", layout_keys=("x",),
     layout_shapes=lambda params: {"x": tuple(params[key] for key in ("N", "C", "H", "W"))},
     check_cases=check_cases, outputs=("values+indices", "values"), any_namespace=True,
-    default_outside_when=plain_windows_only))
+    default_outside_when=plain_windows_only,
+    library_call=("torch_max_pool2d_indices",)))  # F.max_pool2d(x, k, return_indices=True)
 
 
 # ------------------------------------------------------------- gradient (docs/SPEC.md §1.5)

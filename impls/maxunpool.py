@@ -157,7 +157,8 @@ OP = register_operator(Operator(
     layout_shapes=lambda params: dict.fromkeys(("values", "positions"), shapes(params)[0]),
     check_cases=check_cases, extra_checks=extra_checks, any_namespace=True,
     # channels_last would only apply to the 2-D form's small inputs; strided rows are the case that matters.
-    check_layouts=("contiguous", "noncontiguous")))
+    check_layouts=("contiguous", "noncontiguous"),
+    library_call=("torch_max_unpool1d", "torch_max_unpool2d")))  # F.max_unpool1d, F.max_unpool2d
 
 
 # ------------------------------------------------------------- gradient (docs/SPEC.md §1.5)

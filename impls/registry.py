@@ -195,6 +195,11 @@ class Operator:
     # (maxpool2d: ("values+indices", "values")). A partial one does less work
     # and is never ranked against the others.
     outputs: tuple[str, ...] = ("output",)
+    # The library's own call for this operator, what a user means by "the built-in"
+    # (F.max_pool2d(return_indices=True), F.max_unpool1d/2d): the strategies that are it, the
+    # fastest present in a case being the one a report's first screen divides by. Empty: the
+    # fastest built-in (``Strategy.builtin``: one library call), as for the shift operators.
+    library_call: tuple[str, ...] = ()
     module: str = ""  # the module that registered it (set by register_operator)
     # (params, itemsize, returns) -> the part of ``bytes_moved`` written (the
     # outputs, allocated fresh by every call): splits the traffic for the
@@ -460,6 +465,9 @@ def check_registry() -> None:
         if op.reference not in op.strategies:
             raise ValueError(f"operator {op.name!r}: reference strategy {op.reference!r} is not one of its "
                              f"strategies ({', '.join(op.strategies)})")
+        unknown = [name for name in op.library_call if name not in op.strategies]
+        if unknown:
+            raise ValueError(f"operator {op.name!r}: library_call names {', '.join(unknown)}, not among its strategies")
         for strat in op.strategies.values():
             if strat.returns not in op.outputs:
                 raise ValueError(f"strategy {strat.key}: returns={strat.returns!r} is not one of {op.name}'s "

@@ -748,6 +748,30 @@ def tie_label(found: Answer) -> str:
     return "tie"
 
 
+def fastest_of(case: pd.DataFrame, names) -> pd.Series | None:
+    """The fastest row of ``names`` in one case that passed the check and was timed; None where none was."""
+    correct = case[timed(case) & case["strategy"].isin(list(names))] if len(case) else case
+    return correct.sort_values("median_s", kind="stable").iloc[0] if len(correct) else None
+
+
+def library_call(case: pd.DataFrame) -> pd.Series | None:
+    """The library's own call in one case, what a user means by "the built-in": the fastest of the
+    operator's ``library_call`` strategies (F.max_pool2d(return_indices=True), F.max_unpool1d/2d),
+    or, for an operator that names none, the fastest built-in (`fastest_builtin`)."""
+    op = OPERATORS.get(case["op"].iloc[0]) if len(case) else None
+    if op is not None and op.library_call:
+        return fastest_of(case, op.library_call)
+    return fastest_builtin(case)
+
+
+def seed_versions(op: str) -> list[str]:
+    """The seed thread's own versions of ``op`` (a strategy whose source cites the seed, in its own
+    code: not a torch.compile of one): the naive one (the baseline) and the author's faster ones."""
+    found = OPERATORS.get(op)
+    return [name for name, strat in (found.strategies.items() if found else ())
+            if strat.source.startswith("seed") and "torch.compile" not in strat.source]
+
+
 def fastest_builtin(case: pd.DataFrame) -> pd.Series | None:
     """The fastest library built-in (`is_builtin`) of one case that passed the
     check (exact or within tolerance) and returns the whole output: what the

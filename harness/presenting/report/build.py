@@ -164,6 +164,10 @@ def answer_section(doc: Doc, rows, metas: list[dict], shapes_dirs: set[str], whe
         if where:
             doc.para(where)
         return
+    doc.para("Per operator and device, for inference, over every fit run below: the strategy to use (the fastest "
+             "in most cases), and how much faster it is where it is the fastest, the range over those cases. "
+             "At one size, on one machine and thread setting: that machine's answer table, below.")
+    doc.table(*summary.first_screen_table(rows))
     for paragraph in summary.answer_paragraphs(rows):
         doc.para(paragraph)
     gpu = gpu_status(rows, metas)

@@ -50,6 +50,49 @@ def _ratio_range(values: list[float]) -> str:
     return f"{fmt_ratio(values[0], '')}–{fmt_ratio(values[-1])} (median {fmt_ratio(statistics.median(values))})"
 
 
+def first_screen_table(rows: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
+    """The report's first table, operator × device, for inference on every fit run: the strategy
+    that is the answer in the most cases, and by how much it is faster, where it is the answer, than
+    the library's own call (`analysis.library_call`: F.max_pool2d(return_indices=True),
+    F.max_unpool1d/2d, for the shift operators the fastest single library call), the seed's naive
+    version (its baseline) and the seed's fastest version (`analysis.seed_versions`). A device an
+    operator was not measured on says so (the paragraphs below say why)."""
+    rows = with_case_columns(rows)
+    header = ["operator", "device", "use", "× the library's call", "× the seed's naive", "× the seed's fastest",
+              "cases"]
+    table = []
+    devices = [device for device in ("cpu", "cuda") if device in set(rows["device"])]
+    for op in dict.fromkeys(rows["op"]):
+        seeds = analysis.seed_versions(op)
+        for device in devices:
+            found = rows[(rows["op"] == op) & (rows["device"] == device) & (rows["mode"] == FORWARD)]
+            answers = []
+            for _, case in found.groupby(["machine", "params", "dtype"], sort=False):
+                answer = analysis.answer(case)
+                if answer is not None:
+                    answers.append((answer, case))
+            if not answers:
+                table.append([op, device, "not measured", "", "", "", ""])
+                continue
+            counts = pd.Series([answer.best["strategy"] for answer, _ in answers]).value_counts()
+            use = counts.index[0]
+            factors: dict[str, list[float]] = {"call": [], "naive": [], "fastest": []}
+            for answer, case in answers:
+                if answer.best["strategy"] != use:
+                    continue
+                for key, other in (("call", analysis.library_call(case)),
+                                   ("naive", analysis.fastest_of(case, [analysis.baseline_name(op)])),
+                                   ("fastest", analysis.fastest_of(case, seeds))):
+                    if other is not None:
+                        factors[key].append(analysis.ratio(answer.best, other))
+            machines = found["machine"].nunique()
+            table.append([op, device, f"{use} ({counts.iloc[0]} of {len(answers)})",
+                          _ratio_range(factors["call"]) or "–", _ratio_range(factors["naive"]) or "–",
+                          _ratio_range(factors["fastest"]) or "–",
+                          f"{len(answers)} on {machines} machine{'s' if machines != 1 else ''}"])
+    return header, table
+
+
 def answer_paragraph(machine: str, kind: str, rows: pd.DataFrame) -> str | None:
     """One machine and mode in words: the strategy that wins the most cases
     (clearly or in a tie, `analysis.winners`), by how much it beats the

@@ -122,3 +122,29 @@ def test_a_training_step_faster_than_its_part_is_said_under_its_section():
         "⚠ numba_fused at N=1 C=2 H=8 W=8 k=2: forward+backward 1.5 s is clearly faster than its backward alone (2 s): "
         + analysis.PART_FASTER.meaning + "."]
     assert report_sections.part_faster_sentences(rows[rows["mode"] != "forward+backward"]) == []
+
+
+def test_the_first_table_divides_by_the_librarys_own_call_and_the_seeds_versions(tmp_path):
+    """Issue 51 item 7: "× best built-in" was not the built-in a user means (for the 2-D unpool it
+    divided by a seed port). The first table's factors are over the operator's declared library
+    call (F.max_pool2d(return_indices=True) for maxpool2d), the seed's naive version and the
+    seed's fastest, each recomputed here from the rows."""
+    from harness.presenting.report import summary
+
+    fields = {"numba_fused": dict(median_s=1e-4, iqr_s=1e-6), "torch_max_pool2d_indices": dict(median_s=4e-4, iqr_s=1e-6),
+              "jax_reduce_window": dict(median_s=2e-4, iqr_s=1e-6), "seed_loops": dict(median_s=1e-1, iqr_s=1e-6),
+              "seed_reshape_argmax": dict(median_s=1e-3, iqr_s=1e-6)}
+    entries = [(name, backend, "ok", 1.0) for name, backend in (
+        ("numba_fused", "numba"), ("torch_max_pool2d_indices", "torch"), ("jax_reduce_window", "jax"),
+        ("seed_loops", "numpy"), ("seed_reshape_argmax", "numpy"))]
+    run = fixture_run(tmp_path / "run", entries=entries, row_fields=fields)
+    rows, _ = report_load.load([run])
+    header, table = summary.first_screen_table(rows[rows["fit"]])
+    assert header[:6] == ["operator", "device", "use", "× the library's call", "× the seed's naive",
+                          "× the seed's fastest"]
+    [(op, device, use, call, naive, fastest, cases)] = table
+    assert (op, device, use) == ("maxpool2d", "cpu", "numba_fused (2 of 2)")
+    # over F.max_pool2d (4x), not over the fastest built-in (jax's reduce_window, 2x); the seed's 1,000x and 10x
+    assert call == "4×" and naive == "1,000×" and fastest == "10×", table
+    assert analysis.seed_versions("maxpool2d") == ["seed_loops", "seed_loop_max", "seed_reshape_max",
+                                                   "seed_reshape_argmax"]
