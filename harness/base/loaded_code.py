@@ -83,12 +83,12 @@ def _installed(name: str) -> tuple[Path, Path] | None:
     return root, (Path(info) / "RECORD").resolve()
 
 
-_NAMED: dict[str, tuple[str, Path] | None] = {}  # module name -> (dependency, the file its digest reads)
+_NAMED: dict[tuple[str, str], tuple[str, Path] | None] = {}  # (module, file) -> (dependency, the file it reads)
 
 
 def _dependency(name: str, file: str) -> tuple[str, Path] | None:
-    if name in _NAMED:
-        return _NAMED[name]
+    if (name, file) in _NAMED:
+        return _NAMED[(name, file)]
     found = None
     path = Path(file).resolve()
     if path.is_file() and not _left_out_file(path):
@@ -98,7 +98,7 @@ def _dependency(name: str, file: str) -> tuple[str, Path] | None:
             if installed is not None and path.is_relative_to(installed[0]):
                 found = (f"{DIST}{dist_name}", installed[1])
                 break
-    _NAMED[name] = found
+    _NAMED[(name, file)] = found
     return found
 
 
