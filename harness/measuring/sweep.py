@@ -331,6 +331,10 @@ def time_in_rounds(pending: list[PendingCase], timing_config, rng: np.random.Gen
     share = timing.round_share(timing_config)
     equivalence = timing_config.equivalence
     in_race = list(range(len(pending)))
+    # Only a strategy returning the whole output may lead: one that returns less (maxpool2d's values
+    # alone) does less work, is never the answer, and must not send the others out as slower than it.
+    eligible = {position for position, case in enumerate(pending)
+                if not get_operator(case.case.op).partial(case.case.strategy)}
     left: dict[int, racing.Standing] = {}
     noise = racing.PRIOR_NOISE
     orders = []
@@ -357,8 +361,8 @@ def time_in_rounds(pending: list[PendingCase], timing_config, rng: np.random.Gen
         medians = {position: pending[position].round_medians for position in in_race}
         if index + 1 == racing.MIN_ROUNDS:
             noise = racing.point_noise(medians)
-        leaving = racing.race_step(medians, in_race, noise, equivalence)
-        front = racing.leader(medians, in_race)
+        leaving = racing.race_step(medians, in_race, noise, equivalence, eligible)
+        front = racing.leader(medians, in_race, eligible)
         spent = [position for position in in_race
                  if position not in leaving and pending[position].budget_spent(timing_config)]
         if front in spent:  # the leader's budget is spent: the race ends with its round
@@ -374,7 +378,7 @@ def time_in_rounds(pending: list[PendingCase], timing_config, rng: np.random.Gen
         return orders
     medians = {position: pending[position].round_medians for position in timed_ones}
     standings = racing.final_standings(medians, [p for p in in_race if p in medians],
-                                       {p: standing for p, standing in left.items() if p in medians})
+                                       {p: standing for p, standing in left.items() if p in medians}, eligible)
     for position, standing in standings.items():
         against = standing.against
         pending[position].standing = dataclasses.replace(

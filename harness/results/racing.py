@@ -169,23 +169,27 @@ class Standing:
     against: str = ""
 
 
-def leader(round_medians: Mapping[str, Sequence[float]], names) -> str:
+def leader(round_medians: Mapping[str, Sequence[float]], names, eligible=None) -> str:
     """The strategy among ``names`` whose rounds have the smallest mean logarithm
-    (over the rounds they all ran), ties to the first named."""
+    (over the rounds they all ran), ties to the first named. ``eligible``: the
+    strategies that may lead (those returning the whole output: one that returns
+    less does less work, and is never the answer); all where None or none is in ``names``."""
     names = list(names)
     count = min(len(round_medians[name]) for name in names)
-    return min(names, key=lambda name: float(_logs(round_medians[name][:count]).mean()))
+    candidates = [name for name in names if eligible is None or name in eligible] or names
+    return min(candidates, key=lambda name: float(_logs(round_medians[name][:count]).mean()))
 
 
 def race_step(round_medians: Mapping[str, Sequence[float]], in_race, noise: float,
-              equivalence: float = DEFAULT_EQUIVALENCE) -> dict[str, Standing]:
+              equivalence: float = DEFAULT_EQUIVALENCE, eligible=None) -> dict[str, Standing]:
     """After a round: the strategies of ``in_race`` that leave it now, each
-    with its decision against the leader (SLOWER or EQUIVALENT). A strategy
-    found ahead of the leader stays: it leads the next round."""
+    with its decision against the leader (SLOWER or EQUIVALENT; `leader`,
+    among ``eligible``). A strategy found ahead of the leader stays: it leads
+    the next round, or, not eligible, stays to its own budget's end."""
     names = list(in_race)
     if len(names) < 2:
         return {}
-    first = leader(round_medians, names)
+    first = leader(round_medians, names, eligible)
     leaving = {}
     for name in names:
         if name == first:
@@ -198,7 +202,7 @@ def race_step(round_medians: Mapping[str, Sequence[float]], in_race, noise: floa
 
 
 def final_standings(round_medians: Mapping[str, Sequence[float]], in_race, left: Mapping[str, Standing],
-                    ) -> dict[str, Standing]:
+                    eligible=None) -> dict[str, Standing]:
     """The standings once the race ends (its budget spent, or one strategy
     left): the leader is FASTER where every other strategy left slower,
     EQUIVALENT where some left equivalent and none is undecided, else
@@ -207,7 +211,7 @@ def final_standings(round_medians: Mapping[str, Sequence[float]], in_race, left:
     standings = dict(left)
     if not names:
         return standings
-    first = leader(round_medians, names)
+    first = leader(round_medians, names, eligible)
     for name in names:
         if name != first:
             standings[name] = Standing(UNDECIDED, len(round_medians[name]), first)

@@ -71,6 +71,21 @@ def test_the_point_noise_reads_every_strategy_and_leans_on_the_prior_when_few():
     assert 0.25 < racing.point_noise(noisy) < 0.5
 
 
+def test_a_strategy_returning_less_never_leads_the_race():
+    """maxpool2d's values-only strategy does less work: faster than every whole-output one, it
+    led the race and sent them out "slower" after two rounds (a CI run under load). It may be
+    judged against the leader, never lead: the whole-output strategies race among themselves."""
+    medians = {"values_only": [0.2, 0.2], "fused": [1.0, 1.0], "seed": [100.0, 90.0]}
+    whole = {"fused", "seed"}
+    assert racing.leader(medians, medians) == "values_only"
+    assert racing.leader(medians, medians, whole) == "fused"
+    leaving = racing.race_step(medians, medians, racing.PRIOR_NOISE, eligible=whole)
+    assert set(leaving) == {"seed"} and leaving["seed"].against == "fused"  # values_only, ahead, stays
+    standings = racing.final_standings(medians, ["fused", "values_only"], leaving, whole)
+    assert standings["values_only"] == racing.Standing(racing.UNDECIDED, 2, "fused")
+    assert racing.leader(medians, ["values_only"], whole) == "values_only"  # none eligible left: itself
+
+
 def test_a_race_step_takes_out_what_is_decided_and_the_final_standings_name_the_outcome():
     medians = {"fast": [1.0, 1.0, 1.0], "twin": [1.0, 1.0, 1.0], "seed": [100.0, 90.0, 110.0],
                "close": [1.2, 1.1, 1.4]}
