@@ -69,7 +69,7 @@ def runs_section(doc: Doc, rows, metas: list[dict]) -> None:
     timed = rows[rows["median_s"].notna()]
     noisy = int(sum(analysis.unstable(row) for _, row in timed.iterrows()))
     if noisy:
-        doc.para(f"{noisy} of {len(timed)} timed cases are marked {UNSTABLE_MARK} unstable in the tables below: "
+        doc.para(f"{noisy} of {len(timed)} timed cases are marked {UNSTABLE_MARK} unstable in the case tables: "
                  f"their IQR exceeds {100 * analysis.UNSTABLE_REL_IQR:.0f} % of their median.")
     slow_started = slow_start_sentence(timed)
     if slow_started:
