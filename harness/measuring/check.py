@@ -221,7 +221,9 @@ def cached_reference(op_name: str, params: dict, dtype: str, mode: str, seed: in
     reuses it, adding only the gradient it lacks."""
     op = get_operator(op_name)
     on = judge_device(device, op)
-    key = (op_name, tuple(sorted(params.items())), dtype, mode, seed, on)
+    # The operator itself is part of the case: one registered again under its name (a notebook cell
+    # run again, a plugin reloaded) draws and judges anew, never from the old one's references.
+    key = (op_name, tuple(sorted(params.items())), dtype, mode, seed, id(op), on)
     kept = _REFERENCES.pop(key, None)
     if kept is None:
         needed = memory.reference_bytes(op, params, training_mode)
@@ -230,20 +232,26 @@ def cached_reference(op_name: str, params: dict, dtype: str, mode: str, seed: in
             if _reference_bytes(on_device=on is not None) + needed <= limit:
                 break
             del _REFERENCES[other]  # freed before this one is made
+            _REFERENCE_BYTES.pop(other, None)
     ref = reference(op_name, params, dtype, mode, seed, training_mode, reuse=kept, device=device)
     _REFERENCES[key] = ref if ref.grad is not None or kept is None else kept  # the one holding most
+    _REFERENCE_BYTES[key] = memory.reference_bytes(op, params, _REFERENCES[key].training)
     return ref
+
+
+# What each kept reference holds, reckoned when it is kept: its operator may be gone since.
+_REFERENCE_BYTES: dict[tuple, int] = {}
 
 
 def _reference_bytes(on_device: bool) -> int:
     """What the kept references judged on a device (else on the host) hold there."""
-    return sum(memory.reference_bytes(get_operator(key[0]), dict(key[1]), ref.training)
-               for key, ref in _REFERENCES.items() if (key[-1] is not None) == on_device)
+    return sum(_REFERENCE_BYTES.get(key, 0) for key in _REFERENCES if (key[-1] is not None) == on_device)
 
 
 def clear_references() -> None:
     """Frees every reference the check keeps (a device's memory included)."""
     _REFERENCES.clear()
+    _REFERENCE_BYTES.clear()
 
 
 def strategy_file(strat: Strategy | None) -> str | None:

@@ -466,3 +466,23 @@ def test_a_backward_that_overwrites_its_incoming_gradient_is_caught_with_normal_
         assert failure is not None and failure.status in ("mismatch", "input-modified"), failure
     else:
         assert failure is None
+
+
+def test_the_checks_kept_references_outlive_an_operator_taken_out_or_registered_again(tmp_path, registry):
+    """The check keeps references across checks: an operator taken out of the registry (a test's
+    cleanup) must not break the next reference's bookkeeping (CI of 38785c8), and one registered
+    again under its name draws anew, not from the old one's reference."""
+    from harness.measuring.check import cached_reference
+
+    plugin = write(tmp_path / "kept_refs.py", OVERWRITING_PLUGIN.replace("{cleaning}", "pass"))
+    plugins.import_plugin(str(plugin))
+    first = cached_reference("rowmax_overwritten", dict(R=40, L=5), "float32", "adversarial", 0)
+    again = write(tmp_path / "kept_refs_again.py", OVERWRITING_PLUGIN.replace("{cleaning}", "pass").replace(
+        'rng.permutation(params["R"] * params["L"])', '-rng.permutation(params["R"] * params["L"])'))
+    OPERATORS.pop("rowmax_overwritten")
+    plugins.import_plugin(str(again))
+    second = cached_reference("rowmax_overwritten", dict(R=40, L=5), "float32", "adversarial", 0)
+    assert (second.inputs["x"] == -first.inputs["x"]).all()  # the new operator's draw
+    OPERATORS.pop("rowmax_overwritten")
+    assert cached_reference("maxpool2d", dict(N=1, C=2, H=4, W=4, k=2), "float32", "random", 0).inputs["x"].shape \
+        == (1, 2, 4, 4)
