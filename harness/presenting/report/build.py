@@ -153,10 +153,10 @@ def answer_cell_text(found: list[str], step: str | None) -> str:
 
 
 def answer_section(doc: Doc, rows, metas: list[dict], shapes_dirs: set[str], where: str = "") -> None:
-    """The answer first: a paragraph per machine and mode naming the strategy
-    to use, what the GPU did not measure and why, ``where`` (which runs, which
-    machines: the report's provenance, after the answers), the coverage table,
-    then each machine's answer table (the network shapes' cases have their own table)."""
+    """The answer first: the operator × device table, a paragraph per machine and mode naming the
+    strategy to use, what the GPU did not measure and why, ``where`` (which runs, which machines:
+    the report's provenance, after the answers), each machine's answer table (the network shapes'
+    cases have their own table), then the coverage table."""
     doc.heading(2, "The answer")
     if rows.empty:
         doc.para("No run here is fit to be judged, so there is no answer: every run's tables are in the appendix, "
@@ -175,12 +175,13 @@ def answer_section(doc: Doc, rows, metas: list[dict], shapes_dirs: set[str], whe
         doc.para(gpu)
     if where:
         doc.para(where)
-    doc.heading(3, "What was measured where")
-    doc.table(*summary.coverage_table(rows, list(dict.fromkeys(rows["op"]))))
     tables = rows[~rows["run_dir"].isin(shapes_dirs)]
     for machine in machine_order(tables):
         doc.heading(3, f"Answer table · {machine}")
         doc.table(*answer_table(tables[tables["machine"] == machine]))
+    # after the answers: which machine measured what is the reader's second question, not the first
+    doc.heading(3, "What was measured where")
+    doc.table(*summary.coverage_table(rows, list(dict.fromkeys(rows["op"]))))
     training = training_sentence(tables)
     if training:
         doc.para(training)
