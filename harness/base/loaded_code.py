@@ -15,8 +15,10 @@ worker, an isolated child, the run itself), never from a list made before:
 - any other module's file (a plugin's helper, a script, an editable
   install's source) is ``file:<path>``, digested by its bytes;
 - the standard library (Python's version stands for it), impls/ (the
-  verdict's digest hashes all of it) and the harness (only its judge,
-  check.py, decides a verdict; it is hashed apart) are left out.
+  verdict's digest hashes all of it), the harness (only its judge,
+  check.py, decides a verdict; it is hashed apart) and the code the
+  libraries generate into their compile caches (``_generated_roots``) are
+  left out.
 
 Digests are kept per process by the file's size and modification time, so
 asking after every strategy key costs a few stat calls.
@@ -55,7 +57,27 @@ def _left_out() -> tuple[Path, ...]:
     return (Path(os.__file__).resolve().parent, (ROOT / "impls").resolve(), (ROOT / "harness").resolve())
 
 
+def _generated_roots() -> list[Path]:
+    """Where the libraries write the code they generate and import (Inductor's modules and shared
+    objects, Triton's kernels): the suite's caches and the libraries' own defaults. Such code is
+    made from code already covered (impls/, the distributions), so it is never a dependency of its
+    own; a run may rewrite it at any moment."""
+    import getpass
+    import tempfile
+
+    from harness.base import caches
+
+    roots = [caches.cache_root(), caches.compile_cache_root(), Path.home() / ".triton",
+             Path(tempfile.gettempdir()) / f"torchinductor_{getpass.getuser()}"]
+    roots += [Path(os.environ[name]) for name in ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR",
+                                                  "JAX_COMPILATION_CACHE_DIR", "NUMBA_CACHE_DIR")
+              if os.environ.get(name)]
+    return [root.expanduser().resolve() for root in roots]
+
+
 def _left_out_file(path: Path) -> bool:
+    if any(path.is_relative_to(root) for root in _generated_roots()):
+        return True
     for root in _left_out():
         if path.is_relative_to(root):
             # a Python installed without a virtual environment keeps its packages inside its stdlib folder

@@ -477,3 +477,25 @@ def test_a_helper_installed_by_pip_and_reinstalled_at_the_same_version_is_checke
     said, statuses = run(LAST_TIE, "reinstalled")
     assert "0 of 2 verdicts from the cache" in said, said  # the plugin imports it at its top: both keys
     assert statuses == {"forward": "ok", "backward": "mismatch"}
+
+
+def test_code_the_libraries_generate_into_their_compile_caches_is_no_dependency(tmp_path, monkeypatch):
+    """Inductor writes and imports modules of its own (the compile cache): made from code the
+    digest covers, rewritten by any run. As dependencies they kept 33 of make bench's 52 verdicts
+    from the cache of the run after (2026-12-05); they are left out."""
+    from harness.base import caches
+    from harness.base.loaded_code import loaded_code
+
+    monkeypatch.setenv(caches.COMPILE_ENV, str(tmp_path / "compile"))
+    generated = tmp_path / "compile" / "torch" / "ab" / "cabgenerated.py"
+    generated.parent.mkdir(parents=True)
+    generated.write_text("VALUE = 1\n")
+    beside = tmp_path / "own_helper.py"
+    beside.write_text("VALUE = 2\n")
+    monkeypatch.syspath_prepend(str(generated.parent))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    for name in ("cabgenerated", "own_helper"):
+        monkeypatch.delitem(sys.modules, name, raising=False)
+        __import__(name)
+    loaded = loaded_code()
+    assert f"file:{beside.resolve()}" in loaded and f"file:{generated.resolve()}" not in loaded
