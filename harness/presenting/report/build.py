@@ -23,6 +23,7 @@ from harness.presenting.report.sections import (
     legend_notes,
     machine_order,
     UNSTABLE_MARK,
+    UNSTABLE_NOTE,
     answer_table,
     case_table,
     commits_sentence,
@@ -232,7 +233,10 @@ def network_shapes_section(doc: Doc, rows, metas: list[dict]) -> None:
              "entry's network, layer, source and change from the paper are its \"# shape:\" line there. Each cell: "
              "the fastest correct strategy (two where they tie), its median and its lead over the seed; a training "
              "step is forward+backward. Their case tables are on the operators' pages, without figures.")
-    doc.table(*summary.network_table(shapes, summary.shape_cell))
+    header, table = summary.network_table(shapes, summary.shape_cell)
+    doc.table(header, table)
+    if any(UNSTABLE_MARK in cell for row in table for cell in row):
+        doc.para(UNSTABLE_NOTE)
     sources = summary.network_sources(shapes)
     if sources:
         doc.para("Sources: " + "; ".join(sources) + ".")

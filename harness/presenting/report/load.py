@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -114,6 +115,22 @@ def device_label(meta: dict, device: str) -> str:
     cores = run.cpu_count or "?"
     return (f"cpu: {run.cpu_model or '?'}{named}, {cores} core{'s' if cores != 1 else ''}, "
             f"{threads_said(run.threads)}")
+
+
+_FAMILY_MODEL = re.compile(r" \(\d+-\d+\)$")  # device_label's " (25-17)" after a CPU's model name
+
+
+def unrecorded_family_of(label: str, others) -> str | None:
+    """The CPU model name that ``label`` (a ``device_label`` without a family-model) shares with
+    some of ``others`` that have one: "AMD EPYC" for "cpu: AMD EPYC, 2 cores, ..." beside "cpu: AMD
+    EPYC Zen 4 (25-17), 2 cores, ...". Such a label is none of those machines for all a reader can
+    tell, though it reads like all of them; None where nothing shares its name or it has its own."""
+    named = label.split(",", 1)[0]
+    if not named.startswith("cpu: ") or _FAMILY_MODEL.search(named):
+        return None
+    sharing = [other for other in others
+               if other.startswith(named + " ") and _FAMILY_MODEL.search(other.split(",", 1)[0])]
+    return named[len("cpu: "):] if sharing else None
 
 
 def case_title(row) -> str:

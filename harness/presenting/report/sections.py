@@ -22,6 +22,7 @@ from harness.judging.analysis import (
     xcheck_ratio,
 )
 from harness.presenting.report.document import Doc
+from harness.presenting.report.load import unrecorded_family_of
 from harness.results import floors, metrics, runmeta, stats
 from harness.results.runmeta import Gpu
 from impls.backends import BACKENDS, DTYPE_RECORDS, devices, threads_text
@@ -48,6 +49,11 @@ def slow_start_sentence(timed: pd.DataFrame) -> str:
     return (f"{len(dropped)} of {len(timed)} timed cases started slow: their first samples, each over "
             f"{stats.SLOW_START_FACTOR:g}× the median, were dropped like warm-up and counted in the `slow_start` "
             f"column: {md_escape(named)}{more}.")
+
+
+def median_cell(row) -> str:
+    """A row's median time, marked when unstable: every table that prints a time marks it so."""
+    return fmt_time(row["median_s"]) + (f" {UNSTABLE_MARK}" if unstable(row) else "")
 
 
 def iqr_cell(row) -> str:
@@ -660,9 +666,14 @@ def left_out_sentence(left_out: list[dict], shown: set) -> str:
             continue
         missing.setdefault(absent, []).append(
             f"{run.get('run_id', '?')} ({', '.join(run.get('unfit_reasons') or [run.get('reason') or 'fit'])})")
-    parts = [f"run{'s' if len(runs) > 1 else ''} {'; '.join(runs)} on {', '.join(absent)}, so "
-             f"{', '.join(absent)} {'is' if len(absent) == 1 else 'are'} missing from this report"
-             for absent, runs in missing.items()]
+    def named(machine: str) -> str:
+        model = unrecorded_family_of(machine, shown)
+        return machine + (f" (it recorded no CPU family and model, so it cannot be matched with the {model} machines "
+                          f"above)" if model else "")
+
+    parts = [f"run{'s' if len(runs) > 1 else ''} {'; '.join(runs)} on {', '.join(map(named, absent))}, which no "
+             f"published run measured, so {'that machine is' if len(absent) == 1 else 'those machines are'} "
+             f"missing from this report" for absent, runs in missing.items()]
     text = f" Left out for failing the fitness rule, tables and all: {'; '.join(parts)}." if parts else ""
     if counted["unfit"] or counted["other"]:
         text += (f" {counted['unfit'] + counted['other']} more committed runs are left out ({counted['unfit']} unfit, "
@@ -723,7 +734,7 @@ def _answer_cells(case: pd.DataFrame) -> list[str]:
                     f"({headline.format(fewest[headline.name])}/call)", "–", "–", "–", "–"]
         return ["none passed", "–", "–", "–", "–"]
     best = found.best
-    median = fmt_time(best["median_s"]) + (f" {UNSTABLE.mark}" if unstable(best) else "")
+    median = median_cell(best)
     faster_inexact = case[analysis.timed(case) & (case["status"] == INEXACT) & (case["median_s"] < best["median_s"])]
     # A tie names every strategy the winner does not clearly beat (analysis.answer) and prints no speed-up.
     name = (f"{analysis.tie_label(found)}: {' / '.join(analysis.winners(found))}" if found.tie else best["strategy"])
@@ -863,7 +874,7 @@ def machines_table(case: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
             return str(row["status"])
         place = ranks[machine].get(row["strategy"])
         rank_text = f"rank {place}" if place else ("not ranked" if row["status"] in CORRECT else row["status"])
-        return (f"{fmt_time(row['median_s'])}{' ' + UNSTABLE.mark if unstable(row) else ''} · "
+        return (f"{median_cell(row)} · "
                 f"{floors.ceiling_cell(row['pct_of_ceiling'])} · {rank_text}")
 
     return header, [[name] + grid_cells(case[case["strategy"] == name], "machine", machines, "–", cell)

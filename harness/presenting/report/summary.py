@@ -15,9 +15,9 @@ import pandas as pd
 
 from harness.base.cases import POINT_LAYOUT_KEY, with_case_columns
 from harness.base.checkout import ROOT
-from harness.base.format import fmt_ratio_interval, fmt_ratio, fmt_time, params_label
+from harness.base.format import fmt_ratio_interval, fmt_ratio, params_label
 from harness.judging import analysis
-from harness.presenting.report.sections import machine_order, training_step
+from harness.presenting.report.sections import machine_order, median_cell, training_step
 from impls.training import BACKWARD, FORWARD, FORWARD_BACKWARD, MODES
 
 INFERENCE, TRAINING = "inference", "training step"
@@ -257,7 +257,7 @@ def shape_cell(case: pd.DataFrame, kind: str) -> str:
         return "none passed"
     mode = str(found_rows["mode"].iloc[0])
     text = (f"{' / '.join(analysis.winners(found))}{f' ({analysis.tie_label(found)})' if found.tie else ''}: "
-            f"{fmt_time(found.best['median_s'])}")
+            f"{median_cell(found.best)}")
     if kind == TRAINING and mode == BACKWARD:
         text += " (backward)"
     if analysis.finite(found.over_seed) and found.clear:

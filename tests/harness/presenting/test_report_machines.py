@@ -148,9 +148,8 @@ def test_a_run_left_out_names_the_machine_it_leaves_missing(tmp_path, capsys):
     md = (out / "report.md").read_text()
     first = next(line for line in md.splitlines() if line.startswith("What ran where"))
     assert ("Left out for failing the fitness rule, tables and all: run 20261125T111017-vm-default-ea9f (load 8.1 "
-            "on 2 cores) on cpu: Intel(R) Xeon(R) Processor Rocket Lake (6-167), 2 cores, 2 threads per library, so "
-            "cpu: Intel(R) Xeon(R) Processor Rocket Lake (6-167), 2 cores, 2 threads per library is missing from this "
-            "report.") in first
+            "on 2 cores) on cpu: Intel(R) Xeon(R) Processor Rocket Lake (6-167), 2 cores, 2 threads per library, which "
+            "no published run measured, so that machine is missing from this report.") in first
     assert "Xeon" not in md.replace(first, "") and "Appendix" not in md
     capsys.readouterr()
     (out / "figures").mkdir(parents=True, exist_ok=True)
@@ -234,7 +233,10 @@ def test_the_published_reports_first_paragraph_is_what_its_runs_say():
     published = (ROOT / "docs" / "REPORT.md").read_text()
     assert text in published.splitlines(), text
     # The old AMD EPYC VM's runs (schema 1 and 2, no load or too unstable) leave it missing; the rest are counted.
-    assert "so cpu: AMD EPYC, 2 cores, 2 threads per library is missing from this report" in text
+    # They recorded no family-model, and the sentence says so: the AMD EPYC machines with one are others.
+    assert ("on cpu: AMD EPYC, 2 cores, 2 threads per library (it recorded no CPU family and model, so it cannot "
+            "be matched with the AMD EPYC machines above), which no published run measured, so that machine is "
+            "missing from this report") in text
     # 5246's five repeats, 5246 itself (superseded by 0e2d, measured in rounds), 0e2d's A/A repeat 007f,
     # the AMD EPYC 23-1 VM's four runs beside its published 5b79 (8d28, c685, a7b3 and the A/A repeat 0a81),
     # 0e2d (superseded by f5ec, measured in racing rounds) with f5ec's A/A repeat 278d, and f5ec

@@ -60,3 +60,30 @@ def test_the_models_sweep_has_its_own_section_and_other_runs_do_not(tmp_path):
     figures = {path.name for path in (tmp_path / "out" / "figures").glob("*-time.png")}
     assert figures and all("Other-CPU" in name or "other" in name.lower() for name in figures), figures
     assert "## Network shapes" not in report.build([other], tmp_path / "out2").read_text()
+
+
+def test_a_network_cell_marks_an_unstable_winner_as_every_other_table_does():
+    """The network-shapes table printed no ⚠, though its committed runs have unstable winners:
+    each cell's time is marked exactly where its winner's row is unstable (analysis.unstable)."""
+    from harness.judging import analysis
+    from harness.presenting.report import summary
+    from harness.presenting.report.build import models_directories
+
+    listed = (ROOT / "docs" / "RUNS").read_text().split()
+    rows, metas = report_load.load([ROOT / run for run in listed])
+    shapes = rows[rows["run_dir"].isin(models_directories(metas))]
+    marked = unmarked = 0
+    for (_op, _params, _dtype, _machine), case in shapes.groupby(["op", "params", "dtype", "machine"]):
+        for kind in (summary.INFERENCE, summary.TRAINING):
+            found_rows = summary.mode_rows(case, kind)
+            found = analysis.answer(found_rows) if found_rows is not None else None
+            if found is None:
+                continue
+            cell = summary.shape_cell(case, kind)
+            if analysis.unstable(found.best):
+                assert sections.UNSTABLE_MARK in cell, cell
+                marked += 1
+            else:
+                assert sections.UNSTABLE_MARK not in cell, cell
+                unmarked += 1
+    assert marked and unmarked, (marked, unmarked)
