@@ -169,6 +169,17 @@ def current_digest(dependency: str) -> str | None:
     return None if installed is None else _file_digest(installed[1])
 
 
-def still_holds(depends: dict[str, str]) -> bool:
-    """Whether every dependency of ``depends`` ({dependency: digest}, as recorded) is unchanged."""
-    return all(current_digest(dependency) == digest for dependency, digest in depends.items())
+class StillHolds:
+    """Whether recorded dependencies ({dependency: digest}) are unchanged, each dependency's current
+    digest asked once however many verdicts name it (a file read, or its digest kept)."""
+
+    def __init__(self):
+        self._now: dict[str, str | None] = {}
+
+    def __call__(self, depends: dict[str, str]) -> bool:
+        for dependency, digest in depends.items():
+            if dependency not in self._now:
+                self._now[dependency] = current_digest(dependency)
+            if self._now[dependency] != digest:
+                return False
+        return True

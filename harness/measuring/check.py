@@ -235,7 +235,8 @@ def cached_reference(op_name: str, params: dict, dtype: str, mode: str, seed: in
             _REFERENCE_BYTES.pop(other, None)
     ref = reference(op_name, params, dtype, mode, seed, training_mode, reuse=kept, device=device)
     _REFERENCES[key] = ref if ref.grad is not None or kept is None else kept  # the one holding most
-    _REFERENCE_BYTES[key] = memory.reference_bytes(op, params, _REFERENCES[key].training)
+    if _REFERENCES[key] is not kept:  # reckoned when made or grown by a gradient, not on every reuse
+        _REFERENCE_BYTES[key] = memory.reference_bytes(op, params, _REFERENCES[key].training)
     return ref
 
 

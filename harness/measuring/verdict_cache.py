@@ -35,7 +35,7 @@ from typing import Callable
 
 from harness.base import caches, plugins
 from harness.base.checkout import ROOT
-from harness.base.loaded_code import current_digest, loaded_code, tree_digest
+from harness.base.loaded_code import StillHolds, loaded_code, tree_digest
 from harness.measuring import check, facts
 from impls.common import Verdict
 from impls.status import ERROR, TIMEOUT
@@ -56,21 +56,6 @@ def merged(maps) -> dict[str, str] | None:
             if found.setdefault(dependency, digest) != digest:
                 return None
     return found
-
-
-class _Unchanged:
-    """Which recorded dependencies still hold, each asked once (a file read, or its digest kept)."""
-
-    def __init__(self):
-        self._now: dict[str, str | None] = {}
-
-    def __call__(self, depends: dict[str, str]) -> bool:
-        for dependency, digest in depends.items():
-            if dependency not in self._now:
-                self._now[dependency] = current_digest(dependency)
-            if self._now[dependency] != digest:
-                return False
-        return True
 
 
 def fingerprint(threads: dict | None = None) -> dict:
@@ -139,7 +124,7 @@ class VerdictCache:
             return {}
         stored, table = data.get("verdicts"), data.get("depends")
         table = table if isinstance(table, dict) else {}
-        unchanged, found, unread = _Unchanged(), {}, 0
+        unchanged, found, unread = StillHolds(), {}, 0
         for key, entry in (stored.items() if isinstance(stored, dict) else ()):
             try:
                 depends = {dependency: table[dependency] for dependency in entry["depends"]}
@@ -185,7 +170,7 @@ class VerdictCache:
         the code its check loaded (a key checked in this process: what this
         process has loaded); returns how many. A key whose code changed since
         its check (the digest recorded then is not the file's now) is not kept."""
-        new, here, unchanged = {}, None, _Unchanged()
+        new, here, unchanged = {}, None, StillHolds()
         for strat, device, dtype, mode in self.keys(cases):
             key = entry_key(strat, device, dtype, self.seed, mode)
             asked, failure = adversarial.known(strat, device, dtype, mode)
@@ -262,7 +247,7 @@ class ItemJournal:
         except (OSError, UnicodeDecodeError) as error:
             self.cache.on_warning(f"cache file {self.path} cannot be read ({error}); every item is checked again")
             return found
-        entries, tables, unchanged = [], {}, _Unchanged()
+        entries, tables, unchanged = [], {}, StillHolds()
         for text in lines:
             try:
                 entry = json.loads(text)
