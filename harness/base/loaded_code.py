@@ -9,9 +9,14 @@ worker, an isolated child, the run itself), never from a list made before:
 
 - a module installed by a distribution (found by ``importlib.metadata``, the
   module's file lying where the distribution was installed) stands for it
-  as ``dist:<name>``, whose digest is that of its ``RECORD``: the hash of
-  every file the installer wrote, so a reinstall of edited code at the same
-  version changes it, and a shared library of a gigabyte is not read;
+  as ``dist:<name>=<its RECORD file>``, whose digest is that of its
+  ``RECORD``: the hash of every file the installer wrote, so a reinstall of
+  edited code at the same version changes it, and a shared library of a
+  gigabyte is not read. The RECORD is named by its path, so another process
+  reads it whatever its import path: a distribution vendored in another's
+  folder (setuptools' ``backports.tarfile``) is found by name only while
+  that folder is on ``sys.path``, and its verdicts then went stale in every
+  run that had not imported it yet;
 - any other module's file (a plugin's helper, a script, an editable
   install's source) is ``file:<path>``, digested by its bytes;
 - the standard library (Python's version stands for it), impls/ (the
@@ -118,7 +123,7 @@ def _dependency(name: str, file: str) -> tuple[str, Path] | None:
         for dist_name in _distributions_of().get(name.split(".")[0], ()):
             installed = _installed(dist_name)
             if installed is not None and path.is_relative_to(installed[0]):
-                found = (f"{DIST}{dist_name}", installed[1])
+                found = (f"{DIST}{dist_name}={installed[1]}", installed[1])
                 break
     _NAMED[(name, file)] = found
     return found
@@ -165,8 +170,10 @@ def current_digest(dependency: str) -> str | None:
     """``dependency``'s digest now (None: it is gone), as ``loaded_code`` would give it."""
     if dependency.startswith(FILE):
         return _file_digest(Path(dependency[len(FILE):]))
-    installed = _installed(dependency[len(DIST):]) if dependency.startswith(DIST) else None
-    return None if installed is None else _file_digest(installed[1])
+    if not dependency.startswith(DIST):
+        return None
+    _name, is_at, record = dependency[len(DIST):].partition("=")
+    return _file_digest(Path(record)) if is_at else None  # a name alone (a cache before 2026-12-05): stale
 
 
 class StillHolds:

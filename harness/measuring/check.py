@@ -302,7 +302,7 @@ class Snapshot:
     hashing the same bytes (SHA-1: 4 s of a `make bench`). A torch tensor of
     a case judged on its device is copied there instead (``on_device``), and
     compared there: a GPU case's inputs never cross to the host."""
-    copy: np.ndarray | None = None
+    copy: np.ndarray | None = None  # (``snapshot(copy=False)``: the input read in place, not copied)
     unreadable: str = ""
     on_device: Any = None  # a torch tensor's clone, where the case is judged on its device
 
@@ -321,10 +321,10 @@ class Snapshot:
 
 
 def _bits(array: np.ndarray) -> np.ndarray:
-    """``array``'s bytes as unsigned integers of its item's width (one compare per element)."""
+    """``array``'s bytes as unsigned integers of its item's width (one compare per element), in its
+    own layout: a view, never a copy, where the width is an integer's (a strided input read in place)."""
     width = array.dtype.itemsize
-    flat = array.reshape(-1)
-    return flat.view(f"u{width}") if width in (1, 2, 4, 8) else flat.view(np.uint8)
+    return array.view(f"u{width}") if width in (1, 2, 4, 8) else array.reshape(-1).view(np.uint8)
 
 
 def _tensor_bits(tensor):
@@ -336,12 +336,15 @@ def _tensor_bits(tensor):
     return tensor.view({2: torch.int16, 4: torch.int32, 8: torch.int64}[tensor.element_size()])
 
 
-def snapshot(value: Any, on_device: bool = False) -> Snapshot:
-    """``Snapshot`` of one input; ``on_device``: a torch tensor is copied where it is."""
+def snapshot(value: Any, on_device: bool = False, copy: bool = True) -> Snapshot:
+    """``Snapshot`` of one input; ``on_device``: a torch tensor is copied where it is. ``copy=False``:
+    the input as it is now, read in place where its backend can (what a snapshot taken before is
+    compared with: a second copy of each input, every round, was most of judging a round again)."""
     try:
         if on_device and backend_of(value) is not None and backend_of(value).name == "torch":
-            return Snapshot(on_device=value.detach().clone())
-        return Snapshot(np.array(to_numpy(value), copy=True, order="C"))
+            return Snapshot(on_device=value.detach().clone() if copy else value.detach())
+        now = to_numpy(value)
+        return Snapshot(np.array(now, copy=True, order="C") if copy else np.asarray(now))
     except Exception as error:  # noqa: BLE001 - any failure to read it back is the finding
         text = str(error).strip()
         return Snapshot(unreadable=f"unreadable ({type(error).__name__}: {text.splitlines()[0] if text else ''})")
@@ -365,7 +368,7 @@ class Prepared:
         line naming each changed input; None when none did."""
         changed = []
         for key, before in self.input_snapshots.items():
-            after = snapshot(self.inputs[key], before.on_device is not None)
+            after = snapshot(self.inputs[key], before.on_device is not None, copy=False)
             if before.same_as(after):
                 continue
             changed.append(f"left its input {key!r} {after.unreadable}" if after.unreadable

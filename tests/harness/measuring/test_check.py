@@ -386,6 +386,31 @@ def test_a_strategy_that_overwrites_its_input_is_input_modified_naming_it(plante
         assert verdict.message.startswith("overwrote its input 'x' (inputs differ after call 4 from before prepare")
 
 
+def test_a_strided_input_read_in_place_still_shows_one_bit_changed(planted):
+    """The inputs are compared with their copy where they lie, without copying them again: a
+    channels-last or strided input changed in its last bit (one element moved by one ulp) after the
+    right answer is still caught, in every layout, and one left alone still passes."""
+    def one_ulp(inputs, params):
+        x = inputs["x"]
+        answer = maxpool2d.numpy_sliding_window(inputs, params)
+
+        def run():
+            out = tuple(np.copy(a) for a in answer())
+            corner = (0,) * (x.ndim - 1) + (1,)
+            x[corner] = np.nextafter(x[corner], x.dtype.type(np.inf))
+            return out
+        return run
+
+    strat = planted("maxpool2d", "one_ulp", one_ulp, returns="values+indices", ties="first")
+    honest = planted("maxpool2d", "reads_only", lambda inputs, params: maxpool2d.numpy_sliding_window(inputs, params),
+                     returns="values+indices", ties="first")
+    for layout in ("contiguous", "channels_last", "noncontiguous"):
+        verdict = verdict_of(strat, "random", layout=layout)
+        assert verdict.status == "input-modified", (layout, verdict)
+        assert verdict.message.startswith("overwrote its input 'x'"), (layout, verdict)
+        assert verdict_of(honest, "random", layout=layout).status == "ok", layout
+
+
 def test_a_wrong_answer_from_an_overwritten_input_is_named_for_its_cause(planted):
     def zeroes_first(inputs, params):
         x = inputs["x"]
