@@ -123,8 +123,8 @@ _FAMILY_MODEL = re.compile(r" \(\d+-\d+\)$")  # device_label's " (25-17)" after 
 def unrecorded_family_of(label: str, others) -> str | None:
     """The CPU model name that ``label`` (a ``device_label`` without a family-model) shares with
     some of ``others`` that have one: "AMD EPYC" for "cpu: AMD EPYC, 2 cores, ..." beside "cpu: AMD
-    EPYC Zen 4 (25-17), 2 cores, ...". Such a label is none of those machines for all a reader can
-    tell, though it reads like all of them; None where nothing shares its name or it has its own."""
+    EPYC Zen 4 (25-17), 2 cores, ...". Such a label cannot be matched with any of those machines,
+    though it reads like all of them; None where nothing shares its name or it has its own."""
     named = label.split(",", 1)[0]
     if not named.startswith("cpu: ") or _FAMILY_MODEL.search(named):
         return None
