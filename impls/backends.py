@@ -222,6 +222,10 @@ class Backend:
     # device -> free bytes, or None: the harness then asks the OS.
     free_bytes: Callable[[str], int] | None = None
     is_oom: Callable[[BaseException], bool] = _never_oom
+    # (destination, source) -> None: copies a native array into another of its shape and dtype,
+    # whatever either's layout (numpy's copyto; torch's copy_, out of autograd's sight). The timed
+    # call of a strategy handed a layout it takes natively starts with it (``Strategy.native_layouts``).
+    copy_into: Callable[[Any, Any], None] = lambda destination, source: np.copyto(destination, source)
     release_memory: Callable[[str], None] = _no_sync
     # Devices this backend reaches only through an interpreter, for
     # correctness checks, never for timing (Triton on the CPU).
@@ -693,9 +697,17 @@ def _with_torch(**fields) -> dict:
     common = dict(to_native=_torch_to_native, to_numpy=_torch_to_numpy, owns=_is_torch, present=_torch_present,
                   synchronize=_torch_sync, events=_torch_events, cache_flush=_torch_cache_flush,
                   device_delay=_torch_device_delay, peak_memory=_torch_peak_memory,
-                  free_bytes=_torch_free_bytes, is_oom=_torch_is_oom, release_memory=_torch_release)
+                  free_bytes=_torch_free_bytes, is_oom=_torch_is_oom, release_memory=_torch_release,
+                  copy_into=_torch_copy_into)
     common.update(fields)
     return common
+
+
+def _torch_copy_into(destination, source) -> None:
+    import torch
+
+    with torch.no_grad():  # a leaf autograd differentiates may share the destination's storage
+        destination.copy_(source)
 
 
 def _torch_fresh_buffer(nbytes: int):

@@ -156,8 +156,6 @@ OP = register_operator(Operator(
     validate=validate, reference="torch_scatter", layout_keys=("values", "positions"),
     layout_shapes=lambda params: dict.fromkeys(("values", "positions"), shapes(params)[0]),
     check_cases=check_cases, extra_checks=extra_checks, any_namespace=True,
-    # channels_last would only apply to the 2-D form's small inputs; strided rows are the case that matters.
-    check_layouts=("contiguous", "noncontiguous"),
     library_call=("torch_max_unpool1d", "torch_max_unpool2d")))  # F.max_unpool1d, F.max_unpool2d
 
 
@@ -345,6 +343,12 @@ def flat_row_offsets(A: int, B: int, L: int, P: int) -> np.ndarray:
             + np.zeros((1, 1, L), dtype=np.int64)).ravel()
 
 
+# The strategies that take their rows with ``_rows`` in prepare: a reshape there would convert a
+# channels-last case outside the timed call, so they declare contiguous rows their only native
+# layout and the harness times that conversion in their call (docs/SPEC.md §2, Strategy.native_layouts).
+ROWS_CONTIGUOUS = ("contiguous",)
+
+
 def _rows(inputs, params):
     """values and positions as (A, B, L) (a view when contiguous), P and the output shape."""
     _, out_shape = shapes(params)
@@ -356,7 +360,7 @@ def _rows(inputs, params):
 
 # ------------------------------------------------------------- strategies
 @strategy("maxunpool", backend="numpy", source=f"{SEED} upsamplecode (per-row set_subtensor loop)",
-          baseline=True, backward=seed_row_loop_backward)
+          baseline=True, backward=seed_row_loop_backward, native_layouts=ROWS_CONTIGUOUS)
 def numpy_seed_row_loop(inputs, params):
     """The question's loop over (item, filter): one fancy-index assignment per
     row. A·B interpreted iterations, each a small scatter of L values."""
@@ -373,7 +377,7 @@ def numpy_seed_row_loop(inputs, params):
 
 
 @strategy("maxunpool", backend="numpy", source=f"{SEED} upsamplecode2 (flattened indices + row offsets)",
-          backward=seed_flat_backward, builtin=True)
+          backward=seed_flat_backward, builtin=True, native_layouts=ROWS_CONTIGUOUS)
 def numpy_seed_flat_set(inputs, params):
     """The question's update: one set on the flattened output, positions plus a
     precomputed per-row offset table (the seed's shared variable, built once).
@@ -391,7 +395,7 @@ def numpy_seed_flat_set(inputs, params):
 
 
 @strategy("maxunpool", backend="numpy", source=f"{SEED} answer (advanced-index broadcast, numpy)",
-          backward=seed_broadcast_backward, builtin=True)
+          backward=seed_broadcast_backward, builtin=True, native_layouts=ROWS_CONTIGUOUS)
 def numpy_seed_broadcast(inputs, params):
     """The answer: ``out[arange(A)[:,None,None], arange(B)[None,:,None], pos] = v``.
     One scatter; numpy broadcasts three index arrays to compute each offset."""
@@ -406,7 +410,8 @@ def numpy_seed_broadcast(inputs, params):
     return run
 
 
-@strategy("maxunpool", backend="numpy", builtin=True, backward=take_along_axis_backward)
+@strategy("maxunpool", backend="numpy", builtin=True, backward=take_along_axis_backward,
+          native_layouts=ROWS_CONTIGUOUS)
 def numpy_put_along_axis(inputs, params):
     """Added: ``np.put_along_axis(out, positions, values, axis=-1)`` — the
     library's own call for this; builds the same fancy index internally."""
@@ -420,7 +425,8 @@ def numpy_put_along_axis(inputs, params):
     return run
 
 
-@strategy("maxunpool", backend="torch", source=f"{SEED} upsamplecode (per-row loop, torch)")
+@strategy("maxunpool", backend="torch", source=f"{SEED} upsamplecode (per-row loop, torch)",
+          native_layouts=ROWS_CONTIGUOUS)
 def torch_seed_row_loop(inputs, params):
     """The question's per-(item, filter) loop in torch: A·B indexed
     assignments, each a kernel launch on CUDA."""
@@ -438,7 +444,8 @@ def torch_seed_row_loop(inputs, params):
     return run
 
 
-@strategy("maxunpool", backend="torch", source=f"{SEED} upsamplecode2 (flattened indices, torch)", builtin=True)
+@strategy("maxunpool", backend="torch", source=f"{SEED} upsamplecode2 (flattened indices, torch)", builtin=True,
+          native_layouts=ROWS_CONTIGUOUS)
 def torch_seed_flat_set(inputs, params):
     """The question's flattened single set in torch, offsets precomputed once."""
     import torch
@@ -456,7 +463,8 @@ def torch_seed_flat_set(inputs, params):
     return run
 
 
-@strategy("maxunpool", backend="torch", source=f"{SEED} answer (advanced-index broadcast, torch)", builtin=True)
+@strategy("maxunpool", backend="torch", source=f"{SEED} answer (advanced-index broadcast, torch)", builtin=True,
+          native_layouts=ROWS_CONTIGUOUS)
 def torch_seed_broadcast(inputs, params):
     """The answer's broadcast index in torch: ``index_put_`` with three
     broadcast index tensors (aranges built once)."""
@@ -475,7 +483,7 @@ def torch_seed_broadcast(inputs, params):
     return run
 
 
-@strategy("maxunpool", backend="torch", builtin=True)
+@strategy("maxunpool", backend="torch", builtin=True, native_layouts=ROWS_CONTIGUOUS)
 def torch_scatter(inputs, params):
     """Added: ``zeros(...).scatter_(-1, positions, values)`` — one zero fill, one
     scatter kernel, no index arithmetic."""
@@ -490,7 +498,7 @@ def torch_scatter(inputs, params):
     return run
 
 
-@strategy("maxunpool", backend="torch", builtin=True)
+@strategy("maxunpool", backend="torch", builtin=True, native_layouts=ROWS_CONTIGUOUS)
 def torch_index_put(inputs, params):
     """Added: ``index_put_`` on the flat output with flat indices built in-call
     (``positions + row*P``) — the accumulate-free flat write."""
@@ -546,16 +554,19 @@ def torch_max_unpool2d(inputs, params):
     """Added: ``F.max_unpool2d`` — the built-in inverse of ``max_pool2d``; the
     1-D form runs as a (B, F, 1, L) plane with a (1, f) window. On CUDA it
     declares cases of 2**31 elements or more NotApplicable (32-bit indexing).
-    Its positions are made contiguous here, in the untimed prepare: torch
-    2.13's backward of ``max_unpool2d`` ``view``s the positions it saved and
-    raises ("view size is not compatible with input tensor's size and
-    stride") on transposed ones; the forward copies strided positions itself,
-    so a contiguous case (what the sweep times) is timed as before."""
+    Takes channels-last natively (ATen has an NHWC kernel). Strided positions
+    are made contiguous here, in the untimed prepare: torch 2.13's backward of
+    ``max_unpool2d`` ``view``s the positions it saved and raises ("view size
+    is not compatible with input tensor's size and stride") on transposed
+    ones; the forward copies strided positions itself. A strided view is the
+    check's input only, never a timed case's (docs/SPEC.md §2)."""
+    import torch
     import torch.nn.functional as F
 
-    values = inputs["values"]
+    values, positions = inputs["values"], inputs["positions"]
     refuse_cuda_int32_overflow(values.device, params, "max_unpool2d")  # before any copy
-    positions = inputs["positions"].contiguous()
+    if not (positions.dim() == 4 and positions.is_contiguous(memory_format=torch.channels_last)):
+        positions = positions.contiguous()
     if params["form"] == "2d":
         k, size = params["k"], (params["H"], params["W"])
         return lambda: F.max_unpool2d(values, positions, k, output_size=size)
@@ -601,7 +612,7 @@ def _pytensor_function(values, build, P: int):
 
 
 @strategy("maxunpool", backend="pytensor", source=f"{SEED} upsamplecode (set_subtensor loop, PyTensor)",
-          no_backward=PYTENSOR_NO_BACKWARD, quick_check=True)
+          no_backward=PYTENSOR_NO_BACKWARD, quick_check=True, native_layouts=ROWS_CONTIGUOUS)
 def pytensor_seed_row_loop(inputs, params):
     """The question's graph verbatim: A·B chained ``set_subtensor`` nodes,
     unrolled at graph-build time, compiled once."""
@@ -621,7 +632,7 @@ def pytensor_seed_row_loop(inputs, params):
 
 
 @strategy("maxunpool", backend="pytensor", source=f"{SEED} upsamplecode2 (flattened set_subtensor, PyTensor)",
-          no_backward=PYTENSOR_NO_BACKWARD, quick_check=True)
+          no_backward=PYTENSOR_NO_BACKWARD, quick_check=True, native_layouts=ROWS_CONTIGUOUS)
 def pytensor_seed_flat_set(inputs, params):
     """The question's one ``set_subtensor`` on the flattened output with a
     shared offset table (int64 here: the seed's float offsets cast to int32
@@ -643,7 +654,7 @@ def pytensor_seed_flat_set(inputs, params):
 
 
 @strategy("maxunpool", backend="pytensor", source=f"{SEED} answer (advanced-index broadcast, PyTensor)",
-          no_backward=PYTENSOR_NO_BACKWARD, quick_check=True)
+          no_backward=PYTENSOR_NO_BACKWARD, quick_check=True, native_layouts=ROWS_CONTIGUOUS)
 def pytensor_seed_broadcast(inputs, params):
     """The answer's broadcast ``set_subtensor`` in PyTensor, compiled once."""
     values, positions, P, out_shape = _rows(inputs, params)
@@ -666,7 +677,8 @@ def scatter_fn(values, positions, P: int, out_shape):
     return out.scatter_(-1, positions, values).reshape(out_shape)
 
 
-@strategy("maxunpool", backend="torch", source="added: torch.compile of the scatter", quick_check=True)
+@strategy("maxunpool", backend="torch", source="added: torch.compile of the scatter", quick_check=True,
+          native_layouts=ROWS_CONTIGUOUS)
 def torch_compile_scatter(inputs, params):
     """``torch.compile`` of zeros + ``scatter_``: Inductor emits a fill and a
     scatter kernel; compile time is setup, outside the timed region."""
@@ -674,7 +686,7 @@ def torch_compile_scatter(inputs, params):
     return compiled(scatter_fn, values, positions, P, out_shape)
 
 
-@strategy("maxunpool", backend="numba", backward=numba_gather_backward)
+@strategy("maxunpool", backend="numba", backward=numba_gather_backward, native_layouts=ROWS_CONTIGUOUS)
 def numba_fused(inputs, params):
     """Added: a parallel numba kernel per output row — zero the row while it
     sits in cache, scatter the row's values into it: the output is written
@@ -739,7 +751,7 @@ def jax_at_set_fn(values, positions, P: int, out_shape: tuple):
         values, unique_indices=True).reshape(out_shape)
 
 
-@strategy("maxunpool", backend="jax", builtin=True)
+@strategy("maxunpool", backend="jax", builtin=True, native_layouts=ROWS_CONTIGUOUS)
 def jax_at_set(inputs, params):
     """Added: ``jnp.zeros(...).at[rows, cols, positions].set(values)``, the
     seed answer's advanced-index broadcast in JAX, jitted: one zero fill and

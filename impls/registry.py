@@ -27,7 +27,7 @@ from typing import Any, Callable, Mapping
 
 import numpy as np
 
-from impls.backends import (BACKENDS, DTYPES, LAYOUTS, NotApplicable, convert, devices, get_backend,
+from impls.backends import (BACKENDS, CASE_LAYOUTS, DTYPES, LAYOUTS, NotApplicable, convert, devices, get_backend,
                             layout_reorders)
 from impls.status import CORRECT
 
@@ -89,6 +89,19 @@ class Strategy:
     # for), or None: that case is ``skipped`` with the reason in every mode, never computed
     # wrong (docs/SPEC.md §1.1: the seeds' reshape forms pool k×k windows at stride k only).
     outside_when: Callable[[Mapping[str, Any]], str | None] | None = None
+    # The case layouts (``backends.CASE_LAYOUTS``) its prepare takes as they are (docs/SPEC.md §2).
+    # A case in any other is handed to it contiguous, and its timed call starts by copying the case's
+    # arrays into what it was handed: the conversion a user of that layout pays is timed
+    # (``handed_layout``). The default, every layout: it reads any strides, or converts in its call.
+    native_layouts: tuple[str, ...] = CASE_LAYOUTS
+
+    def handed_layout(self, layout: str) -> str:
+        """The layout its prepare is handed in a case held in ``layout``: that layout where it takes
+        it natively, or where no timed case is held so (the check's strided views, the training
+        checks' transposed indices: what it must read right, not a cost); contiguous otherwise."""
+        if layout in self.native_layouts or layout not in CASE_LAYOUTS:
+            return layout
+        return "contiguous"
 
     @property
     def differentiation(self) -> str:
@@ -404,7 +417,8 @@ def strategy(op: str, *, backend: str, source: str = "added", devices=None,
              dtypes=None, returns: str | None = None, ties: str = "n/a",
              name: str | None = None, temp_factor: float = 1.0, quick_check: bool = False,
              baseline: bool = False, builtin: bool = False, requires: tuple[str, ...] = (),
-             backward=None, no_backward: str = "", no_backward_when=None, outside_when=None):
+             backward=None, no_backward: str = "", no_backward_when=None, outside_when=None,
+             native_layouts: tuple[str, ...] = CASE_LAYOUTS):
     """Decorator registering ``prepare`` as a strategy of operator ``op``.
 
     ``returns``: which of the operator's ``outputs`` it returns; left out, the
@@ -413,7 +427,9 @@ def strategy(op: str, *, backend: str, source: str = "added", devices=None,
     none; ``no_backward_when``: the cases its backward cannot do (all three
     docs/SPEC.md §1.5, impls/training.py); ``outside_when``: the cases it does
     not compute at all (``Strategy.outside_when``; left out, the operator's
-    ``default_outside_when``, and ``every_case`` for none). Registering the same function again from
+    ``default_outside_when``, and ``every_case`` for none); ``native_layouts``:
+    the case layouts its prepare takes as they are (``Strategy.native_layouts``:
+    any other is converted inside its timed call). Registering the same function again from
     the same module replaces it; another function under a name already taken
     is an error naming both."""
 
@@ -436,6 +452,10 @@ def strategy(op: str, *, backend: str, source: str = "added", devices=None,
         if backward is not None and no_backward:
             raise ValueError(f"strategy {op}/{strategy_name}: declares both a backward and no_backward="
                              f"{no_backward!r}; drop one")
+        unknown = [layout for layout in native_layouts if layout not in CASE_LAYOUTS]
+        if unknown or "contiguous" not in native_layouts:
+            raise ValueError(f"strategy {op}/{strategy_name}: native_layouts={tuple(native_layouts)!r} must name "
+                             f"contiguous and only case layouts ({', '.join(CASE_LAYOUTS)})")
         record = get_backend(backend)
         doc = (prepare.__doc__ or "").strip()
         outside = operator.default_outside_when if outside_when is None else outside_when
@@ -446,7 +466,7 @@ def strategy(op: str, *, backend: str, source: str = "added", devices=None,
             ties=ties, seed=source.startswith("seed"), doc=doc,
             temp_factor=temp_factor, quick_check=quick_check, baseline=baseline, builtin=builtin,
             requires=tuple(requires), backward=backward, no_backward=no_backward,
-            no_backward_when=no_backward_when, outside_when=outside)
+            no_backward_when=no_backward_when, outside_when=outside, native_layouts=tuple(native_layouts))
         return prepare
 
     return decorate

@@ -51,6 +51,9 @@ def test_every_operator_has_its_model_cases(cases):
             if c.op == "maxpool2d" and maxpool2d.window(c.params_dict) == RESNET_STEM_WINDOW} \
         == {(mode, layout) for mode in ("forward", "backward", "forward+backward")
             for layout in ("contiguous", "channels_last")}  # issue 50: the three modes, both layouts
+    enet_unpools = {(c.params_dict["C"], c.params_dict["H"], c.params_dict["W"]) for c in cases
+                    if c.op == "maxunpool" and c.layout == "channels_last"}
+    assert enet_unpools == set(ENET_UNPOOLS)  # ENet's decoder, both layouts (issue 50)
     seed_002 = [c.params_dict for c in cases if c.op == "maxunpool" and c.params_dict["form"] == "1d"]
     assert dict(form="1d", B=2, F=3, L=4, f=5) in seed_002
     for op in ("dispersion", "dispersion_pinv"):

@@ -18,8 +18,9 @@ uses it. The same rule refuses a curve measured busy.
 The curves (``measure_curves_here``): per device, ``CURVE_POINTS`` sizes
 from ``CURVE_MIN_BYTES`` to ``CURVE_LLC_MULTIPLE`` times the last-level cache
 (the GPU's L2), at each the median of ``CURVE_TRIES`` tries of reading a
-buffer, writing into it again, and (CPU) allocating one afresh from each
-allocator and writing it. A small size is read or written many times in one
+buffer, writing into it again (on the CPU, each the fastest of torch's,
+numpy's and a numba loop's: an upper bound), and (CPU) allocating one afresh
+from each allocator and writing it. A small size is read or written many times in one
 timed sample, so that a call's fixed cost does not pass for bandwidth. They
 are kept per machine and thread setting in the cache (``CURVES_FILE``) for
 ``CURVES_REUSE_MAX_AGE_S``, and a run says whether it measured or reused
@@ -84,6 +85,9 @@ CURVE_PASS_BYTES = 8 << 20
 CURVE_SMALL_WRITE_BYTES = 1 << 20
 CURVES_REUSE_MAX_AGE_S = 86400.0  # a machine's caches and memory do not change within a day
 CURVES_FILE = "bandwidth_curves.json"
+# How the curves are measured; a stored curve of another method is measured again, not reused.
+# 2: on the CPU each rate is the fastest of torch's, numpy's and a numba loop's (bandwidth_kernels).
+CURVE_METHOD = 2
 
 
 @dataclass
@@ -306,10 +310,12 @@ def measure_curves_here(device: str, sizes: list[int] | None = None, tries: int 
     tensors on ``device``: at each size the median of ``tries`` tries of
 
     - read: ``torch.sum`` of the buffer seen ``passes`` times (a stride-0
-      outer dimension: one call reads it again and again);
+      outer dimension: one call reads it again and again); on the CPU also
+      numpy's sum of the same view and a vectorised numba loop
+      (``bandwidth_kernels.read_passes``, at the run's numba threads): the fastest;
     - write: the buffer, already touched, filled ``passes`` times (torch's
-      ``fill_``, and numpy's ``fill`` up to ``CURVE_SMALL_WRITE_BYTES`` on the
-      CPU: the faster);
+      ``fill_``; on the CPU also numba's loop, and numpy's ``fill`` up to
+      ``CURVE_SMALL_WRITE_BYTES``: the fastest);
     - fresh write (CPU), per allocator (``Backend.fresh_buffer``): a buffer
       allocated and filled, ``passes`` times, freed each time as a strategy's
       output is.
@@ -317,7 +323,9 @@ def measure_curves_here(device: str, sizes: list[int] | None = None, tries: int 
     Each try records the 1-minute load it started under; one that started
     with the machine at capacity is recorded and skipped (the curve is then
     refused where half or more were: ``busy_reason``). Every size is one
-    prefix of one buffer, allocated once."""
+    prefix of one buffer, allocated once. Each kernel's own medians are kept
+    beside (``read_by_kernel_gbps``, ``write_by_kernel_gbps``), to say which
+    one set the rate."""
     import numpy as np
     import torch
 
@@ -330,8 +338,17 @@ def measure_curves_here(device: str, sizes: list[int] | None = None, tries: int 
     clock = timing.Clock(get_backend("torch"), device)
     whole = torch.ones(max(sizes) // 4, dtype=torch.float32, device=device)
     allocators = {name: get_backend(name).fresh_buffer for name in fresh_allocators()} if device == "cpu" else {}
+    numba_loops = _numba_loops() if device == "cpu" else None
     read: dict[int, list[float]] = {size: [] for size in sizes}
     write: dict[int, list[float]] = {size: [] for size in sizes}
+    read_by: dict[str, dict[int, list[float]]] = {}
+    write_by: dict[str, dict[int, list[float]]] = {}
+
+    def fastest(by: dict, size: int, kernels: dict, moved: int) -> float:
+        rates = {name: _rate(clock, call, moved) for name, call in kernels.items()}
+        for name, rate in rates.items():
+            by.setdefault(name, {one: [] for one in sizes})[size].append(rate)
+        return max(rates.values())
     fresh: dict[str, dict[int, list[float]]] = {name: {size: [] for size in sizes} for name in allocators}
     loads = []
     for _ in range(tries):
@@ -345,12 +362,19 @@ def measure_curves_here(device: str, sizes: list[int] | None = None, tries: int 
         for size in sizes:
             passes, buffer = max(1, -(-pass_bytes // size)), whole[: size // 4]
             seen_again = buffer.view(1, -1).expand(passes, -1)
-            read[size].append(_rate(clock, lambda: torch.sum(seen_again, dim=1), passes * size))
-            writers = [lambda: [buffer.fill_(1.0) for _ in range(passes)]]
-            if device == "cpu" and size <= CURVE_SMALL_WRITE_BYTES:
+            readers = {"torch": lambda: torch.sum(seen_again, dim=1)}
+            writers = {"torch": lambda: [buffer.fill_(1.0) for _ in range(passes)]}
+            if device == "cpu":
                 array = buffer.numpy()
-                writers.append(lambda: [array.fill(1.0) for _ in range(passes)])
-            write[size].append(max(_rate(clock, writer, passes * size) for writer in writers))
+                readers["numpy"] = lambda: np.broadcast_to(array, (passes, array.size)).sum(axis=1)
+                if size <= CURVE_SMALL_WRITE_BYTES:
+                    writers["numpy"] = lambda: [array.fill(1.0) for _ in range(passes)]
+                if numba_loops is not None:
+                    read_loop, write_loop = numba_loops
+                    readers["numba"] = lambda: read_loop(array, passes)
+                    writers["numba"] = lambda: write_loop(array, passes)
+            read[size].append(fastest(read_by, size, readers, passes * size))
+            write[size].append(fastest(write_by, size, writers, passes * size))
             for name, allocate in allocators.items():
                 fresh[name][size].append(max(_rate(clock, writer, passes * size)
                                              for writer in _fresh_writers(allocate, size, passes)))
@@ -362,8 +386,30 @@ def measure_curves_here(device: str, sizes: list[int] | None = None, tries: int 
 
     return {"sizes_bytes": list(sizes), "read_gbps": medians(read), "write_gbps": medians(write),
             "fresh_write_gbps": {name: medians(found) for name, found in fresh.items()}, "tries": loads,
+            "read_by_kernel_gbps": {name: medians(found) for name, found in read_by.items()},
+            "write_by_kernel_gbps": {name: medians(found) for name, found in write_by.items()},
+            "method": CURVE_METHOD,
             "measured_epoch": started,
             "measured_at": dt.datetime.fromtimestamp(started, dt.timezone.utc).isoformat(timespec="seconds")}
+
+
+def _numba_loops():
+    """numba's read and write loops (``bandwidth_kernels``), compiled now, outside the timed calls;
+    None where numba is not installed (the curves are then torch's and numpy's)."""
+    import numpy as np
+
+    try:
+        from harness.measuring import bandwidth_kernels
+    except ImportError:
+        return None
+    import numba
+
+    chunks = numba.get_num_threads()
+    small = np.ones(1024, dtype=np.float32)
+    bandwidth_kernels.read_passes(small, 1, chunks)
+    bandwidth_kernels.write_passes(small, 1, chunks)
+    return (lambda array, passes: bandwidth_kernels.read_passes(array, passes, chunks),
+            lambda array, passes: bandwidth_kernels.write_passes(array, passes, chunks))
 
 
 def _fresh_writers(allocate, size: int, passes: int) -> list:
@@ -553,7 +599,8 @@ def _curves_path():
 
 
 def _usable_curve(curve, now: float, max_age_s: float) -> bool:
-    """A stored curve that can be reused: quiet, complete, young enough."""
+    """A stored curve that can be reused: quiet, complete, young enough, measured the way curves are
+    now (``CURVE_METHOD``)."""
     if not isinstance(curve, dict) or curve.get("busy"):
         return False
     try:
@@ -562,7 +609,7 @@ def _usable_curve(curve, now: float, max_age_s: float) -> bool:
                    *(len(found) for found in curve.get("fresh_write_gbps", {}).values())}
     except (KeyError, TypeError, ValueError):
         return False
-    return (isinstance(sizes, list) and bool(sizes) and lengths == {len(sizes)}
+    return (isinstance(sizes, list) and bool(sizes) and lengths == {len(sizes)} and curve.get("method") == CURVE_METHOD
             and isinstance(curve.get("measured_at"), str) and 0 <= now - epoch <= max_age_s)
 
 

@@ -40,7 +40,8 @@ import numpy as np
 
 from harness.base.plugins import project_path
 from harness.measuring import memory, timing, work_counts
-from impls.backends import applied_layout, backend_of, float_dtypes, get_backend, to_numpy, torch_device
+from impls.backends import (applied_layout, backend_of, float_dtypes, get_backend, layout_reorders, to_numpy,
+                            torch_device)
 from impls import training, tuning
 from impls.common import DTYPE_DIFFERENCE, Verdict, on_device, round_to_dtype
 from impls.registry import NotApplicable, Strategy, get_operator
@@ -58,6 +59,7 @@ from impls.status import (
 
 MODES = ("random", "adversarial")  # the input generator's modes (not the training modes, training.MODES)
 FORWARD = training.FORWARD
+BACKWARD = training.BACKWARD
 # Phases of checking one case, as the sweep's progress display and phase_s name them.
 PHASE_CHECK, PHASE_PREPARE = "check", "prepare/compile"
 # What a strategy may raise that is a finding about it, not a crash of the suite:
@@ -383,7 +385,9 @@ def prepare_case(strat: Strategy, ref: Reference, params: dict, dtype: str, devi
     mode, the incoming gradient too, in the same layout (an input like the
     others: a backward must leave it alone), and the strategy's call in that
     mode (``training.prepare``: NotApplicable, so ``skipped``, for a strategy
-    with no backward). Raises what the strategy raises."""
+    with no backward). A case layout the strategy does not take natively
+    (``Strategy.handed_layout``) is handed to it contiguous, and its call starts by copying the
+    case's arrays into what it was handed (``converting``). Raises what the strategy raises."""
     op = get_operator(strat.op)
     backend = get_backend(strat.backend)
     reason = training.applies(strat, ref.training, params)  # a window it was not written for; no backward
@@ -395,16 +399,61 @@ def prepare_case(strat: Strategy, ref: Reference, params: dict, dtype: str, devi
     if ref.training != FORWARD:
         native_grad = training.gradient_to_backend(op, ref.grad, strat.backend, device, dtype, layout)
         watched[op.gradient.name] = native_grad
+    handed = strat.handed_layout(layout)
+    given, given_grad, conversions = inputs, native_grad, []
+    if handed != layout:
+        given, given_grad, conversions = _handed(op, ref, strat.backend, device, dtype, layout, handed, inputs,
+                                                 native_grad)
+        # What it was handed is watched too: each call's copy into it would hide a write into it.
+        copies = {key: value for key, value in given.items() if value is not inputs[key]}
+        if given_grad is not native_grad:
+            copies[op.gradient.name] = given_grad
+        watched.update({f"{key} as handed ({handed})": value for key, value in copies.items()})
     backend.synchronize(device)
     before = snapshots(watched, on_device=ref.judged_on is not None) if watch_inputs else {}
     start = time.perf_counter()
     if ref.training == FORWARD:
-        run = strat.prepare(inputs, params)
+        run = strat.prepare(given, params)
     else:
-        run = training.prepare(strat, inputs, native_grad, params, ref.training, layout, device)
+        run = training.prepare(strat, given, given_grad, params, ref.training, handed, device)
+    if conversions:
+        run = converting(run, conversions, backend.copy_into)
     backend.synchronize(device)
     # A copy of the mapping: a strategy rebinding a key must not change what is compared.
     return Prepared(run, time.perf_counter() - start, watched, before)
+
+
+def _handed(op, ref: Reference, backend: str, device: str, dtype: str, layout: str, handed: str, inputs: dict,
+            grad: Any) -> tuple[dict, Any, list[tuple[Any, Any]]]:
+    """What a strategy taking ``handed`` natively is given in a case held in ``layout``: a copy in
+    ``handed`` of each array the case's layout reorders (the others as they are), and the
+    conversions its timed call starts with, (what it was handed, the case's array) for each array
+    that call reads: the reordered inputs forward, the incoming gradient in the training modes (in
+    backward, the forward's inputs were read once, to make what the backward replays)."""
+    relaid = training.inputs_to_backend(op, ref.inputs, backend, device, dtype, handed)
+    reordered = [key for key in op.layout_keys if key in inputs and layout_reorders(tuple(inputs[key].shape), layout)]
+    given = {**inputs, **{key: relaid[key] for key in reordered}}
+    conversions = [] if ref.training == BACKWARD else [(given[key], inputs[key]) for key in reordered]
+    given_grad = grad
+    if grad is not None and layout_reorders(tuple(grad.shape), layout):
+        given_grad = training.gradient_to_backend(op, ref.grad, backend, device, dtype, handed)
+        conversions.append((given_grad, grad))
+    return given, given_grad, conversions
+
+
+def converting(run: Callable[[], Any], conversions: list[tuple[Any, Any]],
+               copy_into: Callable[[Any, Any], None]) -> Callable[[], Any]:
+    """``run``, each call starting with the conversion from the case's layout to the one the strategy
+    takes (``copy_into`` each case array into what it was handed): what a user holding the tensors
+    in the case's layout pays before calling it, timed with the call. Into buffers made once, as a
+    layer that keeps its converted activations would; a fresh ``.contiguous()`` would also allocate."""
+
+    def call():
+        for destination, source in conversions:
+            copy_into(destination, source)
+        return run()
+
+    return call
 
 
 def judge(strat: Strategy, output: Any, ref: Reference, dtype: str, device: str = "cpu",

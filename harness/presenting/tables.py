@@ -46,6 +46,7 @@ from harness.judging.analysis import (
 )
 from harness.results import floors, stats
 from impls import training
+from impls.backends import CASE_LAYOUTS
 from impls.registry import OPERATORS, speedup_note
 from impls.status import (
     CORRECT,
@@ -166,15 +167,21 @@ def progress_bar(disable: bool = False, console: Console | None = None) -> Progr
 def strategies_table(strategies, width: int | None = None) -> Table:
     columns = [Column("op", 1), Column("strategy", 0), Column("backend", 3), Column("devices", 2),
                Column("dtypes", 5), Column("returns", 4), Column("ties", 7), Column("requires", 8),
-               Column("role", 6), Column("backward", 10, flexible=True), Column("source", 9, flexible=True)]
+               Column("layouts", 8), Column("role", 6), Column("backward", 10, flexible=True), Column("source", 9, flexible=True)]
     rows = []
     for s in strategies:
         role = ", ".join(name for name, flag in (("baseline", s.baseline), ("built-in", s.builtin),
                                                  ("reference", OPERATORS[s.op].reference == s.name)) if flag)
         rows.append([s.op, escape(s.name), s.backend, ",".join(s.devices), ",".join(s.dtypes),
-                     s.returns, s.ties, ",".join(s.requires) or "–", role, escape(training.describe(s)),
+                     s.returns, s.ties, ",".join(s.requires) or "–", _native_layouts(s), role, escape(training.describe(s)),
                      escape(s.source)])
     return fitted_table("strategies", columns, rows, _width(width))
+
+
+def _native_layouts(strat) -> str:
+    """The case layouts a strategy takes as they are (``Strategy.native_layouts``): "any", or the
+    ones it declares (any other is converted inside its timed call)."""
+    return "any" if set(CASE_LAYOUTS) <= set(strat.native_layouts) else ",".join(strat.native_layouts)
 
 
 def _iqr_text(row) -> str:

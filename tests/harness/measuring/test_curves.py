@@ -32,6 +32,43 @@ def test_curves_are_measured_through_torch_tensors_at_every_size_for_every_alloc
     assert isinstance(curve["measured_at"], str) and curve["measured_epoch"] <= time.time()
 
 
+def test_each_cpu_rate_is_the_fastest_of_torch_numpy_and_a_numba_loop(monkeypatch):
+    """An upper bound, not one library's speed: every kernel's medians are kept beside, and the
+    curve's rate at each size is at least each one's."""
+    monkeypatch.setattr(ceilings, "_load_now", lambda: 0.25)
+    curve = ceilings.measure_curves_here("cpu", **SMALL)
+    assert set(curve["read_by_kernel_gbps"]) == {"torch", "numpy", "numba"}
+    assert set(curve["write_by_kernel_gbps"]) == {"torch", "numpy", "numba"}
+    assert curve["method"] == ceilings.CURVE_METHOD
+    for kind in ("read", "write"):
+        for name, rates in curve[f"{kind}_by_kernel_gbps"].items():
+            if name == "numpy" and kind == "write":  # numpy's fill only up to CURVE_SMALL_WRITE_BYTES
+                rates = [rate for rate, size in zip(rates, curve["sizes_bytes"])
+                         if size <= ceilings.CURVE_SMALL_WRITE_BYTES]
+            assert all(best >= rate for best, rate in zip(curve[f"{kind}_gbps"], rates)), (kind, name)
+
+
+def test_the_numba_loops_move_every_byte_of_every_pass():
+    """No pass can be hoisted or dropped: the read sums every pass into one accumulator, and each
+    write pass stores its own number."""
+    import numpy as np
+
+    from harness.measuring import bandwidth_kernels
+
+    buffer = np.arange(1, 4097, dtype=np.float32) % 7
+    assert bandwidth_kernels.read_passes(buffer, 5, 2) == pytest.approx(5 * float(buffer.sum()), rel=1e-5)
+    bandwidth_kernels.write_passes(buffer, 3, 2)
+    assert (buffer == 2.0).all()
+
+
+def test_a_curve_measured_another_way_is_measured_again(monkeypatch):
+    fake_child(monkeypatch)
+    ceilings.measure(["cpu"], PINNED)
+    assert ceilings.reuse_curves(["cpu"], PINNED)[0]
+    monkeypatch.setattr(ceilings, "CURVE_METHOD", ceilings.CURVE_METHOD + 1)
+    assert ceilings.reuse_curves(["cpu"], PINNED) == ({}, {})
+
+
 def test_the_sizes_reach_well_past_the_last_level_cache_within_their_bounds():
     sizes = ceilings.curve_sizes(32 << 20)  # the VM's 32 MiB L3
     assert len(sizes) == ceilings.CURVE_POINTS == 3  # the test session's (tests/conftest.py)
@@ -86,7 +123,7 @@ def quiet_curve(epoch=None):
     epoch = time.time() if epoch is None else epoch
     return {"sizes_bytes": [4096, 1 << 20], "read_gbps": [90.0, 20.0], "write_gbps": [40.0, 15.0],
             "fresh_write_gbps": {"numpy": [8.0, 5.0]}, "tries": [{"load": 0.3}] * 3,
-            "measured_at": "2030-01-02T03:04:05+00:00", "measured_epoch": epoch}
+            "measured_at": "2030-01-02T03:04:05+00:00", "measured_epoch": epoch, "method": ceilings.CURVE_METHOD}
 
 
 def fake_child(monkeypatch):

@@ -48,13 +48,24 @@ def test_each_layout_is_its_own_case_and_contiguous_ids_stay_as_they_were():
     ({"op": "dispersion_pinv", "params": {"B": 1, "C": 4, "H": 8, "W": 8, "S": 2}, "layouts": LAYOUTS},
      r"benchmarks\[0\]\.layouts\[1\]: channels_last: it leaves every input of dispersion_pinv at these params in "
      r"the same memory order \(drop it\)"),
-    # what is not checked in a layout is not timed in it
-    ({"op": "maxunpool", "params": {"form": "2d", "N": 1, "C": 2, "H": 4, "W": 4, "k": 2}, "layouts": LAYOUTS},
-     r"benchmarks\[0\]\.layouts\[1\]: channels_last: maxunpool is not checked in channels_last"),
+    # the 1-D unpool's rows are 3-D: channels-last is the 2-D form's
+    ({"op": "maxunpool", "params": {"form": "1d", "B": 2, "F": 3, "L": 4, "f": 2}, "layouts": LAYOUTS},
+     r"benchmarks\[0\]\.layouts\[1\]: channels_last: it leaves every input of maxunpool at these params in "
+     r"the same memory order \(drop it\)"),
 ])
 def test_a_layout_that_cannot_be_timed_is_one_line_naming_the_key(bench, message):
     with pytest.raises(ConfigError, match=message):
         parse_config({"benchmarks": [bench]}, "layouts.yaml")
+
+
+def test_what_is_not_checked_in_a_layout_is_not_timed_in_it(monkeypatch):
+    monkeypatch.setattr(get_operator("maxunpool"), "check_layouts", ("contiguous", "noncontiguous"))
+    bench = {"op": "maxunpool", "params": {"form": "2d", "N": 1, "C": 2, "H": 4, "W": 4, "k": 2}, "layouts": LAYOUTS}
+    with pytest.raises(ConfigError, match=r"benchmarks\[0\]\.layouts\[1\]: channels_last: maxunpool is not checked "
+                                          r"in channels_last, so it is not timed in it"):
+        parse_config({"benchmarks": [bench]}, "layouts.yaml")
+    monkeypatch.undo()
+    assert parse_config({"benchmarks": [bench]}).benchmarks[0].layouts == LAYOUTS  # the 2-D unpool is
 
 
 def test_a_point_where_the_layout_changes_nothing_is_timed_contiguous_only():
