@@ -10,8 +10,10 @@ size) in forward and backward with the candidate fastest CPU strategies,
 through ``scatterbench run`` in a child process, and prints, per operator and
 mode, the fastest correct strategy's median, % of copy ceiling, % of fresh
 floor and % of its floor by size (the cache-aware roofline,
-harness/results/floors.py: flagged, never a number, past 110 %), with the
-load the run saw. Given result directories instead, it reads
+harness/results/floors.py: flagged, never a number, past 110 %), its factor
+over the fastest built-in of its layout, with the thread setting and the
+load the run saw; then, where the runs measured their bandwidth curves
+apart, how far those curves stray from each other (±10 % is agreement). Given result directories instead, it reads
 them (any run: the default sweep's, the models sweep's).
 
 Not a timed test: the numbers depend on the machine and its load, printed with
@@ -31,9 +33,11 @@ sys.path.insert(0, str(ROOT))
 
 from harness.base import plugins  # noqa: E402
 from harness.base.cases import mode_and_layout, with_case_columns  # noqa: E402
-from harness.base.format import fmt_pct, fmt_time, params_label  # noqa: E402
+from harness.base.format import fmt_pct, fmt_ratio, fmt_time, params_label  # noqa: E402
 from harness.judging import analysis  # noqa: E402
+from harness.presenting.report.sections import curves_agreement_table  # noqa: E402
 from harness.results import floors, store  # noqa: E402
+from impls.backends import threads_text  # noqa: E402
 
 # The large shapes of configs/default.yaml and the CASSI training size of
 # configs/models.yaml, with the strategies that lead them on the CPU.
@@ -75,21 +79,31 @@ def measure(out: Path, budget: float) -> Path:
 
 def table(run_dirs) -> str:
     plugins.load_plugins()  # a plugin's rows: their bytes written come from its operator
-    lines = ["| run | operator | size | mode | fastest | median | % of ceiling | % of fresh floor | % of floor by size "
-             "| load |", "|---|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| run | threads | operator | size | mode | fastest | median | % of ceiling | % of fresh floor "
+             "| % of floor by size | × fastest built-in (which) | load |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    metas = []
     for directory in run_dirs:
         meta, rows, _ = store.read_run(Path(directory))
+        metas.append(meta)
+        threads = threads_text(meta.get("threads"))
         rows = with_case_columns(rows[rows["device"] == "cpu"])
         for (op, params, mode, layout), case in rows.groupby(["op", "params", "mode", "layout"], sort=False):
             found = analysis.answer(case)  # within one layout: each is its own answer (docs/SPEC.md §2)
             if found is None:
                 continue
             best = found.best
-            lines.append(f"| {meta.get('run_id', directory)} | {op} | {params_label(params)} | "
+            builtin = (f"{fmt_ratio(found.over_builtin)} ({found.builtin})" if found.builtin and
+                       found.builtin != best["strategy"] else "is one" if found.builtin else "–")
+            lines.append(f"| {meta.get('run_id', directory)} | {threads} | {op} | {params_label(params)} | "
                          f"{mode_and_layout({'mode': mode, 'layout': layout})} | "
                          f"{best['strategy']}{' (tie)' if found.tie else ''} | {fmt_time(best['median_s'])} | "
                          f"{fmt_pct(best['pct_of_ceiling'])} | {floors.floor_cell(best.get('pct_of_fresh_floor'))} | "
-                         f"{floors.floor_cell(best.get('pct_of_floor'))} | {best['load_avg']:.2g} |")
+                         f"{floors.floor_cell(best.get('pct_of_floor'))} | {builtin} | {best['load_avg']:.2g} |")
+    header, agreement = curves_agreement_table(metas)
+    if agreement:  # the curves these floors rest on, where the runs measured them apart
+        lines += ["", "| " + " | ".join(header) + " |", "|" + "---|" * len(header),
+                  *("| " + " | ".join(row) + " |" for row in agreement)]
     return "\n".join(lines)
 
 

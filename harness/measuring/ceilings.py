@@ -61,7 +61,7 @@ from typing import Callable
 
 from harness.base import caches
 from harness.measuring import facts, pinning, timing
-from harness.results.floors import CURVES
+from harness.results.floors import CURVE_METHOD, CURVES
 from impls.backends import fresh_allocators, torch_device
 
 TRIES = 3  # tries per device; the median is kept
@@ -85,9 +85,6 @@ CURVE_PASS_BYTES = 8 << 20
 CURVE_SMALL_WRITE_BYTES = 1 << 20
 CURVES_REUSE_MAX_AGE_S = 86400.0  # a machine's caches and memory do not change within a day
 CURVES_FILE = "bandwidth_curves.json"
-# How the curves are measured; a stored curve of another method is measured again, not reused.
-# 2: on the CPU each rate is the fastest of torch's, numpy's and a numba loop's (bandwidth_kernels).
-CURVE_METHOD = 2
 
 
 @dataclass

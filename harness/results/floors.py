@@ -37,6 +37,13 @@ OVER_FLOOR_TEXT = "over the floor: bytes formula or curve wrong"
 OVER_FLOOR_MARK = "⚠"  # a table cell too narrow for the wording: the mark, and the wording under the table
 REUSED = "reused"  # the write curve of a buffer already touched
 CURVES = "bandwidth_curves"  # the meta.json field holding them
+# How the curves are measured (harness/measuring/ceilings.py); a stored curve of another method is
+# measured again, not reused. 2: on the CPU each rate is the fastest of torch's, numpy's and a numba
+# loop's (harness/measuring/bandwidth_kernels.py).
+CURVE_METHOD = 2
+# Curves of one machine class measured apart agree when each point is within this many % of
+# their median (docs/SPEC.md §3): a floor that moves more between runs moves every row's % of floor.
+CURVES_AGREE_PCT = 10.0
 
 # The columns a row's floor by size fills (store.COLUMN_SPECS, schema 8).
 EMPTY = {"bytes_written": math.nan, "read_gbps_used": math.nan, "write_gbps_used": math.nan,
@@ -232,3 +239,33 @@ def curves_cell(meta: dict) -> str:
         else:
             cells.append(f"{device} measured {curve.get('measured_at', '?')}")
     return ", ".join(cells) or "–"
+
+
+def own_curve(meta: dict, device: str = "cpu") -> dict | None:
+    """The curve of ``device`` a run measured itself, quiet, by this method (``CURVE_METHOD``);
+    None where it reused one, measured it busy, or measured it another way."""
+    curve = usable_curve(meta.get(CURVES) if isinstance(meta.get(CURVES), dict) else None, device)
+    reused = meta.get(f"{CURVES}_reused") if isinstance(meta.get(f"{CURVES}_reused"), dict) else {}
+    if curve is None or device in reused or curve.get("method") != CURVE_METHOD:
+        return None
+    return curve
+
+
+def curves_deviation(curves: list[dict]) -> dict[str, tuple[float, float]]:
+    """How far curves measured apart stray from their median, per kind ("read", "write"): (the
+    largest deviation in %, the size it is at), each curve read at the first one's sizes."""
+    sizes = curves[0]["sizes_bytes"]
+    found = {}
+    for kind in ("read", "write"):
+        worst = (0.0, float(sizes[0]))
+        for size in sizes:
+            rates = np.array([rate_at(curve["sizes_bytes"], curve.get(f"{kind}_gbps") or [], size) for curve in curves])
+            rates = rates[np.isfinite(rates)]
+            if len(rates) < 2:
+                continue
+            deviation = float(100 * np.max(np.abs(rates / np.median(rates) - 1)))
+            if deviation > worst[0]:
+                worst = (deviation, float(size))
+        found[kind] = worst
+    return found
+

@@ -29,6 +29,7 @@ from harness.presenting.report.sections import (
     commits_sentence,
     conclusion,
     defects_section,
+    curves_agreement_table,
     environment_table,
     hardware_table,
     machines_sentence,
@@ -42,7 +43,7 @@ from harness.presenting.report.sections import (
     training_sentence,
     what_ran_where,
 )
-from harness.results import store
+from harness.results import floors, store
 from impls.training import FORWARD_BACKWARD
 
 DOC = """The comparison report: ``python report.py RESULT_DIR [RESULT_DIR ...] [-o OUT]``."""
@@ -369,6 +370,14 @@ def runs_list_section(doc: Doc, rows, metas: list[dict], left_out: list[dict]) -
              f"another strategy in the other run. A tie in either run is no claim, so it contradicts nothing.")
     doc.table(*summary.agreement_table(rows[rows["fit"]], metas, fit_extra))
     doc.table(["left out", "reason"], [[run["run_id"], run["reason"]] for run in left_out])
+    header, agreement = curves_agreement_table([*metas, *(meta for meta, _ in fit_extra)])
+    if agreement:
+        doc.para(f"The bandwidth curves the floors by size rest on, where runs measured them apart on one machine "
+                 f"and thread setting (a run that reused the cached curve is not a second measurement): how far "
+                 f"each run's read and write rates stray from their median at any size. Past "
+                 f"±{floors.CURVES_AGREE_PCT:.0f} %, a floor moves between runs by that much, and every % of "
+                 f"floor with it.")
+        doc.table(header, agreement)
 
 
 def page_links(ops: list[str], main: str, sub_page: bool) -> list[tuple[str, str]]:

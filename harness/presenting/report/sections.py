@@ -429,6 +429,40 @@ def hardware_table(metas: list[dict]) -> tuple[list[str], list[list[str]]]:
     return header, [[key[0], ", ".join(runs), *key[1:]] for key, runs in machines.items()]
 
 
+def _size_label(nbytes: float) -> str:
+    for unit, scale in (("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if nbytes >= scale:
+            return f"{nbytes / scale:.3g} {unit}"
+    return f"{nbytes:.0f} B"
+
+
+def curves_agreement_table(metas: list[dict]) -> tuple[list[str], list[list[str]]]:
+    """Per machine, thread setting and device: the runs that measured their own bandwidth curves
+    (``floors.own_curve``: not reused, quiet, this method), how far their read and write curves
+    stray from their median at worst, and whether every point is within ``CURVES_AGREE_PCT``."""
+    groups: dict[tuple[str, str, str], list[tuple[str, dict]]] = {}
+    for meta in metas:
+        record = runmeta.record(meta)
+        for device in sorted(meta.get(floors.CURVES) or {}):
+            curve = floors.own_curve(meta, device)
+            if curve is not None:
+                key = (runmeta.machine_label(record), threads_text(meta.get("threads")), device)
+                groups.setdefault(key, []).append((str(record.run_id or "?")[-4:], curve))
+    header = ["machine", "threads", "device", "runs that measured their curves", "read: largest deviation",
+              "write: largest deviation", f"every point within ±{floors.CURVES_AGREE_PCT:.0f} %"]
+    table = []
+    for (machine, threads, device), measured in sorted(groups.items()):
+        runs = ", ".join(run for run, _ in measured)
+        if len(measured) < 2:
+            table.append([machine, threads, device, runs, "–", "–", "one measurement: nothing to compare yet"])
+            continue
+        found = floors.curves_deviation([curve for _, curve in measured])
+        cells = [f"±{pct:.1f} % at {_size_label(size)}" for pct, size in (found["read"], found["write"])]
+        agree = all(pct <= floors.CURVES_AGREE_PCT for pct, _ in found.values())
+        table.append([machine, threads, device, runs, *cells, "yes" if agree else "no"])
+    return header, table
+
+
 DTYPE_ORDER = tuple(record.name for record in sorted(DTYPE_RECORDS, key=lambda record: record.shown))
 
 

@@ -161,3 +161,21 @@ def test_a_resumed_runs_two_ceilings_are_both_named_in_its_sections_intro():
                             "(run gpu).")
     one = report_sections.section_intro(section.assign(ceiling_gbps=4136.9), [{"directory": "g", "run_id": "gpu"}])
     assert one.startswith("cuda: H200, float32: copy ceiling 4,137 GB/s (run gpu).")
+
+
+def test_the_report_says_whether_curves_measured_apart_agree_within_ten_percent():
+    """Issue 50: a machine's curves are stable, and the report says so: per machine and thread
+    setting, the runs that measured their own curves and how far they stray from their median."""
+    from harness.presenting.report.sections import curves_agreement_table
+    from tests.harness.results.test_floors import CURVE, measured_meta
+
+    read, write = CURVE["read_gbps"], CURVE["write_gbps"]
+    apart = [measured_meta("run-aaaa", read, write), measured_meta("run-bbbb", [1.05 * r for r in read], write),
+             measured_meta("run-cccc", read, write, reused=True)]  # reused: not a measurement
+    header, table = curves_agreement_table(apart)
+    assert len(table) == 1 and table[0][3] == "aaaa, bbbb" and table[0][-1] == "yes"
+    assert table[0][4].startswith("±2.") and header[-1] == "every point within ±10 %"
+    strayed = [measured_meta("run-aaaa", read, write), measured_meta("run-bbbb", [1.3 * r for r in read], write)]
+    assert curves_agreement_table(strayed)[1][0][-1] == "no"
+    alone = curves_agreement_table(apart[:1])[1]
+    assert alone[0][-1] == "one measurement: nothing to compare yet"

@@ -123,3 +123,30 @@ def test_the_reports_run_table_says_which_curves_a_run_used():
     del meta[f"{floors.CURVES}_reused"]
     assert floors.curves_cell(meta).startswith("cpu measured 2030-01-02T03:04:05+00:00")
     assert floors.curves_cell({}) == "–"
+
+
+def measured_meta(run_id, read, write, *, reused=False, method=floors.CURVE_METHOD, busy=None, threads=None):
+    curve = {**CURVE, "read_gbps": read, "write_gbps": write, "method": method, "busy": busy}
+    return {"run_id": run_id, "threads": threads or {"numba": 1, "numpy": 1, "torch": 1},
+            floors.CURVES: {"cpu": curve},
+            f"{floors.CURVES}_reused": {"cpu": "2026-12-05T00:00:00+00:00"} if reused else {}}
+
+
+def test_only_a_curve_a_run_measured_itself_quietly_by_this_method_counts_as_a_measurement():
+    read, write = CURVE["read_gbps"], CURVE["write_gbps"]
+    assert floors.own_curve(measured_meta("a", read, write)) is not None
+    assert floors.own_curve(measured_meta("a", read, write, reused=True)) is None  # a second look at one measurement
+    assert floors.own_curve(measured_meta("a", read, write, method=1)) is None  # torch's rates alone: not comparable
+    assert floors.own_curve(measured_meta("a", read, write, busy="load 3 on 2 cores")) is None
+    assert floors.own_curve(measured_meta("a", read, write), "cuda") is None
+
+
+def test_curves_measured_apart_are_compared_point_by_point_with_their_median():
+    read, write = CURVE["read_gbps"], CURVE["write_gbps"]
+    # a third run whose in-cache reads ran 30 % faster at 64 KiB, its writes 5 % slower everywhere
+    faster = [100.0, 130.0, 100.0, 10.0, 10.0]
+    curves = [floors.own_curve(measured_meta(run, *rates)) for run, rates in
+              (("a", (read, write)), ("b", (read, write)), ("c", (faster, [0.95 * rate for rate in write])))]
+    found = floors.curves_deviation(curves)
+    assert found["read"] == (pytest.approx(30.0), 64 * KIB)
+    assert found["write"][0] == pytest.approx(5.0)
