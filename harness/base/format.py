@@ -20,6 +20,15 @@ def fmt_time(seconds: float | None) -> str:
     return f"{seconds / 1e-9:.3g} ns"
 
 
+def fmt_bytes(nbytes: float) -> str:
+    """A size in binary units to three significant figures ("4 KiB", "19.3 MiB"): a bandwidth
+    curve's sizes, in the run's line and the report's curves table."""
+    for unit, shift in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
+        if nbytes >= 1 << shift:
+            return f"{nbytes / (1 << shift):.3g} {unit}"
+    return f"{nbytes:.3g} B"
+
+
 def fmt_num(value: float | None, digits: int = 3, suffix: str = "") -> str:
     """``digits`` significant figures; a number too large for them is
     rounded to them and written whole with thousands separators ("1,420",

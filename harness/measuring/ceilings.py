@@ -60,6 +60,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from harness.base import caches
+from harness.base.format import fmt_bytes
 from harness.measuring import facts, pinning, timing
 from harness.results.floors import CURVE_METHOD, CURVES
 from impls.backends import fresh_allocators, torch_device
@@ -135,7 +136,7 @@ def curve_lines(curves: dict, reused: dict) -> list[str]:
     said = []
     for device, curve in sorted(curves.items()):
         sizes = curve.get("sizes_bytes") or [0]
-        span = f"{len(sizes)} sizes, {_size_text(min(sizes))} to {_size_text(max(sizes))}"
+        span = f"{len(sizes)} sizes, {fmt_bytes(min(sizes))} to {fmt_bytes(max(sizes))}"
         if curve.get("busy"):
             said.append(f"{device} bandwidth curves measured busy ({curve['busy']}): not used, so no floor by size "
                         f"for {device}")
@@ -146,13 +147,6 @@ def curve_lines(curves: dict, reused: dict) -> list[str]:
         else:
             said.append(f"{device} bandwidth curves ({span}) measured now, at load {_loads_text(curve)}")
     return said
-
-
-def _size_text(nbytes: float) -> str:
-    for unit, shift in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
-        if nbytes >= 1 << shift:
-            return f"{nbytes / (1 << shift):g} {unit}"
-    return f"{nbytes:g} B"
 
 
 def _loads_text(curve: dict) -> str:

@@ -222,12 +222,18 @@ def recomputed(row) -> tuple[float, float]:
     return floor, pct_of_floor(floor, _number(row.get("median_s")))
 
 
+def _meta_curves(meta: dict) -> tuple[dict, dict]:
+    """A run's curves (device -> curve) and, of those reused from the cache, when they were
+    measured (device -> date), from its meta.json; {} for either it lacks or holds malformed."""
+    curves, reused = meta.get(CURVES), meta.get(f"{CURVES}_reused")
+    return (curves if isinstance(curves, dict) else {}), (reused if isinstance(reused, dict) else {})
+
+
 def curves_cell(meta: dict) -> str:
     """What a run's floors by size rest on, per device, for the report's run
     table: the curves measured by the run (when), reused from the cache
     (from when), or measured busy and not used; "–" for a run without any."""
-    curves = meta.get(CURVES) if isinstance(meta.get(CURVES), dict) else {}
-    reused = meta.get(f"{CURVES}_reused") if isinstance(meta.get(f"{CURVES}_reused"), dict) else {}
+    curves, reused = _meta_curves(meta)
     cells = []
     for device, curve in sorted(curves.items()):
         if not isinstance(curve, dict):
@@ -244,8 +250,8 @@ def curves_cell(meta: dict) -> str:
 def own_curve(meta: dict, device: str = "cpu") -> dict | None:
     """The curve of ``device`` a run measured itself, quiet, by this method (``CURVE_METHOD``);
     None where it reused one, measured it busy, or measured it another way."""
-    curve = usable_curve(meta.get(CURVES) if isinstance(meta.get(CURVES), dict) else None, device)
-    reused = meta.get(f"{CURVES}_reused") if isinstance(meta.get(f"{CURVES}_reused"), dict) else {}
+    curves, reused = _meta_curves(meta)
+    curve = usable_curve(curves, device)
     if curve is None or device in reused or curve.get("method") != CURVE_METHOD:
         return None
     return curve

@@ -9,8 +9,8 @@ import re
 
 import pandas as pd
 
-from harness.base.format import (fmt_num, fmt_pct, fmt_ratio, fmt_ratio_interval, fmt_time, md_escape, params_label,
-                                 shorten)
+from harness.base.format import (fmt_bytes, fmt_num, fmt_pct, fmt_ratio, fmt_ratio_interval, fmt_time, md_escape,
+                                 params_label, shorten)
 from harness.base.cases import grid_cells, with_case_columns
 from harness.judging import analysis
 from harness.judging.analysis import (
@@ -429,13 +429,6 @@ def hardware_table(metas: list[dict]) -> tuple[list[str], list[list[str]]]:
     return header, [[key[0], ", ".join(runs), *key[1:]] for key, runs in machines.items()]
 
 
-def _size_label(nbytes: float) -> str:
-    for unit, scale in (("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if nbytes >= scale:
-            return f"{nbytes / scale:.3g} {unit}"
-    return f"{nbytes:.0f} B"
-
-
 def curves_agreement_table(metas: list[dict]) -> tuple[list[str], list[list[str]]]:
     """Per machine, thread setting and device: the runs that measured their own bandwidth curves
     (``floors.own_curve``: not reused, quiet, this method), how far their read and write curves
@@ -457,7 +450,7 @@ def curves_agreement_table(metas: list[dict]) -> tuple[list[str], list[list[str]
             table.append([machine, threads, device, runs, "–", "–", "one measurement: nothing to compare yet"])
             continue
         found = floors.curves_deviation([curve for _, curve in measured])
-        cells = [f"±{pct:.1f} % at {_size_label(size)}" for pct, size in (found["read"], found["write"])]
+        cells = [f"±{pct:.1f} % at {fmt_bytes(size)}" for pct, size in (found["read"], found["write"])]
         agree = all(pct <= floors.CURVES_AGREE_PCT for pct, _ in found.values())
         table.append([machine, threads, device, runs, *cells, "yes" if agree else "no"])
     return header, table
