@@ -152,6 +152,79 @@ def maxunpool(values, positions, out):
     return bad
 
 
+@numba.njit(**_JIT)
+def maxunpool_nhwc(values, positions, k, W, out):
+    """The 2-D unpool in channels-last: ``values`` and ``positions`` (N, Ho, Wo, C),
+    ``out`` (N, H*W*C), contiguous: in a plane held so, position ``pos`` of
+    channel c is element ``pos*C + c``, with no division. One task per (n,
+    pooled row ho): zero output rows [k*ho, k*ho + k) (the last band takes the
+    rows past k*Ho) while they sit in cache, then write the values whose
+    position falls in that band; a position outside its band (the scattered
+    positions SPEC §1.2 allows) is written by a second pass, once every band is
+    zero. Returns how many positions were outside [0, H*W) (skipped, never
+    written)."""
+    N, Ho, Wo, C = values.shape
+    P = out.shape[1] // C
+    away = 0
+    for task in prange(N * Ho):
+        n, ho = task // Ho, task % Ho
+        first = ho * k * W  # the band's positions: [first, last)
+        last = P if ho == Ho - 1 else first + k * W
+        band = out[n, first * C:last * C]
+        for e in range(band.shape[0]):
+            band[e] = 0
+        plane = out[n]
+        for wo in range(Wo):
+            source, where = values[n, ho, wo], positions[n, ho, wo]
+            for c in range(C):
+                pos = where[c]
+                if first <= pos < last:
+                    plane[pos * C + c] = source[c]
+                else:
+                    away += 1
+    if away == 0:
+        return 0
+    bad = 0
+    for n in prange(N):
+        plane = out[n]
+        for ho in range(Ho):
+            first = ho * k * W
+            last = P if ho == Ho - 1 else first + k * W
+            for wo in range(Wo):
+                source, where = values[n, ho, wo], positions[n, ho, wo]
+                for c in range(C):
+                    pos = where[c]
+                    if 0 <= pos < P:
+                        if not first <= pos < last:
+                            plane[pos * C + c] = source[c]
+                    else:
+                        bad += 1
+    return bad
+
+
+@numba.njit(**_JIT)
+def maxunpool_nhwc_backward(grad_out, positions, grad_values):
+    """The gather of ``maxunpool_nhwc`` in channels-last: ``grad_values[n, ho, wo, c] =
+    grad_out[n, pos*C + c]``, parallel over (n, ho). A position outside [0, P)
+    is counted (its gradient left NaN), never read."""
+    N, Ho, Wo, C = positions.shape
+    P = grad_out.shape[1] // C
+    bad = 0
+    for task in prange(N * Ho):
+        n, ho = task // Ho, task % Ho
+        plane = grad_out[n]
+        for wo in range(Wo):
+            where, target = positions[n, ho, wo], grad_values[n, ho, wo]
+            for c in range(C):
+                pos = where[c]
+                if 0 <= pos < P:
+                    target[c] = plane[pos * C + c]
+                else:
+                    target[c] = np.nan
+                    bad += 1
+    return bad
+
+
 @numba.njit(inline="always")
 def _spread_row(narrow, b, h, mask_row, S, W, wide_row, divide):
     """One (b, h) row of the dispersion's sum (the forward, and the

@@ -269,14 +269,28 @@ def take_along_axis_backward(inputs, params):
 
 
 def numba_gather_backward(inputs, params):
-    """The numba backward (``kernels_numba.maxunpool_backward``): a
-    row-parallel gather, grad_values written once."""
+    """The numba backward: a row-parallel gather, grad_values written once
+    (``kernels_numba.maxunpool_backward``; in channels-last, where the
+    positions are held so, ``maxunpool_nhwc_backward`` on them as they are)."""
     from impls import kernels_numba
 
+    shape = inputs["values"].shape
+    if _channels_last(inputs):
+        positions = _pixels(inputs["positions"])
+        N = shape[0]
+
+        def backward(saved, grad_out):
+            grad_values = np.empty(positions.shape, dtype=grad_out.dtype)
+            # A gradient held otherwise is converted here, in the timed call.
+            bad = kernels_numba.maxunpool_nhwc_backward(_pixels(grad_out).reshape(N, -1), positions, grad_values)
+            if bad:
+                raise ValueError(f"positions: {bad} outside [0, {params['H'] * params['W']})")
+            return grad_values.transpose(0, 3, 1, 2)
+
+        return backward
     values, positions, P, _ = _rows(inputs, params)
     rows = values.shape[0] * values.shape[1]
     flat_positions = positions.reshape(rows, -1)
-    shape = inputs["values"].shape
 
     def backward(saved, grad_out):
         grad_values = np.empty(flat_positions.shape, dtype=grad_out.dtype)
@@ -686,13 +700,29 @@ def torch_compile_scatter(inputs, params):
     return compiled(scatter_fn, values, positions, P, out_shape)
 
 
-@strategy("maxunpool", backend="numba", backward=numba_gather_backward, native_layouts=ROWS_CONTIGUOUS)
+@strategy("maxunpool", backend="numba", backward=numba_gather_backward)
 def numba_fused(inputs, params):
     """Added: a parallel numba kernel per output row — zero the row while it
     sits in cache, scatter the row's values into it: the output is written
-    to memory once. Positions outside [0, P) are counted, never written."""
+    to memory once. Positions outside [0, P) are counted, never written.
+    A 2-D case held channels-last is unpooled as it is held
+    (``kernels_numba.maxunpool_nhwc``: a band of output rows per pooled row,
+    all C channels of a pixel side by side) into a channels-last output."""
     from impls import kernels_numba
 
+    if _channels_last(inputs):
+        values, positions = _pixels(inputs["values"]), _pixels(inputs["positions"])
+        N, C, H, W = shapes(params)[1]
+
+        def run():
+            out = np.empty((N, H * W * C), dtype=values.dtype)
+            bad = kernels_numba.maxunpool_nhwc(values, positions, params["k"], W, out)
+            if bad:
+                raise ValueError(f"positions: {bad} outside [0, {H * W})")
+            return out.reshape(N, H, W, C).transpose(0, 3, 1, 2)
+
+        run()  # JIT compile outside the timed region
+        return run
     values, positions, P, out_shape = _rows(inputs, params)
     rows = values.shape[0] * values.shape[1]
     flat_values, flat_positions = values.reshape(rows, -1), positions.reshape(rows, -1)
@@ -706,6 +736,21 @@ def numba_fused(inputs, params):
 
     run()  # JIT compile outside the timed region
     return run
+
+
+def _held_channels_last(array) -> bool:
+    """A 4-D numpy array whose memory is (N, H, W, C), dense: channels-last."""
+    return array.ndim == 4 and not array.flags.c_contiguous and array.transpose(0, 2, 3, 1).flags.c_contiguous
+
+
+def _channels_last(inputs) -> bool:
+    """Both 2-D operands held channels-last (a case in that layout, as handed)."""
+    return _held_channels_last(inputs["values"]) and _held_channels_last(inputs["positions"])
+
+
+def _pixels(array):
+    """(N, C, h, w) as (N, h, w, C): a view of a channels-last array; any other is copied."""
+    return np.ascontiguousarray(array.transpose(0, 2, 3, 1))
 
 
 def _window(params):

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from harness.measuring import check
-from impls.registry import get_operator, strategy
+from impls.registry import NotApplicable, get_operator, strategy
 from impls.status import INPUT_MODIFIED, OK
 
 UNPOOL = {"form": "2d", "N": 2, "C": 3, "H": 8, "W": 8, "k": 2}
@@ -30,7 +30,7 @@ def _contiguous(array) -> bool:
     return array.is_contiguous() if hasattr(array, "is_contiguous") else array.flags.c_contiguous
 
 
-@pytest.mark.parametrize("name", ["torch_scatter", "numpy_put_along_axis", "numba_fused"])
+@pytest.mark.parametrize("name", ["torch_scatter", "numpy_put_along_axis", "numpy_seed_flat_set"])
 @pytest.mark.parametrize("training", ["forward", "forward+backward"])
 def test_a_strategy_is_handed_its_own_layout_and_converts_inside_its_call(name, training):
     """A row strategy in a channels-last case is prepared on contiguous copies, its call reads the
@@ -115,14 +115,42 @@ def test_a_declaration_outside_the_case_layouts_is_one_line(declared, message):
     assert "badly_declared" not in OP.strategies
 
 
-def test_every_maxunpool_strategy_that_reshapes_in_prepare_declares_contiguous_rows():
-    """A strategy reading its rows with ``_rows`` in prepare would convert a channels-last case
-    outside its timed call: each one of them declares contiguous its only native layout."""
-    import inspect
-
+def test_every_maxunpool_strategy_reads_the_cases_arrays_in_its_call():
+    """Whatever it declares, no strategy converts a channels-last case outside its timed call: a
+    change to the case's values shows in its next call's output. A strategy that reshaped the
+    case's arrays in prepare (a copy, for channels-last) while declaring that layout native would
+    keep its own copy and fail here."""
+    ref = check.reference("maxunpool", UNPOOL, "float32", "random", 0)
+    tried = []
     for name, strat in OP.strategies.items():
-        source = inspect.getsource(strat.prepare)
-        if "_rows(inputs, params)" in source:
-            assert strat.native_layouts == ("contiguous",), name
-        else:
-            assert "channels_last" in strat.native_layouts, name
+        if not strat.runs_on("cpu") or check.layout_skipped(strat, "channels_last"):
+            continue
+        try:
+            prepared = check.prepare_case(strat, ref, UNPOOL, "float32", "cpu", "channels_last")
+        except NotApplicable:  # by design (max_unpool1d takes the 1-D form)
+            continue
+        before = check.to_numpy(prepared.run())
+        values = prepared.inputs["values"]
+        values[...] = values * 2
+        np.testing.assert_array_equal(check.to_numpy(prepared.run()), before * 2, err_msg=name)
+        tried.append(name)
+    assert {"numba_fused", "torch_max_unpool2d", "torch_scatter", "numpy_seed_row_loop"} <= set(tried), tried
+
+
+def test_numba_fused_unpools_a_channels_last_case_as_it_is_held():
+    """The numba kernel takes channels-last natively (``kernels_numba.maxunpool_nhwc``): handed the
+    case's arrays, no copy, a channels-last output and gradient, right on positions far from their
+    window (its second pass) and on a gradient held contiguous (converted in its call)."""
+    strat = OP.strategies["numba_fused"]
+    assert strat.handed_layout("channels_last") == "channels_last"
+    for mode in ("random", "scattered"):
+        ref = check.reference("maxunpool", UNPOOL, "float32", mode, 0, "forward+backward")
+        prepared = check.prepare_case(strat, ref, UNPOOL, "float32", "cpu", "channels_last")
+        assert not any("as handed" in key for key in prepared.inputs)
+        output, grad_values = prepared.run()
+        assert _channels_last(output) and _channels_last(grad_values)
+        assert check.judge(strat, (output, grad_values), ref, "float32", "cpu", "channels_last").status == OK, mode
+    inputs = {key: prepared.inputs[key] for key in ("values", "positions")}
+    grad = np.ascontiguousarray(prepared.inputs["grad_out"])
+    expected = OP.gradient.oracle(inputs, grad, UNPOOL)
+    np.testing.assert_array_equal(strat.backward(inputs, UNPOOL)(None, grad), expected)
