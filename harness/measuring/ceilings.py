@@ -84,6 +84,15 @@ CURVE_PASS_BYTES = 8 << 20
 # Up to this size numpy's fill (the cheapest call there is) writes beside torch's fill_
 # (which uses torch's threads): the faster of the two is the write rate.
 CURVE_SMALL_WRITE_BYTES = 1 << 20
+# The largest fresh output a long-running process's C heap may carve from pages it already holds:
+# glibc raises its mmap threshold to the size of a mapped block freed, up to 32 MiB on 64-bit
+# (mallopt(3), DEFAULT_MMAP_THRESHOLD_MAX), and then keeps up to twice that free at the heap's top.
+# Measured on the 25-17 VM: after blocks of 16 MiB were touched and freed, a 48 or 60 MiB np.empty
+# lay in [heap] and was written at 31 GB/s, a new mapping's at 9.4; at 100 and 128 MiB it was a new
+# mapping either way. A sweep's 51 MB unpool outputs ran at 2.2x a new mapping's floor. Up to this
+# size the fresh-write bound is the faster of the two: a fresh write timed as the heap is found,
+# and a write into a buffer already touched.
+HEAP_HOLDS_BYTES = 2 * (32 << 20)
 CURVES_REUSE_MAX_AGE_S = 86400.0  # a machine's caches and memory do not change within a day
 CURVES_FILE = "bandwidth_curves.json"
 
@@ -309,7 +318,13 @@ def measure_curves_here(device: str, sizes: list[int] | None = None, tries: int 
       ``CURVE_SMALL_WRITE_BYTES``: the fastest);
     - fresh write (CPU), per allocator (``Backend.fresh_buffer``): a buffer
       allocated and filled, ``passes`` times, freed each time as a strategy's
-      output is.
+      output is (torch's ``fill_``, the numba loop, numpy's ``fill`` up to
+      ``CURVE_SMALL_WRITE_BYTES``: the fastest), kept as found
+      (``fresh_write_as_found_gbps``); up to ``HEAP_HOLDS_BYTES`` the rate is
+      the faster of that and the write into a buffer already touched, the
+      pages a long-running process's heap may hand out again.
+
+    On the CPU the buffer is numpy's (``_curve_buffer``: transparent huge pages).
 
     Each try records the 1-minute load it started under; one that started
     with the machine at capacity is recorded and skipped (the curve is then
@@ -327,7 +342,7 @@ def measure_curves_here(device: str, sizes: list[int] | None = None, tries: int 
     pass_bytes = pass_bytes or CURVE_PASS_BYTES
     started = time.time()
     clock = timing.Clock(get_backend("torch"), device)
-    whole = torch.ones(max(sizes) // 4, dtype=torch.float32, device=device)
+    whole = _curve_buffer(max(sizes), device)
     allocators = {name: get_backend(name).fresh_buffer for name in fresh_allocators()} if device == "cpu" else {}
     numba_loops = _numba_loops() if device == "cpu" else None
     read: dict[int, list[float]] = {size: [] for size in sizes}
@@ -341,6 +356,7 @@ def measure_curves_here(device: str, sizes: list[int] | None = None, tries: int 
             by.setdefault(name, {one: [] for one in sizes})[size].append(rate)
         return max(rates.values())
     fresh: dict[str, dict[int, list[float]]] = {name: {size: [] for size in sizes} for name in allocators}
+    fresh_as_found: dict[str, dict[int, list[float]]] = {name: {size: [] for size in sizes} for name in allocators}
     loads = []
     for _ in range(tries):
         load = _load_now()
@@ -367,8 +383,12 @@ def measure_curves_here(device: str, sizes: list[int] | None = None, tries: int 
             read[size].append(fastest(read_by, size, readers, passes * size))
             write[size].append(fastest(write_by, size, writers, passes * size))
             for name, allocate in allocators.items():
-                fresh[name][size].append(max(_rate(clock, writer, passes * size)
-                                             for writer in _fresh_writers(allocate, size, passes)))
+                writers = _fresh_writers(allocate, size, passes, numba_loops and numba_loops[1])
+                as_found = max(_rate(clock, writer, passes * size) for writer in writers)
+                fresh_as_found[name][size].append(as_found)
+                # Up to HEAP_HOLDS_BYTES a long-running process's heap may hand out pages already
+                # faulted in: the bound there is the write into a buffer already touched.
+                fresh[name][size].append(max(as_found, write[size][-1]) if size <= HEAP_HOLDS_BYTES else as_found)
     del whole
 
     def medians(found: dict[int, list[float]]) -> list[float | None]:
@@ -377,11 +397,29 @@ def measure_curves_here(device: str, sizes: list[int] | None = None, tries: int 
 
     return {"sizes_bytes": list(sizes), "read_gbps": medians(read), "write_gbps": medians(write),
             "fresh_write_gbps": {name: medians(found) for name, found in fresh.items()}, "tries": loads,
+            "fresh_write_as_found_gbps": {name: medians(found) for name, found in fresh_as_found.items()},
             "read_by_kernel_gbps": {name: medians(found) for name, found in read_by.items()},
             "write_by_kernel_gbps": {name: medians(found) for name, found in write_by.items()},
             "method": CURVE_METHOD,
             "measured_epoch": started,
             "measured_at": dt.datetime.fromtimestamp(started, dt.timezone.utc).isoformat(timespec="seconds")}
+
+
+def _curve_buffer(nbytes: int, device: str):
+    """The curves' buffer: float32 ones, ``nbytes`` of them. On the CPU numpy's, which asks for
+    transparent huge pages (madvise) as it does for every array of 4 MiB or more a strategy is
+    handed, started on a 4 KiB page (numpy's own start is 16-byte aligned, and at 4 KiB the numba
+    loop then wrote 85 GB/s, not 106): on the 25-17 VM a torch.ones buffer (4 KiB pages) read 19
+    GB/s at 128 MiB and 23 at 20 MiB, numpy's 27 and 51, so a curve of it bounded nothing."""
+    import numpy as np
+    import torch
+
+    if device != "cpu":
+        return torch.ones(nbytes // 4, dtype=torch.float32, device=device)
+    page = 4096
+    raw = np.ones((nbytes + page) // 4, dtype=np.float32)
+    start = (-raw.ctypes.data % page) // 4
+    return torch.from_numpy(raw[start:start + nbytes // 4])
 
 
 def _numba_loops():
@@ -403,10 +441,10 @@ def _numba_loops():
             lambda array, passes: bandwidth_kernels.write_passes(array, passes, chunks))
 
 
-def _fresh_writers(allocate, size: int, passes: int) -> list:
+def _fresh_writers(allocate, size: int, passes: int, write_loop=None) -> list:
     """Calls that allocate ``size`` bytes from ``allocate`` and fill them,
-    ``passes`` times: torch's ``fill_`` (its threads), and numpy's ``fill``
-    for a small buffer (the cheaper call)."""
+    ``passes`` times: torch's ``fill_`` (its threads), the numba write loop
+    where given, and numpy's ``fill`` for a small buffer (the cheaper call)."""
     import numpy as np
     import torch
 
@@ -418,8 +456,12 @@ def _fresh_writers(allocate, size: int, passes: int) -> list:
                 del buffer
         return write
 
-    with_torch, with_numpy = writer(torch.as_tensor, torch.Tensor.fill_), writer(np.asarray, np.ndarray.fill)
-    return [with_torch, with_numpy] if size <= CURVE_SMALL_WRITE_BYTES else [with_torch]
+    writers = [writer(torch.as_tensor, torch.Tensor.fill_)]
+    if write_loop is not None:
+        writers.append(writer(np.asarray, lambda array, _: write_loop(array, 1)))
+    if size <= CURVE_SMALL_WRITE_BYTES:
+        writers.append(writer(np.asarray, np.ndarray.fill))
+    return writers
 
 
 _CHILD = ("import json, sys\n"
