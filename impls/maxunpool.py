@@ -738,14 +738,9 @@ def numba_fused(inputs, params):
     return run
 
 
-def _held_channels_last(array) -> bool:
-    """A 4-D numpy array whose memory is (N, H, W, C), dense: channels-last."""
-    return array.ndim == 4 and not array.flags.c_contiguous and array.transpose(0, 2, 3, 1).flags.c_contiguous
-
-
 def _channels_last(inputs) -> bool:
     """Both 2-D operands held channels-last (a case in that layout, as handed)."""
-    return _held_channels_last(inputs["values"]) and _held_channels_last(inputs["positions"])
+    return maxpool2d.channels_last(inputs["values"]) and maxpool2d.channels_last(inputs["positions"])
 
 
 def _pixels(array):

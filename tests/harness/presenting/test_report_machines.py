@@ -241,8 +241,9 @@ def test_the_published_reports_first_paragraph_is_what_its_runs_say():
     # the AMD EPYC 23-1 VM's four runs beside its published 5b79 (8d28, c685, a7b3 and the A/A repeat 0a81),
     # 0e2d (superseded by f5ec, measured in racing rounds) with f5ec's A/A repeat 278d, and f5ec
     # (superseded by 440c, both layouts) with 440c's A/A repeat af18, 440c (superseded by 0232, floors
-    # against the upper-bound curves) with 0232's A/A repeat 947f, and models' max-pool 450c (by b601)
-    assert "18 fit: repeats compared with the published runs" in text
+    # against the upper-bound curves) with 0232's A/A repeat 947f, models' max-pool 450c (by b601), and
+    # 0232 and b601 (superseded by c9f3 and 0343, method 3 curves) with c9f3's A/A repeat 2d11
+    assert "21 fit: repeats compared with the published runs" in text
 
 
 def test_every_cpu_label_says_its_core_and_thread_setting_and_settings_are_never_pooled():
