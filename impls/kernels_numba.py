@@ -89,6 +89,12 @@ def maxpool2d_kernel(K: int):
     shorter than one unrolled vector step; 64x16x28x28 took 1.0 ms, chunked it
     takes 0.2 ms. A window-at-a-time loop with a runtime K ran at ~2 ns per
     element (compute-bound).
+
+    Still in the way at small planes (the 25-17 VM, 1 thread, 2026-12-05):
+    64x16x28x28 takes 0.55 ms, 0.47 of them in the vertical pass, 0.59 ns an
+    element against 0.16-0.17 at 64 and 128 columns. LLVM's vector body there
+    takes 64 columns a step (16 lanes, interleaved 4), so a 28-column band
+    never enters it and runs the scalar remainder.
     """
 
     # Cached like the others: numba keys a closure's cache entry by its cell
