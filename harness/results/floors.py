@@ -40,7 +40,8 @@ CURVES = "bandwidth_curves"  # the meta.json field holding them
 # How the curves are measured (harness/measuring/ceilings.py); a stored curve of another method is
 # measured again, not reused. 2: on the CPU each rate is the fastest of torch's, numpy's and a numba
 # loop's (harness/measuring/bandwidth_kernels.py). 3: on the CPU the buffer is numpy's (transparent
-# huge pages, as numpy asks for them), and a fresh write is also timed from a warmed heap.
+# huge pages, as numpy asks for them), and a fresh output of up to ceilings.HEAP_HOLDS_BYTES is
+# bounded by the write into a touched buffer as well.
 CURVE_METHOD = 3
 # Curves of one machine class measured apart agree when each point is within this many % of
 # their median (docs/SPEC.md §3): a floor that moves more between runs moves every row's % of floor.
