@@ -98,7 +98,7 @@ def table(run_dirs) -> str:
             lines.append(f"| {meta.get('run_id', directory)} | {threads} | {op} | {params_label(params)} | "
                          f"{mode_and_layout({'mode': mode, 'layout': layout})} | "
                          f"{best['strategy']}{' (tie)' if found.tie else ''} | {fmt_time(best['median_s'])} | "
-                         f"{fmt_pct(best['pct_of_ceiling'])} | {floors.floor_cell(best.get('pct_of_fresh_floor'))} | "
+                         f"{fmt_pct(best['pct_of_ceiling'])} | {floors.ceiling_cell(best.get('pct_of_fresh_floor'))} | "
                          f"{floors.floor_cell(best.get('pct_of_floor'))} | {builtin} | {best['load_avg']:.2g} |")
     header, agreement = curves_agreement_table(metas)
     if agreement:  # the curves these floors rest on, where the runs measured them apart

@@ -3,7 +3,7 @@ bandwidth curves measured over working-set sizes, not from one large copy.
 
 A machine's curves (measured by harness/measuring/ceilings.py, stored in a
 run's meta.json as ``bandwidth_curves``, kept per machine in the suite's
-cache) give, per device and at each size in ``sizes_bytes``, the median rate
+cache) give, per device and at each size in ``sizes_bytes``, the fastest rate (of its tries)
 of reading a buffer of that size (``read_gbps``), of writing into one already
 touched (``write_gbps``: a buffer reused), and, on the CPU, of allocating a
 buffer from each allocator and writing it (``fresh_write_gbps[allocator]``:
@@ -41,8 +41,9 @@ CURVES = "bandwidth_curves"  # the meta.json field holding them
 # measured again, not reused. 2: on the CPU each rate is the fastest of torch's, numpy's and a numba
 # loop's (harness/measuring/bandwidth_kernels.py). 3: on the CPU the buffer is numpy's (transparent
 # huge pages, as numpy asks for them), and a fresh output of up to ceilings.HEAP_HOLDS_BYTES is
-# bounded by the write into a touched buffer as well.
-CURVE_METHOD = 3
+# bounded by the write into a touched buffer as well. 4: each rate is the fastest of its tries, not
+# their median (ceilings.CURVE_TRIES says why).
+CURVE_METHOD = 4
 # Curves of one machine class measured apart agree when each point is within this many % of
 # their median (docs/SPEC.md §3): a floor that moves more between runs moves every row's % of floor.
 CURVES_AGREE_PCT = 10.0
@@ -105,22 +106,24 @@ def floor_cell(pct: float, short: bool = False) -> str:
     return f"{OVER_FLOOR_MARK} over the floor" if short else f"{OVER_FLOOR_MARK} {OVER_FLOOR_TEXT}"
 
 
-# The one-buffer copy ceiling is a floor only for a working set past the last-level cache: a row
-# past it is in a cache (whose bandwidth the ceiling does not measure) or its bytes formula is wrong.
-OVER_CEILING_TEXT = ("past the one-buffer copy ceiling: the working set is in a cache (a run with floors by size "
+# The copy ceiling and the fresh floor price every size at one large buffer's rates: a floor only for
+# a working set past the last-level cache. A row past one is in a cache (whose bandwidth they do not
+# measure) or its bytes formula is wrong; the floor by size tells which.
+OVER_CEILING_TEXT = ("past a one-large-buffer rate: the working set is in a cache (a run with floors by size "
                      "has the floor for it) or the bytes formula is wrong")
 
 
 def ceiling_cell(pct: float) -> str:
-    """A % of the copy ceiling as the report shows it: past ``OVER_FLOOR_PCT``
-    marked, so that no reader takes it for a speed past memory's
-    (``ceiling_note`` says what the mark means)."""
+    """A % of the copy ceiling or of the fresh floor as the report shows it:
+    past ``OVER_FLOOR_PCT`` marked beside its number, so that no reader takes
+    it for a speed past memory's, nor for a wrong bytes formula where the
+    working set is only in a cache (``ceiling_note`` says what the mark means)."""
     return f"{OVER_FLOOR_MARK} {fmt_pct(pct)}" if over_floor(pct) else fmt_pct(pct)
 
 
 def ceiling_note() -> str:
-    """The legend's sentence for a marked % of ceiling."""
-    return f"{OVER_FLOOR_MARK} on a % of ceiling past {OVER_FLOOR_PCT:.0f} %: {OVER_CEILING_TEXT}"
+    """The legend's sentence for a marked % of ceiling or of fresh floor."""
+    return f"{OVER_FLOOR_MARK} on a % of ceiling or of fresh floor past {OVER_FLOOR_PCT:.0f} %: {OVER_CEILING_TEXT}"
 
 
 def over_floor_line(name: str, pct: float) -> str | None:
@@ -249,12 +252,17 @@ def curves_cell(meta: dict) -> str:
     return ", ".join(cells) or "–"
 
 
+# The first curve method whose curves are compared run to run: method 1 was torch's rates alone.
+COMPARED_FROM_METHOD = 2
+
+
 def own_curve(meta: dict, device: str = "cpu") -> dict | None:
-    """The curve of ``device`` a run measured itself, quiet, by this method (``CURVE_METHOD``);
-    None where it reused one, measured it busy, or measured it another way."""
+    """The curve of ``device`` a run measured itself, quiet, by a method from ``COMPARED_FROM_METHOD``
+    on (its ``method``: curves are compared only with curves of the same method); None where it
+    reused one, measured it busy, or measured it by torch's rates alone."""
     curves, reused = _meta_curves(meta)
     curve = usable_curve(curves, device)
-    if curve is None or device in reused or curve.get("method") != CURVE_METHOD:
+    if curve is None or device in reused or not (curve.get("method") or 0) >= COMPARED_FROM_METHOD:
         return None
     return curve
 

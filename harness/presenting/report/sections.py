@@ -109,7 +109,8 @@ def case_table(group: pd.DataFrame, judged: bool = True) -> tuple[list[str], lis
             ratio = xcheck_ratio(r)
             cells += [fmt_time(r["xcheck_s"]),
                       fmt_num(ratio, 3) + (f" {TIMERS_DISAGREE.mark}" if timers_disagree(r) else "")]
-        judging = [floors.ceiling_cell(r["pct_of_ceiling"]), *([floors.floor_cell(r["pct_of_fresh_floor"])] if with_fresh else []),
+        judging = [floors.ceiling_cell(r["pct_of_ceiling"]),
+                   *([floors.ceiling_cell(r["pct_of_fresh_floor"])] if with_fresh else []),
                    *([floors.floor_cell(r["pct_of_floor"])] if with_floor else []),
                    "" if no_speedup else fmt_ratio(r["speedup"])] if judged else []
         rows.append(cells + [fmt_num(r["gbps"]), *judging,
@@ -145,7 +146,8 @@ def legend_notes(rows: pd.DataFrame) -> list[str]:
         notes.append(FRESH_FLOOR_NOTE)
     if "pct_of_floor" in rows and rows["pct_of_floor"].map(finite).any():
         notes.append(floors.floor_note() + ".")
-    if rows["pct_of_ceiling"].map(floors.over_floor).any():
+    if rows["pct_of_ceiling"].map(floors.over_floor).any() or (
+            "pct_of_fresh_floor" in rows and rows["pct_of_fresh_floor"].map(floors.over_floor).any()):
         notes.append(floors.ceiling_note() + ".")
     if rows["host_s"].map(finite).any():
         notes.append(HOST_NOTE)
@@ -155,8 +157,9 @@ def legend_notes(rows: pd.DataFrame) -> list[str]:
 FRESH_FLOOR_NOTE = ("% of fresh floor: the floor counting what the call's fresh outputs cost on this CPU: bytes read "
                    "at the copy ceiling plus bytes written at the run's fresh-output write bandwidth (first-touch page "
                    "faults included), the best of its allocators. It prices every size at one large buffer's rates, "
-                   f"so a case that fits in a cache can pass it: past {floors.OVER_FLOOR_PCT:.0f} % it is flagged, "
-                   "as % of floor (by size) is.")
+                   f"so a case that fits in a cache can pass it: past {floors.OVER_FLOOR_PCT:.0f} % it is marked "
+                   f"{floors.OVER_FLOOR_MARK} beside its number, as the % of ceiling is; % of floor (by size) is the "
+                   "one that judges.")
 
 
 def counts_note(counted: list[str]) -> str:
@@ -430,29 +433,32 @@ def hardware_table(metas: list[dict]) -> tuple[list[str], list[list[str]]]:
 
 
 def curves_agreement_table(metas: list[dict]) -> tuple[list[str], list[list[str]]]:
-    """Per machine, thread setting and device: the runs that measured their own bandwidth curves
-    (``floors.own_curve``: not reused, quiet, this method), how far their read and write curves
-    stray from their median at worst, and whether every point is within ``CURVES_AGREE_PCT``."""
-    groups: dict[tuple[str, str, str], list[tuple[str, dict]]] = {}
+    """Per machine, thread setting, device and curve method: the runs that measured their own
+    bandwidth curves (``floors.own_curve``: not reused, quiet), how far their read and write
+    curves stray from their median at worst, and whether every point is within
+    ``CURVES_AGREE_PCT``. Curves of two methods are never compared (``floors.CURVE_METHOD``)."""
+    groups: dict[tuple[str, str, str, int], list[tuple[str, dict]]] = {}
     for meta in metas:
         record = runmeta.record(meta)
         for device in sorted(meta.get(floors.CURVES) or {}):
             curve = floors.own_curve(meta, device)
             if curve is not None:
-                key = (runmeta.machine_label(record), threads_text(meta.get("threads")), device)
+                key = (runmeta.machine_label(record), threads_text(meta.get("threads")), device, int(curve["method"]))
                 groups.setdefault(key, []).append((str(record.run_id or "?")[-4:], curve))
-    header = ["machine", "threads", "device", "runs that measured their curves", "read: largest deviation",
-              "write: largest deviation", f"every point within ±{floors.CURVES_AGREE_PCT:.0f} %"]
+    header = ["machine", "threads", "device", "curve method", "runs that measured their curves",
+              "read: largest deviation", "write: largest deviation",
+              f"every point within ±{floors.CURVES_AGREE_PCT:.0f} %"]
     table = []
-    for (machine, threads, device), measured in sorted(groups.items()):
+    for (machine, threads, device, method), measured in sorted(groups.items()):
         runs = ", ".join(run for run, _ in measured)
         if len(measured) < 2:
-            table.append([machine, threads, device, runs, "–", "–", "one measurement: nothing to compare yet"])
+            table.append([machine, threads, device, str(method), runs, "–", "–",
+                          "one measurement: nothing to compare yet"])
             continue
         found = floors.curves_deviation([curve for _, curve in measured])
         cells = [f"±{pct:.1f} % at {fmt_bytes(size)}" for pct, size in (found["read"], found["write"])]
         agree = all(pct <= floors.CURVES_AGREE_PCT for pct, _ in found.values())
-        table.append([machine, threads, device, runs, *cells, "yes" if agree else "no"])
+        table.append([machine, threads, device, str(method), runs, *cells, "yes" if agree else "no"])
     return header, table
 
 

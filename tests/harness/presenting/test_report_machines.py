@@ -271,3 +271,21 @@ def test_the_answer_says_which_operators_have_no_gpu_answer_and_why():
     assert ("No GPU answer for maxunpool, dispersion, dispersion_pinv: not measured on a GPU. Run "
             "20261126T045242-vm-gpu-1067 (NVIDIA H200) measured 52 of its 316 cases, stopped by SIGTERM, before "
             "reaching them.") in published
+
+
+def test_a_case_in_a_cache_shows_its_fresh_floor_marked_and_its_floor_by_size_judges():
+    """Run cdd5 (Intel Xeon 6-167 VM): the 64x16x28x28 max-pool in channels-last
+    at 189 % of its fresh floor and 79 % of its floor by size. Its table said
+    "bytes formula or curve wrong" of the first, which only a floor by size can say."""
+    from harness.results import floors
+
+    rows = pd.DataFrame([dict(op="maxpool2d", strategy="numba_fused", status="ok", median_s=207e-6, iqr_s=4e-6,
+                              q1_s=205e-6, q3_s=209e-6, machine="m", device="cpu", params="{}", dtype="float32",
+                              pct_of_ceiling=113.0, backend="numba", n_samples=40, gbps=27.0, speedup=9.0,
+                              rel_err=0.0, max_abs_err=0.0, source="added", message="", host_s=math.nan,
+                              xcheck_s=math.nan, pct_of_fresh_floor=189.0, pct_of_floor=79.1)])
+    header, cells, *_ = sections.case_table(rows)
+    row = dict(zip(header, cells[0]))
+    assert row["% of fresh floor"] == "⚠ 189 %" and row["% of floor"] == "79.1 %"
+    assert not any(floors.OVER_FLOOR_TEXT in cell for cell in cells[0])
+    assert floors.ceiling_note() + "." in sections.legend_notes(rows)

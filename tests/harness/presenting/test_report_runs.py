@@ -173,9 +173,26 @@ def test_the_report_says_whether_curves_measured_apart_agree_within_ten_percent(
     apart = [measured_meta("run-aaaa", read, write), measured_meta("run-bbbb", [1.05 * r for r in read], write),
              measured_meta("run-cccc", read, write, reused=True)]  # reused: not a measurement
     header, table = curves_agreement_table(apart)
-    assert len(table) == 1 and table[0][3] == "aaaa, bbbb" and table[0][-1] == "yes"
-    assert table[0][4].startswith("±2.") and header[-1] == "every point within ±10 %"
+    row = dict(zip(header, table[0]))
+    assert len(table) == 1 and row["runs that measured their curves"] == "aaaa, bbbb" and table[0][-1] == "yes"
+    assert row["read: largest deviation"].startswith("±2.") and header[-1] == "every point within ±10 %"
     strayed = [measured_meta("run-aaaa", read, write), measured_meta("run-bbbb", [1.3 * r for r in read], write)]
     assert curves_agreement_table(strayed)[1][0][-1] == "no"
     alone = curves_agreement_table(apart[:1])[1]
     assert alone[0][-1] == "one measurement: nothing to compare yet"
+
+
+def test_curves_of_two_methods_are_compared_each_with_its_own():
+    """A method-3 curve (the median of tries) and a method-4 one (the fastest) of one machine are
+    two measurements of two things: each method gets its own row, never one comparison."""
+    from harness.presenting.report.sections import curves_agreement_table
+    from tests.harness.results.test_floors import CURVE, measured_meta
+
+    read, write = CURVE["read_gbps"], CURVE["write_gbps"]
+    runs = [measured_meta("run-aaaa", read, write, method=3), measured_meta("run-bbbb", read, write, method=3),
+            measured_meta("run-cccc", [1.3 * r for r in read], write, method=4)]
+    header, table = curves_agreement_table(runs)
+    rows = {row[3]: dict(zip(header, row)) for row in table}
+    assert set(rows) == {"3", "4"}
+    assert rows["3"]["runs that measured their curves"] == "aaaa, bbbb" and rows["3"][header[-1]] == "yes"
+    assert rows["4"][header[-1]] == "one measurement: nothing to compare yet"

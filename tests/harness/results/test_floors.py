@@ -114,6 +114,16 @@ def test_over_the_floor_is_flagged_never_a_plain_percentage():
     assert f"{floors.OVER_FLOOR_PCT:.0f} %" in floors.floor_note()
 
 
+def test_a_fresh_floor_passed_in_a_cache_is_marked_beside_its_number_not_called_wrong():
+    """The fresh floor prices every size at one large buffer's rates, as the
+    copy ceiling does. On the Intel Xeon 6-167 VM (run cdd5) a 64x16x28x28
+    max-pool, its 5.6 MB in the caches, read 189 % of it: the floor by size
+    said 79 %. The case table said "bytes formula or curve wrong" of it."""
+    assert floors.ceiling_cell(189.0) == "⚠ 189 %" and floors.ceiling_cell(79.0) == "79 %"
+    assert floors.OVER_FLOOR_TEXT not in floors.ceiling_cell(189.0)
+    assert "fresh floor" in floors.ceiling_note() and "cache" in floors.ceiling_note()
+
+
 def test_the_reports_run_table_says_which_curves_a_run_used():
     meta = {floors.CURVES: {"cpu": {**CURVE, "measured_at": "2030-01-02T03:04:05+00:00"},
                             "cuda": {**CURVE, "busy": "load 3 on 2 cores"}},
@@ -132,11 +142,12 @@ def measured_meta(run_id, read, write, *, reused=False, method=floors.CURVE_METH
             f"{floors.CURVES}_reused": {"cpu": "2026-12-05T00:00:00+00:00"} if reused else {}}
 
 
-def test_only_a_curve_a_run_measured_itself_quietly_by_this_method_counts_as_a_measurement():
+def test_only_a_curve_a_run_measured_itself_quietly_counts_as_a_measurement():
     read, write = CURVE["read_gbps"], CURVE["write_gbps"]
     assert floors.own_curve(measured_meta("a", read, write)) is not None
     assert floors.own_curve(measured_meta("a", read, write, reused=True)) is None  # a second look at one measurement
     assert floors.own_curve(measured_meta("a", read, write, method=1)) is None  # torch's rates alone: not comparable
+    assert floors.own_curve(measured_meta("a", read, write, method=3))["method"] == 3  # compared with method 3's
     assert floors.own_curve(measured_meta("a", read, write, busy="load 3 on 2 cores")) is None
     assert floors.own_curve(measured_meta("a", read, write), "cuda") is None
 
