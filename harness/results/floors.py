@@ -42,7 +42,7 @@ CURVES = "bandwidth_curves"  # the meta.json field holding them
 # loop's (harness/measuring/bandwidth_kernels.py). 3: on the CPU the buffer is numpy's (transparent
 # huge pages, as numpy asks for them), and a fresh output of up to ceilings.HEAP_HOLDS_BYTES is
 # bounded by the write into a touched buffer as well. 4: each rate is the fastest of its tries, not
-# their median (ceilings.CURVE_TRIES says why).
+# their median (ceilings.CURVE_TRIES says why), each try with a buffer of its own, started on a huge page.
 CURVE_METHOD = 4
 # Curves of one machine class measured apart agree when each point is within this many % of
 # their median (docs/SPEC.md §3): a floor that moves more between runs moves every row's % of floor.
