@@ -225,11 +225,15 @@ def _write_counts(path, per_key: dict, here: dict, stopped: bool = False) -> dic
          arg("--instrument", choices=("callgrind",),
              help="count instead of time: each CPU case's instructions and estimated cycles per call, in one "
                   "process under Callgrind (valgrind), every library at 1 thread"),
+         arg("--threads", metavar="N",
+             help="every library's threads, a count or 'auto' (every core but one), instead of the config's "
+                  "threads: key: one config at 1 thread and at every core"),
          NO_PROGRESS)
 def cmd_run(args) -> int:
     plan = _plan_run(args)
     outcome = _execute_with_progress(args, plan)
-    resume_hint = f"scatterbench run {args.config} --resume {plan.out_dir}"
+    threads = f" --threads {args.threads}" if args.threads is not None else ""
+    resume_hint = f"scatterbench run {args.config}{threads} --resume {plan.out_dir}"
     if outcome.interrupted:
         print(f"\ninterrupted ({outcome.interrupted}): every finished case is in {plan.out_dir} "
               f"({outcome.cases_on_disk} on disk); continue with: {resume_hint}", file=sys.stderr)
@@ -259,7 +263,7 @@ def _plan_run(args):
     if args.budget is not None and args.instrument:
         raise UsageError(f"--budget: a counting run (--instrument {args.instrument}) has no budget; drop one of them")
     plan = sweep.plan_run(args.config, output=args.output, resume=args.resume, shard_text=args.shard,
-                          op=args.op, strategies=args.strategy)
+                          op=args.op, strategies=args.strategy, threads=args.threads)
     if args.budget is not None:
         from harness.measuring import plan as window
 

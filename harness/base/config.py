@@ -353,6 +353,20 @@ def load_config(path: str | Path) -> Config:
     return config
 
 
+def with_threads(config: Config, threads: str) -> Config:
+    """``config`` with every backend's threads set to ``threads`` (``run --threads``: a count, or
+    ``auto``, as the config's ``threads:`` key takes them): one config measured at 1 thread and at
+    every core, without a second file that repeats its benchmarks. A bad value is a one-line error."""
+    text = str(threads).strip()
+    if text == AUTO_THREADS:
+        value = AUTO_THREADS
+    elif text.isdigit() and int(text) >= 1:
+        value = int(text)
+    else:
+        raise ConfigError(f"--threads {threads!r}: a count of threads (1 or more) or {AUTO_THREADS!r}")
+    return config.model_copy(update={"threads": _threads_by_backend(value)})
+
+
 def expand(config: Config) -> list[Case]:
     """Every case of the sweep, in a stable order, grouped so that cases sharing
     inputs are adjacent. A strategy is paired only with the devices and dtypes

@@ -334,8 +334,8 @@ def measure_curves_here(device: str, sizes: list[int] | None = None, tries: int 
 
     Each try records the 1-minute load it started under; one that started
     with the machine at capacity is recorded and skipped (the curve is then
-    refused where half or more were: ``busy_reason``). Every size is one
-    prefix of one buffer, allocated once. Each kernel's own fastest tries are kept
+    refused where half or more were: ``busy_reason``). Each try allocates a
+    buffer (``_curve_buffer``), and every size is a prefix of it. Each kernel's own fastest tries are kept
     beside (``read_by_kernel_gbps``, ``write_by_kernel_gbps``), to say which
     one set the rate."""
     import numpy as np

@@ -37,6 +37,7 @@ from harness.base.config import (
     load_config,
     measurement_differences,
     shard,
+    with_threads,
 )
 from harness.base.errors import UsageError
 from harness.base import caches
@@ -727,10 +728,14 @@ def require_devices(config: Config) -> None:
 
 def plan_run(config_path: str, *, output: str | None = None, resume: str | None = None,
              shard_text: str | None = None, op: str | None = None,
-             strategies: list[str] | None = None) -> RunPlan:
+             strategies: list[str] | None = None, threads: str | None = None) -> RunPlan:
     """Everything decided before anything is measured: the cases, the run id,
-    the output directory (checked writable, and free of another run)."""
+    the output directory (checked writable, and free of another run).
+    ``threads`` (``run --threads``): every backend's threads instead of the
+    config's, a count or ``auto`` (``config.with_threads``)."""
     config = load_config(config_path)
+    if threads is not None:
+        config = with_threads(config, threads)
     require_devices(config)
     cases = select_cases(config, op, strategies)
     shard_spec = parse_shard(shard_text)

@@ -256,3 +256,23 @@ def test_sigterm_inside_an_import_is_raised_once_the_import_is_done(tmp_path, mo
         signal.signal(signal.SIGTERM, previous)
         module = sys.modules.pop("swallowing_import", None)
     assert module is not None and module.DONE
+
+
+def test_run_threads_sets_every_library_and_its_reproduce_line_keeps_it(tiny_config, tmp_path):
+    """One config at 1 thread and at every core (issue 50), without a second file repeating its
+    benchmarks: ``--threads`` overrides the config's ``threads:`` for every library, is recorded, and
+    resuming under another setting is refused as a config's would be."""
+    from harness.presenting.report.build import reproduce_line
+
+    config = tiny_config(TINY)
+    out = tmp_path / "two"
+    done = scatterbench("run", config, "--threads", "2", "-o", out, "--no-progress", "--strategy", "seed_loop")
+    assert done.returncode == 0, done.stderr
+    meta = read_meta(out)
+    assert set(meta["threads"].values()) == {2} and {"torch", "numpy", "numba"} <= set(meta["threads"])
+    assert reproduce_line(meta).endswith(" --threads 2 --strategy seed_loop")
+    refused = scatterbench("run", config, "--resume", out, "--no-progress")
+    assert refused.returncode == 2 and "threads.torch: 2 -> 1" in refused.stderr, refused.stderr
+    bad = scatterbench("run", config, "--threads", "0", "-o", tmp_path / "bad", "--no-progress")
+    assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1
+    assert "--threads '0': a count of threads (1 or more) or 'auto'" in bad.stderr

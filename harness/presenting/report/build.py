@@ -93,7 +93,8 @@ def config_found(meta: dict) -> bool:
 
 # The options of `run` that change what a run measured, kept in its Reproduce
 # line; the others (where it wrote, --resume, progress, tables) do not.
-_SELECTING = {"--op": True, "--strategy": True, "--shard": True, "--instrument": True, "--isolate": False}
+_SELECTING = {"--op": True, "--strategy": True, "--shard": True, "--instrument": True, "--isolate": False,
+              "--threads": True}
 
 
 def selecting_options(command: str | None) -> list[str]:
@@ -155,7 +156,7 @@ def answer_cell_text(found: list[str], step: str | None) -> str:
 
 
 def answer_section(doc: Doc, rows, metas: list[dict], shapes_dirs: set[str], where: str = "") -> None:
-    """The answer first: the operator × device table, a paragraph per machine and mode naming the
+    """The answer first: the operator × device table, a list item per machine and mode naming the
     strategy to use, what the GPU did not measure and why, ``where`` (which runs, which machines:
     the report's provenance, after the answers), each machine's answer table (the network shapes'
     cases have their own table), then the coverage table."""
@@ -170,8 +171,9 @@ def answer_section(doc: Doc, rows, metas: list[dict], shapes_dirs: set[str], whe
              "in most cases), and how much faster it is where it is the fastest, the range over those cases. "
              "At one size, on one machine and thread setting: that machine's answer table, below.")
     doc.table(*summary.first_screen_table(rows))
-    for paragraph in summary.answer_paragraphs(rows):
-        doc.para(paragraph)
+    # A list, a line per machine and mode: with seven machines and settings, paragraphs pushed the
+    # last answers past the first screen (40 lines).
+    doc.bullets(summary.answer_paragraphs(rows))
     gpu = gpu_status(rows, metas)
     if gpu:
         doc.para(gpu)

@@ -21,6 +21,10 @@ class Doc:
     def para(self, text: str):
         self.blocks.append(("p", text))
 
+    def bullets(self, items: list[str]):
+        """A list, an item a line: one line of Markdown each, where paragraphs take two."""
+        self.blocks.append(("list", list(items)))
+
     def table(self, header: list[str], rows: list[list[str]], bold_row: int | None = None):
         self.blocks.append(("table", header, rows, bold_row))
 
@@ -44,6 +48,8 @@ def render_markdown(doc: Doc, figure_dir: str) -> str:
             lines += ["#" * block[1] + " " + md_escape(block[2]), ""]
         elif kind == "p":
             lines += [md_escape(block[1]), ""]
+        elif kind == "list":
+            lines += [f"- {md_escape(item)}" for item in block[1]] + [""]
         elif kind == "code":
             lines += ["```", block[1].replace("```", "'''"), "```", ""]
         elif kind == "table":
@@ -128,6 +134,8 @@ def render_html(doc: Doc, figures: Path, title: str, embed: bool = True, figure_
                 parts.append(table_of_contents(doc, anchors))
         elif kind == "p":
             parts.append(f"<p>{esc(block[1])}</p>")
+        elif kind == "list":
+            parts.append("<ul>" + "".join(f"<li>{esc(item)}</li>" for item in block[1]) + "</ul>")
         elif kind == "code":
             parts.append(f"<pre>{esc(block[1])}</pre>")
         elif kind == "links":

@@ -101,3 +101,16 @@ def test_missing_or_malformed_result_directory(tmp_path, capsys):
     (tmp_path / "bad" / "meta.json").write_text("{")
     assert report.main([str(tmp_path / "bad")]) == 2
     assert "malformed JSON" in capsys.readouterr().err
+
+
+def test_a_list_is_a_line_an_item_in_markdown_and_escaped_in_html(tmp_path):
+    """The answer's lines per machine and mode are a list: one Markdown line each (as paragraphs,
+    seven machines and settings pushed the last answers past the first 40 lines)."""
+    from harness.presenting.report.document import Doc, render_html, render_markdown
+
+    doc = Doc()
+    doc.bullets(["cpu: A, inference: use x", "<b>boom</b> | y"])
+    md = render_markdown(doc, "figures")
+    assert md == "- cpu: A, inference: use x\n- \\<b\\>boom\\</b\\> \\| y\n"
+    page = render_html(doc, tmp_path, "t")
+    assert "<ul><li>cpu: A, inference: use x</li><li>&lt;b&gt;boom&lt;/b&gt; | y</li></ul>" in page

@@ -60,7 +60,7 @@ def test_the_first_40_lines_name_the_strategy_to_use_on_every_fit_machine_and_mo
         on_machine = fit[fit["machine"] == machine]
         kinds = [summary.INFERENCE] + ([summary.TRAINING] if (on_machine["mode"] != "forward").any() else [])
         for kind in kinds:
-            line = next((text for text in first if text.startswith(f"{machine}, {kind} (")), None)
+            line = next((text for text in first if text.startswith(f"- {machine}, {kind} (")), None)
             assert line is not None, (machine, kind)
             named = re.search(r": use (\S+), the fastest in (\d+) of (\d+) cases", line)
             assert named, line
