@@ -42,7 +42,7 @@ def drawn(monkeypatch):
 
     def savefig(self, fname, *args, **kwargs):
         original(self, fname, *args, **kwargs)
-        if str(fname).endswith(".png"):
+        if str(fname).endswith(".png") or kwargs.get("format") == "png":  # figures.save draws into memory
             renderer = self.canvas.get_renderer()  # titles as drawn, before the figure is closed
             titles = [ax.title for ax in self.axes] + [text for text in [self._suptitle] if text]
             self.title_boxes = [(title.get_text(), title.get_window_extent(renderer)) for title in titles]

@@ -18,7 +18,9 @@ from harness.presenting.report import summary
 from harness.presenting.report.load import case_title, load
 
 DOCS = ROOT / "docs"
-MAX_MAIN_LINES = 400
+# The main page: seven machines and settings with an answer table each, and the network shapes' table a row
+# per shape and machine (models.yaml's max-pool on two VMs: 413 lines); the case tables are on the operators' pages.
+MAX_MAIN_LINES = 450
 MAX_FIGURES_BYTES = 8 * 2**20
 MAX_HTML_BYTES = 3 * 2**20
 # Building the report from the committed runs takes minutes; reading a dozen runs, seconds: `make test` runs them.
