@@ -35,6 +35,7 @@ from harness.base import plugins  # noqa: E402
 from harness.base.cases import mode_and_layout, with_case_columns  # noqa: E402
 from harness.base.format import fmt_pct, fmt_ratio, fmt_time, params_label  # noqa: E402
 from harness.judging import analysis  # noqa: E402
+from harness.presenting.report.document import Doc, render_markdown  # noqa: E402
 from harness.presenting.report.sections import curves_agreement_table  # noqa: E402
 from harness.results import floors, store  # noqa: E402
 from impls.backends import threads_text  # noqa: E402
@@ -77,12 +78,15 @@ def measure(out: Path, budget: float) -> Path:
     return out / "run"
 
 
+HEADER = ["run", "threads", "operator", "size", "mode", "fastest", "median", "% of ceiling", "% of fresh floor",
+          "% of floor by size", "× fastest built-in (which)", "load"]
+
+
 def table(run_dirs) -> str:
+    """The table of the module's docstring as Markdown, through the report's own table writer
+    (cells escaped), with the curves' agreement table under it where the runs measured theirs apart."""
     plugins.load_plugins()  # a plugin's rows: their bytes written come from its operator
-    lines = ["| run | threads | operator | size | mode | fastest | median | % of ceiling | % of fresh floor "
-             "| % of floor by size | × fastest built-in (which) | load |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
-    metas = []
+    cells, metas = [], []
     for directory in run_dirs:
         meta, rows, _ = store.read_run(Path(directory))
         metas.append(meta)
@@ -95,16 +99,17 @@ def table(run_dirs) -> str:
             best = found.best
             builtin = (f"{fmt_ratio(found.over_builtin)} ({found.builtin})" if found.builtin and
                        found.builtin != best["strategy"] else "is one" if found.builtin else "–")
-            lines.append(f"| {meta.get('run_id', directory)} | {threads} | {op} | {params_label(params)} | "
-                         f"{mode_and_layout({'mode': mode, 'layout': layout})} | "
-                         f"{best['strategy']}{' (tie)' if found.tie else ''} | {fmt_time(best['median_s'])} | "
-                         f"{fmt_pct(best['pct_of_ceiling'])} | {floors.ceiling_cell(best.get('pct_of_fresh_floor'))} | "
-                         f"{floors.floor_cell(best.get('pct_of_floor'))} | {builtin} | {best['load_avg']:.2g} |")
+            cells.append([str(meta.get("run_id", directory)), threads, op, params_label(params),
+                          mode_and_layout({"mode": mode, "layout": layout}),
+                          f"{best['strategy']}{' (tie)' if found.tie else ''}", fmt_time(best["median_s"]),
+                          fmt_pct(best["pct_of_ceiling"]), floors.ceiling_cell(best.get("pct_of_fresh_floor")),
+                          floors.floor_cell(best.get("pct_of_floor")), builtin, f"{best['load_avg']:.2g}"])
+    doc = Doc()
+    doc.table(HEADER, cells)
     header, agreement = curves_agreement_table(metas)
     if agreement:  # the curves these floors rest on, where the runs measured them apart
-        lines += ["", "| " + " | ".join(header) + " |", "|" + "---|" * len(header),
-                  *("| " + " | ".join(row) + " |" for row in agreement)]
-    return "\n".join(lines)
+        doc.table(header, agreement)
+    return render_markdown(doc, "").rstrip("\n")
 
 
 def main(argv=None) -> int:

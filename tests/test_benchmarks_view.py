@@ -61,3 +61,27 @@ def test_the_a_a_view_reads_two_runs_and_exits_1_on_a_contradiction(tmp_path, ca
     # each winner the first run claimed is now the slowest in the copy: one contradiction at least per case
     claimed = [line for line in out.splitlines() if line.startswith("contradiction:") and "the first run's" in line]
     assert len(claimed) == len(clear_keys), out
+
+
+def test_the_fresh_floor_view_gives_each_answer_per_layout_and_the_curves_agreement(capsys):
+    """benchmarks/fresh_floor.py on the Xeon's committed A/A pair (3122, 3a78): a row per run, case
+    and layout through the report's table writer, the fresh floor of a case in a cache marked
+    beside its number, and the curves' agreement under it (the closing notes' table)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("fresh_floor", ROOT / "benchmarks" / "fresh_floor.py")
+    fresh_floor = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(fresh_floor)
+    runs = [ROOT / "results" / name for name in ("20261205T213411-vm-default-3122", "20261205T213718-vm-default-3a78")]
+    assert fresh_floor.main([str(run) for run in runs]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "| " + " | ".join(fresh_floor.HEADER) + " |"
+    rows = [line for line in lines if line.startswith("| 20261205T")]
+    assert len(rows) == 22  # 11 answers (max-pool in both layouts) in each run
+    first = [cell.strip() for cell in rows[0].strip("|").split("|")]
+    assert first[:6] == ["20261205T213411-vm-default-3122", "jax 1, numba 1, numpy 1, torch 1", "maxpool2d",
+                         "N=64 C=16 H=28 W=28 k=2", "forward", "numba_fused"]
+    assert first[8] == "⚠ 173 %" and first[9] == "46.7 %"
+    assert any("| forward channels_last |" in row for row in rows)
+    assert any(line.startswith("| vm / Intel(R) Xeon(R) Processor x2") and "| 4 | 3122, 3a78 |" in line
+               and line.endswith("| no |") for line in lines)

@@ -39,8 +39,8 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 from matplotlib.font_manager import FontProperties  # noqa: E402
 from matplotlib.textpath import text_to_path  # noqa: E402
-from PIL import Image  # noqa: E402
 from matplotlib.ticker import FuncFormatter, Locator, NullLocator  # noqa: E402
+from PIL import Image  # noqa: E402
 
 from harness.base.cases import CASE_DEFAULTS, POINT_LAYOUT_KEY  # noqa: E402
 from harness.base.format import fmt_plain, fmt_ratio, fmt_time, slug  # noqa: E402
