@@ -43,6 +43,7 @@ if os.environ.get("PYTEST_XDIST_WORKER_COUNT"):
 from harness.measuring import ceilings  # noqa: E402
 
 ceilings.CURVE_POINTS, ceilings.CURVE_TRIES, ceilings.CURVE_PASS_BYTES = 3, 3, 1 << 20
+ceilings.CURVE_PLACEMENTS = 2
 ceilings.CURVE_TOP_MIN_BYTES = ceilings.CURVE_TOP_MAX_BYTES = 1 << 20
 
 # Checking a strategy that compiles (a backend that compiles per shape:

@@ -84,6 +84,20 @@ CURVE_TOP_MAX_BYTES = 256 << 20
 # median strayed ±12.7 % and ±22 %.
 CURVE_TRIES = 5
 HUGE_PAGE_BYTES = 2 << 20  # a transparent huge page on x86-64 and on arm64 with 4 KiB base pages
+# Per try and size, the size is measured at this many places in the try's buffer, each starting on
+# a huge page of its own; the fastest place is the try's. In a VM a guest's huge page need not be
+# contiguous in the host's memory, so where a buffer sits in a cache (which of its sets it fills)
+# depends on which pages it is: on the Xeon 6-167 VM (1 thread, an L2 of 2 MiB) the numba loop read a
+# 1.66 MiB buffer at 46-152 GB/s at 32 places of one buffer, and the fastest of the 32 was 151, 151
+# and 152 GB/s in three processes (write 59, 59, 59); the buffer's first place alone, what method 4
+# measured, gave 81-112 GB/s in four runs.
+CURVE_PLACEMENTS = 8
+# Untimed calls of a place's first kernel before its timed ones (each moves at least CURVE_PASS_BYTES):
+# a point is the rate of a working set as a case's samples in a timing loop find it, and a region
+# new to the core is slow for its first passes, not its first only: on the Xeon 6-167 VM the numba
+# loop read 4.5 MiB at 13.9, 20.2 and 28.4 GB/s in its first three passes, then 28 (at 12.4 MiB a
+# write into a place warmed by one pass gave 21 GB/s, after three 28).
+CURVE_WARM_CALLS = 3
 # Each timed sample moves at least this many bytes: a 4 KiB buffer is read 2048 times in
 # one torch.sum, written 2048 times in a loop, so the call's fixed cost is spread thin.
 CURVE_PASS_BYTES = 8 << 20
@@ -285,7 +299,16 @@ def curve_settings() -> dict:
     settings (a test that shrinks them shrinks the child's too)."""
     return {"points": CURVE_POINTS, "smallest": CURVE_MIN_BYTES, "top_bounds": [CURVE_TOP_MIN_BYTES,
                                                                                 CURVE_TOP_MAX_BYTES],
-            "tries": CURVE_TRIES, "pass_bytes": CURVE_PASS_BYTES}
+            "tries": CURVE_TRIES, "pass_bytes": CURVE_PASS_BYTES, "placements": CURVE_PLACEMENTS}
+
+
+def curve_placements(size: int, buffer_bytes: int, count: int) -> list[int]:
+    """Where in a buffer of ``buffer_bytes`` a curve measures ``size`` bytes: up to ``count``
+    offsets, each a whole number of huge pages (``HUGE_PAGE_BYTES``), spread evenly over the buffer,
+    each leaving room for the size; 0 alone where only one fits."""
+    room = max(0, buffer_bytes - size) // HUGE_PAGE_BYTES  # huge pages the start may move by
+    steps = min(max(1, count), room + 1)
+    return sorted({round(k * room / max(1, steps - 1)) * HUGE_PAGE_BYTES for k in range(steps)})
 
 
 def curve_sizes(last_level_cache: int, points: int | None = None, smallest: int | None = None,
@@ -311,9 +334,13 @@ def _rate(clock, call, moved: int) -> float:
 
 def measure_curves_here(device: str, sizes: list[int] | None = None, tries: int | None = None,
                         pass_bytes: int | None = None, points: int | None = None, smallest: int | None = None,
-                        top_bounds=None) -> dict:
+                        top_bounds=None, placements: int | None = None) -> dict:
     """The device's bandwidth curves (the module's docstring), through torch
     tensors on ``device``: at each size the fastest of ``tries`` tries of
+
+    measured at ``placements`` places in the try's buffer (``curve_placements``; the fastest
+    place is the try's, ``CURVE_PLACEMENTS`` says why), each gone over ``CURVE_WARM_CALLS`` times
+    untimed first (a point is the rate of a working set as a case's samples in a timing loop find it):
 
     - read: ``torch.sum`` of the buffer seen ``passes`` times (a stride-0
       outer dimension: one call reads it again and again); on the CPU also
@@ -345,6 +372,7 @@ def measure_curves_here(device: str, sizes: list[int] | None = None, tries: int 
 
     sizes = sizes or curve_sizes(last_level_cache_bytes(device), points, smallest, top_bounds)
     tries = tries or CURVE_TRIES
+    placements = placements or CURVE_PLACEMENTS
     pass_bytes = pass_bytes or CURVE_PASS_BYTES
     started = time.time()
     clock = timing.Clock(get_backend("torch"), device)
@@ -355,11 +383,34 @@ def measure_curves_here(device: str, sizes: list[int] | None = None, tries: int 
     read_by: dict[str, dict[int, list[float]]] = {}
     write_by: dict[str, dict[int, list[float]]] = {}
 
-    def fastest(by: dict, size: int, kernels: dict, moved: int) -> float:
-        rates = {name: _rate(clock, call, moved) for name, call in kernels.items()}
+    def fastest(by: dict, size: int, kernels_by_place: list[dict], moved: int) -> float:
+        # Each kernel's rate is the fastest of its places; the try's, the fastest kernel's. Each place
+        # is first gone over untimed (CURVE_WARM_CALLS says why).
+        rates: dict[str, float] = {}
+        for kernels in kernels_by_place:
+            first = next(iter(kernels.values()))
+            for _ in range(CURVE_WARM_CALLS):
+                first()
+            for name, call in kernels.items():
+                rates[name] = float(np.nanmax([rates.get(name, math.nan), _rate(clock, call, moved)]))
         for name, rate in rates.items():
             by.setdefault(name, {one: [] for one in sizes})[size].append(rate)
         return max(rates.values())
+
+    def kernels_at(buffer, size: int, passes: int) -> tuple[dict, dict]:
+        seen_again = buffer.view(1, -1).expand(passes, -1)
+        readers = {"torch": lambda: torch.sum(seen_again, dim=1)}
+        writers = {"torch": lambda: [buffer.fill_(1.0) for _ in range(passes)]}
+        if device == "cpu":
+            array = buffer.numpy()
+            readers["numpy"] = lambda: np.broadcast_to(array, (passes, array.size)).sum(axis=1)
+            if size <= CURVE_SMALL_WRITE_BYTES:
+                writers["numpy"] = lambda: [array.fill(1.0) for _ in range(passes)]
+            if numba_loops is not None:
+                read_loop, write_loop = numba_loops
+                readers["numba"] = lambda: read_loop(array, passes)
+                writers["numba"] = lambda: write_loop(array, passes)
+        return readers, writers
     fresh: dict[str, dict[int, list[float]]] = {name: {size: [] for size in sizes} for name in allocators}
     fresh_as_found: dict[str, dict[int, list[float]]] = {name: {size: [] for size in sizes} for name in allocators}
     loads = []
@@ -371,25 +422,16 @@ def measure_curves_here(device: str, sizes: list[int] | None = None, tries: int 
             # of a parallel call waits for the slowest (a 2-thread curve took 16 s at load 9).
             loads[-1]["skipped"] = True
             continue
-        # A buffer of its own per try: where a size sits in the caches depends on the buffer's
-        # physical pages, so the fastest try is the fastest of several placements.
-        whole = _curve_buffer(max(sizes), device)
+        # A buffer of its own per try, and several places in each (CURVE_PLACEMENTS): where a size
+        # sits in the caches depends on its physical pages.
+        whole_bytes = max(max(sizes), placements * HUGE_PAGE_BYTES)
+        whole = _curve_buffer(whole_bytes, device)
         for size in sizes:
-            passes, buffer = max(1, -(-pass_bytes // size)), whole[: size // 4]
-            seen_again = buffer.view(1, -1).expand(passes, -1)
-            readers = {"torch": lambda: torch.sum(seen_again, dim=1)}
-            writers = {"torch": lambda: [buffer.fill_(1.0) for _ in range(passes)]}
-            if device == "cpu":
-                array = buffer.numpy()
-                readers["numpy"] = lambda: np.broadcast_to(array, (passes, array.size)).sum(axis=1)
-                if size <= CURVE_SMALL_WRITE_BYTES:
-                    writers["numpy"] = lambda: [array.fill(1.0) for _ in range(passes)]
-                if numba_loops is not None:
-                    read_loop, write_loop = numba_loops
-                    readers["numba"] = lambda: read_loop(array, passes)
-                    writers["numba"] = lambda: write_loop(array, passes)
-            read[size].append(fastest(read_by, size, readers, passes * size))
-            write[size].append(fastest(write_by, size, writers, passes * size))
+            passes = max(1, -(-pass_bytes // size))
+            places = [kernels_at(whole[start // 4: (start + size) // 4], size, passes)
+                      for start in curve_placements(size, whole_bytes, placements)]
+            read[size].append(fastest(read_by, size, [readers for readers, _ in places], passes * size))
+            write[size].append(fastest(write_by, size, [writers for _, writers in places], passes * size))
             for name, allocate in allocators.items():
                 writers = _fresh_writers(allocate, size, passes, numba_loops and numba_loops[1])
                 as_found = max(_rate(clock, writer, passes * size) for writer in writers)

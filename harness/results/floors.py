@@ -43,7 +43,9 @@ CURVES = "bandwidth_curves"  # the meta.json field holding them
 # huge pages, as numpy asks for them), and a fresh output of up to ceilings.HEAP_HOLDS_BYTES is
 # bounded by the write into a touched buffer as well. 4: each rate is the fastest of its tries, not
 # their median (ceilings.CURVE_TRIES says why), each try with a buffer of its own, started on a huge page.
-CURVE_METHOD = 4
+# 5: each try measures each size at several places in its buffer, the fastest place kept, each place
+# gone over untimed first (ceilings.CURVE_PLACEMENTS and CURVE_WARM_CALLS say why).
+CURVE_METHOD = 5
 # Curves of one machine class measured apart agree when each point is within this many % of
 # their median (docs/SPEC.md §3): a floor that moves more between runs moves every row's % of floor.
 CURVES_AGREE_PCT = 10.0

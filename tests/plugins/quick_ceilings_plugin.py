@@ -24,4 +24,5 @@ timing.copy_ceiling_gbps, timing.fresh_write_gbps = copy_ceiling_gbps, fresh_wri
 ceilings.TRY_GAP_S = 0.0  # its tries back to back
 # The bandwidth curves on three sizes up to 1 MiB, three tries each.
 ceilings.CURVE_POINTS, ceilings.CURVE_TRIES, ceilings.CURVE_PASS_BYTES = 3, 3, 1 << 20
+ceilings.CURVE_PLACEMENTS = 2
 ceilings.CURVE_TOP_MIN_BYTES = ceilings.CURVE_TOP_MAX_BYTES = 1 << 20

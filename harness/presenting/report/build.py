@@ -376,7 +376,8 @@ def runs_list_section(doc: Doc, rows, metas: list[dict], left_out: list[dict]) -
     if agreement:
         doc.para(f"The bandwidth curves the floors by size rest on, where runs measured them apart on one machine, "
                  f"thread setting and curve method (a run that reused the cached curve is not a second "
-                 f"measurement; from method 4 each point is the fastest of its tries, before it their median): how far "
+                 f"measurement; from method 4 each point is the fastest of its tries, before it their median; "
+                 f"from method 5 each try is the fastest of several places in its buffer): how far "
                  f"each run's read and write rates stray from their median at any size. Past "
                  f"±{floors.CURVES_AGREE_PCT:.0f} %, a floor moves between runs by that much, and every % of "
                  f"floor with it.")

@@ -248,7 +248,7 @@ def test_each_point_is_the_fastest_of_its_tries(monkeypatch):
     for rates in (curve["read_gbps"], curve["write_gbps"], *curve["fresh_write_gbps"].values(),
                   *curve["fresh_write_as_found_gbps"].values(), *curve["read_by_kernel_gbps"].values()):
         assert rates == [30.0] * len(curve["sizes_bytes"])
-    assert curve["method"] == ceilings.CURVE_METHOD == 4
+    assert curve["method"] == ceilings.CURVE_METHOD == 5
 
 
 def test_each_try_measures_a_buffer_of_its_own(monkeypatch):
@@ -265,4 +265,77 @@ def test_each_try_measures_a_buffer_of_its_own(monkeypatch):
     monkeypatch.setattr(ceilings, "_load_now", lambda: 0.25)
     monkeypatch.setattr(ceilings, "_curve_buffer", counted)
     curve = ceilings.measure_curves_here("cpu", **SMALL)
-    assert made == [max(curve["sizes_bytes"])] * SMALL["tries"]
+    assert made == [max(max(curve["sizes_bytes"]), ceilings.CURVE_PLACEMENTS * ceilings.HUGE_PAGE_BYTES)] * SMALL["tries"]
+
+
+def test_places_are_huge_pages_apart_spread_over_the_buffer_and_each_holds_its_size():
+    huge = ceilings.HUGE_PAGE_BYTES
+    assert ceilings.curve_placements(4 << 10, 16 * huge, 8) == [0, 2 * huge, 4 * huge, 6 * huge, 9 * huge,
+                                                                11 * huge, 13 * huge, 15 * huge]
+    for size, buffer, count in [(4 << 10, 256 << 20, 8), (93 << 20, 256 << 20, 8), (1 << 20, 3 * huge, 8),
+                                (huge, 4 * huge, 3), (7 << 20, 8 << 20, 8)]:
+        places = ceilings.curve_placements(size, buffer, count)
+        assert places[0] == 0 and places == sorted(set(places)) and len(places) <= count
+        assert all(place % huge == 0 and place + size <= buffer for place in places), (size, buffer, places)
+        assert len(places) == min(count, (buffer - size) // huge + 1)
+    assert ceilings.curve_placements(256 << 20, 256 << 20, 8) == [0]  # the largest size: one place
+
+
+def _place_of(call, whole_start: list) -> int | None:
+    """The huge page of the try's buffer a curve kernel's closure measures (None for a fresh
+    write, which allocates its own)."""
+    import numpy as np
+    import torch
+
+    for cell in call.__closure__ or ():
+        found = cell.cell_contents
+        if isinstance(found, torch.Tensor):
+            return (found.data_ptr() - whole_start[0]) // ceilings.HUGE_PAGE_BYTES
+        if isinstance(found, np.ndarray):
+            return (found.ctypes.data - whole_start[0]) // ceilings.HUGE_PAGE_BYTES
+    return None
+
+
+def test_each_point_is_the_fastest_of_its_places_each_warmed_before_it_is_timed(monkeypatch):
+    """Method 5: where a size sits in a cache depends on which pages hold it (at 32 places of one
+    buffer a 1.66 MiB read ran at 46-152 GB/s on the Xeon 6-167 VM), so each try measures each size
+    at several places and keeps the fastest; and a region new to the core is slow for its first
+    passes, so each place is gone over untimed first. Here a kernel runs at 1 + its place's huge
+    page GB/s: every point must read the last place's rate, and every timed call must come after its
+    place's warm calls."""
+    import torch
+
+    whole_start, warm_calls, timed = [0], [], []
+    real_buffer, real_sum = ceilings._curve_buffer, torch.sum
+
+    def buffer(nbytes, device):
+        made = real_buffer(nbytes, device)
+        whole_start[0] = made.data_ptr()
+        return made
+
+    def rate(clock, call, moved):
+        place = _place_of(call, whole_start)
+        timed.append(place)
+        return 0.5 if place is None else 1.0 + place
+
+    def counted_sum(tensor, *args, **kwargs):  # the readers' first kernel: torch.sum
+        warm_calls.append((len(timed), (tensor.data_ptr() - whole_start[0]) // ceilings.HUGE_PAGE_BYTES))
+        return real_sum(tensor, *args, **kwargs)
+
+    monkeypatch.setattr(ceilings, "_load_now", lambda: 0.25)
+    monkeypatch.setattr(ceilings, "_curve_buffer", buffer)
+    monkeypatch.setattr(ceilings, "_rate", rate)
+    monkeypatch.setattr(torch, "sum", counted_sum)
+    settings = {**SMALL, "tries": 1, "placements": 4}
+    curve = ceilings.measure_curves_here("cpu", **settings)
+    buffer_bytes = max(max(curve["sizes_bytes"]), 4 * ceilings.HUGE_PAGE_BYTES)
+    for size, read, write in zip(curve["sizes_bytes"], curve["read_gbps"], curve["write_gbps"]):
+        last = ceilings.curve_placements(size, buffer_bytes, 4)[-1] // ceilings.HUGE_PAGE_BYTES
+        assert read == write == 1.0 + last, (size, read, write)
+    # torch.sum (the timed calls go through the patched _rate): CURVE_WARM_CALLS calls at each
+    # place, each group right before the place's first timed call
+    warm = ceilings.CURVE_WARM_CALLS
+    assert len(warm_calls) == len(curve["sizes_bytes"]) * 4 * warm
+    groups = [warm_calls[k:k + warm] for k in range(0, len(warm_calls), warm)]
+    assert all(len(set(group)) == 1 for group in groups)
+    assert all(timed[before] == place for (before, place), *_ in groups)
