@@ -264,7 +264,7 @@ def own_curve(meta: dict, device: str = "cpu") -> dict | None:
     reused one, measured it busy, or measured it by torch's rates alone."""
     curves, reused = _meta_curves(meta)
     curve = usable_curve(curves, device)
-    if curve is None or device in reused or not (curve.get("method") or 0) >= COMPARED_FROM_METHOD:
+    if curve is None or device in reused or (curve.get("method") or 0) < COMPARED_FROM_METHOD:
         return None
     return curve
 
