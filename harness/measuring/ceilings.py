@@ -98,6 +98,10 @@ CURVE_PLACEMENTS = 8
 # loop read 4.5 MiB at 13.9, 20.2 and 28.4 GB/s in its first three passes, then 28 (at 12.4 MiB a
 # write into a place warmed by one pass gave 21 GB/s, after three 28).
 CURVE_WARM_CALLS = 3
+# Timed samples per kernel and place, the fastest kept: a kernel's first call after another kernel's
+# is slower (at 1.66 MiB on the Xeon 6-167 VM, right after numpy's sum, the numba loop read 62-94
+# GB/s in its first call at eight places, 92-129 in its second).
+CURVE_PLACE_SAMPLES = 2
 # Each timed sample moves at least this many bytes: a 4 KiB buffer is read 2048 times in
 # one torch.sum, written 2048 times in a loop, so the call's fixed cost is spread thin.
 CURVE_PASS_BYTES = 8 << 20
@@ -340,7 +344,8 @@ def measure_curves_here(device: str, sizes: list[int] | None = None, tries: int 
 
     measured at ``placements`` places in the try's buffer (``curve_placements``; the fastest
     place is the try's, ``CURVE_PLACEMENTS`` says why), each gone over ``CURVE_WARM_CALLS`` times
-    untimed first (a point is the rate of a working set as a case's samples in a timing loop find it):
+    untimed first (a point is the rate of a working set as a case's samples in a timing loop find it),
+    each kernel the faster of ``CURVE_PLACE_SAMPLES`` samples there:
 
     - read: ``torch.sum`` of the buffer seen ``passes`` times (a stride-0
       outer dimension: one call reads it again and again); on the CPU also
@@ -392,7 +397,8 @@ def measure_curves_here(device: str, sizes: list[int] | None = None, tries: int 
             for _ in range(CURVE_WARM_CALLS):
                 first()
             for name, call in kernels.items():
-                rates[name] = float(np.nanmax([rates.get(name, math.nan), _rate(clock, call, moved)]))
+                rates[name] = float(np.nanmax([rates.get(name, math.nan),
+                                               *(_rate(clock, call, moved) for _ in range(CURVE_PLACE_SAMPLES))]))
         for name, rate in rates.items():
             by.setdefault(name, {one: [] for one in sizes})[size].append(rate)
         return max(rates.values())

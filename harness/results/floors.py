@@ -44,7 +44,8 @@ CURVES = "bandwidth_curves"  # the meta.json field holding them
 # bounded by the write into a touched buffer as well. 4: each rate is the fastest of its tries, not
 # their median (ceilings.CURVE_TRIES says why), each try with a buffer of its own, started on a huge page.
 # 5: each try measures each size at several places in its buffer, the fastest place kept, each place
-# gone over untimed first (ceilings.CURVE_PLACEMENTS and CURVE_WARM_CALLS say why).
+# gone over untimed first, each kernel the fastest of two samples there (ceilings.CURVE_PLACEMENTS,
+# CURVE_WARM_CALLS and CURVE_PLACE_SAMPLES say why).
 CURVE_METHOD = 5
 # Curves of one machine class measured apart agree when each point is within this many % of
 # their median (docs/SPEC.md §3): a floor that moves more between runs moves every row's % of floor.
