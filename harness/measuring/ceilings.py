@@ -17,7 +17,8 @@ uses it. The same rule refuses a curve measured busy.
 
 The curves (``measure_curves_here``): per device, ``CURVE_POINTS`` sizes
 from ``CURVE_MIN_BYTES`` to ``CURVE_LLC_MULTIPLE`` times the last-level cache
-(the GPU's L2), at each the fastest of ``CURVE_TRIES`` tries of reading a
+(the GPU's L2), at each the fastest of ``CURVE_TRIES`` tries (each the
+fastest of ``CURVE_PLACEMENTS`` places in the try's buffer) of reading a
 buffer, writing into it again (on the CPU, each the fastest of torch's,
 numpy's and a numba loop's: an upper bound), and (CPU) allocating one afresh
 from each allocator and writing it. A small size is read or written many times in one
@@ -96,7 +97,7 @@ CURVE_PLACEMENTS = 8
 # a point is the rate of a working set as a case's samples in a timing loop find it, and a region
 # new to the core is slow for its first passes, not its first only: on the Xeon 6-167 VM the numba
 # loop read 4.5 MiB at 13.9, 20.2 and 28.4 GB/s in its first three passes, then 28 (at 12.4 MiB a
-# write into a place warmed by one pass gave 21 GB/s, after three 28).
+# write into a place warmed by one pass gave 21 GB/s, after three 29).
 CURVE_WARM_CALLS = 3
 # Timed samples per kernel and place, the fastest kept: a kernel's first call after another kernel's
 # is slower (at 1.66 MiB on the Xeon 6-167 VM, right after numpy's sum, the numba loop read 62-94
@@ -340,12 +341,12 @@ def measure_curves_here(device: str, sizes: list[int] | None = None, tries: int 
                         pass_bytes: int | None = None, points: int | None = None, smallest: int | None = None,
                         top_bounds=None, placements: int | None = None) -> dict:
     """The device's bandwidth curves (the module's docstring), through torch
-    tensors on ``device``: at each size the fastest of ``tries`` tries of
-
-    measured at ``placements`` places in the try's buffer (``curve_placements``; the fastest
-    place is the try's, ``CURVE_PLACEMENTS`` says why), each gone over ``CURVE_WARM_CALLS`` times
-    untimed first (a point is the rate of a working set as a case's samples in a timing loop find it),
-    each kernel the faster of ``CURVE_PLACE_SAMPLES`` samples there:
+    tensors on ``device``: at each size the fastest of ``tries`` tries, each
+    the fastest of ``placements`` places in the try's buffer (``curve_placements``;
+    ``CURVE_PLACEMENTS`` says why), each place gone over ``CURVE_WARM_CALLS`` times
+    untimed first (a point is the rate of a working set as a case's samples in a
+    timing loop find it), each kernel the faster of ``CURVE_PLACE_SAMPLES``
+    samples there, of
 
     - read: ``torch.sum`` of the buffer seen ``passes`` times (a stride-0
       outer dimension: one call reads it again and again); on the CPU also
@@ -367,7 +368,7 @@ def measure_curves_here(device: str, sizes: list[int] | None = None, tries: int 
     Each try records the 1-minute load it started under; one that started
     with the machine at capacity is recorded and skipped (the curve is then
     refused where half or more were: ``busy_reason``). Each try allocates a
-    buffer (``_curve_buffer``), and every size is a prefix of it. Each kernel's own fastest tries are kept
+    buffer (``_curve_buffer``), and every size is measured at places in it. Each kernel's own fastest tries are kept
     beside (``read_by_kernel_gbps``, ``write_by_kernel_gbps``), to say which
     one set the rate."""
     import numpy as np
