@@ -130,7 +130,10 @@ baseline: $(STAMP)
 # sweep's rows), and `make gpu GPU_RESULTS=<it>` on the next lease resumes
 # where this one stopped. A CUDA build of torch must be importable
 # (VENV_ARGS=--system-site-packages reuses the machine's; PY=python3 uses the
-# machine's Python as it is, without a venv).
+# machine's Python as it is, without a venv). configs/gpu.yaml is planned to fit
+# one 15-minute lease; GPU_CONFIG=configs/gpu-more.yaml is its larger points, a
+# second lease, with SCATTERBENCH_CACHE_DIR=<gpu.yaml's run>/steps/cache so its
+# check reads that run's verdicts (docs/GPU.md, the GPU plan).
 gpu: $(if $(filter $(VENV)/bin/python,$(PY)),$(STAMP))
 	$(PY) -m harness gpu $(GPU_CONFIG) $(if $(GPU_RESULTS),-o $(GPU_RESULTS)) $(if $(GPU_BUDGET),--budget $(GPU_BUDGET)) $(if $(GPU_TESTS),--tests='$(GPU_TESTS)')
 

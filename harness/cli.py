@@ -569,11 +569,14 @@ def cmd_regress(args) -> int:
 @command("gpu", "everything a GPU machine should do (make gpu), as steps a later call resumes: the check "
                 "(every operator, one step), the CUDA tests, the sweep and its report",
          arg("config", nargs="?", default=None,
-             help=quoting("sweep config (default: the checkout's {})", "harness.measuring.gpu_steps", "DEFAULT_CONFIG")),
+             help=quoting("sweep config (default: the checkout's {}, planned to fit one 15-minute lease; "
+                          "configs/gpu-more.yaml is its larger points, for a second lease, with "
+                          "SCATTERBENCH_CACHE_DIR=<gpu.yaml's run>/steps/cache so that its check reads that run's "
+                          "verdicts)", "harness.measuring.gpu_steps", "DEFAULT_CONFIG")),
          arg("-o", "--output", metavar="DIR",
              help="the run's directory, its steps' records, logs, counts and caches (the check's journal, the "
-                  "compiled kernels) in DIR/steps (make gpu's GPU_RESULTS; default: results/<commit date>-gpu-"
-                  "<commit>-<GPU>); the same command again on it goes on, on this machine or, the directory "
+                  "compiled kernels) in DIR/steps (make gpu's GPU_RESULTS; default: results/<commit date>-<config's "
+                  "name>-<commit>-<GPU>); the same command again on it goes on, on this machine or, the directory "
                   "committed whole, on the next lease, never redoing a finished step or case"),
          arg("--budget", type=float, metavar="SECONDS",
              help="this call's seconds (GPU_BUDGET): each step gets what is left, a step cut by it runs again next "
@@ -582,10 +585,14 @@ def cmd_regress(args) -> int:
              help=quoting("pytest's arguments, as one string (GPU_TESTS; default {!r}); give it as --tests='...'",
                           "harness.measuring.gpu_steps", "DEFAULT_TESTS")))
 def cmd_gpu(args) -> int:
+    from pathlib import Path
+
+    from harness.base.config import load_config
     from harness.measuring import gpu_steps
 
-    directory = args.output or gpu_steps.default_directory()
-    return gpu_steps.run_gpu(str(args.config or gpu_steps.default_config()), directory, budget_s=args.budget,
+    config = str(args.config or gpu_steps.default_config())
+    directory = args.output or gpu_steps.default_directory(load_config(config).name or Path(config).stem)
+    return gpu_steps.run_gpu(config, directory, budget_s=args.budget,
                              tests=gpu_steps.DEFAULT_TESTS if args.tests is None else args.tests)
 
 

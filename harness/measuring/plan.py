@@ -91,7 +91,9 @@ ROUNDS_TO_LEAVE = 3
 # An unmeasured strategy's call, as a multiple of its floor (bytes at the copy ceiling), where no
 # measured row of its backend gives the ratio.
 DEFAULT_FLOOR_MULTIPLE = 10.0
-XCHECK_S = 0.15  # triton.testing.do_bench's warm-up (25 ms) and repetitions (100 ms) and its estimate
+# triton.testing.do_bench's warm-up and repetitions (timing.XCHECK_*_MS), and its estimate first (5
+# calls) and launches: 10 ms more
+XCHECK_S = (timing.XCHECK_WARMUP_MS + timing.XCHECK_REP_MS) / 1e3 + 0.010
 
 # The plan's phases that are the sweep's cases' own (summed over them), and the report's.
 PHASE_CASE_CHECK, PHASE_REPORT = "check per case", "report"

@@ -78,6 +78,12 @@ DELAY_CAP_S = 20e-3
 HOST_COST_CALLS = 20
 # Sampling past the budget to let a slow start settle stops at this many budgets.
 SETTLE_BUDGETS = 4
+# The cross-check's triton.testing.do_bench, in ms: its warm-up and its repetitions (Triton's defaults
+# are 25 and 100). It judges our median within ±5 % (``analysis``), and a GPU kernel's calls vary by
+# well under 1 %: 25 ms is 10 or more calls of gpu.yaml's slowest kernel (about 2 ms), each after its
+# 256 MiB flush, and hundreds of its 50-100 µs ones. At Triton's defaults it took 0.15 s of every
+# case, more than a third of gpu.yaml's timing (issue 58: the sweep in one lease).
+XCHECK_WARMUP_MS, XCHECK_REP_MS = 5, 25
 
 
 @dataclass(frozen=True)
@@ -326,7 +332,7 @@ def xcheck_s(fn: Callable[[], Any], device: str) -> float:
         from triton.testing import do_bench
     except ImportError:
         return float("nan")
-    return float(do_bench(fn, return_mode="median")) / 1e3
+    return float(do_bench(fn, warmup=XCHECK_WARMUP_MS, rep=XCHECK_REP_MS, return_mode="median")) / 1e3
 
 
 def time_call(fn: Callable[[], Any], backend, device: str, timing, flush: Callable[[], None] | None = None,

@@ -19,6 +19,7 @@ from impls.registry import get_operator
 from tests.helpers import ROOT
 
 GPU_YAML = str(ROOT / "configs" / "gpu.yaml")
+GPU_MORE_YAML = str(ROOT / "configs" / "gpu-more.yaml")
 H200 = ROOT / "results" / "20261126T045242-vm-gpu-1067"  # the first GPU run: 52 max-pool cases, no phase_s
 
 
@@ -150,7 +151,28 @@ def test_the_h200_runs_measured_costs_are_used_and_named(tmp_path):
     # a case the H200 never reached: its strategy's median where it ran elsewhere, else its kind's
     unpool = next(c for c in plan.cases if c.case.op == "maxunpool" and c.case.strategy == "triton_scatter")
     assert unpool.prepare.source.startswith("median of") and "triton" in unpool.prepare.source
-    assert "prepare/compile" in phases(plan) and "40 cases: this case measured" in phases(plan)["prepare/compile"].source
+    # 30 of its 40 timed cases are gpu.yaml's; the other 10 (16×64×512²) are gpu-more.yaml's
+    assert "prepare/compile" in phases(plan) and "30 cases: this case measured" in phases(plan)["prepare/compile"].source
+    more = window.plan_config(GPU_MORE_YAML, "cuda", [ROOT / "results"])
+    assert "10 cases: this case measured" in phases(more)["prepare/compile"].source
+
+
+def test_gpu_yaml_fits_one_lease_and_gpu_more_yaml_times_nothing_it_leaves_out():
+    """Issue 58: gpu.yaml's plan, every phase of `make gpu` from the check to the report, fits 12 minutes
+    of device time (a 15-minute lease less its start-up). Every operator, CUDA strategy, dtype and mode
+    stays in it; gpu-more.yaml holds larger points only, of strategies gpu.yaml times too."""
+    plan = window.plan_config(GPU_YAML, "cuda", [ROOT / "results"])
+    assert plan.total_s <= 12 * 60, window.lines(plan)[:14]
+    timed = {(c.case.op, c.case.strategy, c.case.dtype) for c in plan.cases if not c.skipped}
+    more = load_config(GPU_MORE_YAML)
+    assert {b.op for b in more.benchmarks} <= {b.op for b in load_config(GPU_YAML).benchmarks}
+    more_cases = expand(more)
+    assert more_cases and {(c.op, c.strategy, c.dtype) for c in more_cases} <= timed
+    for op in {c.case.op for c in plan.cases}:  # every strategy that runs on CUDA, in every mode it has
+        cuda = {name for name, strat in get_operator(op).strategies.items() if "cuda" in strat.devices}
+        assert cuda <= {s for o, s, _ in timed if o == op}, op
+    assert {c.case.mode for c in plan.cases} == {"forward", "backward", "forward+backward"}
+    assert {c.case.dtype for c in plan.cases} == {"float32", "float16"}
 
 
 def test_phase_s_and_make_gpus_step_records_replace_the_defaults(tmp_path):
@@ -220,14 +242,17 @@ def test_a_resumed_plan_leaves_out_the_cases_and_steps_done(tmp_path):
     for op in ("maxpool2d", "maxunpool", "dispersion"):  # an older make gpu's check, an operator a step
         record_step(run, f"check-{op}", 10)
     plan = window.plan_config(GPU_YAML, "cuda", [tmp_path / "nothing"], resume=str(run))
-    assert plan.done == 52 and len(plan.order()) == len(expand(load_config(GPU_YAML))) - 52
+    # the run's 52 rows, less the 10 of its 16×64×512² max-pool, now gpu-more.yaml's
+    in_config = {case.case_id for case in expand(load_config(GPU_YAML))}
+    assert len(set(store.read_rows(run)["case_id"]) & in_config) == 42
+    assert plan.done == 42 and len(plan.order()) == len(in_config) - 42
     assert not {case.case_id for case in plan.order()} & set(store.read_rows(run)["case_id"])
     found = phases(plan)
     assert found["pytest -m cuda"].seconds == 0 and found["pytest -m cuda"].source == "finished already"
     # today's one check step is not among them: it runs whole, at the rate of the run's own records
     check = found["check (make gpu)"]
     assert "3 of 4 steps/check-*.json, 10 s each" in check.source and check.seconds == pytest.approx(40)
-    assert "(52 done already)" in window.lines(plan)[0]
+    assert "(42 done already)" in window.lines(plan)[0]
     record_step(run, "check", 35)
     check = phases(window.plan_config(GPU_YAML, "cuda", [tmp_path / "nothing"], resume=str(run)))["check (make gpu)"]
     assert check.seconds == 0 and check.source == "finished already"

@@ -181,6 +181,28 @@ def test_a_cut_check_resumes_without_judging_again(tmp_path):
     assert again[work_counts.CALLS] == 0 and again[work_counts.ORACLE_RUNS] == 0, again
 
 
+# gpu-more.yaml's shape: TINY's strategies at a larger point (over check.max_bytes: not checked there),
+# forward only
+MORE = config_yaml(dict(benchmark("maxpool2d", ["numpy_sliding_window", "torch_reshape_argmax"], N=4, C=8, H=512,
+                                  W=512, k=2)))
+
+
+def test_a_second_config_given_the_first_runs_cache_judges_nothing_again(tmp_path):
+    """docs/GPU.md's second lease: gpu-more.yaml's check, given gpu.yaml's run's cache
+    (SCATTERBENCH_CACHE_DIR), reads every item it shares with it from that run's journal: no
+    strategy called, no oracle run, and the same verdicts printed."""
+    first, more = tmp_path / "tiny.yaml", tmp_path / "more.yaml"
+    first.write_text(TINY)
+    more.write_text(MORE)
+    cache = tmp_path / "cache"
+    _, alone = run_check(more, tmp_path / "bare", tmp_path / "alone.json")
+    assert alone[work_counts.CALLS] > 0 and alone[work_counts.ORACLE_RUNS] > 0  # without that cache: judged
+    run_check(first, cache, tmp_path / "first.json")
+    more_out, counts = run_check(more, cache, tmp_path / "more.json")
+    assert counts[work_counts.CALLS] == 0 and counts[work_counts.ORACLE_RUNS] == 0, counts
+    assert "judged before by the same code" in more_out
+
+
 def test_the_journal_keeps_nothing_the_machine_may_have_caused(tmp_path):
     from harness.measuring import verdict_cache
     from impls.common import Verdict
