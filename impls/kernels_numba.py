@@ -67,6 +67,21 @@ def _fold_row(row, best, index, row_base, n):
         index[c] = row_base + c if take else index[c]
 
 
+def maxpool2d_scratch(dtype, index_dtype, W: int, K: int, threads: int):
+    """``maxpool2d_kernel``'s last four arguments for rows of ``W`` columns: each thread's scratch
+    rows (values, indices), the bands a chunk takes (~16 KiB of scratch, in L1 between the two
+    passes) and the vertical pass's columns: under 32, ``span`` rounded up to whole vector steps of
+    16 (the kernel's docstring; at 56 columns, rounded to 64, it was 1-2 % slower)."""
+    span = (W // K) * K
+    padded = -(-span // 16) * 16 if span < 32 else span
+    bands_per_item = max(1, (16384 // (np.dtype(dtype).itemsize + np.dtype(index_dtype).itemsize)) // max(span, 1))
+    # The last band's padded columns, then a cache line of padding between threads' rows, so that
+    # they never share one.
+    row_length = -(-(bands_per_item * span + padded - span) // 16) * 16 + 16
+    return (np.empty((threads, row_length), dtype=dtype), np.empty((threads, row_length), dtype=index_dtype),
+            bands_per_item, padded)
+
+
 @functools.lru_cache(maxsize=None)
 def maxpool2d_kernel(K: int):
     """The maxpool kernel for one window size K (a compile-time constant).
@@ -95,12 +110,22 @@ def maxpool2d_kernel(K: int):
     element against 0.16-0.17 at 64 and 128 columns. LLVM's vector body there
     takes 64 columns a step (16 lanes, interleaved 4), so a 28-column band
     never enters it and runs the scalar remainder.
+
+    So the vertical pass runs ``padded`` columns (``span`` rounded up by the
+    caller), not ``span``: the columns past it are read from the row's rest or
+    the next row and written into the next band's scratch, which that band's
+    own pass then writes over, so the loop takes whole vector steps where its
+    vector body is short enough. Never past x's end: there a band runs
+    ``span``. On the Xeon 6-167 VM (2026-12-06), rounding to 16, medians at 1
+    thread, then 2: 64x512x14x14 k2 8.9-9.2 -> 5.5-5.6 ms, then 4.0 -> 2.3 ms;
+    64x16x14x14 0.20 -> 0.12 ms; 16x16x30x30 k3 0.14 -> 0.10 ms; 64x16x28x28
+    unchanged at 1 thread, 0.22 -> 0.19 ms at 2.
     """
 
     # Cached like the others: numba keys a closure's cache entry by its cell
     # values too, so each K has its own entry beside this file's.
     @numba.njit(**_JIT)
-    def kernel(x, H, W, values, indices, scratch_values, scratch_indices, bands_per_item):
+    def kernel(x, H, W, values, indices, scratch_values, scratch_indices, bands_per_item, padded):
         h, w = H // K, W // K
         span = w * K
         bands = (x.size // (H * W)) * h
@@ -117,11 +142,12 @@ def maxpool2d_kernel(K: int):
                 start = plane * H * W + base
                 # Slices throughout, so loops index from 0: an index like start + c keeps
                 # numba's negative-index wraparound in the loop and blocks SIMD.
-                best_slice = column_best[local * span:(local + 1) * span]
-                index_slice = column_index[local * span:(local + 1) * span]
-                _start_columns(x[start:start + span], best_slice, index_slice, base, span)
+                n = padded if start + (K - 1) * W + padded <= x.size else span
+                best_slice = column_best[local * span:local * span + n]
+                index_slice = column_index[local * span:local * span + n]
+                _start_columns(x[start:start + n], best_slice, index_slice, base, n)
                 for kr in range(1, K):
-                    _fold_row(x[start + kr * W:start + kr * W + span], best_slice, index_slice, base + kr * W, span)
+                    _fold_row(x[start + kr * W:start + kr * W + n], best_slice, index_slice, base + kr * W, n)
             out_values = values[first_band * w:last_band * w]
             out_indices = indices[first_band * w:last_band * w]
             for o in range((last_band - first_band) * w):

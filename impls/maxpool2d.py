@@ -1335,20 +1335,12 @@ def numba_fused(inputs, params):
         return run
 
     kernel = kernels_numba.maxpool2d_kernel(k)
-    span = (W // k) * k
-    # ~16 KiB of scratch per chunk (values + indices): in L1 between the two passes.
-    scratch_elements = 16384 // (x.dtype.itemsize + np.dtype(index_dtype).itemsize)
-    bands_per_item = max(1, scratch_elements // max(span, 1))
-    # One cache line of padding between threads' rows, so they never share one.
-    row_length = -(-(bands_per_item * span) // 16) * 16 + 16
-    scratch_values = np.empty((threads, row_length), dtype=x.dtype)
-    scratch_indices = np.empty((threads, row_length), dtype=index_dtype)
+    scratch = kernels_numba.maxpool2d_scratch(x.dtype, index_dtype, W, k, threads)
 
     def run():
         values = np.empty((N, C, h, w), dtype=x.dtype)
         indices = np.empty((N, C, h, w), dtype=np.int64)
-        kernel(np.ascontiguousarray(x).reshape(-1), H, W, values.reshape(-1), indices.reshape(-1),
-               scratch_values, scratch_indices, bands_per_item)
+        kernel(np.ascontiguousarray(x).reshape(-1), H, W, values.reshape(-1), indices.reshape(-1), *scratch)
         return values, indices
 
     run()  # JIT compile for this signature outside the timed region

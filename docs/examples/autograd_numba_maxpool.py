@@ -33,20 +33,14 @@ from impls.maxpool2d import numba_scatter_backward
 def _forward(x: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
     """numba_fused's timed call: values and int64 flat indices (first maximum
     on ties, a NaN window's first NaN) of a C-contiguous (N, C, H, W) array.
-    The scratch is sized as the strategy sizes it: ~16 KiB of bands per chunk,
-    one padded row per numba thread."""
+    The scratch is the strategy's (``kernels_numba.maxpool2d_scratch``): ~16 KiB
+    of bands per chunk, one padded row per numba thread."""
     N, C, H, W = x.shape
     index_dtype = np.int32 if H * W < 2**31 else np.int64
-    span = (W // k) * k
-    bands_per_item = max(1, (16384 // (x.dtype.itemsize + np.dtype(index_dtype).itemsize)) // max(span, 1))
-    row_length = -(-(bands_per_item * span) // 16) * 16 + 16
-    threads = numba.config.NUMBA_NUM_THREADS
-    scratch_values = np.empty((threads, row_length), dtype=x.dtype)
-    scratch_indices = np.empty((threads, row_length), dtype=index_dtype)
+    scratch = kernels_numba.maxpool2d_scratch(x.dtype, index_dtype, W, k, numba.config.NUMBA_NUM_THREADS)
     values = np.empty((N, C, H // k, W // k), dtype=x.dtype)
     indices = np.empty((N, C, H // k, W // k), dtype=np.int64)
-    kernels_numba.maxpool2d_kernel(k)(x.reshape(-1), H, W, values.reshape(-1), indices.reshape(-1),
-                                      scratch_values, scratch_indices, bands_per_item)
+    kernels_numba.maxpool2d_kernel(k)(x.reshape(-1), H, W, values.reshape(-1), indices.reshape(-1), *scratch)
     return values, indices
 
 

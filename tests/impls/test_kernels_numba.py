@@ -26,3 +26,41 @@ def test_the_channels_last_pool_backward_adds_float32_gradients_in_float32():
     machine_code = backward.inspect_asm(backward.signatures[0])
     assert "cvtps2pd" not in machine_code and "addpd" not in machine_code
     assert "vaddps" in machine_code  # the channels' adds, vectorised
+
+
+# Run with numba's bounds checks on, in a process of its own (the flag is read when numba starts)
+# with a cache of its own (a kernel loaded from the shared cache was compiled without them).
+_PADDED_COLUMNS = """
+import numpy as np
+from impls import maxpool2d
+from impls.registry import get_operator
+
+op = get_operator("maxpool2d")
+rng = np.random.default_rng(0)
+for N, C, H, W, k in ((1, 1, 4, 28, 2), (2, 3, 7, 9, 2), (1, 2, 6, 30, 3), (3, 1, 2, 14, 2), (1, 1, 3, 3, 3)):
+    x = rng.standard_normal((N, C, H, W)).astype(np.float32)
+    x[..., (W // k) * k:] = np.nan  # columns past the last window: never an output's
+    x[..., 1:, :1] = np.inf  # each row's first column: what a band's padded columns read next
+    params = {"N": N, "C": C, "H": H, "W": W, "k": k}
+    values, indices = op.strategies["numba_fused"].prepare({"x": x}, params)()
+    expected = maxpool2d.oracle({"x": x.astype(np.float64)}, params)
+    assert np.array_equal(values, expected[0].astype(np.float32), equal_nan=True), (N, C, H, W, k)
+    assert np.array_equal(indices, expected[1]), (N, C, H, W, k)
+print("within bounds")
+"""
+
+
+def test_the_pools_padded_vertical_pass_reads_nothing_past_x_and_never_reaches_an_output(tmp_path):
+    """``maxpool2d_kernel`` runs its vertical pass on whole vector steps of 16 columns, past a
+    band's last window into the next row: those columns must never reach an output, and the last
+    band must stop at x's end (numba's bounds checks raise IndexError there)."""
+    import os
+    import subprocess
+    import sys
+
+    from harness.base.checkout import ROOT
+
+    env = dict(os.environ, NUMBA_BOUNDSCHECK="1", NUMBA_CACHE_DIR=str(tmp_path), NUMBA_NUM_THREADS="2")
+    done = subprocess.run([sys.executable, "-c", _PADDED_COLUMNS], capture_output=True, text=True, cwd=ROOT,
+                          env=env, timeout=600)
+    assert done.returncode == 0 and "within bounds" in done.stdout, done.stdout[-2000:] + done.stderr[-4000:]
