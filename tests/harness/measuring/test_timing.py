@@ -324,3 +324,24 @@ def test_calls_already_made_for_at_least_the_warm_up_time_are_its_warm_up():
     calls.clear()
     timed = timing.time_host(lambda: calls.append(time.sleep(0.001)), settings, warmed_s=0.019)
     assert len(calls) >= len(timed.samples_s) + timed.slow_start + 3  # short of it: warm up by time, as ever
+
+
+def test_the_cross_check_is_do_bench_at_the_suites_warm_up_and_repetitions(monkeypatch):
+    """The cross-check's do_bench takes timing.XCHECK_*_MS (not Triton's 25 + 100 ms, 0.15 s a case:
+    a third of gpu.yaml's timing), its median, in seconds; the plan counts the same milliseconds.
+    No timer on the CPU."""
+    triton_testing = pytest.importorskip("triton.testing")
+    from harness.measuring import plan
+
+    asked = []
+
+    def do_bench(fn, **kwargs):
+        asked.append(kwargs)
+        return 2.0  # ms
+
+    monkeypatch.setattr(triton_testing, "do_bench", do_bench)
+    assert timing.xcheck_s(lambda: None, "cuda") == pytest.approx(2e-3)
+    assert asked == [{"warmup": timing.XCHECK_WARMUP_MS, "rep": timing.XCHECK_REP_MS, "return_mode": "median"}]
+    assert timing.XCHECK_WARMUP_MS + timing.XCHECK_REP_MS <= 30
+    assert plan.XCHECK_S == pytest.approx((timing.XCHECK_WARMUP_MS + timing.XCHECK_REP_MS) / 1e3 + 0.010)
+    assert np.isnan(timing.xcheck_s(lambda: None, "cpu")) and len(asked) == 1
