@@ -67,13 +67,22 @@ def _fold_row(row, best, index, row_base, n):
         index[c] = row_base + c if take else index[c]
 
 
+# The vertical pass's padding pays where it replaces a scalar tail of a few columns, not where it
+# adds a vector's worth of work: measured on the Xeon 6-167 VM, 1 thread, 2026-12-06 (medians, old ->
+# padded): spans 10, 12, 14, 28 and 30 (6, 4, 2, 4 and 2 columns added) 0.053 -> 0.039, 0.40 -> 0.36,
+# 0.19 -> 0.11, 0.35 -> 0.34 and 0.81 -> 0.59 ms; spans 8, 20 and 24 (8, 12 and 8 added) 0.68 -> 0.79,
+# 0.41 -> 0.43 and 0.31 -> 0.33 ms; 56 rounded to 64 was 1-2 % slower.
+PAD_COLUMNS_AT_MOST = 6
+
+
 def maxpool2d_scratch(dtype, index_dtype, W: int, K: int, threads: int):
     """``maxpool2d_kernel``'s last four arguments for rows of ``W`` columns: each thread's scratch
     rows (values, indices), the bands a chunk takes (~16 KiB of scratch, in L1 between the two
-    passes) and the vertical pass's columns: under 32, ``span`` rounded up to whole vector steps of
-    16 (the kernel's docstring; at 56 columns, rounded to 64, it was 1-2 % slower)."""
+    passes) and the vertical pass's columns: ``span`` rounded up to whole vector steps of 16 where
+    that adds at most ``PAD_COLUMNS_AT_MOST`` columns to a row of under 32 (the kernel's docstring)."""
     span = (W // K) * K
-    padded = -(-span // 16) * 16 if span < 32 else span
+    rounded = -(-span // 16) * 16
+    padded = rounded if span < 32 and rounded - span <= PAD_COLUMNS_AT_MOST else span
     bands_per_item = max(1, (16384 // (np.dtype(dtype).itemsize + np.dtype(index_dtype).itemsize)) // max(span, 1))
     # The last band's padded columns, then a cache line of padding between threads' rows, so that
     # they never share one.
@@ -119,7 +128,8 @@ def maxpool2d_kernel(K: int):
     ``span``. On the Xeon 6-167 VM (2026-12-06), rounding to 16, medians at 1
     thread, then 2: 64x512x14x14 k2 8.9-9.2 -> 5.5-5.6 ms, then 4.0 -> 2.3 ms;
     64x16x14x14 0.20 -> 0.12 ms; 16x16x30x30 k3 0.14 -> 0.10 ms; 64x16x28x28
-    unchanged at 1 thread, 0.22 -> 0.19 ms at 2.
+    unchanged at 1 thread, 0.22 -> 0.19 ms at 2. Where the rounding adds 8 or
+    more columns it costs more than it saves (``maxpool2d_scratch``).
     """
 
     # Cached like the others: numba keys a closure's cache entry by its cell
