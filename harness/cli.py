@@ -585,13 +585,10 @@ def cmd_regress(args) -> int:
              help=quoting("pytest's arguments, as one string (GPU_TESTS; default {!r}); give it as --tests='...'",
                           "harness.measuring.gpu_steps", "DEFAULT_TESTS")))
 def cmd_gpu(args) -> int:
-    from pathlib import Path
-
-    from harness.base.config import load_config
     from harness.measuring import gpu_steps
 
     config = str(args.config or gpu_steps.default_config())
-    directory = args.output or gpu_steps.default_directory(load_config(config).name or Path(config).stem)
+    directory = args.output or gpu_steps.default_directory(config)
     return gpu_steps.run_gpu(config, directory, budget_s=args.budget,
                              tests=gpu_steps.DEFAULT_TESTS if args.tests is None else args.tests)
 

@@ -292,11 +292,13 @@ def default_config() -> Path:
     return shown(ROOT / DEFAULT_CONFIG)
 
 
-def default_directory(config_name: str = "gpu") -> Path:
-    """``results/<commit date>-<config's name>-<commit>-<GPU>`` in the checkout (gpu.yaml's name is
-    ``gpu``): one directory per commit, config and GPU, so that gpu-more.yaml's run never resumes
-    gpu.yaml's; named by the commit's date so that the newest commit's run sorts last (``make report``'s
-    newest)."""
+def default_directory(config_path=None) -> Path:
+    """``results/<commit date>-<config's name>-<commit>-<GPU>`` in the checkout (the config's ``name``,
+    else its file's stem; gpu.yaml's is ``gpu``): one directory per commit, config and GPU, so that
+    gpu-more.yaml's run never resumes gpu.yaml's; named by the commit's date so that the newest
+    commit's run sorts last (``make report``'s newest)."""
+    path = Path(config_path) if config_path else default_config()  # as given: from the working directory
+    config_name = load_config(path).name or path.stem
     date = _git("log", "-1", "--format=%cd", "--date=format:%Y%m%dT%H%M%S") or time.strftime("%Y%m%dT%H%M%S")
     commit = (facts.git_commit() or "unknown")[:10]  # the commit the run records (a copy's SCATTERBENCH_GIT_COMMIT)
     label = re.sub(r"[^A-Za-z0-9]+", "-", config_name).strip("-") or "gpu"

@@ -263,7 +263,7 @@ def test_the_default_directory_is_named_by_commit_date_commit_and_gpu(monkeypatc
     monkeypatch.setattr(facts, "gpu_name", lambda: None)  # nor a GPU torch sees
     assert gpu_steps.default_directory().name == "20261201T101010-gpu-0123456789-nogpu"
     # gpu-more.yaml's run has a directory of its own: it never resumes gpu.yaml's, nor stops as "finished"
-    assert gpu_steps.default_directory("gpu-more").name == "20261201T101010-gpu-more-0123456789-nogpu"
+    assert gpu_steps.default_directory(ROOT / "configs" / "gpu-more.yaml").name == "20261201T101010-gpu-more-0123456789-nogpu"
 
 
 @pytest.mark.slow
