@@ -333,42 +333,6 @@ def dispersion_pinv(y, mask, S, x):
 # forwards: parallel over independent rows of the gradient they write, each
 # element of it written once, no separate zero fill.
 @numba.njit(**_JIT)
-def maxpool2d_backward(grad, indices, K, grad_x):
-    """The scatter: per (plane, band of K rows), the band of grad_x zeroed
-    while it sits in cache, then each window's gradient written at its
-    forward index; rows past (H // K) * K zeroed. ``grad`` and ``indices``
-    (N, C, H // K, W // K) may be strided. An index outside its own window
-    is never written (it would race with another band's zeroing): returns
-    how many there were."""
-    N, C, h, w = grad.shape
-    H, W = grad_x.shape[2], grad_x.shape[3]
-    bad = 0
-    for band in prange(N * C * h):
-        plane, i = band // h, band % h
-        n, c = plane // C, plane % C
-        rows = grad_x[n, c, i * K:(i + 1) * K]
-        for r in range(K):
-            row = rows[r]
-            for col in range(W):
-                row[col] = 0
-        first_row = i * K
-        for j in range(w):
-            index = indices[n, c, i, j]
-            r, col = index // W - first_row, index % W
-            if 0 <= index < H * W and 0 <= r < K and j * K <= col < (j + 1) * K:
-                rows[r, col] = grad[n, c, i, j]
-            else:
-                bad += 1
-    for plane in prange(N * C):
-        n, c = plane // C, plane % C
-        for r in range(h * K, H):
-            row = grad_x[n, c, r]
-            for col in range(W):
-                row[col] = 0
-    return bad
-
-
-@numba.njit(**_JIT)
 def maxunpool_backward(grad_out, positions, grad_values):
     """The gather: ``grad_values[row, l] = grad_out[row, positions[row, l]]``,
     row-parallel. A position outside [0, P) is counted (and its gradient
@@ -498,14 +462,22 @@ def maxpool2d_window_kernel(K: int, S: int, P: int):
 
 
 @numba.njit(**_JIT)
-def maxpool2d_window_backward(grad, indices, grad_x):
-    """The scatter-add of windows that may overlap (docs/SPEC.md §1.5), race-free:
+def maxpool2d_backward(grad, indices, grad_x):
+    """max-pool's backward for every window (docs/SPEC.md §1.5), race-free:
     parallel over planes, each plane's grad_x zeroed while in cache and then
     every window's gradient added at its forward index, windows in row-major
     order, by the one thread that owns the plane (a sum of colliding windows is
     added in the same order on every call). ``grad`` and ``indices`` are
     (planes, h, w), ``grad_x`` (planes, H*W). An index outside the plane is
-    never written: returns how many there were."""
+    never written: returns how many there were.
+
+    The plane, not a band of k rows, is the unit of work: an index needs no
+    division to find its row, and the zeroing is one long loop. Against a
+    band-wise scatter, which divided each index by W to refuse one outside its
+    window, it is 1.6-5x faster (64x50x8x8, 0.34 -> 0.06 ms; 32x512x14x14,
+    4.2 -> 0.8 ms; 4x64x360x480, 50 -> 31 ms; float32, Xeon 6-167 VM, 1 thread);
+    a row-wise gather that writes grad_x once is 10-20 % faster still on planes
+    of 128x128 and more, 5x slower on 8x8."""
     planes, h, w = grad.shape
     size = grad_x.shape[1]
     bad = 0

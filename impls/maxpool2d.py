@@ -1018,15 +1018,15 @@ def numpy_scatter_backward(inputs, params):
 
 
 def numba_scatter_backward(inputs, params):
-    """The numba backward. For k×k windows at stride k
-    (``kernels_numba.maxpool2d_backward``): per band of k rows, zeroed in
-    cache and the band's gradients written at their indices; grad_x written
-    once. For any other window (``kernels_numba.maxpool2d_window_backward``):
-    per plane, zeroed and the gradients added at their indices in window
-    order by the plane's one thread, so colliding windows race with nothing.
-    For a channels-last x, a gather vectorised across the channels
-    (``kernels_numba.maxpool2d_nhwc_backward``), grad_x channels-last.
-    Compiled here for the case's layout."""
+    """The numba backward, for every window. For a contiguous x
+    (``kernels_numba.maxpool2d_backward``): per plane, zeroed and the
+    gradients added at their indices in window order by the plane's one
+    thread, so colliding windows race with nothing; an index outside its
+    plane is an error, one inside it lands where it points (as in torch's
+    backward). For a channels-last x, a gather vectorised across the channels
+    (``kernels_numba.maxpool2d_nhwc_backward``), grad_x channels-last, which
+    visits only the windows covering each element. Compiled here for the
+    case's layout."""
     from impls import kernels_numba
 
     x = inputs["x"]
@@ -1043,14 +1043,11 @@ def numba_scatter_backward(inputs, params):
                    np.ascontiguousarray(indices.transpose(0, 2, 3, 1)), grad_x)
             return grad_x.transpose(0, 3, 1, 2)
         grad_x = np.empty(x.shape, dtype=grad.dtype)
-        if s != k or p:
-            h, w = grad.shape[2:]
-            bad = kernels_numba.maxpool2d_window_backward(grad.reshape(N * C, h, w), indices.reshape(N * C, h, w),
-                                                          grad_x.reshape(N * C, H * W))
-        else:
-            bad = kernels_numba.maxpool2d_backward(grad, indices, k, grad_x)
+        h, w = grad.shape[2:]
+        bad = kernels_numba.maxpool2d_backward(grad.reshape(N * C, h, w), indices.reshape(N * C, h, w),
+                                               grad_x.reshape(N * C, H * W))
         if bad:
-            raise ValueError(f"indices: {bad} outside their own {'plane' if s != k or p else 'window'}")
+            raise ValueError(f"indices: {bad} outside their own plane")
         return grad_x
 
     return backward

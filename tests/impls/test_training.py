@@ -758,17 +758,23 @@ def check_replays_keep_memory_flat(torch):
 
 
 @pytest.mark.slow  # compiles the numba kernels
-def test_numba_backward_kernels_refuse_indices_outside_their_window():
-    params = dict(N=1, C=1, H=4, W=4, k=2)
-    inputs = {"x": np.zeros((1, 1, 4, 4))}
+def test_numba_backward_kernels_refuse_indices_outside_their_plane():
+    params = dict(N=1, C=2, H=4, W=4, k=2)
+    inputs = {"x": np.zeros((1, 2, 4, 4))}
     backward = maxpool2d.numba_scatter_backward(inputs, params)
-    grad = np.ones((1, 1, 2, 2))
-    own = np.array([[[[0, 3], [8, 15]]]])  # each inside its own 2x2 window
-    expected = np.zeros(16)
-    expected[own.ravel()] = 1
-    np.testing.assert_array_equal(backward((None, own), grad), expected.reshape(1, 1, 4, 4))
-    with pytest.raises(ValueError, match="1 outside their own window"):
-        backward((None, np.array([[[[2, 3], [8, 15]]]])), grad)  # window (0, 0) pointing at column 2, the next window's
+    grad = np.arange(1.0, 9.0).reshape(1, 2, 2, 2)
+    own = np.array([[[0, 3], [8, 15]], [[5, 2], [13, 10]]])[None]  # each inside its own 2x2 window
+    expected = np.zeros((2, 16))
+    np.put_along_axis(expected, own.reshape(2, 4), grad.reshape(2, 4), axis=1)
+    np.testing.assert_array_equal(backward((None, own), grad), expected.reshape(1, 2, 4, 4))
+    # Window (0, 0) pointing at column 2, the next window's, which points there too: summed, as torch does.
+    shared = own.copy()
+    shared[0, 0, 0, 0] = 3
+    expected[0] = 0
+    expected[0, [3, 8, 15]] = [1 + 2, 3, 4]
+    np.testing.assert_array_equal(backward((None, shared), grad), expected.reshape(1, 2, 4, 4))
+    with pytest.raises(ValueError, match="1 outside their own plane"):
+        backward((None, np.where(own == 10, 16, own)), grad)  # the second plane's last window past its plane
     unpool = get_operator("maxunpool").strategies["numba_fused"]
     unpool_params = dict(form="1d", B=1, F=1, L=2, f=2)
     apply = unpool.backward({"values": np.zeros((1, 1, 2)), "positions": np.array([[[0, 4]]])}, unpool_params)
