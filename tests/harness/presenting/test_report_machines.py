@@ -245,8 +245,9 @@ def test_the_published_reports_first_paragraph_is_what_its_runs_say():
     # 0232 and b601 (superseded by c9f3 and 0343, method 3 curves) with c9f3's A/A repeat 2d11, and on the
     # Intel Xeon 6-167 VM 324a (superseded by 9c61, two threads, this version), 3122's A/A repeat 3a78 and
     # 9c61's A/A repeat c736, then 9047 (superseded by e285, short rows padded) with e285's A/A repeat
-    # b875, and models' max-pool 959e and 18bb (superseded by 39c3)
-    assert "33 fit: repeats compared with the published runs" in text
+    # b875, and models' max-pool 959e and 18bb (superseded by 39c3), then 39c3 (superseded by 6267, the
+    # backward per plane)
+    assert "34 fit: repeats compared with the published runs" in text
 
 
 def test_every_cpu_label_says_its_core_and_thread_setting_and_settings_are_never_pooled():
