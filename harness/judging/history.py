@@ -61,7 +61,7 @@ def gate_table(base_rows, base_samples, new_rows, new_samples, rule: regression.
     operator's reference, 10th percentiles, past the square root of the
     factor, with the Mann–Whitney test) picks suspects, and a suspect fails
     only if its time against the other strategies of its case, relative to
-    the base run's (`wall_gate.partner_change`, the median over them),
+    the base run's (`wall_gate.partner_change`, the lower median over them),
     exceeds the factor. The new run's rounds stand in for the gate's
     re-measurement, which a history cannot do (`stored_changes`): red only
     what holds in every round. A case that broke fails at once."""
@@ -307,7 +307,7 @@ def screen(cases: pd.DataFrame, changes: pd.DataFrame, factor: float) -> pd.Data
     one correct in the base and not now, or one whose ratio (new over base
     time) over min(1, the smallest such ratio among the other strategies of
     its group timed in both runs) exceeds ``factor``. The gate's confirmed
-    change (`wall_gate.partner_change`: the median, over partners, of the case's
+    change (`wall_gate.partner_change`: the lower median, over partners, of the case's
     ratio over theirs, or its own ratio without partners) never exceeds that
     bound, so every case the gate fails is inside them."""
     cases, changes = with_case_columns(cases), with_case_columns(changes)

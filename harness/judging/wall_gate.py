@@ -21,9 +21,12 @@
    round, as the sweep's), so that all see the same moment's contention:
    per round, the fastest of a few calls of each. Against each
    other strategy, the suspect's ratio (median over rounds) is divided by the
-   same ratio in the baseline (10th percentiles); the change is the median of
-   these over the other strategies, so one that was noisy in the baseline
-   cannot decide. The suspect fails the gate only if that change exceeds the
+   same ratio in the baseline (10th percentiles); the change is the lower
+   median of these over the other strategies, so one that was noisy in the
+   baseline, or got faster since, cannot decide (with two partners, the
+   smaller: on CI, after numba's max-pool backward got 1.6-5x faster, the
+   plain median, the mean of two, failed torch's at 14.4x, its other partner
+   having screened at 1.16x). The suspect fails the gate only if that change exceeds the
    (full) factor in each of ``retries`` measurements. Pairing
    with all the others (not only the reference) also judges the reference
    itself. A case that breaks (correct before, failing its check now) fails
@@ -226,9 +229,9 @@ def typical_times(rows: pd.DataFrame, samples: dict, suspect, names: list[str]) 
 
 def confirmed_change(base_rows: pd.DataFrame, base_samples: dict, suspect, partners: list[str], seed: int) -> float:
     """How many times its baseline ratio to each partner the suspect's time
-    now is, re-measured in alternation: the median over partners (so one
-    partner that was noisy in the baseline cannot decide), or against its
-    own baseline time when it has no partner. Baseline times are 10th
+    now is, re-measured in alternation: the lower median over partners (so
+    one partner that was noisy in the baseline, or got faster, cannot
+    decide), or against its own baseline time when it has no partner. Baseline times are 10th
     percentiles of its samples, like the screen's."""
     names = [suspect["strategy"]] + partners
     rounds = paired_times(suspect["op"], json.loads(suspect["params"]), suspect["dtype"], suspect["device"],
@@ -239,7 +242,7 @@ def confirmed_change(base_rows: pd.DataFrame, base_samples: dict, suspect, partn
 def partner_change(base: dict, rounds: list[list[float]], names: list[str]) -> float:
     """The confirmation's statistic: how many times its baseline ratio to
     each partner (``names[1:]``) the suspect's (``names[0]``) time now is,
-    the median over partners (the median over ``rounds`` of the times now,
+    the lower median over partners, so the smaller of two (the median over ``rounds`` of the times now,
     one list per round in the order of ``names``); against its own baseline
     time when it has no partner. ``base``: baseline time per name. The
     dashboard applies it to a stored run (one round) instead of a re-measurement."""
@@ -250,7 +253,7 @@ def partner_change(base: dict, rounds: list[list[float]], names: list[str]) -> f
     for index, partner in enumerate(partners, start=1):
         now = statistics.median(times[0] / times[index] for times in rounds)
         changes.append(now / (base[suspect] / base[partner]))
-    return statistics.median(changes)
+    return statistics.median_low(changes)
 
 
 def screen_rule(rule: regression.Rule, retries: int = DEFAULT_RETRIES) -> regression.Rule:

@@ -176,3 +176,19 @@ def test_gate_falls_back_to_the_stored_baseline_when_its_commit_cannot_be_measur
                       log=lines.append)
     assert any("not in the git history" in line and f"gating against {stored} instead" in line for line in lines)
     assert result.table["base_s"].notna().sum() == 4  # the four strategies compared with the stored run
+
+
+def test_one_partner_that_got_faster_cannot_fail_the_suspect_and_a_real_slowdown_still_does():
+    """The confirmation's statistic is the lower median over partners: with two, the plain median is
+    their mean, and on CI a partner 4x faster (numba's max-pool backward) failed an unchanged torch
+    strategy at 14.4x. A slowdown of the suspect shows against every partner, so it still fails."""
+    from harness.judging.wall_gate import partner_change
+
+    names = ["suspect", "got_faster", "unchanged"]
+    base = {"suspect": 1.0, "got_faster": 1.0, "unchanged": 1.0}
+    assert partner_change(base, [[1.0, 0.04, 1.1]], names) == pytest.approx(1 / 1.1)  # the mean: 12.95
+    assert partner_change(base, [[3.0, 1.0, 1.0], [3.2, 1.0, 1.0]], names) == pytest.approx(3.1)
+    assert partner_change(base, [[3.0, 0.25, 1.0]], names) == pytest.approx(3.0)  # still past 2.0
+    three = ["suspect", "a", "b", "c"]
+    assert partner_change({name: 1.0 for name in three}, [[2.5, 1.0, 0.1, 1.0]], three) == pytest.approx(2.5)
+    assert partner_change({"suspect": 1.0}, [[2.0], [4.0]], ["suspect"]) == pytest.approx(3.0)
