@@ -19,8 +19,9 @@ from harness.presenting.report.load import case_title, load
 
 DOCS = ROOT / "docs"
 # The main page: seven machines and settings with an answer table each, and the network shapes' table a row
-# per shape and machine (models.yaml's max-pool on two VMs: 413 lines); the case tables are on the operators' pages.
-MAX_MAIN_LINES = 450
+# per shape and machine (models.yaml's max-pool on two VMs: 413 lines; on three machine settings, the Xeon VM at one
+# and two threads and the Zen 4 at one: 451); the case tables are on the operators' pages.
+MAX_MAIN_LINES = 475
 MAX_FIGURES_BYTES = 8 * 2**20
 MAX_HTML_BYTES = 3 * 2**20
 # Building the report from the committed runs takes minutes; reading a dozen runs, seconds: `make test` runs them.
