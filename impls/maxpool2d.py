@@ -354,10 +354,15 @@ def bytes_moved(params, itemsize: int, returns: str = "values+indices") -> int:
     return N * C * H * W * itemsize + pooled * itemsize + index_bytes
 
 
+def written_buffers(params, itemsize: int, returns: str = "values+indices") -> tuple[int, ...]:
+    """Each output the call allocates afresh, in bytes: the values, then the int64 indices."""
+    pooled = _pooled(params)
+    return (pooled * itemsize, 8 * pooled) if returns == "values+indices" else (pooled * itemsize,)
+
+
 def bytes_written(params, itemsize: int, returns: str = "values+indices") -> int:
     """The part of ``bytes_moved`` written: the outputs, fresh on every call."""
-    pooled = _pooled(params)
-    return pooled * itemsize + (8 * pooled if returns == "values+indices" else 0)
+    return sum(written_buffers(params, itemsize, returns))
 
 
 def compare(out, ref, inputs, dtype: str, strat, params: dict) -> Verdict:
@@ -508,8 +513,8 @@ OP = register_operator(Operator(
             ParamSpec("k", doc="window (and stride where s is not given)"),
             ParamSpec("s", doc="stride (default k)", required=False),
             ParamSpec("p", minimum=0, doc="padding (default 0, at most k // 2)", required=False)),
-    generate=generate, oracle=oracle, bytes_moved=bytes_moved, bytes_written=bytes_written, compare=compare,
-    validate=validate, reference="torch_max_pool2d_indices", layout_keys=("x",),
+    generate=generate, oracle=oracle, bytes_moved=bytes_moved, bytes_written=bytes_written,
+    written_buffers=written_buffers, compare=compare, validate=validate, reference="torch_max_pool2d_indices", layout_keys=("x",),
     layout_shapes=lambda params: {"x": tuple(params[key] for key in ("N", "C", "H", "W"))},
     check_cases=check_cases, outputs=("values+indices", "values"), any_namespace=True,
     default_outside_when=plain_windows_only,

@@ -219,6 +219,11 @@ class Operator:
     # fresh-output-aware floor (reads at the copy bandwidth, writes at the
     # fresh-write bandwidth). None: the operator's rows have no such floor.
     bytes_written: Callable | None = None
+    # (params, itemsize, returns) -> each fresh output's bytes, for an operator whose call
+    # allocates several (maxpool2d: values, then indices); their sum is ``bytes_written``. A fresh
+    # output's first-touch cost depends on its own size, not on the total (the floor by size prices
+    # each at its own: harness/results/floors.py). None: one output, all of ``bytes_written``.
+    written_buffers: Callable | None = None
     # Check cases beyond check_cases x MODES: () -> list of dicts with keys
     #   params   the parameter dict;
     #   modes    the generator modes to draw inputs in (a mode may be the operator's own,

@@ -435,20 +435,37 @@ def bytes_moved(op: Operator | str, params: Mapping[str, Any], itemsize: int, mo
     return op.bytes_moved(params, itemsize, op.whole_output) + backward
 
 
-def bytes_written(op: Operator | str, params: Mapping[str, Any], itemsize: int, mode: str,
-                  returns: str | None = None) -> int | None:
-    """The part of ``bytes_moved`` that is output written afresh by the timed
-    call (the fresh-output floor's split): the forward's outputs, the
-    gradient, or both in forward+backward (the forward's whole output, as
-    ``bytes_moved`` counts it). None where the operator does not split it."""
+def written_buffers(op: Operator | str, params: Mapping[str, Any], itemsize: int, mode: str,
+                    returns: str | None = None) -> tuple[int, ...] | None:
+    """Each output the timed call allocates afresh, in bytes (the fresh-output
+    floor's split of ``bytes_moved``): the forward's outputs (``Operator.written_buffers``,
+    or one of ``Operator.bytes_written``), the gradient, or both in
+    forward+backward (the forward's whole output, as ``bytes_moved`` counts
+    it). None where the operator does not split its bytes."""
     check_mode(mode)
     op = get_operator(op) if isinstance(op, str) else op
-    forward = op.bytes_written
+
+    def forward(returns: str):
+        if op.bytes_written is None:
+            return None
+        if op.written_buffers is not None:
+            return tuple(op.written_buffers(params, itemsize, returns))
+        return (op.bytes_written(params, itemsize, returns),)
+
     if mode == FORWARD:
-        return None if forward is None else forward(params, itemsize, returns or op.whole_output)
+        return forward(returns or op.whole_output)
     gradient = None if op.gradient is None else op.gradient.bytes_written
     if gradient is None:
         return None
     if mode == BACKWARD:
-        return gradient(params, itemsize)
-    return None if forward is None else forward(params, itemsize, op.whole_output) + gradient(params, itemsize)
+        return (gradient(params, itemsize),)
+    outputs = forward(op.whole_output)
+    return None if outputs is None else outputs + (gradient(params, itemsize),)
+
+
+def bytes_written(op: Operator | str, params: Mapping[str, Any], itemsize: int, mode: str,
+                  returns: str | None = None) -> int | None:
+    """The part of ``bytes_moved`` that is output written afresh by the timed
+    call: the sum of ``written_buffers``. None where the operator does not split it."""
+    buffers = written_buffers(op, params, itemsize, mode, returns)
+    return None if buffers is None else sum(buffers)

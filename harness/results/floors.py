@@ -14,8 +14,14 @@ A row's floor is ``bytes_read / read(working set) + bytes_written /
 write(output size)``, each rate interpolated on its curve in log-size
 (``rate_at``): the working set is everything the call touches (its bytes
 moved), the output size its bytes written, and the write curve the one its
-strategy allocates through (``write_curve``). The row stores the two rates
-it used, so its floor recomputes from the row alone (``floor_from_rates``),
+strategy allocates through (``write_curve``). On a fresh-write curve each
+output the call allocates is priced at its own size (``write_rate``): what
+a fresh output costs is its allocation's (a block the heap still holds, or
+new pages from the OS), and max-pool's 51 MB values may come from the heap
+while its 103 MB indices cannot; priced at their 154 MB total, a run whose
+heap held the values read 119 % of its floor. The row stores the two rates
+it used (the write rate the one that prices all its outputs' bytes alike),
+so its floor recomputes from the row alone (``floor_from_rates``),
 whatever the run's meta later holds. A row more than ``OVER_FLOOR_PCT`` % of
 its floor ran faster than the machine can move its bytes: its bytes formula
 (or the curve) is wrong, and it is flagged, never shown as a plain
@@ -25,6 +31,7 @@ percentage (``floor_cell``: the one wording every table and the report use).
 from __future__ import annotations
 
 import math
+import numbers
 
 import numpy as np
 
@@ -36,6 +43,9 @@ OVER_FLOOR_PCT = 110.0
 OVER_FLOOR_TEXT = "over the floor: bytes formula or curve wrong"
 OVER_FLOOR_MARK = "⚠"  # a table cell too narrow for the wording: the mark, and the wording under the table
 REUSED = "reused"  # the write curve of a buffer already touched
+# Beside a fresh write curve's name: the row's outputs were each priced at their own size (``write_rate``);
+# a row of a run before that priced them at their total, and is priced again when read (``repriced``).
+PER_OUTPUT = "each output at its own size"
 CURVES = "bandwidth_curves"  # the meta.json field holding them
 # How the curves are measured (harness/measuring/ceilings.py); a stored curve of another method is
 # measured again, not reused. 2: on the CPU each rate is the fastest of torch's, numpy's and a numba
@@ -57,7 +67,8 @@ EMPTY = {"bytes_written": math.nan, "read_gbps_used": math.nan, "write_gbps_used
 
 
 def _number(value) -> float:
-    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else math.nan
+    """A number as a float (numpy's too: a row read into pandas holds them); NaN for anything else."""
+    return float(value) if isinstance(value, numbers.Real) and not isinstance(value, (bool, np.bool_)) else math.nan
 
 
 def rate_at(sizes_bytes, rates_gbps, nbytes: float) -> float:
@@ -170,6 +181,19 @@ def write_curve(curve: dict, allocator: str) -> tuple[str, list]:
     return REUSED, curve.get("write_gbps") or []
 
 
+def write_rate(sizes_bytes, rates_gbps, written: float, buffers=None) -> float:
+    """The one rate a row's written bytes are priced at on a write curve: the
+    curve's rate at their size; given each output's size (``buffers``, summing
+    to ``written``), each output at its own size's rate, and the rate that
+    takes their bytes the same time (their bytes over the sum of their times)."""
+    if not written > 0:
+        return math.nan
+    if buffers is None or len(buffers) < 2 or sum(buffers) != written:
+        return rate_at(sizes_bytes, rates_gbps, written)
+    seconds = sum(size / rate_at(sizes_bytes, rates_gbps, size) for size in buffers if size > 0)
+    return written / seconds if seconds > 0 else math.nan
+
+
 def usable_curve(curves: dict | None, device: str) -> dict | None:
     """A device's curve from meta's ``bandwidth_curves``, or None where it
     has none or it was measured busy (never used, as a busy ceiling is not)."""
@@ -180,10 +204,12 @@ def usable_curve(curves: dict | None, device: str) -> dict | None:
 
 
 def row_floor(bytes_moved: float, bytes_written: float | None, median_s: float, curve: dict | None,
-              allocator: str) -> dict:
+              allocator: str, buffers=None) -> dict:
     """A row's floor by size (the module's docstring) and what it rests on,
     as the row's columns (``EMPTY``'s keys). An operator that does not split
-    its bytes (``bytes_written`` None) is charged everything at the read rate."""
+    its bytes (``bytes_written`` None) is charged everything at the read rate.
+    ``buffers``: each fresh output's bytes, where the call allocates several;
+    on a fresh-write curve each is priced at its own size (``write_rate``)."""
     if curve is None or not math.isfinite(_number(bytes_moved)):
         return dict(EMPTY)
     split = bytes_written is not None
@@ -191,7 +217,9 @@ def row_floor(bytes_moved: float, bytes_written: float | None, median_s: float, 
     sizes = curve["sizes_bytes"]
     read = rate_at(sizes, curve.get("read_gbps") or [], bytes_moved)
     name, rates = write_curve(curve, allocator)
-    write = rate_at(sizes, rates, written) if written > 0 else math.nan
+    per_output = name != REUSED and buffers is not None and len(buffers) > 1
+    write = write_rate(sizes, rates, written, buffers if per_output else None)
+    name = f"{name}, {PER_OUTPUT}" if per_output else name
     floor = floor_from_rates(bytes_moved, written, read, write)
     return {"bytes_written": written if split else math.nan, "read_gbps_used": read, "write_gbps_used": write,
             "floor_write_curve": name if split else "unsplit: all bytes at the read rate",
@@ -213,11 +241,52 @@ def case_floor(op_name: str, strategy: str, params: dict, dtype: str, device: st
     try:
         op = get_operator(op_name)
         strat = op.strategies[strategy]
-        written = training.bytes_written(op, params, itemsize(dtype), mode, strat.returns)
+        buffers = training.written_buffers(op, params, itemsize(dtype), mode, strat.returns)
     except (KeyError, ValueError, NotApplicable):
         return dict(EMPTY)
-    return row_floor(_number(row.get("bytes")), written, _number(row.get("median_s")), curve,
-                     allocator_of(strat.backend) if device == "cpu" else "")
+    return row_floor(_number(row.get("bytes")), None if buffers is None else sum(buffers),
+                     _number(row.get("median_s")), curve, allocator_of(strat.backend) if device == "cpu" else "",
+                     buffers)
+
+
+def repriced(rows, curves: dict | None):
+    """The floors by size of a run's rows written before each output was
+    priced at its own size (a fresh write curve's name without ``PER_OUTPUT``),
+    priced again from the run's ``curves``, for the operators whose calls
+    allocate several outputs; only a row whose stored read rate is the one
+    these curves give its bytes (it was priced by them, not by an earlier
+    attempt's of a resumed run), the others as they are. A copy of ``rows``
+    (a DataFrame with the store's columns)."""
+    import json
+
+    from impls.registry import get_operator
+
+    rows = rows.copy()
+    if rows.empty or not isinstance(curves, dict) or "floor_write_curve" not in rows:
+        return rows
+
+    def several_outputs(name: str) -> bool:
+        try:
+            return get_operator(name).written_buffers is not None
+        except KeyError:
+            return False
+
+    names = rows["floor_write_curve"].astype(str)
+    stale = rows.index[names.str.startswith("fresh ") & ~names.str.endswith(PER_OUTPUT)
+                       & rows["op"].map(several_outputs)]
+    for index in stale:
+        row = rows.loc[index]
+        try:
+            params = json.loads(row["params"])
+        except (TypeError, ValueError):
+            continue
+        found = case_floor(row["op"], row["strategy"], params, row["dtype"], row["device"],
+                           row["mode"] or "forward", row, curves)
+        if str(found["floor_write_curve"]).endswith(PER_OUTPUT) and math.isclose(
+                found["read_gbps_used"], _number(row["read_gbps_used"]), rel_tol=1e-9):
+            for name, value in found.items():
+                rows.at[index, name] = value
+    return rows
 
 
 def recomputed(row) -> tuple[float, float]:

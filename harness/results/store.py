@@ -698,8 +698,12 @@ def derive_older(meta: dict, rows: pd.DataFrame, samples: dict) -> pd.DataFrame:
       them: its fresh floor is left empty, never computed from rates it was
       not measured with.
 
-    The floor by size (schema 8) needs nothing from meta: each row stores
-    the rates it used (``floors.recomputed``); an older run has none."""
+    - the floor by size (schema 8) of a row written before each output was
+      priced at its own size, priced again from the run's curves
+      (``floors.repriced``: the operators that allocate several outputs,
+      only rows those curves priced). Otherwise the floor by size needs
+      nothing from meta: each row stores the rates it used
+      (``floors.recomputed``); a run before schema 8 has none."""
     written = meta.get("schema_written", SCHEMA_VERSION)
     if rows.empty or not isinstance(written, int):
         return rows
@@ -730,7 +734,9 @@ def derive_older(meta: dict, rows: pd.DataFrame, samples: dict) -> pd.DataFrame:
         pcts.append(stats.pct_of_floor(floor, row.median_s))
     rows.loc[cpu, "fresh_floor_s"] = floors
     rows.loc[cpu, "pct_of_fresh_floor"] = pcts
-    return rows
+    from harness.results import floors as by_size
+
+    return by_size.repriced(rows, meta.get(by_size.CURVES))
 
 
 def find_runs(root, start_time=None) -> list[Path]:

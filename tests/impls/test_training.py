@@ -284,6 +284,20 @@ def test_backward_bytes():
         training.bytes_moved("maxpool2d", params, 4, "sideways")
 
 
+def test_written_buffers_are_each_fresh_output_and_sum_to_the_bytes_written():
+    params = dict(N=2, C=3, H=9, W=8, k=2)
+    pooled, x_bytes = 2 * 3 * 4 * 4, 2 * 3 * 9 * 8 * 4
+    expected = {"forward": (pooled * 4, pooled * 8), "backward": (x_bytes,),
+                "forward+backward": (pooled * 4, pooled * 8, x_bytes)}
+    for mode, buffers in expected.items():
+        assert training.written_buffers("maxpool2d", params, 4, mode) == buffers
+        assert training.bytes_written("maxpool2d", params, 4, mode) == sum(buffers)
+    assert training.written_buffers("maxpool2d", params, 4, "forward", "values") == (pooled * 4,)
+    # one output: the operator's bytes written, alone
+    unpool = dict(form="1d", B=2, F=3, L=4, f=5)
+    assert training.written_buffers("maxunpool", unpool, 4, "forward") == (2 * 3 * 20 * 4,)
+
+
 # ------------------------------------------------------------ the maxpool compare
 def _maxpool_case(x, grad_x, ties="first"):
     strat = dataclasses.replace(get_operator("maxpool2d").strategies["numpy_sliding_window"], ties=ties)

@@ -46,14 +46,19 @@ def test_a_cache_resident_cases_floor_uses_the_in_cache_bandwidth():
     large_bytes, large = maxpool_floor("numba_fused", 1024)  # 80 MiB: from memory
     assert small_bytes < MIB < 16 * MIB < large_bytes
     assert small["read_gbps_used"] == 100.0 and large["read_gbps_used"] == 10.0
-    # numba's outputs are numpy arrays: numpy's fresh pages, at the output's own size
-    assert small["floor_write_curve"] == large["floor_write_curve"] == "fresh numpy"
-    assert small["write_gbps_used"] == 20.0 and large["write_gbps_used"] == 4.0
-    # an output between two sizes: its rate half way in log-size
-    middle = maxpool_floor("numba_fused", 64)[1]
-    assert MIB < middle["bytes_written"] < 16 * MIB
-    share = math.log(middle["bytes_written"] / MIB) / math.log(16)
-    assert middle["write_gbps_used"] == pytest.approx(20.0 + share * (4.0 - 20.0))
+    # numba's outputs are numpy arrays: numpy's fresh pages, each output (values, indices) at its own size
+    assert small["floor_write_curve"] == large["floor_write_curve"] == f"fresh numpy, {floors.PER_OUTPUT}"
+    assert small["write_gbps_used"] == pytest.approx(20.0) and large["write_gbps_used"] == pytest.approx(4.0)
+    # outputs between two sizes: each at its rate half way in log-size
+    middle = maxpool_floor("numba_fused", 128)[1]
+    values, indices = middle["bytes_written"] / 3, 2 * middle["bytes_written"] / 3  # float32 and int64
+    assert MIB < values < indices < 16 * MIB
+
+    def rate(size):
+        return 20.0 + math.log(size / MIB) / math.log(16) * (4.0 - 20.0)
+
+    seconds = values / rate(values) + indices / rate(indices)
+    assert middle["write_gbps_used"] == pytest.approx(middle["bytes_written"] / seconds)
     for moved, found in ((small_bytes, small), (large_bytes, large)):
         written = found["bytes_written"]
         expected = (moved - written) / (found["read_gbps_used"] * 1e9) + written / (found["write_gbps_used"] * 1e9)
@@ -64,8 +69,8 @@ def test_a_cache_resident_cases_floor_uses_the_in_cache_bandwidth():
 
 
 def test_each_strategy_pays_the_write_curve_of_the_allocator_it_uses():
-    assert maxpool_floor("torch_max_pool2d_indices", 1)[1]["floor_write_curve"] == "fresh torch"
-    assert maxpool_floor("numpy_sliding_window", 1)[1]["floor_write_curve"] == "fresh numpy"
+    assert maxpool_floor("torch_max_pool2d_indices", 1)[1]["floor_write_curve"] == f"fresh torch, {floors.PER_OUTPUT}"
+    assert maxpool_floor("numpy_sliding_window", 1)[1]["floor_write_curve"] == f"fresh numpy, {floors.PER_OUTPUT}"
     assert floors.allocator_of("numba") == floors.allocator_of("pytensor") == "numpy"
     assert floors.allocator_of("jax") == "" and floors.allocator_of("no-such-backend") == ""
     # a pool of its own (JAX's) writes at the reused rate, the fastest: a floor stays a floor
@@ -73,6 +78,58 @@ def test_each_strategy_pays_the_write_curve_of_the_allocator_it_uses():
     # CUDA's caching allocator hands back touched memory: the reused curve
     found = maxpool_floor("torch_max_pool2d_indices", 1, device="cuda")[1]
     assert found["floor_write_curve"] == floors.REUSED and found["write_gbps_used"] == 50.0
+
+
+def test_each_fresh_output_is_priced_at_its_own_size_and_a_reused_write_at_the_total():
+    # Max-pool's values and indices are two allocations: the values may come from memory the heap
+    # holds while the indices need new pages, so each pays its own size's first-touch rate, never
+    # the total's (a 154 MB pair priced as one read 119 % of its floor on the Xeon 6-167 VM).
+    heap_edge = {**CURVE, "fresh_write_gbps": {"numpy": [20.0, 20.0, 20.0, 20.0, 4.0]}}
+    values, indices = 20 * MIB, 40 * MIB
+    found = floors.row_floor(200 * MIB, values + indices, 1e-3, heap_edge, "numpy", (values, indices))
+    sizes, rates = SIZES, heap_edge["fresh_write_gbps"]["numpy"]
+    seconds = values / floors.rate_at(sizes, rates, values) + indices / floors.rate_at(sizes, rates, indices)
+    assert found["write_gbps_used"] == pytest.approx((values + indices) / seconds)
+    assert found["write_gbps_used"] > floors.rate_at(sizes, rates, values + indices)  # the total's: slower
+    assert found["floor_write_curve"] == f"fresh numpy, {floors.PER_OUTPUT}"
+    # one output: its size's rate, as before; a pool's reused memory: cache residency is the total's
+    alone = floors.row_floor(200 * MIB, values + indices, 1e-3, heap_edge, "numpy", (values + indices,))
+    assert alone["write_gbps_used"] == floors.rate_at(sizes, rates, values + indices)
+    assert alone["floor_write_curve"] == "fresh numpy"
+    reused = floors.row_floor(200 * MIB, values + indices, 1e-3, heap_edge, "", (values, indices))
+    assert reused["floor_write_curve"] == floors.REUSED
+    assert reused["write_gbps_used"] == floors.rate_at(sizes, CURVE["write_gbps"], values + indices)
+    # the rows' rates still give their floor back
+    assert floors.recomputed({"bytes": 200 * MIB, "median_s": 1e-3, **found}) == (
+        found["floor_by_size_s"], found["pct_of_floor"])
+
+
+def test_a_run_priced_at_the_outputs_total_is_priced_again_from_its_own_curves_when_read():
+    import json
+
+    import pandas as pd
+
+    params = {"N": 64, "C": 4, "H": 64, "W": 64, "k": 2}
+    moved, now = maxpool_floor("numba_fused", 64, median_s=2e-3)
+    # the row as an earlier checkout stored it: all its outputs at their total's rate
+    total_rate = floors.rate_at(SIZES, CURVE["fresh_write_gbps"]["numpy"], now["bytes_written"])
+    old = {**now, "floor_write_curve": "fresh numpy", "write_gbps_used": total_rate}
+    old["floor_by_size_s"] = floors.floor_from_rates(moved, now["bytes_written"], now["read_gbps_used"], total_rate)
+    old["pct_of_floor"] = floors.pct_of_floor(old["floor_by_size_s"], 2e-3)
+    base = {"op": "maxpool2d", "strategy": "numba_fused", "params": json.dumps(params), "dtype": "float32",
+            "device": "cpu", "mode": "forward", "bytes": moved, "median_s": 2e-3}
+    other_attempt = {**base, **old, "read_gbps_used": now["read_gbps_used"] * 2}  # priced by other curves
+    unpool = {**base, **old, "op": "maxunpool"}  # one output: nothing to price again
+    rows = pd.DataFrame([{**base, **old}, other_attempt, unpool])
+    again = floors.repriced(rows, CURVES)
+    assert again.loc[0, "write_gbps_used"] == pytest.approx(now["write_gbps_used"])
+    assert again.loc[0, "pct_of_floor"] == pytest.approx(now["pct_of_floor"])
+    assert again.loc[0, "floor_write_curve"] == now["floor_write_curve"]
+    assert again.loc[0, "pct_of_floor"] < old["pct_of_floor"]  # a lower floor: a bound that holds
+    for index in (1, 2):
+        assert again.loc[index].to_dict() == rows.loc[index].to_dict()
+    assert rows.loc[0, "write_gbps_used"] == total_rate  # a copy: the rows read are left as they were
+    assert floors.repriced(rows, None).equals(rows)
 
 
 def test_a_training_modes_floor_counts_the_gradient_written():
