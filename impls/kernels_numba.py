@@ -130,6 +130,17 @@ def maxpool2d_kernel(K: int):
     64x16x14x14 0.20 -> 0.12 ms; 16x16x30x30 k3 0.14 -> 0.10 ms; 64x16x28x28
     unchanged at 1 thread, 0.22 -> 0.19 ms at 2. Where the rounding adds 8 or
     more columns it costs more than it saves (``maxpool2d_scratch``).
+
+    What is still in the way (the Xeon 6-167 VM, 1 thread, 2026-12-06, outputs
+    touched): the vertical pass. At LeNet's 64x50x8x8 the kernel takes 0.168 ms,
+    the vertical pass alone 0.145 and the horizontal alone 0.023 (numpy's
+    ``x.max()`` reads x in 0.009); at 32x512x14x14, 1.91, 1.47 and 0.41 ms. An
+    8-column band is 16 scalar element steps. Tried and dropped: a vertical pass
+    over the whole chunk as one flat loop (each row against the row under it,
+    half the results unused), then the pairs, then a copy of each band's w
+    outputs: 0.146 ms at 8x8 but 0.44 against 0.30 at 24x24; the loop over
+    pairs carrying loaded indices stays scalar (LLVM vectorises a stride-2
+    max, not a pick that loads two interleaved arrays).
     """
 
     # Cached like the others: numba keys a closure's cache entry by its cell
@@ -426,6 +437,13 @@ def maxpool2d_window_kernel(K: int, S: int, P: int):
       output's columns took 13 ms at 8x64x112x112 (the stem, 1 thread, the
       2-core VM) against 5 ms. A window of -inf only keeps its first real
       element.
+
+    At the stem (8x64x112x112, the Xeon 6-167 VM, 1 thread, 2026-12-06, outputs
+    touched) the kernel takes 3.9 ms, its vertical pass alone 2.2 (x read at
+    11.5 GB/s, where numpy's ``x.max()`` reads it at 29) and the horizontal
+    pick the rest. Keeping each column's maximum over a window's K rows in
+    registers, written once, instead of folding row by row into the scratch,
+    changed nothing (3.74 -> 3.67 ms; 21.5 -> 19.7 at batch 32).
     """
     inside_first = -(-P // S)  # the first output whose window starts at column 0 or later
 
