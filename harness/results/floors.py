@@ -272,8 +272,8 @@ def repriced(rows, curves: dict | None):
             return False
 
     names = rows["floor_write_curve"].astype(str)
-    stale = rows.index[names.str.startswith("fresh ") & ~names.str.endswith(PER_OUTPUT)
-                       & rows["op"].map(several_outputs)]
+    several = {name: several_outputs(name) for name in rows["op"].unique()}  # a few operators, many rows
+    stale = rows.index[names.str.startswith("fresh ") & ~names.str.endswith(PER_OUTPUT) & rows["op"].map(several)]
     for index in stale:
         row = rows.loc[index]
         try:

@@ -37,6 +37,7 @@ from pathlib import Path
 import pandas as pd
 
 from harness.base.errors import ResultError, ResultWarning
+from harness.results import floors
 from harness.results.metrics import COUNTS, TIMING
 from impls.backends import LEGACY_THREAD_KEYS
 from impls.status import STATUSES
@@ -724,19 +725,17 @@ def derive_older(meta: dict, rows: pd.DataFrame, samples: dict) -> pd.DataFrame:
     ceilings = meta.get("ceilings_gbps") if isinstance(meta.get("ceilings_gbps"), dict) else {}
     fresh = stats.best_fresh_write_gbps(meta.get("fresh_write_gbps"))
     cpu = rows.index[rows["device"] == "cpu"]
-    floors, pcts = [], []
+    fresh_floors, pcts = [], []
     for row in rows.loc[cpu, ["op", "strategy", "params", "dtype", "mode", "bytes", "ceiling_gbps",
                               "median_s"]].itertuples(index=False):
         written = stats.case_bytes_written(row.op, row.strategy, row.params, row.dtype, row.mode or "forward") \
             if row.ceiling_gbps == ceilings.get("cpu") and math.isfinite(fresh) else None
         floor = math.nan if written is None else stats.fresh_floor_s(row.bytes, written, row.ceiling_gbps, fresh)
-        floors.append(floor)
+        fresh_floors.append(floor)
         pcts.append(stats.pct_of_floor(floor, row.median_s))
-    rows.loc[cpu, "fresh_floor_s"] = floors
+    rows.loc[cpu, "fresh_floor_s"] = fresh_floors
     rows.loc[cpu, "pct_of_fresh_floor"] = pcts
-    from harness.results import floors as by_size
-
-    return by_size.repriced(rows, meta.get(by_size.CURVES))
+    return floors.repriced(rows, meta.get(floors.CURVES))
 
 
 def find_runs(root, start_time=None) -> list[Path]:
